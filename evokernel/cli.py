@@ -1,0 +1,447 @@
+"""The `evokernel` command: search, replay, show, plugins.
+
+User errors (a missing or malformed file, an unknown strategy, a zero budget) print one
+line on stderr and exit 2; an evaluator that breaks exits 1; nothing prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import msgspec
+
+from .errors import ConfigError, EvaluatorError, EvokernelError
+from .search import Budget, Observer, Search, SearchOptions, SearchReport
+
+__all__ = ["main"]
+
+USER_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+        self.exit(USER_ERROR, f"evokernel: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _nonneg_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="evokernel", description="Evolutionary search for faster GPU kernels.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:
+        sp.add_argument("--budget", type=_positive_int, default=100, help="evaluations (default 100)")
+        sp.add_argument("--wall-time", type=_positive_float, default=None, help="seconds (default: none)")
+        sp.add_argument("--seed", type=int, default=0)
+        sp.add_argument("--strategy", default=None, help="search strategy by name (default: evolution)")
+        sp.add_argument("--noise", type=_nonneg_float, default=None,
+                        help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)")
+        sp.add_argument("--patience", type=_positive_int, default=None,
+                        help="stop after this many generations without a better elite")
+        sp.add_argument("--population", type=_positive_int, default=None)
+        sp.add_argument("--db", default=db_default,
+                        help=f"SQLite database (default: {db_default or 'in memory'})")
+        sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        sp.add_argument("--quiet", action="store_true", help="no progress display")
+
+    s = sub.add_parser("search", help="run (or resume) a search and print its elites")
+    s.add_argument("target", help="a search file (.py defining `space` and `evaluator`), a landscape "
+                                  "CSV, or the name of a shipped landscape")
+    s.add_argument("--name", default=None, help="run name (default: the space's name)")
+    common(s, db_default="evokernel.db")
+
+    r = sub.add_parser("replay", help="run a strategy against a recorded landscape")
+    r.add_argument("landscape", help="landscape CSV, or the name of a shipped landscape")
+    common(r, db_default=None)
+
+    sh = sub.add_parser("show", help="print the runs, elites and history in a database")
+    sh.add_argument("db")
+    sh.add_argument("--run", default=None, help="run id (or prefix); default: the latest run")
+    sh.add_argument("--json", action="store_true")
+
+    sub.add_parser("plugins", help="list registered mutators, evaluators, search spaces, strategies")
+    sub.add_parser("landscapes", help="list the landscapes shipped with evokernel")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    try:
+        return {
+            "search": _cmd_search,
+            "replay": _cmd_replay,
+            "show": _cmd_show,
+            "plugins": _cmd_plugins,
+            "landscapes": _cmd_landscapes,
+        }[args.command](args)
+    except EvaluatorError as exc:
+        print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)",
+              file=sys.stderr)
+        return 1
+    except EvokernelError as exc:
+        print(f"evokernel: error: {exc}", file=sys.stderr)
+        return USER_ERROR
+    except KeyboardInterrupt:
+        print("evokernel: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+# -- targets -----------------------------------------------------------------------------
+def _load_module(path: Path) -> ModuleType:
+    name = f"_evokernel_target_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{path}: cannot be loaded as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent.resolve()))
+    try:
+        spec.loader.exec_module(module)
+    except EvokernelError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except Exception as exc:
+        raise ConfigError(f"{path}: {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _target(args: argparse.Namespace, target: str) -> dict[str, Any]:
+    """What to search: space, evaluator, and optionally descriptor, mutators, options, name."""
+    from .evaluator import Evaluator
+    from .landscape import Landscape, builtin_names, resolve_landscape
+    from .space import SearchSpace
+
+    path = Path(target)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise ConfigError(f"no such search file: {target}")
+        if args.noise is not None:
+            raise ConfigError("--noise applies to landscape replays; set noise in the search file instead")
+        mod = _load_module(path)
+        space, evaluator = getattr(mod, "space", None), getattr(mod, "evaluator", None)
+        if not isinstance(space, SearchSpace):
+            raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")
+        if not isinstance(evaluator, Evaluator):
+            raise ConfigError(f"{target}: defines no `evaluator` (with name, fingerprint() and evaluate())")
+        return {
+            "space": space,
+            "evaluator": evaluator,
+            "descriptor": getattr(mod, "descriptor", None),
+            "mutators": getattr(mod, "mutators", None),
+            "options": getattr(mod, "options", None),
+            "name": getattr(mod, "name", None),
+        }
+    csv = resolve_landscape(target)
+    if not os.path.exists(csv):
+        shipped = ", ".join(builtin_names())
+        raise ConfigError(f"no such file or shipped landscape: {target} (shipped: {shipped})")
+    from evokernel.evaluators import ReplayEvaluator
+
+    landscape = Landscape.load(csv)
+    evaluator = ReplayEvaluator(landscape, noise=args.noise or 0.0, seed=args.seed)
+    return {"space": landscape.space, "evaluator": evaluator, "name": landscape.name}
+
+
+def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, observers: list[Observer]) -> Search:
+    options = what.get("options")
+    if args.population is not None or args.patience is not None:
+        from dataclasses import replace
+
+        from .strategies import get_strategy
+
+        base = options or get_strategy(args.strategy or "evolution").options
+        options = replace(
+            base,
+            population=args.population or base.population,
+            elitism=args.population or base.elitism,
+            patience=args.patience if args.patience is not None else base.patience,
+        )
+    mutators = what.get("mutators")
+    if mutators is not None and args.strategy is not None:
+        raise ConfigError("the search file sets its own mutators; drop --strategy")
+    return Search(
+        what["space"],
+        what["evaluator"],
+        mutators,
+        strategy=None if mutators is not None else (args.strategy or "evolution"),
+        options=options,
+        store=store,
+        descriptor=what.get("descriptor"),
+        name=getattr(args, "name", None) or what.get("name"),
+        observers=observers,
+    )
+
+
+def _budget(args: argparse.Namespace) -> Budget:
+    return Budget(evaluations=args.budget, wall_s=args.wall_time)
+
+
+# -- progress ----------------------------------------------------------------------------
+class _Progress(Observer):
+    """A rich progress bar with the best latency so far (a line per generation off a terminal)."""
+
+    def __init__(self, total: int | None) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.total = total
+        self.bar: Any = None
+        self.task: Any = None
+
+    def on_start(self, run_id: str, budget: Budget, resumed: bool) -> None:
+        verb = "resuming" if resumed else "starting"
+        self.console.print(f"[bold]evokernel[/]: {verb} run {run_id}", highlight=False)
+        if self.console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
+                console=self.console, transient=False,
+            )
+            self.task = self.bar.add_task("search", total=self.total, best="-")
+            self.bar.start()
+
+    def on_evaluation(self, individual: Any, best: Any, evaluations: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, completed=evaluations,
+                            best=f"{best.latency_ms:.5f} ms" if best else "-")
+
+    def on_generation(self, generation: int, summary: dict[str, Any]) -> None:
+        if self.bar is None:
+            best = f"{summary['best_ms']:.5f} ms" if summary["best_ms"] else "-"
+            self.console.print(
+                f"generation {generation}: {summary['evaluations']} evaluations, "
+                f"{summary['failed']} failed, best {best}", highlight=False,
+            )
+
+    def on_finish(self, report: SearchReport) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _run(search: Search, args: argparse.Namespace, progress: _Progress | None) -> SearchReport:
+    try:
+        return search.run(_budget(args), seed=args.seed)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+# -- commands ----------------------------------------------------------------------------
+def _cmd_search(args: argparse.Namespace) -> int:
+    from .store import open_store
+
+    what = _target(args, args.target)
+    store = open_store(args.db)
+    progress = None if (args.quiet or args.json) else _Progress(args.budget)
+    search = _make_search(args, what, store, [progress] if progress else [])
+    report = _run(search, args, progress)
+    if args.json:
+        print(json.dumps({**msgspec.to_builtins(report), "db": args.db}))
+    else:
+        _print_report(report, args.db)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .store import open_store
+
+    what = _target(args, args.landscape)
+    evaluator = what["evaluator"]
+    store = open_store(args.db or ":memory:")
+    progress = None if (args.quiet or args.json) else _Progress(args.budget)
+    search = _make_search(args, what, store, [progress] if progress else [])
+    t0 = time.monotonic()
+    report = _run(search, args, progress)
+    _, optimum = evaluator.landscape.optimum()
+    genomes = {e.genome.id: e.genome for e in store.history(report.run_id)}
+    # the recorded (noise-free) latency of what the search believed best after each evaluation
+    trace = [evaluator.true_latency(genomes[gid]) if gid else None for gid in report.best_ids]
+    best = report.best
+    out = {
+        "landscape": evaluator.landscape.name,
+        "strategy": search.strategy,
+        "seed": args.seed,
+        "noise": evaluator.noise,
+        "evaluations": report.evaluations,
+        "best_latency_ms": evaluator.true_latency(best.genome) if best else None,
+        "optimum_latency_ms": optimum,
+        "fraction_of_optimum": optimum / evaluator.true_latency(best.genome) if best else 0.0,
+        "best_params": best.genome.params if best else None,
+        "measured_best_ms": best.latency_ms if best else None,
+        "trace": [None if t is None or math.isinf(t) else t for t in trace],
+        "stop_reason": report.stop_reason,
+        "statuses": report.statuses,
+        "operators": report.operators,
+        "wall_s": time.monotonic() - t0,
+    }
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _print_report(report, args.db)
+        print(f"optimum of {out['landscape']}: {optimum:.6f} ms; found {out['best_latency_ms']:.6f} ms "
+              f"({out['fraction_of_optimum']:.3f} of optimum) in {report.evaluations} evaluations")
+    return 0
+
+
+def _console() -> Any:
+    """stdout console; off a terminal, wide enough that tables do not wrap."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _print_report(report: SearchReport, db: str | None) -> None:
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title=f"elites of run {report.run_id} ({report.stop_reason})")
+    for col in ("#", "niche", "latency ms", "noise", "n", "genome", "params"):
+        table.add_column(col, justify="right" if col in ("#", "latency ms", "noise", "n") else "left")
+    for i, e in enumerate(report.elites, 1):
+        table.add_row(str(i), e.niche, f"{e.latency_ms:.6f}", f"{100 * e.noise:.1f}%", str(len(e.samples)),
+                      e.genome.id, e.genome.short())
+    console.print(table)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
+    where = f"; stored in {db}" if db else ""
+    console.print(
+        f"{report.evaluations} evaluations ({report.measured} measured, {report.resumed_hits} resumed, "
+        f"{report.reused} reused from earlier runs) in {report.generations} generations: {statuses}{where}",
+        highlight=False,
+    )
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from .store import SQLiteStore
+
+    if not os.path.exists(args.db):
+        raise ConfigError(f"no such database: {args.db}")
+    store = SQLiteStore(args.db, create=False)
+    runs = store.runs()
+    if not runs:
+        raise ConfigError(f"{args.db} holds no runs")
+    run = store.run(args.run) if args.run else runs[-1]
+    elites = store.elites(run_id=run.id)
+    history = store.history(run.id)
+    gens = [p for kind, p, _ in store.events(run.id) if kind == "generation"]
+    if args.json:
+        print(json.dumps({
+            "runs": [msgspec.to_builtins(r) for r in runs],
+            "run": run.id,
+            "elites": msgspec.to_builtins(elites),
+            "generations": gens,
+            "counts": store.count(run.id),
+        }))
+        return 0
+    console = _console()
+    t = Table(title=f"runs in {args.db}")
+    for col in ("run", "name", "status", "evaluations", "best ms", "gpu", "started"):
+        t.add_column(col)
+    for r in runs:
+        best = r.summary.get("best_ms")
+        t.add_row(r.id, r.name, r.status, str(store.count(r.id)["evaluations"]),
+                  f"{best:.6f}" if best else "-", str(r.environment.get("gpu") or "cpu"),
+                  time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)))
+    console.print(t)
+    e = Table(title=f"elites of run {run.id}")
+    for col in ("niche", "latency ms", "noise", "genome", "params"):
+        e.add_column(col)
+    for el in elites:
+        e.add_row(el.niche, f"{el.latency_ms:.6f}", f"{100 * el.noise:.1f}%", el.genome.id, el.genome.short())
+    console.print(e)
+    h = Table(title=f"history of run {run.id}")
+    for col in ("generation", "evaluations", "failed", "best ms"):
+        h.add_column(col, justify="right")
+    for g in gens:
+        h.add_row(str(g["generation"]), str(g["evaluations"]), str(g["failed"]),
+                  f"{g['best_ms']:.6f}" if g["best_ms"] else "-")
+    console.print(h)
+    statuses: dict[str, int] = {}
+    for ev in history:
+        if ev.kind == "eval":
+            statuses[ev.result.status.value] = statuses.get(ev.result.status.value, 0) + 1
+    c = store.count(run.id)
+    console.print(
+        f"{c['evaluations']} evaluations ({c['measured']} measurements, {c['cached']} reused), "
+        f"{c['remeasurements']} re-measurements; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+        highlight=False,
+    )
+    return 0
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from .plugins import GROUPS, registered
+    from .strategies import strategy_names
+
+    t = Table(title="registered plugins")
+    for col in ("group", "name", "object", "from"):
+        t.add_column(col)
+    for group in GROUPS:
+        for name, ep in sorted(registered(group).items()):
+            dist = getattr(ep, "dist", None)
+            t.add_row(group, name, ep.value, f"{dist.name} {dist.version}" if dist else "?")
+    for name in strategy_names():
+        if name not in registered("evokernel.strategies"):
+            t.add_row("evokernel.strategies", name, "built in", "evokernel")
+    _console().print(t)
+    return 0
+
+
+def _cmd_landscapes(args: argparse.Namespace) -> int:
+    from .landscape import Landscape, builtin, builtin_names
+
+    for name in builtin_names():
+        ls = Landscape.load(builtin(name))
+        params, best = ls.optimum()
+        print(f"{name}: {len(ls)} configurations, optimum {best:.6f} ms at "
+              + " ".join(f"{k}={v}" for k, v in params.items()))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

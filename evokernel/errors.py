@@ -1,0 +1,35 @@
+"""Errors a user can act on. The CLI prints them as one line, never a traceback."""
+
+from __future__ import annotations
+
+__all__ = [
+    "EvokernelError", "SpaceError", "LandscapeError", "StoreError", "ConfigError", "PluginError", "EvaluatorError",
+]
+
+
+class EvokernelError(Exception):
+    """Base class: a problem with the user's input or setup, explained in one line."""
+
+
+class SpaceError(EvokernelError, ValueError):
+    """An invalid search space or point."""
+
+
+class LandscapeError(EvokernelError, ValueError):
+    """A missing or malformed recorded landscape."""
+
+
+class StoreError(EvokernelError):
+    """The results database cannot be opened or is not an evokernel store."""
+
+
+class ConfigError(EvokernelError, ValueError):
+    """A bad option: unknown strategy, zero budget, a target file that defines nothing."""
+
+
+class PluginError(EvokernelError):
+    """A registered plugin that cannot be loaded."""
+
+
+class EvaluatorError(EvokernelError):
+    """The evaluator itself failed (not a candidate): the run stops and can be resumed."""

@@ -1,0 +1,604 @@
+"""The search loop: propose, deduplicate, evaluate, select, keep elites; resumable.
+
+A run is deterministic for a seed: given the same results, it makes the same choices.
+Resuming a killed run is re-running it: every result already stored is read back instead
+of measured again, so the run retraces its steps for free and carries on from where it
+was killed. At most the evaluations in flight at the kill are lost.
+
+>>> from evokernel.evaluators import ReplayEvaluator
+>>> from evokernel.landscape import builtin
+>>> ev = ReplayEvaluator(builtin("matmul_bf16_h200_M16_N4096_K4096"))
+>>> report = Search(ev.space, ev).run(Budget(evaluations=100), seed=0)
+>>> report.evaluations, report.best.latency_ms < 0.021
+(100, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import statistics
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .archive import Archive, Descriptor, Elite, significant_gain
+from .bandit import OperatorBandit
+from .env import environment
+from .errors import ConfigError, EvaluatorError
+from .evaluator import Evaluator, fingerprint_hash
+from .genome import Genome, canonical_json
+from .mutator import Context, Mutator, observe
+from .result import Result
+from .space import SearchSpace
+from .store import SQLiteStore, Store
+
+__all__ = ["Budget", "SearchOptions", "Search", "SearchReport", "ReportedElite", "Individual", "Observer"]
+
+log = logging.getLogger("evokernel.search")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When to stop: after `evaluations` genomes, `wall_s` seconds, or `cost` spent by
+    costly operators (the cost cap switches those operators off; the search goes on)."""
+
+    evaluations: int | None = None
+    wall_s: float | None = None
+    cost: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("evaluations", "wall_s", "cost"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ConfigError(f"budget {name} must be positive, got {value!r}")
+        if self.evaluations is None and self.wall_s is None:
+            raise ConfigError("a budget needs a number of evaluations or a wall time")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the generational loop, with defaults in one place."""
+
+    population: int = 8
+    offspring: int = 0  # children per generation; 0 means `population`
+    selection: str = "tournament"  # or "rank"
+    tournament_size: int = 3
+    elitism: int = 8  # best individuals that always survive; = population gives (mu + lambda)
+    patience: int | None = None  # stop after this many generations without a better elite
+    noise_z: float = 1.0  # an elite is replaced only by a gain > noise_z * combined noise
+    report_elites: int = 5  # elites re-measured and reported at the end
+    remeasure: int = 2  # extra measurements of each reported elite (0: none)
+    retries: int = 32  # proposals tried before falling back to a random unseen point
+    seed_elites: int = 4  # elites of earlier runs put in the first generation
+
+    def __post_init__(self) -> None:
+        if self.population < 1:
+            raise ConfigError("population must be >= 1")
+        if self.offspring < 0 or self.elitism < 0 or self.remeasure < 0 or self.report_elites < 1:
+            raise ConfigError("offspring, elitism and remeasure must be >= 0, report_elites >= 1")
+        if self.selection not in ("tournament", "rank"):
+            raise ConfigError(f"selection must be 'tournament' or 'rank', got {self.selection!r}")
+        if self.tournament_size < 1:
+            raise ConfigError("tournament_size must be >= 1")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError("patience must be >= 1 generation")
+
+    @property
+    def children(self) -> int:
+        return self.offspring or self.population
+
+
+@dataclass(frozen=True)
+class Individual:
+    genome: Genome
+    result: Result
+    seq: int  # position in the run's history
+    origin: str  # "measured", "resumed" (this run, before a restart) or "reused" (an earlier run)
+
+    @property
+    def fitness(self) -> float:
+        return self.result.fitness
+
+
+class ReportedElite(msgspec.Struct, frozen=True, kw_only=True):
+    niche: str
+    genome: Genome
+    latency_ms: float  # median of all measurements, after re-measurement
+    noise: float
+    samples: tuple[float, ...]
+    first_ms: float  # what the search saw when it found it
+
+
+class SearchReport(msgspec.Struct, kw_only=True):
+    run_id: str
+    name: str
+    resumed: bool
+    stop_reason: str
+    evaluations: int
+    measured: int
+    resumed_hits: int
+    reused: int
+    generations: int
+    statuses: dict[str, int]
+    best: ReportedElite | None
+    elites: list[ReportedElite]
+    trace: list[float | None]  # best-so-far latency (the archive's) after each evaluation
+    best_ids: list[str]  # the genome the search believed best after each evaluation
+    operators: dict[str, dict[str, float]]
+    skipped: dict[str, int]
+    wall_s: float
+    cost: float
+
+
+class Observer:
+    """Hooks for progress displays and logs; every method is optional."""
+
+    def on_start(self, run_id: str, budget: Budget, resumed: bool) -> None: ...
+
+    def on_evaluation(self, individual: Individual, best: Elite | None, evaluations: int) -> None: ...
+
+    def on_generation(self, generation: int, summary: dict[str, Any]) -> None: ...
+
+    def on_finish(self, report: SearchReport) -> None: ...
+
+
+class Search:
+    """An evolutionary search of `space`, judged by `evaluator`, stored in `store`.
+
+    mutators: the operators (default: the chosen strategy's); options: loop knobs;
+    descriptor: maps a genome to its niche in the elite archive (default: one niche)."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        evaluator: Evaluator,
+        mutators: Sequence[Mutator] | None = None,
+        *,
+        strategy: str | None = None,
+        options: SearchOptions | None = None,
+        store: Store | None = None,
+        descriptor: Descriptor | None = None,
+        name: str | None = None,
+        observers: Iterable[Observer] = (),
+    ) -> None:
+        from .strategies import get_strategy
+
+        if mutators is not None and strategy is not None:
+            raise ConfigError("give either mutators or a strategy, not both")
+        chosen = get_strategy(strategy or "evolution")
+        self.strategy = "custom" if mutators is not None else chosen.name
+        self.mutators = list(mutators) if mutators is not None else chosen.mutators(space)
+        if not self.mutators:
+            raise ConfigError("a search needs at least one mutator")
+        names = [m.name for m in self.mutators]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"mutator names must be unique, got {names}")
+        self.options = options or chosen.options
+        self.space = space
+        self.evaluator = evaluator
+        self.store = store if store is not None else SQLiteStore(":memory:")
+        self.descriptor = descriptor
+        self.name = name or space.name
+        self.observers = list(observers)
+
+    def config(self, seed: int) -> dict[str, Any]:
+        """What defines the run (its id is a hash of this); budgets are not part of it."""
+        return {
+            "name": self.name,
+            "space": self.space.describe(),
+            "evaluator": self.evaluator.fingerprint(),
+            "strategy": self.strategy,
+            "mutators": [m.name for m in self.mutators],
+            "options": asdict(self.options),
+            "seed": seed,
+        }
+
+    def run_id(self, seed: int) -> str:
+        return hashlib.sha256(canonical_json(self.config(seed))).hexdigest()[:16]
+
+    def run(self, budget: Budget | int, *, seed: int = 0) -> SearchReport:
+        """Run (or resume) the search until the budget, patience or the space runs out."""
+        if isinstance(budget, int):
+            budget = Budget(evaluations=budget)
+        return _Run(self, budget, seed).execute()
+
+
+class _Run:
+    """The state of one run of a Search."""
+
+    def __init__(self, search: Search, budget: Budget, seed: int) -> None:
+        self.s = search
+        self.opt = search.options
+        self.budget = budget
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.fingerprint = fingerprint_hash(search.evaluator.fingerprint())
+        self.archive_key = hashlib.sha256(
+            canonical_json({"space": search.space.describe(), "evaluator": self.fingerprint})
+        ).hexdigest()[:16]
+        self.archive = Archive(search.descriptor, noise_z=self.opt.noise_z)
+        self.bandit = OperatorBandit([m.name for m in search.mutators])
+        self.history: list[Individual] = []
+        self.seen: dict[str, Individual] = {}
+        self.trace: list[float | None] = []
+        self.best_ids: list[str] = []
+        self.skipped: dict[str, int] = {}
+        self.cost = 0.0
+        self.generation = 0
+        self.counts = {"measured": 0, "resumed": 0, "reused": 0}
+        self.t0 = time.monotonic()
+        self.stop_reason = ""
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def charge(self, amount: float, what: str) -> None:
+        self.cost += float(amount)
+
+    def _skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def _out_of_budget(self) -> str:
+        b = self.budget
+        if b.evaluations is not None and len(self.history) >= b.evaluations:
+            return "budget: evaluations"
+        if b.wall_s is not None and time.monotonic() - self.t0 >= b.wall_s:
+            return "budget: wall time"
+        return ""
+
+    def _left(self) -> int:
+        if self.budget.evaluations is None:
+            return self.opt.children
+        return max(0, self.budget.evaluations - len(self.history))
+
+    # -- evaluation --------------------------------------------------------------------
+    def evaluate(self, genomes: list[Genome]) -> list[Individual]:
+        """Results for `genomes`, in order: from the store when known, else measured.
+
+        Genomes the store does not know go to the evaluator as one batch; each result is
+        stored the moment it arrives. Stops early (returning fewer individuals) when the
+        wall-time budget runs out mid-batch."""
+        store, run_id, out = self.s.store, self.run.id, []
+        hits = {g.id: store.lookup(run_id, g.id, self.fingerprint) for g in genomes}
+        todo = [g for g in genomes if hits[g.id] is None]
+        results = iter(self._call_evaluator(todo)) if todo else iter(())
+        try:
+            for g in genomes:
+                if self._out_of_budget() == "budget: wall time":
+                    break
+                hit = hits[g.id]
+                if hit is not None:
+                    if not hit.in_run:
+                        store.record(run_id, len(self.history), g, self.fingerprint, hit.result, reuse=hit.result_id)
+                    self._accept(g, hit.result, "resumed" if hit.in_run else "reused", out)
+                    continue
+                result = self._next_result(results)
+                store.record(run_id, len(self.history), g, self.fingerprint, result)
+                self.cost += result.cost
+                self._accept(g, result, "measured", out)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()
+        return out
+
+    def _next_result(self, results: Iterator[Result]) -> Result:
+        name = self.s.evaluator.name
+        try:
+            result = next(results)
+        except StopIteration:
+            raise EvaluatorError(f"evaluator {name!r} returned fewer results than genomes") from None
+        except Exception as exc:
+            raise EvaluatorError(f"evaluator {name!r} failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(result, Result):
+            raise EvaluatorError(f"evaluator {name!r} returned {type(result).__name__}, not a Result")
+        return result
+
+    def _call_evaluator(self, genomes: list[Genome]) -> Iterable[Result]:
+        try:
+            return self.s.evaluator.evaluate(genomes)
+        except Exception as exc:
+            raise EvaluatorError(f"evaluator {self.s.evaluator.name!r} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _accept(self, genome: Genome, result: Result, origin: str, out: list[Individual]) -> None:
+        ind = Individual(genome, result, len(self.history), origin)
+        self.history.append(ind)
+        self.seen[genome.id] = ind
+        self.counts[origin] += 1
+        self.archive.consider(genome, result, self.run.id)
+        for m in self.s.mutators:
+            observe(m, genome, result)
+        best = self.archive.best()
+        self.trace.append(best.latency_ms if best else None)
+        self.best_ids.append(best.genome.id if best else "")
+        out.append(ind)
+        for o in self.s.observers:
+            o.on_evaluation(ind, best, len(self.history))
+
+    # -- proposal ----------------------------------------------------------------------
+    def _select(self, pool: list[Individual], k: int) -> list[Individual]:
+        """k parents (distinct where the pool allows) by tournament or rank selection."""
+        chosen: list[Individual] = []
+        for _ in range(k):
+            cands = [p for p in pool if p not in chosen] or pool
+            if self.opt.selection == "rank":
+                ranked = sorted(cands, key=lambda p: (p.fitness, p.seq))
+                w = np.arange(len(ranked), 0, -1, dtype=float)
+                chosen.append(ranked[int(self.rng.choice(len(ranked), p=w / w.sum()))])
+            else:
+                size = min(self.opt.tournament_size, len(cands))
+                picks = self.rng.choice(len(cands), size=size, replace=False)
+                chosen.append(min((cands[int(i)] for i in picks), key=lambda p: (p.fitness, p.seq)))
+        return chosen
+
+    def _allowed(self, pool: list[Individual]) -> list[str]:
+        capped = self.budget.cost is not None and self.cost >= self.budget.cost
+        return [
+            m.name for m in self.s.mutators
+            if m.arity <= len(pool) and not (capped and getattr(m, "costly", False))
+        ]
+
+    def propose(self, population: list[Individual], taken: set[str]) -> Genome | None:
+        pool = [p for p in population if p.result.is_ok]
+        allowed = self._allowed(pool)
+        ctx = Context(self.s.space, self.rng, self.generation, self.archive, self.charge)
+        by_name = {m.name: m for m in self.s.mutators}
+        for _ in range(self.opt.retries if allowed else 0):
+            op = by_name[self.bandit.choose(self.rng, allowed)]
+            parents = self._select(pool, op.arity)
+            try:
+                child = op.propose([p.genome for p in parents], ctx)
+            except Exception as exc:  # a broken operator costs a proposal, not the run
+                log.warning("mutator %s raised %s: %s", op.name, type(exc).__name__, exc)
+                self._skip(f"{op.name} raised")
+                continue
+            if child is None:
+                self._skip(f"{op.name} had nothing")
+                continue
+            if not isinstance(child, Genome):
+                self._skip(f"{op.name} returned {type(child).__name__}")
+                continue
+            reason = self.s.space.why_invalid(child.params)
+            if reason is not None:
+                self._skip(f"invalid: {reason.split(':')[0]}")
+                continue
+            child = Genome.of(self.s.space.canonical(child.params), child.source)
+            if child.id in self.seen or child.id in taken:
+                self._skip("duplicate")
+                continue
+            return child.with_lineage(tuple(p.genome.id for p in parents), op.name, self.generation)
+        return self._unseen_random(taken)
+
+    def _unseen_random(self, taken: set[str]) -> Genome | None:
+        """A random valid point not looked at yet, or None when the space is exhausted."""
+        space = self.s.space
+        for _ in range(self.opt.retries):
+            g = Genome.of(space.sample(self.rng))
+            if g.id not in self.seen and g.id not in taken:
+                return g.with_lineage((), "restart", self.generation)
+        if space.size > space.ENUMERABLE:
+            return None
+        left = [p for p in space.valid_points() if Genome.of(p).id not in self.seen and Genome.of(p).id not in taken]
+        if not left:
+            return None
+        return Genome.of(left[int(self.rng.integers(len(left)))]).with_lineage((), "restart", self.generation)
+
+    # -- credit and survival -----------------------------------------------------------
+    def _credit(self, children: list[Individual], population: list[Individual], best_before: float) -> None:
+        ok = sorted(p.fitness for p in population if p.result.is_ok)
+        median = ok[len(ok) // 2] if ok else math.inf
+        for c in children:
+            op = c.genome.lineage.operator
+            if op not in self.bandit.names:
+                continue
+            parents = [self.seen[pid] for pid in c.genome.lineage.parents if pid in self.seen]
+            ref = min((p for p in parents), key=lambda p: p.fitness, default=None)
+            ref_ms, ref_noise = (ref.fitness, ref.result.noise) if ref else (median, c.result.noise)
+            beat_parent = c.result.is_ok and significant_gain(
+                c.fitness, c.result.noise, ref_ms, ref_noise, self.opt.noise_z
+            )
+            beat_elite = c.result.is_ok and significant_gain(
+                c.fitness, c.result.noise, best_before, c.result.noise, self.opt.noise_z
+            )
+            self.bandit.credit(op, 1.0 if (beat_parent or beat_elite) else 0.0)
+
+    def _survivors(self, population: list[Individual], children: list[Individual]) -> list[Individual]:
+        key = lambda p: (p.fitness, p.seq)  # noqa: E731
+        pool = sorted((p for p in population + children if p.result.is_ok), key=key)
+        elite = pool[: self.opt.elitism]
+        kids = [c for c in pool if c in children and c not in elite]
+        olds = [p for p in pool if p not in children and p not in elite]
+        return (elite + kids + olds)[: self.opt.population]
+
+    # -- the loop ----------------------------------------------------------------------
+    def execute(self) -> SearchReport:
+        s = self.s
+        self.run = s.store.begin_run(
+            s.run_id(self.seed),
+            name=s.name,
+            archive_key=self.archive_key,
+            fingerprint=self.fingerprint,
+            config={**s.config(self.seed), "budget": asdict(self.budget)},
+            environment=environment(),
+        )
+        for o in s.observers:
+            o.on_start(self.run.id, self.budget, self.run.resumed)
+        try:
+            report = self._loop()
+        except BaseException as exc:
+            s.store.finish_run(self.run.id, "interrupted", {"error": f"{type(exc).__name__}: {exc}"})
+            raise
+        s.store.finish_run(self.run.id, "finished", msgspec.to_builtins(_summary(report)))
+        for o in s.observers:
+            o.on_finish(report)
+        return report
+
+    def _loop(self) -> SearchReport:
+        s, opt = self.s, self.opt
+        prior = s.store.elites(archive_key=self.archive_key, before_seq=self.run.seq)
+        prior = [e for e in prior if s.space.is_valid(e.genome.params)]
+        self.archive.seed(prior)
+        first: list[Genome] = []
+        for e in prior[: opt.seed_elites]:
+            if len(first) < self._left():
+                first.append(Genome.of(s.space.canonical(e.genome.params), e.genome.source)
+                             .with_lineage((), "archive", 0))
+        taken = {g.id for g in first}
+        while len(first) < min(opt.population, self._left()):
+            g = self._unseen_random(taken)
+            if g is None:
+                break
+            first.append(g.with_lineage((), "init", 0))
+            taken.add(g.id)
+        population = [p for p in self.evaluate(first) if p.result.is_ok]
+        self._end_generation(population, [])
+        stale = 0
+        while not (reason := self._out_of_budget()):
+            self.generation += 1
+            best_before = self.archive.best().latency_ms if self.archive.best() else math.inf
+            taken = set()
+            batch: list[Genome] = []
+            for _ in range(min(opt.children, self._left())):
+                child = self.propose(population, taken)
+                if child is None:
+                    break
+                batch.append(child)
+                taken.add(child.id)
+            if not batch:
+                reason = "space exhausted"
+                break
+            children = self.evaluate(batch)
+            self._credit(children, population, best_before)
+            population = self._survivors(population, children)
+            best_after = self.archive.best().latency_ms if self.archive.best() else math.inf
+            stale = 0 if best_after < best_before else stale + 1
+            self._end_generation(population, children)
+            if opt.patience is not None and stale >= opt.patience:
+                reason = "patience"
+                break
+        self.stop_reason = reason
+        elites = self._remeasure()
+        return SearchReport(
+            run_id=self.run.id,
+            name=s.name,
+            resumed=self.run.resumed,
+            stop_reason=reason,
+            evaluations=len(self.history),
+            measured=self.counts["measured"],
+            resumed_hits=self.counts["resumed"],
+            reused=self.counts["reused"],
+            generations=self.generation,
+            statuses=_statuses(self.history),
+            best=elites[0] if elites and math.isfinite(elites[0].latency_ms) else None,
+            elites=elites,
+            trace=self.trace,
+            best_ids=self.best_ids,
+            operators=self.bandit.stats(),
+            skipped=dict(self.skipped),
+            wall_s=time.monotonic() - self.t0,
+            cost=self.cost,
+        )
+
+    def _end_generation(self, population: list[Individual], children: list[Individual]) -> None:
+        self.s.store.save_elites(self.run.id, self.archive_key, self.archive.take_changes())
+        best = self.archive.best()
+        summary = {
+            "generation": self.generation,
+            "evaluations": len(self.history),
+            "children": len(children),
+            "failed": sum(not c.result.is_ok for c in children),
+            "best_ms": best.latency_ms if best else None,
+            "best": best.genome.id if best else None,
+            "population": len(population),
+        }
+        self.s.store.log_event(self.run.id, "generation", summary, key=f"generation:{self.generation}")
+        for o in self.s.observers:
+            o.on_generation(self.generation, summary)
+
+    def _remeasure(self) -> list[ReportedElite]:
+        """Measure the best candidates again, interleaved, and rank them by their median.
+
+        Candidates: the archive's elites, then the fastest genomes of the run, up to
+        `report_elites`. Each niche's elite becomes its best re-measured genome."""
+        k = self.opt.report_elites
+        top: list[Elite] = self.archive.top(k)
+        ranked = sorted((i for i in self.history if i.result.is_ok), key=lambda i: (i.fitness, i.seq))
+        for ind in ranked:
+            if len(top) >= k:
+                break
+            if all(e.genome.id != ind.genome.id for e in top):
+                top.append(Elite(niche=self.archive.niche(ind.genome), genome=ind.genome,
+                                 latency_ms=ind.fitness, noise=ind.result.noise, run_id=self.run.id))
+        samples: dict[str, list[float]] = {e.genome.id: [e.latency_ms] for e in top}
+        failed: set[str] = set()
+        store, run_id = self.s.store, self.run.id
+        for rep in range(self.opt.remeasure):
+            todo = []
+            for e in top:
+                got = store.remeasurement(run_id, e.genome.id, rep)
+                if got is None:
+                    todo.append(e.genome)
+                else:
+                    self._add_sample(e.genome.id, got, samples, failed)
+            if not todo:
+                continue
+            results = iter(self._call_evaluator(todo))
+            for g in todo:
+                result = self._next_result(results)
+                store.record_remeasurement(run_id, rep, g, self.fingerprint, result)
+                self.cost += result.cost
+                self._add_sample(g.id, result, samples, failed)
+        out = []
+        for e in top:
+            xs = samples[e.genome.id]
+            med = math.inf if e.genome.id in failed else statistics.median(xs)
+            noise = statistics.pstdev(xs) / med if len(xs) > 1 and math.isfinite(med) else e.noise
+            out.append(ReportedElite(niche=e.niche, genome=e.genome, latency_ms=med, noise=noise,
+                                     samples=tuple(xs), first_ms=e.latency_ms))
+        out.sort(key=lambda r: (r.latency_ms, r.genome.id))
+        if self.opt.remeasure:
+            done: set[str] = set()
+            for r in out:  # fastest first: the first of each niche is its elite
+                if r.niche not in done and math.isfinite(r.latency_ms):
+                    done.add(r.niche)
+                    self.archive.set(Elite(niche=r.niche, genome=r.genome, latency_ms=r.latency_ms,
+                                           noise=r.noise, run_id=run_id))
+        store.save_elites(run_id, self.archive_key, self.archive.take_changes())
+        return out
+
+    @staticmethod
+    def _add_sample(gid: str, result: Result, samples: dict[str, list[float]], failed: set[str]) -> None:
+        """A re-measurement that fails disqualifies the genome (flaky kernels are not elites)."""
+        if result.is_ok:
+            samples[gid].append(result.fitness)
+        else:
+            failed.add(gid)
+
+
+def _statuses(history: list[Individual]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for ind in history:
+        out[ind.result.status.value] = out.get(ind.result.status.value, 0) + 1
+    return out
+
+
+def _summary(report: SearchReport) -> dict[str, Any]:
+    best = report.best
+    return {
+        "stop_reason": report.stop_reason,
+        "evaluations": report.evaluations,
+        "measured": report.measured,
+        "reused": report.reused,
+        "generations": report.generations,
+        "statuses": report.statuses,
+        "best": best.genome.id if best else None,
+        "best_ms": best.latency_ms if best else None,
+        "best_params": best.genome.params if best else None,
+        "wall_s": report.wall_s,
+        "cost": report.cost,
+    }
+
