@@ -104,6 +104,9 @@ class Archive:
         self.changed.clear()
         return out
 
+    def get(self, niche: str) -> Elite | None:
+        return self._elites.get(niche)
+
     def best(self) -> Elite | None:
         return min(self._elites.values(), key=lambda e: e.latency_ms, default=None)
 

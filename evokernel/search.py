@@ -344,10 +344,12 @@ class _Run:
 
     def propose(self, population: list[Individual], taken: set[str]) -> Genome | None:
         pool = [p for p in population if p.result.is_ok]
-        allowed = self._allowed(pool)
         ctx = Context(self.s.space, self.rng, self.generation, self.archive, self.charge)
         by_name = {m.name: m for m in self.s.mutators}
-        for _ in range(self.opt.retries if allowed else 0):
+        for _ in range(self.opt.retries):
+            allowed = self._allowed(pool)  # a charge may have just hit the cost cap
+            if not allowed:
+                break
             op = by_name[self.bandit.choose(self.rng, allowed)]
             parents = self._select(pool, op.arity)
             try:
@@ -522,17 +524,18 @@ class _Run:
     def _remeasure(self) -> list[ReportedElite]:
         """Measure the best candidates again, interleaved, and rank them by their median.
 
-        Candidates: the archive's elites, then the fastest genomes of the run, up to
-        `report_elites`. Each niche's elite becomes its best re-measured genome."""
+        Candidates: the `report_elites` fastest genomes the run saw (a lucky draw among
+        them is exposed here) and the archive's `report_elites` best elites. A niche's
+        elite becomes its best re-measured genome."""
         k = self.opt.report_elites
-        top: list[Elite] = self.archive.top(k)
+        top: list[Elite] = []
         ranked = sorted((i for i in self.history if i.result.is_ok), key=lambda i: (i.fitness, i.seq))
-        for ind in ranked:
-            if len(top) >= k:
-                break
-            if all(e.genome.id != ind.genome.id for e in top):
-                top.append(Elite(niche=self.archive.niche(ind.genome), genome=ind.genome,
-                                 latency_ms=ind.fitness, noise=ind.result.noise, run_id=self.run.id))
+        for ind in ranked[:k]:
+            top.append(Elite(niche=self.archive.niche(ind.genome), genome=ind.genome,
+                             latency_ms=ind.fitness, noise=ind.result.noise, run_id=self.run.id))
+        for e in self.archive.top(k):
+            if all(t.genome.id != e.genome.id for t in top):
+                top.append(e)
         samples: dict[str, list[float]] = {e.genome.id: [e.latency_ms] for e in top}
         failed: set[str] = set()
         store, run_id = self.s.store, self.run.id
@@ -561,10 +564,14 @@ class _Run:
                                      samples=tuple(xs), first_ms=e.latency_ms))
         out.sort(key=lambda r: (r.latency_ms, r.genome.id))
         if self.opt.remeasure:
+            measured = {r.genome.id for r in out}
             done: set[str] = set()
-            for r in out:  # fastest first: the first of each niche is its elite
-                if r.niche not in done and math.isfinite(r.latency_ms):
-                    done.add(r.niche)
+            for r in out:  # fastest first: the first of each niche is its best re-measured genome
+                if r.niche in done or not math.isfinite(r.latency_ms):
+                    continue
+                done.add(r.niche)
+                cur = self.archive.get(r.niche)
+                if cur is None or cur.genome.id in measured or r.latency_ms < cur.latency_ms:
                     self.archive.set(Elite(niche=r.niche, genome=r.genome, latency_ms=r.latency_ms,
                                            noise=r.noise, run_id=run_id))
         store.save_elites(run_id, self.archive_key, self.archive.take_changes())

@@ -1,0 +1,50 @@
+"""Shared fixtures: a small synthetic landscape with a known optimum, and stores."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from evokernel.landscape import Landscape
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small_landscape_csv() -> str:
+    """48 configurations (a x b x layout), 6 of them failing, one clear optimum."""
+    lines = ["a,b,layout,latency_ms,error"]
+    for a, b, layout in itertools.product([1, 2, 4, 8], [1, 2, 3, 4, 5, 6], ["row", "col"]):
+        if a == 8 and b >= 4:
+            lines.append(f"{a},{b},{layout},,OutOfResources: out of resource: shared memory")
+            continue
+        # optimum at a=4, b=3, layout=col
+        lat = 1.0 + 0.3 * abs(a.bit_length() - 3) + 0.1 * abs(b - 3) + (0.05 if layout == "row" else 0.0)
+        lines.append(f"{a},{b},{layout},{lat:.4f},")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def small_csv(tmp_path: Path) -> Path:
+    path = tmp_path / "small.csv"
+    path.write_text(small_landscape_csv())
+    return path
+
+
+@pytest.fixture
+def small(small_csv: Path) -> Landscape:
+    return Landscape.load(small_csv)
+
+
+@pytest.fixture
+def cli_env() -> dict[str, str]:
+    """Environment for running the CLI in a subprocess with this interpreter."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+EVOKERNEL = [sys.executable, "-m", "evokernel.cli"]

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from evokernel import Genome, LandscapeError, Status
+from evokernel.evaluators import ReplayEvaluator
+from evokernel.landscape import Landscape, builtin, builtin_names
+
+
+def test_space_is_inferred_from_the_columns(small: Landscape):
+    space = small.space
+    assert space.names == ("a", "b", "layout")
+    assert space["a"].values == (1, 2, 4, 8) and space["a"].ordered
+    assert space["layout"].values == ("col", "row") and not space["layout"].ordered
+    assert len(small) == 48 and space.size == 48
+    assert small.optimum() == ({"a": 4, "b": 3, "layout": "col"}, 1.0)
+
+
+def test_shipped_landscapes_load():
+    assert len(builtin_names()) >= 4
+    for name in builtin_names():
+        ls = Landscape.load(builtin(name))
+        assert len(ls) == 960 and ls.space.size == 960
+        assert sum(r.latency_ms is None for r in ls.rows.values()) == 112
+
+
+def test_replay_returns_recorded_rows_and_failures(small: Landscape):
+    ev = ReplayEvaluator(small)
+    ok, failed = list(ev.evaluate([Genome.of({"a": 4, "b": 3, "layout": "col"}),
+                                   Genome.of({"a": 8, "b": 6, "layout": "row"})]))
+    assert ok.status is Status.OK and ok.latency_ms == 1.0 and ok.noise == 0.0
+    assert failed.status is Status.COMPILE_ERROR and "shared memory" in failed.error and failed.fitness == math.inf
+
+
+def test_missing_configuration_is_an_invalid_point_not_an_error(tmp_path: Path):
+    path = tmp_path / "sparse.csv"
+    path.write_text("x,y,latency_ms,error\n1,1,0.5,\n1,2,0.4,\n2,1,0.3,\n")  # (2, 2) missing
+    ls = Landscape.load(path)
+    assert ls.space.why_invalid({"x": 2, "y": 2}) == "not recorded in landscape sparse"
+    [r] = ReplayEvaluator(ls).evaluate([Genome.of({"x": 2, "y": 2})])
+    assert r.status is Status.INVALID
+    [r] = ReplayEvaluator(ls).evaluate([Genome.of({"x": 7, "zz": 2})])
+    assert r.status is Status.INVALID
+
+
+def test_noise_is_multiplicative_seeded_and_fresh_per_draw(small: Landscape):
+    g = Genome.of({"a": 4, "b": 3, "layout": "col"})
+    a = ReplayEvaluator(small, noise=0.05, seed=1)
+    b = ReplayEvaluator(small, noise=0.05, seed=1)
+    xs = [next(iter(a.evaluate([g]))).latency_ms for _ in range(200)]
+    ys = [next(iter(b.evaluate([g]))).latency_ms for _ in range(200)]
+    assert xs == ys and len(set(xs)) == 200
+    logs = [math.log(x) for x in xs]
+    mean = sum(logs) / len(logs)
+    sd = (sum((v - mean) ** 2 for v in logs) / len(logs)) ** 0.5
+    assert abs(mean) < 0.015 and 0.04 < sd < 0.06
+    assert next(iter(ReplayEvaluator(small, noise=0.05, seed=2).evaluate([g]))).latency_ms != xs[0]
+    assert a.true_latency(g) == 1.0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty file"),
+        ("a,b,error\n1,2,\n", "missing column 'latency_ms'"),
+        ("a,latency_ms\n1,0.5\n", "missing column 'error'"),
+        ("latency_ms,error\n0.5,\n", "no parameter columns"),
+        ("a,latency_ms,error\n", "no rows"),
+        ("a,latency_ms,error\n1,fast,\n", "latency_ms 'fast' is not a number"),
+        ("a,latency_ms,error\n1,-1,\n", "must be positive"),
+        ("a,latency_ms,error\n1,,\n", "neither latency_ms nor error"),
+        ("a,latency_ms,error\n1,0.5\n", "2 fields, header has 3"),
+        ("a,latency_ms,error\n1,0.5,\n1,0.6,\n", "recorded twice (a=1)"),
+        ("a,latency_ms,error\n1,,boom\n", "every configuration failed"),
+        ("a,a,latency_ms,error\n1,1,0.5,\n", "duplicate column"),
+    ],
+)
+def test_malformed_landscapes_raise_one_clear_error(tmp_path: Path, text: str, message: str):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(LandscapeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Landscape.load(path)
+
+
+def test_missing_and_binary_files(tmp_path: Path):
+    with pytest.raises(LandscapeError, match="no such landscape file"):
+        Landscape.load(tmp_path / "nope.csv")
+    (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00\x00garbage")
+    with pytest.raises(LandscapeError, match="not a UTF-8 text file"):
+        Landscape.load(tmp_path / "bin.csv")
