@@ -166,6 +166,8 @@ def _target(args: argparse.Namespace, target: str) -> dict[str, Any]:
             "options": getattr(mod, "options", None),
             "name": getattr(mod, "name", None),
         }
+    if path.suffix not in ("", ".csv"):
+        raise ConfigError(f"{target}: expected a .py search file or a .csv landscape")
     csv = resolve_landscape(target)
     if not os.path.exists(csv):
         shipped = ", ".join(builtin_names())

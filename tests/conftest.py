@@ -47,4 +47,7 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-EVOKERNEL = [sys.executable, "-m", "evokernel.cli"]
+@pytest.fixture
+def evokernel_cmd() -> list[str]:
+    """The CLI, run with this interpreter (as the installed `evokernel` script would)."""
+    return [sys.executable, "-m", "evokernel.cli"]

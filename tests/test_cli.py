@@ -1,0 +1,143 @@
+"""The command line, run as a user would: a separate process, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from evokernel.landscape import builtin
+
+
+def run(cmd: list[str], env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def assert_one_line_error(out: subprocess.CompletedProcess, text: str) -> None:
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0].startswith("evokernel: error:") and text in lines[0], lines[0]
+
+
+def test_replay_json_is_one_object_and_fast(evokernel_cmd, cli_env):
+    t0 = time.monotonic()
+    out = run(evokernel_cmd, cli_env, "replay", builtin("matmul_bf16_h200_M16_N4096_K4096"),
+              "--budget", "100", "--seed", "3", "--json")
+    elapsed = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)  # exactly one JSON document on stdout
+    assert data["evaluations"] == 100 and len(data["trace"]) == 100
+    assert data["optimum_latency_ms"] == 0.019488
+    assert data["best_latency_ms"] >= data["optimum_latency_ms"]
+    assert data["trace"][-1] >= data["optimum_latency_ms"]
+    finite = [t for t in data["trace"] if t is not None]
+    assert finite == sorted(finite, reverse=True)  # best-so-far never gets worse without noise
+    assert set(data["best_params"]) == {"BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages"}
+    assert elapsed < 10
+
+
+def test_replay_accepts_a_shipped_name_noise_and_strategy(evokernel_cmd, cli_env):
+    a = json.loads(run(evokernel_cmd, cli_env, "replay", "matmul_bf16_h200_M256_N4096_K14336", "--budget", "40",
+                       "--noise", "0.05", "--strategy", "random", "--json").stdout)
+    b = json.loads(run(evokernel_cmd, cli_env, "replay", "matmul_bf16_h200_M256_N4096_K14336", "--budget", "40",
+                       "--noise", "0.05", "--strategy", "random", "--json").stdout)
+    assert a["strategy"] == "random" and a["noise"] == 0.05 and a["trace"] == b["trace"]
+
+
+def test_search_writes_the_store_and_show_reads_it(tmp_path, evokernel_cmd, cli_env):
+    root = Path(__file__).resolve().parents[1]
+    db = tmp_path / "e.db"
+    out = run(evokernel_cmd, cli_env, "search", str(root / "examples" / "matmul.py"), "--budget", "60",
+              "--db", str(db))
+    assert out.returncode == 0, out.stderr
+    assert "elites of run" in out.stdout and "60 evaluations" in out.stdout
+    again = run(evokernel_cmd, cli_env, "search", str(root / "examples" / "matmul.py"), "--budget", "60",
+                "--db", str(db), "--json")
+    data = json.loads(again.stdout)
+    assert data["resumed"] and data["measured"] == 0 and data["resumed_hits"] == 60
+    shown = run(evokernel_cmd, cli_env, "show", str(db))
+    assert shown.returncode == 0, shown.stderr
+    assert "runs in" in shown.stdout and "128x" in shown.stdout and "history of run" in shown.stdout
+    as_json = json.loads(run(evokernel_cmd, cli_env, "show", str(db), "--json").stdout)
+    assert as_json["counts"]["evaluations"] == 60 and as_json["elites"]
+
+
+def test_search_on_a_landscape_csv_uses_the_default_db(tmp_path, small_csv, evokernel_cmd, cli_env):
+    out = run(evokernel_cmd, cli_env, "search", str(small_csv), "--budget", "10", "--quiet", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "evokernel.db").exists()
+
+
+def test_plugins_lists_the_built_in_registrations(evokernel_cmd, cli_env):
+    out = run(evokernel_cmd, cli_env, "plugins")
+    assert out.returncode == 0, out.stderr
+    for group, name in [("evokernel.mutators", "point"), ("evokernel.mutators", "crossover"),
+                        ("evokernel.mutators", "restart"), ("evokernel.evaluators", "replay"),
+                        ("evokernel.search_spaces", "matmul"), ("evokernel.strategies", "evolution")]:
+        assert any(group in line and f" {name} " in line for line in out.stdout.splitlines()), (group, name)
+
+
+def test_landscapes_lists_the_shipped_sweeps(evokernel_cmd, cli_env):
+    out = run(evokernel_cmd, cli_env, "landscapes")
+    assert out.returncode == 0 and "matmul_bf16_h200_M16_N4096_K4096: 960 configurations" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["replay", "missing.csv"], "no such file or shipped landscape: missing.csv"),
+        (["replay", "{small}", "--budget", "0"], "--budget: must be at least 1"),
+        (["replay", "{small}", "--budget", "ten"], "'ten' is not an integer"),
+        (["replay", "{small}", "--strategy", "annealing"], "unknown strategy 'annealing'"),
+        (["replay", "{small}", "--noise", "-1"], "--noise: must be a finite number >= 0"),
+        (["replay", "{bad}"], "missing column 'latency_ms'"),
+        (["search", "{empty_py}", "--db", "{db}"], "defines no `space`"),
+        (["search", "{broken_py}", "--db", "{db}"], "ZeroDivisionError: division by zero"),
+        (["search", "nope.py"], "no such search file: nope.py"),
+        (["search", "{small}", "--db", "{notdb}"], "is not an SQLite database"),
+        (["show", "{missing_db}"], "no such database"),
+        (["show", "{notdb}"], "is not an SQLite database"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        ([], "the following arguments are required: command"),
+    ],
+)
+def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd, cli_env, args, message):
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    (tmp_path / "broken.py").write_text("space = 1 / 0\n")
+    (tmp_path / "notdb.db").write_text("this is not a database " * 100)
+    paths = {
+        "small": str(small_csv), "bad": str(tmp_path / "bad.csv"), "empty_py": str(tmp_path / "empty.py"),
+        "broken_py": str(tmp_path / "broken.py"), "db": str(tmp_path / "e.db"),
+        "notdb": str(tmp_path / "notdb.db"), "missing_db": str(tmp_path / "missing.db"),
+    }
+    out = run(evokernel_cmd, cli_env, *[a.format(**paths) for a in args], cwd=tmp_path)
+    assert_one_line_error(out, message)
+
+
+def test_a_broken_evaluator_exits_1_and_the_rerun_resumes(tmp_path, evokernel_cmd, cli_env):
+    target = tmp_path / "flaky.py"
+    target.write_text(
+        "import os\n"
+        "from evokernel.evaluators import ReplayEvaluator\n"
+        "from evokernel.landscape import builtin\n"
+        "class Flaky(ReplayEvaluator):\n"
+        "    def _one(self, genome):\n"
+        "        if os.environ.get('BREAK') and len(self._draws) >= 20:\n"
+        "            raise RuntimeError('driver reset')\n"
+        "        self._draws[genome.id] = 1\n"
+        "        return super()._one(genome)\n"
+        "evaluator = Flaky(builtin('matmul_bf16_h200_M16_N4096_K4096'))\n"
+        "space = evaluator.space\n"
+    )
+    db = str(tmp_path / "e.db")
+    out = run(evokernel_cmd, {**cli_env, "BREAK": "1"}, "search", str(target), "--budget", "50", "--db", db, "--quiet")
+    assert out.returncode == 1 and "driver reset" in out.stderr and "re-run to resume" in out.stderr
+    assert "Traceback" not in out.stderr
+    again = run(evokernel_cmd, cli_env, "search", str(target), "--budget", "50", "--db", db, "--json")
+    data = json.loads(again.stdout)
+    assert data["resumed"] and data["resumed_hits"] == 20 and data["evaluations"] == 50
