@@ -272,7 +272,9 @@ class _Run:
                     break
                 hit = hits[g.id]
                 if hit is not None:
-                    if not hit.in_run:
+                    if hit.in_run:
+                        self.cost += hit.result.cost  # spent by this run before a restart
+                    else:
                         store.record(run_id, len(self.history), g, self.fingerprint, hit.result, reuse=hit.result_id)
                     self._accept(g, hit.result, "resumed" if hit.in_run else "reused", out)
                     continue
@@ -384,10 +386,10 @@ class _Run:
                 return g.with_lineage((), "restart", self.generation)
         if space.size > space.ENUMERABLE:
             return None
-        left = [p for p in space.valid_points() if Genome.of(p).id not in self.seen and Genome.of(p).id not in taken]
+        left = [g for g in map(Genome.of, space.valid_points()) if g.id not in self.seen and g.id not in taken]
         if not left:
             return None
-        return Genome.of(left[int(self.rng.integers(len(left)))]).with_lineage((), "restart", self.generation)
+        return left[int(self.rng.integers(len(left)))].with_lineage((), "restart", self.generation)
 
     # -- credit and survival -----------------------------------------------------------
     def _credit(self, children: list[Individual], population: list[Individual], best_before: float) -> None:
