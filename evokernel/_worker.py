@@ -1,0 +1,362 @@
+"""The candidate's side of the sandbox: runs in a process of its own, forked from a server
+that imported torch and triton but never touched CUDA.
+
+It imports the candidate, compiles it, runs it on inputs the judge (the parent process)
+shares with it, copies the outputs into result slots the judge owns, and times it. It never
+sees a reference answer and never reports a verdict: the judge compares. Messages to the
+judge are msgspec structs, never pickles, so nothing the candidate sends is executed.
+
+The harness keeps references to the torch functions it relies on, taken before any
+candidate code runs, and reports a candidate that replaced them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import inspect
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+import warnings
+from typing import Any
+
+import msgspec
+import torch
+
+__all__ = ["main", "Ready", "Done", "Timing", "Failed", "WorkerMessage"]
+
+_type = builtins.type
+_isinstance = builtins.isinstance
+_perf_counter = time.perf_counter
+_Tensor = torch.Tensor
+_copy = torch.Tensor.copy_
+_current_stream = torch.cuda.current_stream
+_TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
+           "time.perf_counter": time.perf_counter}
+
+# its first call imports for a second: pay that once, in the fork server, not per candidate
+torch.use_deterministic_algorithms(False)
+
+# what the harness relies on, captured before any candidate code runs
+_WATCHED: dict[str, Any] = {}
+
+
+def _resolve(path: str) -> Any:
+    """The object at a dotted path; for class attributes the raw descriptor, which is stable."""
+    obj: Any = {"torch": torch, "time": time, "builtins": builtins}[path.split(".")[0]]
+    for part in path.split(".")[1:]:
+        obj = inspect.getattr_static(obj, part, None) if isinstance(obj, type) else getattr(obj, part, None)
+    return obj
+
+
+def _watch(path: str) -> None:
+    _WATCHED[path] = _resolve(path)
+
+
+for _path in (
+    "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
+    "torch.cuda.current_stream", "torch.cuda.Stream.synchronize", "torch.cuda.CUDAGraph",
+    "torch.cuda.graph", "torch.Tensor", "torch.Tensor.copy_", "torch.Tensor.zero_", "torch.Tensor.fill_",
+    "torch.Tensor.data_ptr", "torch.Tensor.untyped_storage", "torch.Tensor.__torch_function__",
+    "torch.empty", "torch.empty_like", "torch.randn", "torch.allclose", "torch.equal",
+    "time.perf_counter", "time.perf_counter_ns", "builtins.type", "builtins.isinstance",
+):
+    _watch(_path)
+
+
+def _tampering() -> str | None:
+    """Which watched function the candidate replaced, or an active torch mode, if any."""
+    changed = [p for p, f in _WATCHED.items() if _resolve(p) is not f]
+    if changed:
+        return "candidate replaced " + ", ".join(changed)
+    for name in ("_len_torch_function_stack", "_len_torch_dispatch_stack"):
+        fn = getattr(torch._C, name, None)
+        if fn is not None and fn() > 0:
+            return "candidate left a torch function/dispatch mode active"
+    return None
+
+
+# -- messages to the judge ----------------------------------------------------------------
+class Ready(msgspec.Struct, tag="ready"):
+    import_s: float
+    compile_s: float
+    triton_kernels: int = 0
+
+
+class Done(msgspec.Struct, tag="done"):
+    trial: int
+    ok: bool
+    kind: str = ""  # raised, structure, aliasing, tampering, cuda_error
+    error: str = ""
+    call_s: float = 0.0
+
+
+class Timing(msgspec.Struct, tag="timing"):
+    shape: str
+    samples_ms: list[float]
+    graph: bool
+    wall_ms_per_call: float
+    ok: bool = True
+    kind: str = ""
+    error: str = ""
+
+
+class Failed(msgspec.Struct, tag="failed"):
+    kind: str  # import, no_kernel, compile, setup
+    error: str
+
+
+WorkerMessage = Ready | Done | Timing | Failed
+_encoder = msgspec.msgpack.Encoder()
+
+
+def _send(conn: Any, msg: Any) -> None:
+    conn.send_bytes(_encoder.encode(msg))
+
+
+def _error_text(exc: BaseException, limit: int = 1500) -> str:
+    text = f"{_type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 20] + " ... [truncated]"
+
+
+def _is_cuda_error(text: str) -> bool:
+    low = text.lower()
+    return any(s in low for s in ("cuda error", "illegal memory access", "device-side assert",
+                                  "unspecified launch failure", "misaligned address", "cudaerror"))
+
+
+# -- setup ---------------------------------------------------------------------------------
+class Setup(msgspec.Struct):
+    source: str  # the candidate module's text
+    device: str  # "cpu" or "cuda"
+    log_path: str
+    work_dir: str  # candidate file, triton cache
+    input_specs: list[list[tuple[list[int], list[int], str]]]  # per shape: (shape, stride, dtype) per input
+
+
+def _redirect_output(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _import_candidate(source: str, work_dir: str) -> Any:
+    path = os.path.join(work_dir, "candidate.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("evokernel_candidate", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules["evokernel_candidate"] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]]], device: str) -> int:
+    """Call the kernel once per shape with Triton launches turned into compilations.
+
+    Triton's JIT compiles without launching when asked to warm up; the candidate's host code
+    runs, but no Triton kernel touches the GPU, so compiling here does not disturb a timing
+    that another candidate runs at the same moment. Returns the number of compilations."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except Exception:  # no triton: nothing to compile
+        return 0
+    original = JITFunction.run
+    count = [0]
+
+    def compile_only(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original(self, *args, grid=grid, warmup=True, **kwargs)
+
+    JITFunction.run = compile_only  # type: ignore[method-assign]
+    try:
+        for shape_specs in specs:
+            inputs = [
+                torch.empty_strided(tuple(shape), tuple(stride), dtype=getattr(torch, dtype), device=device)
+                for shape, stride, dtype in shape_specs
+            ]
+            try:
+                kernel(*inputs)
+            except Exception:
+                # host code that reads the (garbage) outputs may fail here; the checked
+                # calls will compile whatever this did not
+                pass
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+    return count[0]
+
+
+# -- the calls -----------------------------------------------------------------------------
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def _check_outputs(out: Any, slots: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple[str, str] | None:
+    outs = list(out) if _isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(slots):
+        return "structure", f"kernel returned {len(outs)} outputs, the reference {len(slots)}"
+    spans = [_storage_span(t) for t in inputs if t.numel()]
+    for i, (o, slot) in enumerate(zip(outs, slots)):
+        if _type(o) is not _Tensor:
+            return "structure", f"output {i} is a {_type(o).__module__}.{_type(o).__qualname__}, not a plain torch.Tensor"
+        if tuple(o.shape) != tuple(slot.shape):
+            return "structure", f"output {i} has shape {tuple(o.shape)}, the reference {tuple(slot.shape)}"
+        if o.dtype != slot.dtype:
+            return "structure", f"output {i} has dtype {o.dtype}, the reference {slot.dtype}"
+        if o.device.type != slot.device.type:
+            return "structure", f"output {i} is on {o.device}, the reference on {slot.device}"
+        if o.numel():
+            lo, hi = _storage_span(o)
+            if any(lo < b and a < hi for a, b in spans):
+                return "aliasing", f"output {i} shares memory with an input"
+    return None
+
+
+def _poison(slots: list[torch.Tensor], device: str) -> None:
+    """Fill memory the caching allocator will hand out next with NaN, so an output the
+    candidate allocates and never writes cannot hold a plausible answer."""
+    if device != "cuda":
+        return
+    blocks = [torch.empty_like(s).fill_(math.nan if s.is_floating_point() else -1) for s in slots]
+    del blocks
+
+
+def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots: list[torch.Tensor],
+          device: str) -> None:
+    tamper = _tampering()
+    if tamper:
+        _send(conn, Done(trial=trial, ok=False, kind="tampering", error=tamper))
+        return
+    _poison(slots, device)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
+    threads_before = threading.active_count()
+    t0 = _perf_counter()
+    try:
+        out = kernel(*inputs)
+        if device == "cuda":
+            # only the current stream: work left on another stream is not done when timed
+            _current_stream().synchronize()
+    except Exception as exc:
+        text = _error_text(exc)
+        _send(conn, Done(trial=trial, ok=False, kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
+        return
+    finally:
+        torch.use_deterministic_algorithms(False)
+    call_s = _perf_counter() - t0
+    tamper = _tampering()
+    if tamper:
+        _send(conn, Done(trial=trial, ok=False, kind="tampering", error=tamper))
+        return
+    bad = _check_outputs(out, slots, inputs)
+    if bad is not None:
+        _send(conn, Done(trial=trial, ok=False, kind=bad[0], error=bad[1]))
+        return
+    outs = list(out) if _isinstance(out, (tuple, list)) else [out]
+    try:
+        for o, slot in zip(outs, slots):
+            _copy(slot, o)
+        if device == "cuda":
+            _current_stream().synchronize()
+    except Exception as exc:
+        text = _error_text(exc)
+        _send(conn, Done(trial=trial, ok=False, kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
+        return
+    if threading.active_count() > threads_before:
+        _send(conn, Done(trial=trial, ok=False, kind="threads",
+                         error="kernel left a thread running after it returned"))
+        return
+    _send(conn, Done(trial=trial, ok=True, call_s=call_s))
+
+
+def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], spec: dict[str, Any],
+          device: str) -> None:
+    from .bench import time_cpu, time_cuda
+
+    tamper = _tampering()
+    if tamper:
+        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False,
+                           kind="tampering", error=tamper))
+        return
+    try:
+        fns = [(lambda s=s: kernel(*s)) for s in sets]
+        if device == "cuda":
+            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING)
+        else:
+            samples, graph, wall = time_cpu(fns, **spec)
+    except Exception as exc:
+        text = _error_text(exc)
+        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False,
+                           kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
+        return
+    tamper = _tampering()
+    if tamper:
+        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False,
+                           kind="tampering", error=tamper))
+        return
+    _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall))
+
+
+# -- entry point ---------------------------------------------------------------------------
+def main(conn: Any, setup_bytes: bytes) -> None:
+    """Process entry (forked from the server): set up, import, compile, then serve the judge."""
+    os.setsid()  # the judge kills the whole group: the candidate's own children die with it
+    setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
+    _redirect_output(setup.log_path)
+    warnings.simplefilter("ignore")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(setup.work_dir, "triton-cache")
+    if setup.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # read when the candidate's @triton.jit runs
+        torch.set_num_threads(1)
+    try:
+        if setup.device == "cuda":
+            torch.cuda.init()
+            torch.empty(1, device="cuda")
+    except Exception as exc:
+        _send(conn, Failed(kind="setup", error=_error_text(exc)))
+        return
+    t0 = _perf_counter()
+    try:
+        module = _import_candidate(setup.source, setup.work_dir)
+    except BaseException as exc:  # SystemExit included: the import itself failed
+        print(traceback.format_exc(), file=sys.stderr)
+        _send(conn, Failed(kind="import", error=_error_text(exc)))
+        return
+    kernel = getattr(module, "kernel", None)
+    if not callable(kernel):
+        _send(conn, Failed(kind="no_kernel", error="the candidate defines no callable `kernel`"))
+        return
+    import_s = _perf_counter() - t0
+    t1 = _perf_counter()
+    compiled = 0
+    if setup.device == "cuda":
+        try:
+            compiled = _compile_only(kernel, setup.input_specs, setup.device)
+        except BaseException as exc:
+            _send(conn, Failed(kind="compile", error=_error_text(exc)))
+            return
+    _send(conn, Ready(import_s=import_s, compile_s=_perf_counter() - t1, triton_kernels=compiled))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        op = msg[0]
+        if op == "call":
+            _, trial, inputs, slots = msg
+            _call(conn, kernel, trial, inputs, slots, setup.device)
+        elif op == "time":
+            _, shape, sets, spec = msg
+            _time(conn, kernel, shape, sets, spec, setup.device)
+        elif op == "exit":
+            return
+        del msg
+

@@ -1,0 +1,341 @@
+"""The judge: checks a candidate against the problem's reference and times it, trusting
+nothing the candidate's process says except what it wrote into memory the judge owns.
+
+For every trial the judge draws fresh random inputs (unpredictable seeds) into buffers it
+owns and reuses (pointers repeat, values change), computes the reference itself, poisons
+the result slots, lets the candidate run and copy its outputs into the slots, stops the
+candidate's processes, and compares. It also checks that inputs were not modified, that a
+zero or constant output would have failed (else the problem is degenerate), re-checks
+after timing, and rejects a time below the roofline floor.
+
+>>> import torch
+>>> compare([torch.ones(4)], [torch.ones(4) * 1.001], {"rtol": 1e-2, "atol": 1e-2}) is None
+True
+>>> compare([torch.ones(4)], [torch.full((4,), float("nan"))], {"rtol": 1e-2, "atol": 1e-2})
+'output 0: 4 NaN or Inf values where the reference has 0'
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from ._worker import Done, Ready, Timing
+from .bench import median_ci
+from .hardware import Peaks, peaks_for
+from .problem import Problem, shape_key
+from .result import Result, Status
+from .sandbox import Outcome, Sandbox, SandboxOptions
+
+__all__ = ["GateOptions", "Verdict", "ShapeTiming", "Judge", "compare"]
+
+
+class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
+    seeds: int = 2  # checks per tuning shape before timing
+    heldout_seeds: int = 1  # checks per held-out shape
+    recheck_seeds: int = 1  # checks per tuning shape after timing
+    time: bool = True
+    rotate: int = 3  # input sets rotated while timing
+    timing: dict[str, Any] = msgspec.field(default_factory=dict)  # passed to bench.time_cuda / time_cpu
+    escape_ratio: float = 2.0  # wall time per call above this x the timed median (+0.1 ms): work escaped
+    sandbox: SandboxOptions = msgspec.field(default_factory=SandboxOptions)
+
+
+class ShapeTiming(msgspec.Struct, frozen=True, kw_only=True):
+    shape: str
+    median_ms: float
+    ci_low_ms: float
+    ci_high_ms: float
+    samples: int
+    graph: bool
+    tflops: float | None = None
+    gbps: float | None = None
+    roofline_pct: float | None = None  # of the measured peaks
+
+
+class Verdict(msgspec.Struct, kw_only=True):
+    accepted: bool
+    reason: str
+    status: Status
+    label: str = ""
+    latency_ms: float | None = None  # geometric mean of the tuning shapes' medians
+    noise: float = 0.0
+    timings: list[ShapeTiming] = msgspec.field(default_factory=list)
+    checks: int = 0
+    seeds: list[int] = msgspec.field(default_factory=list)
+    import_s: float = 0.0
+    compile_s: float = 0.0
+    log_tail: str = ""
+    fault: bool = False  # the candidate's process died on the GPU: check the GPU before going on
+
+    def to_result(self) -> Result:
+        meta = {"import_s": self.import_s, "compile_s": self.compile_s, "checks": self.checks,
+                "timings": msgspec.to_builtins(self.timings)}
+        if self.accepted and self.latency_ms is not None:
+            return Result.ok(self.latency_ms, noise=self.noise,
+                             per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta)
+        error = self.reason + (f"\n{self.log_tail}" if self.log_tail else "")
+        return Result.failed(self.status, error, meta=meta)
+
+
+# -- comparison ----------------------------------------------------------------------------
+def compare(refs: Sequence[Any], outs: Sequence[Any], tol: dict[str, float]) -> str | None:
+    """None if every output matches its reference within tolerance, else why not.
+
+    Scale-aware: the absolute tolerance is relative to the reference's RMS (floored at 1),
+    so neither huge nor tiny outputs make the check meaningless."""
+    import torch
+
+    for i, (ref, out) in enumerate(zip(refs, outs)):
+        if ref.is_floating_point() or ref.is_complex():
+            r, o = ref.double(), out.double()
+            bad_out = ~torch.isfinite(o)
+            bad_ref = ~torch.isfinite(r)
+            if not torch.equal(bad_out, bad_ref):
+                return f"output {i}: {int(bad_out.sum())} NaN or Inf values where the reference has {int(bad_ref.sum())}"
+            finite = ~bad_ref
+            r, o = r[finite], o[finite]
+            if r.numel() == 0:
+                continue
+            scale = max(1.0, float(r.pow(2).mean().sqrt()))
+            err = (o - r).abs()
+            allowed = tol["atol"] * scale + tol["rtol"] * r.abs()
+            over = err > allowed
+            if bool(over.any()):
+                j = int((err - allowed).argmax())
+                return (f"output {i}: {int(over.sum())} of {r.numel()} values off by more than tolerance "
+                        f"(worst {float(o[j]):.6g} vs {float(r[j]):.6g}, rtol {tol['rtol']}, atol {tol['atol']})")
+        elif not torch.equal(ref, out):
+            n = int((ref != out).sum())
+            return f"output {i}: {n} of {ref.numel()} values differ (exact match required for {ref.dtype})"
+    return None
+
+
+def _as_list(x: Any) -> list[Any]:
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _bytes_equal(a: Any, b: Any) -> bool:
+    import torch
+
+    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def _seed() -> int:
+    return secrets.randbits(62)
+
+
+class _Shape:
+    """Judge-owned buffers for one shape: inputs refilled per trial, result slots poisoned."""
+
+    def __init__(self, problem: Problem, shape: dict[str, Any], device: str) -> None:
+        self.problem, self.shape, self.device = problem, shape, device
+        self.key = shape_key(shape)
+        first = _as_list(problem.make_inputs(dict(shape), _seed(), device))
+        self.inputs = [t.clone().contiguous() for t in first]
+        if device == "cpu":
+            for t in self.inputs:
+                t.share_memory_()
+        refs = _as_list(problem.reference(*[t.clone() for t in self.inputs]))
+        self.slots = [r.new_empty(r.shape).contiguous() for r in refs]
+        if device == "cpu":
+            for s in self.slots:
+                s.share_memory_()
+        self.specs = [(list(t.shape), list(t.stride()), str(t.dtype).removeprefix("torch.")) for t in self.inputs]
+
+    def refill(self, seed: int) -> tuple[list[Any], list[Any]]:
+        """New values in the same buffers; returns (reference outputs, pristine input copies)."""
+        fresh = _as_list(self.problem.make_inputs(dict(self.shape), seed, self.device))
+        for buf, new in zip(self.inputs, fresh):
+            buf.copy_(new)
+        pristine = [t.clone() for t in self.inputs]
+        refs = _as_list(self.problem.reference(*[t.clone() for t in self.inputs]))
+        for s in self.slots:
+            s.fill_(math.nan if s.is_floating_point() else -1)
+        return refs, pristine
+
+    def rotation(self, n: int) -> list[list[Any]]:
+        sets = []
+        for _ in range(n):
+            ts = [t.contiguous() for t in _as_list(self.problem.make_inputs(dict(self.shape), _seed(), self.device))]
+            if self.device == "cpu":
+                for t in ts:
+                    t.share_memory_()
+            sets.append(ts)
+        return sets
+
+
+_STATUS = {
+    "timeout": Status.TIMEOUT, "crash": Status.CRASH, "exit": Status.CRASH, "protocol": Status.CRASH,
+    "setup": Status.CRASH, "import": Status.COMPILE_ERROR, "no_kernel": Status.COMPILE_ERROR,
+    "compile": Status.COMPILE_ERROR, "raised": Status.RUNTIME_ERROR, "cuda_error": Status.CRASH,
+    "structure": Status.INCORRECT, "aliasing": Status.INCORRECT, "tampering": Status.INCORRECT,
+    "threads": Status.INCORRECT,
+}
+
+
+def _compile_failure(text: str) -> bool:
+    low = text.lower()
+    return any(s in low for s in ("outofresources", "out of resource", "ptxas", "compilationerror",
+                                  "compilation error", "triton.compiler"))
+
+
+class Judge:
+    """Checks and times candidates for one problem on one device."""
+
+    def __init__(self, problem: Problem, device: str = "cpu", options: GateOptions | None = None) -> None:
+        self.problem = problem
+        self.device = device
+        self.options = options or GateOptions()
+        self.peaks: Peaks | None = peaks_for(device)
+        self.tuning = [_Shape(problem, s, device) for s in problem.shapes]
+        self.heldout = [_Shape(problem, s, device) for s in problem.heldout]
+        self.degenerate = self._canary()
+
+    # -- candidates --------------------------------------------------------------------
+    def sandbox(self, source: str, label: str = "candidate") -> Sandbox:
+        """A started sandbox: the candidate imports and compiles while the judge does other work."""
+        specs = [s.specs for s in self.tuning + self.heldout]
+        return Sandbox(source, device=self.device, input_specs=specs, options=self.options.sandbox,
+                       label=label).start()
+
+    def check(self, source: str, label: str = "candidate") -> Verdict:
+        sandbox = self.sandbox(source, label)
+        try:
+            return self.judge(sandbox)
+        finally:
+            sandbox.close()
+
+    def judge(self, sandbox: Sandbox) -> Verdict:
+        """Check, time and re-check a started sandbox."""
+        label = sandbox.label
+        if self.degenerate:
+            return Verdict(accepted=False, reason=self.degenerate, status=Status.INVALID, label=label)
+        ready = sandbox.wait_ready()
+        if isinstance(ready, Outcome):
+            return self._failed(ready.kind, ready.error, label, ready.log_tail)
+        base = {"label": label, "import_s": ready.import_s, "compile_s": ready.compile_s}
+        seeds: list[int] = []
+        plan = [(s, self.options.seeds) for s in self.tuning] + [(s, self.options.heldout_seeds) for s in self.heldout]
+        for shape, n in plan:
+            for _ in range(n):
+                bad = self._trial(sandbox, shape, seeds)
+                if bad is not None:
+                    return msgspec.structs.replace(bad, checks=len(seeds), seeds=seeds, **base)
+        timings: list[ShapeTiming] = []
+        if self.options.time:
+            for shape in self.tuning:
+                got = self._time(sandbox, shape)
+                if isinstance(got, Verdict):
+                    return msgspec.structs.replace(got, checks=len(seeds), seeds=seeds, **base)
+                timings.append(got)
+            for shape in self.tuning:
+                for _ in range(self.options.recheck_seeds):
+                    bad = self._trial(sandbox, shape, seeds, phase="after timing")
+                    if bad is not None:
+                        return msgspec.structs.replace(bad, checks=len(seeds), seeds=seeds, **base)
+        latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings)) if timings else None
+        noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
+        return Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency, noise=noise,
+                       timings=timings, checks=len(seeds), seeds=seeds, **base)
+
+    # -- steps -------------------------------------------------------------------------
+    def _trial(self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "") -> Verdict | None:
+        seed = _seed()
+        seeds.append(seed)
+        refs, pristine = shape.refill(seed)
+        trial = len(seeds)
+        done = sandbox.call(trial, shape.inputs, shape.slots)
+        where = f"{shape.key}" + (f", {phase}" if phase else "")
+        if isinstance(done, Outcome):
+            return self._failed(done.kind, f"{done.error} ({where})", sandbox.label, done.log_tail)
+        assert isinstance(done, Done)
+        if not done.ok:
+            return self._failed(done.kind, f"{done.error} ({where})", sandbox.label, sandbox.log_tail())
+        with sandbox.paused():
+            if self.device == "cuda":
+                import torch
+
+                torch.cuda.synchronize()
+            wrong = compare(refs, shape.slots, self._tolerance(refs))
+            mutated = next((i for i, (a, b) in enumerate(zip(shape.inputs, pristine)) if not _bytes_equal(a, b)), None)
+        if mutated is not None:
+            return Verdict(accepted=False, reason=f"input {mutated} was modified by the kernel ({where})",
+                           status=Status.INCORRECT)
+        if wrong is not None:
+            return Verdict(accepted=False, reason=f"wrong result: {wrong} ({where})", status=Status.INCORRECT)
+        return None
+
+    def _time(self, sandbox: Sandbox, shape: _Shape) -> ShapeTiming | Verdict:
+        sets = shape.rotation(self.options.rotate)
+        got = sandbox.time(shape.key, sets, dict(self.options.timing))
+        if isinstance(got, Outcome):
+            return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, got.log_tail)
+        assert isinstance(got, Timing)
+        if not got.ok:
+            return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, sandbox.log_tail())
+        samples = got.samples_ms
+        if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
+            return Verdict(accepted=False, reason=f"timing returned no valid samples ({shape.key})",
+                           status=Status.RUNTIME_ERROR)
+        med = statistics.median(samples)
+        lo, hi = median_ci(samples)
+        if self.device == "cuda" and got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
+            return Verdict(accepted=False, status=Status.INCORRECT,
+                           reason=(f"work escaped the timed stream: {got.wall_ms_per_call:.4f} ms per call with "
+                                   f"the device synchronised, {med:.4f} ms timed ({shape.key})"))
+        timing = ShapeTiming(shape=shape.key, median_ms=med, ci_low_ms=lo, ci_high_ms=hi, samples=len(samples),
+                             graph=got.graph)
+        return self._roofline(shape, timing)
+
+    def _roofline(self, shape: _Shape, t: ShapeTiming) -> ShapeTiming | Verdict:
+        flops, nbytes = self.problem.flops(shape.shape), self.problem.bytes(shape.shape)
+        tflops = flops / (t.median_ms * 1e-3) / 1e12 if flops else None
+        gbps = nbytes / (t.median_ms * 1e-3) / 1e9 if nbytes else None
+        if self.peaks is None:
+            return msgspec.structs.replace(t, tflops=tflops, gbps=gbps)
+        dtype = str(shape.inputs[0].dtype).removeprefix("torch.") if shape.inputs else "float32"
+        floor = self.problem.roofline_floor_ms(shape.shape, flops_per_s=self.peaks.limit_flops(dtype),
+                                               bytes_per_s=self.peaks.limit_bytes)
+        if floor is not None and t.median_ms < floor:
+            return Verdict(accepted=False, status=Status.INCORRECT,
+                           reason=(f"impossible: {t.median_ms:.5f} ms is below the roofline floor of {floor:.5f} ms "
+                                   f"on this GPU ({shape.key})"))
+        attainable = self.problem.roofline_floor_ms(shape.shape, flops_per_s=self.peaks.flops(dtype),
+                                                    bytes_per_s=self.peaks.bytes)
+        pct = 100.0 * attainable / t.median_ms if attainable else None
+        return msgspec.structs.replace(t, tflops=tflops, gbps=gbps, roofline_pct=pct)
+
+    def _failed(self, kind: str, error: str, label: str, log_tail: str = "") -> Verdict:
+        status = _STATUS.get(kind, Status.CRASH)
+        if kind == "raised" and _compile_failure(error):
+            status = Status.COMPILE_ERROR
+        fault = self.device == "cuda" and kind in ("crash", "cuda_error")
+        return Verdict(accepted=False, reason=f"{kind}: {error}", status=status, label=label,
+                       log_tail=log_tail, fault=fault)
+
+    def _tolerance(self, refs: list[Any]) -> dict[str, float]:
+        dtypes = [str(r.dtype).removeprefix("torch.") for r in refs]
+        tols = [self.problem.tolerance(d) for d in dtypes]
+        return {"rtol": max(t["rtol"] for t in tols), "atol": max(t["atol"] for t in tols)}
+
+    def _canary(self) -> str | None:
+        """A zero or constant output must fail the comparison, or the problem cannot tell
+        a kernel that computes from one that does nothing."""
+        import torch
+
+        for shape in self.tuning + self.heldout:
+            refs, _ = shape.refill(_seed())
+            tol = self._tolerance(refs)
+            for name, fake in (("zeros", [torch.zeros_like(r) for r in refs]),
+                               ("a constant", [torch.full_like(r, float(r.double().mean()) if r.is_floating_point()
+                                                               else int(r.double().mean())) for r in refs])):
+                if compare(refs, fake, tol) is None:
+                    return (f"problem {self.problem.name} is degenerate: {name} passes its tolerance "
+                            f"on {shape.key}; fix make_inputs or TOLERANCE")
+        return None

@@ -1,0 +1,290 @@
+"""Run one candidate in a process of its own, and survive anything it does.
+
+Candidates are forked from a server that imported torch and triton once (so a new
+candidate costs a fork, not an interpreter start) and was started with a scrubbed
+environment: no API keys, tokens or secrets reach candidate code. Each candidate becomes
+the leader of a new process group; on a timeout, the whole group is killed. What the
+candidate sends back is decoded as msgspec structs, never unpickled.
+
+>>> sorted(k for k in scrubbed_environment({"PATH": "/bin", "ANTHROPIC_API_KEY": "x", "HF_TOKEN": "y",
+...                                           "CUDA_VISIBLE_DEVICES": "0", "TRITON_AUTH": "z"}))
+['CUDA_VISIBLE_DEVICES', 'PATH']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import types
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgspec
+
+from ._worker import Done, Failed, Ready, Setup, Timing, WorkerMessage
+
+__all__ = ["Sandbox", "SandboxOptions", "Outcome", "scrubbed_environment"]
+
+_KEEP = re.compile(
+    r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|TEMP|TMP|PWD|"
+    r"PYTHONPATH|PYTHONHASHSEED|VIRTUAL_ENV|LD_LIBRARY_PATH|LIBRARY_PATH|CPATH|CC|CXX|"
+    r"CUDA_[A-Z0-9_]+|NVIDIA_[A-Z0-9_]+|TRITON_[A-Z0-9_]+|TORCH_[A-Z0-9_]+|PYTORCH_[A-Z0-9_]+|"
+    r"NCCL_[A-Z0-9_]+|NVSHMEM_[A-Z0-9_]+|OMP_[A-Z_]+|MKL_[A-Z_]+|OPENBLAS_[A-Z_]+|XDG_CACHE_HOME)$"
+)
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.I)
+
+
+def scrubbed_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a candidate may see: an allowlist, minus anything that looks secret."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if _KEEP.match(k) and not _SECRET.search(k)}
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _neutral_main() -> Iterator[None]:
+    """Keep multiprocessing from re-importing the user's main script in every candidate."""
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+_CTX: Any = None
+_CTX_LOCK = threading.Lock()
+
+
+def _context() -> Any:
+    """The fork server, started once per process with a scrubbed environment."""
+    global _CTX
+    with _CTX_LOCK:
+        if _CTX is None:
+            import multiprocessing.forkserver as forkserver
+
+            import torch.multiprocessing  # noqa: F401  (registers tensor sharing for pipes)
+
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(
+                ["torch", "torch.multiprocessing", "triton", "triton.runtime.jit", "evokernel._worker", "evokernel.bench"]
+            )
+            with _environ(scrubbed_environment()), _neutral_main():
+                forkserver.ensure_running()
+            _CTX = ctx
+        return _CTX
+
+
+class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
+    start_timeout_s: float = 180.0  # import and compile
+    call_timeout_s: float = 60.0
+    time_timeout_s: float = 120.0
+    max_message_bytes: int = 1 << 20
+    keep_work_dir: bool = False
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a sandbox stopped answering: timeout, crash (a signal), exit (the candidate
+    called sys.exit/os._exit), or a failure the worker reported (import, no_kernel, ...)."""
+
+    kind: str
+    error: str
+    log_tail: str = ""
+
+
+_decoder = msgspec.msgpack.Decoder(WorkerMessage)
+
+
+class Sandbox:
+    """One candidate's process. `start()` returns at once: the candidate imports and
+    compiles in the background while the judge works with other sandboxes."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        device: str,
+        input_specs: list[list[tuple[list[int], list[int], str]]],
+        options: SandboxOptions | None = None,
+        label: str = "candidate",
+    ) -> None:
+        self.source = source
+        self.device = device
+        self.input_specs = input_specs
+        self.options = options or SandboxOptions()
+        self.label = label
+        self.work_dir = tempfile.mkdtemp(prefix="evokernel-candidate-")
+        self.log_path = os.path.join(self.work_dir, "log.txt")
+        self.process: Any = None
+        self.conn: Any = None
+        self.ready: Ready | None = None
+        self.outcome: Outcome | None = None
+        self.started_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> Sandbox:
+        ctx = _context()
+        parent, child = ctx.Pipe()
+        setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
+                      work_dir=self.work_dir, input_specs=self.input_specs)
+        from ._worker import main
+
+        self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup)), daemon=True)
+        with _neutral_main():
+            self.process.start()
+        child.close()
+        self.conn = parent
+        self.started_at = time.monotonic()
+        return self
+
+    def wait_ready(self) -> Ready | Outcome:
+        if self.ready is not None:
+            return self.ready
+        remaining = self.options.start_timeout_s - (time.monotonic() - self.started_at)
+        msg = self._receive(max(remaining, 0.0), "importing and compiling")
+        if isinstance(msg, Ready):
+            self.ready = msg
+            return msg
+        if isinstance(msg, Failed):
+            return self._stop(Outcome(kind=msg.kind, error=msg.error, log_tail=self.log_tail()))
+        if isinstance(msg, Outcome):
+            return msg
+        return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} before ready"))
+
+    def call(self, trial: int, inputs: list[Any], slots: list[Any]) -> Done | Outcome:
+        if self.outcome is not None:
+            return self.outcome
+        try:
+            self.conn.send(("call", trial, inputs, slots))
+        except (OSError, ValueError) as exc:
+            return self._dead(f"sending inputs: {exc}")
+        msg = self._receive(self.options.call_timeout_s, "running a check")
+        if isinstance(msg, Done) and msg.trial == trial:
+            return msg
+        if isinstance(msg, Outcome):
+            return msg
+        return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a check"))
+
+    def time(self, shape: str, sets: list[list[Any]], spec: dict[str, Any]) -> Timing | Outcome:
+        if self.outcome is not None:
+            return self.outcome
+        try:
+            self.conn.send(("time", shape, sets, spec))
+        except (OSError, ValueError) as exc:
+            return self._dead(f"sending inputs: {exc}")
+        msg = self._receive(self.options.time_timeout_s, "timing")
+        if isinstance(msg, Timing) and msg.shape == shape:
+            return msg
+        if isinstance(msg, Outcome):
+            return msg
+        return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a timing"))
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop every process of the candidate while the judge reads what it wrote."""
+        self._signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self._signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        """Ask the worker to exit, then make sure the whole group is gone; remove its files."""
+        if self.process is not None:
+            if self.outcome is None and self.process.is_alive():
+                with contextlib.suppress(OSError, ValueError):
+                    self.conn.send(("exit",))
+                self.process.join(2.0)
+            self._kill()
+            self.process.join(5.0)
+        if self.conn is not None:
+            self.conn.close()
+        if not self.options.keep_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> Sandbox:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+    def _receive(self, timeout: float, doing: str) -> WorkerMessage | Outcome:
+        try:
+            if not self.conn.poll(timeout):
+                return self._stop(Outcome(kind="timeout", error=f"no answer after {timeout:.0f} s {doing}",
+                                          log_tail=self.log_tail()))
+            data = self.conn.recv_bytes(self.options.max_message_bytes)
+        except (EOFError, OSError):
+            return self._dead(doing)
+        try:
+            return _decoder.decode(data)
+        except msgspec.DecodeError:
+            return self._stop(Outcome(kind="protocol", error="the candidate's process sent a malformed message"))
+
+    def _dead(self, doing: str) -> Outcome:
+        self.process.join(5.0)
+        code = self.process.exitcode
+        if code is None:
+            return self._stop(Outcome(kind="protocol", error=f"channel closed while {doing}",
+                                      log_tail=self.log_tail()))
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            kind, error = "crash", f"killed by {name} while {doing}"
+        else:
+            kind, error = "exit", f"exited with code {code} while {doing}"
+        return self._stop(Outcome(kind=kind, error=error, log_tail=self.log_tail()))
+
+    def _stop(self, outcome: Outcome) -> Outcome:
+        self.outcome = outcome
+        self._kill()
+        return outcome
+
+    def _signal(self, sig: int) -> None:
+        if self.process is None or self.process.pid is None:
+            return
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.process.pid, sig)
+
+    def _kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def log_tail(self, limit: int = 1200) -> str:
+        """The end of what the candidate printed, without walls of PTX."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 64 * 1024))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith(("//", "."))]
+        tail = "\n".join(lines[-15:])
+        return tail[-limit:]
