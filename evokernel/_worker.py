@@ -314,8 +314,10 @@ def main(conn: Any, setup_bytes: bytes) -> None:
     warnings.simplefilter("ignore")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(setup.work_dir, "triton-cache")
     if setup.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # read when the candidate's @triton.jit runs
         torch.set_num_threads(1)
+    if (os.environ.get("TRITON_INTERPRET") == "1") != (setup.device == "cpu"):
+        _send(conn, Failed(kind="setup", error="sandbox server runs triton in the wrong mode for this device"))
+        return
     try:
         if setup.device == "cuda":
             torch.cuda.init()

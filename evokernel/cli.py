@@ -94,6 +94,16 @@ def _build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--run", default=None, help="run id (or prefix); default: the latest run")
     sh.add_argument("--json", action="store_true")
 
+    c = sub.add_parser("check", help="check (and time) one candidate against a problem, in a sandbox")
+    c.add_argument("problem", help="problem module (.py): make_inputs, reference, SHAPES")
+    c.add_argument("candidate", help="candidate module (.py) defining kernel(*inputs)")
+    c.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="default: cuda when a GPU is present, else cpu (Triton through its interpreter)")
+    c.add_argument("--no-time", action="store_true", help="check correctness only")
+    c.add_argument("--seeds", type=_positive_int, default=2, help="checks per shape before timing")
+    c.add_argument("--timeout", type=_positive_float, default=None, help="seconds per step (import, call, timing)")
+    c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
     sub.add_parser("plugins", help="list registered mutators, evaluators, search spaces, strategies")
     sub.add_parser("landscapes", help="list the landscapes shipped with evokernel")
     return p
@@ -107,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "replay": _cmd_replay,
             "show": _cmd_show,
             "plugins": _cmd_plugins,
+            "check": _cmd_check,
             "landscapes": _cmd_landscapes,
         }[args.command](args)
     except EvaluatorError as exc:
@@ -412,6 +423,47 @@ def _cmd_show(args: argparse.Namespace) -> int:
         highlight=False,
     )
     return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """Exit 0 if the candidate is accepted, 1 if it is rejected, 2 for usage errors."""
+    for path in (args.problem, args.candidate):
+        if not Path(path).is_file():
+            raise ConfigError(f"no such file: {path}")
+    try:
+        source = Path(args.candidate).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {args.candidate}: {exc}") from None
+    from .gate import GateOptions, Judge
+    from .problem import Problem
+    from .sandbox import SandboxOptions
+
+    device = args.device
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA GPU is available here")
+    problem = Problem.load(args.problem)
+    sandbox = SandboxOptions() if args.timeout is None else SandboxOptions(
+        start_timeout_s=args.timeout, call_timeout_s=args.timeout, time_timeout_s=args.timeout)
+    options = GateOptions(seeds=args.seeds, time=not args.no_time, sandbox=sandbox)
+    try:
+        judge = Judge(problem, device, options)
+    except EvokernelError:
+        raise
+    except Exception as exc:  # the problem's own code failed: a usage error, not a verdict
+        raise ConfigError(f"{args.problem}: {type(exc).__name__}: {exc}") from None
+    verdict = judge.check(source, label=args.candidate)
+    if args.json:
+        print(json.dumps({**msgspec.to_builtins(verdict), "device": device}))
+    elif verdict.accepted:
+        figures = ", ".join(f"{t.shape}: {t.median_ms:.5f} ms" for t in verdict.timings)
+        print(f"accepted{': ' + figures if figures else ''}")
+    else:
+        print(f"rejected: {verdict.reason.splitlines()[0]}", file=sys.stderr)
+    return 0 if verdict.accepted else 1
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:

@@ -72,15 +72,21 @@ def _neutral_main() -> Iterator[None]:
             sys.modules["__main__"] = saved
 
 
-_CTX: Any = None
+_SERVER_MODE: str | None = None
 _CTX_LOCK = threading.Lock()
 
 
-def _context() -> Any:
-    """The fork server, started once per process with a scrubbed environment."""
-    global _CTX
+def _context(device: str) -> Any:
+    """Where candidates are started from: the fork server, started once per process with a
+    scrubbed environment, with torch and triton imported.
+
+    Triton decides at import whether its own library functions are interpreted (CPU) or
+    compiled, so the server serves one mode: the first device asked for. Candidates for
+    the other device start from a fresh interpreter instead (slower, as correct)."""
+    global _SERVER_MODE
+    mode = "interpret" if device == "cpu" else "native"
     with _CTX_LOCK:
-        if _CTX is None:
+        if _SERVER_MODE is None:
             import multiprocessing.forkserver as forkserver
 
             import torch.multiprocessing  # noqa: F401  (registers tensor sharing for pipes)
@@ -89,10 +95,21 @@ def _context() -> Any:
             ctx.set_forkserver_preload(
                 ["torch", "torch.multiprocessing", "triton", "triton.runtime.jit", "evokernel._worker", "evokernel.bench"]
             )
-            with _environ(scrubbed_environment()), _neutral_main():
+            with _environ(_candidate_environment(device)), _neutral_main():
                 forkserver.ensure_running()
-            _CTX = ctx
-        return _CTX
+            _SERVER_MODE = mode
+        if mode == _SERVER_MODE:
+            return multiprocessing.get_context("forkserver")
+        return multiprocessing.get_context("spawn")
+
+
+def _candidate_environment(device: str) -> dict[str, str]:
+    env = scrubbed_environment()
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    return env
 
 
 class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,14 +160,14 @@ class Sandbox:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Sandbox:
-        ctx = _context()
+        ctx = _context(self.device)
         parent, child = ctx.Pipe()
         setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
                       work_dir=self.work_dir, input_specs=self.input_specs)
         from ._worker import main
 
         self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup)), daemon=True)
-        with _neutral_main():
+        with _environ(_candidate_environment(self.device)), _neutral_main():
             self.process.start()
         child.close()
         self.conn = parent

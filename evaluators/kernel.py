@@ -1,0 +1,150 @@
+"""Kernel evaluator: the gate and the timing harness as a search fitness.
+
+Each genome is rendered into a candidate module, run in a sandbox of its own, checked
+against the problem's reference on fresh inputs (tuning and held-out shapes), timed, and
+re-checked. Candidates import and compile in parallel processes (one per CPU core) while
+the judge checks and times one candidate at a time on the GPU: two timings never share it.
+
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.search_spaces.triton_matmul import candidate_source
+
+    evaluator = KernelEvaluator("examples/problems/matmul_bf16.py", lambda g: candidate_source(g.params))
+    for result in evaluator.evaluate(genomes):
+        print(result.status, result.latency_ms)
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from evokernel.env import toolchain
+from evokernel.errors import EvaluatorError
+from evokernel.gate import GateOptions, Judge, Verdict
+from evokernel.genome import Genome
+from evokernel.problem import Problem
+from evokernel.result import Result, Status
+from evokernel.sandbox import Sandbox
+
+__all__ = ["KernelEvaluator", "reference_source"]
+
+Render = Callable[[Genome], str]
+
+
+def reference_source(problem_path: str) -> str:
+    """A candidate whose kernel is the problem's own reference: always right, used to check
+    that the GPU is healthy after a candidate faulted."""
+    return (
+        "import importlib.util as _u\n"
+        f"_spec = _u.spec_from_file_location('evokernel_reference_problem', {str(Path(problem_path).resolve())!r})\n"
+        "_mod = _u.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_mod)\n"
+        "kernel = _mod.reference\n"
+    )
+
+
+def _source_of(genome: Genome, render: Render) -> str:
+    return genome.source if genome.source and "def kernel" in genome.source else render(genome)
+
+
+class KernelEvaluator:
+    """Evaluator protocol over the gate. `render` turns a genome into candidate source text
+    (a genome carrying its own source that defines `kernel` is used as it is)."""
+
+    name = "kernel"
+
+    def __init__(
+        self,
+        problem: Problem | str | os.PathLike[str],
+        render: Render,
+        *,
+        device: str | None = None,
+        options: GateOptions | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
+        self.render = render
+        if device is None:
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        self.options = options or GateOptions()
+        self.workers = max(1, workers if workers is not None else (os.cpu_count() or 2) - 1)
+        self._judge: Judge | None = None
+        self.faults = 0
+
+    @property
+    def judge(self) -> Judge:
+        if self._judge is None:
+            self._judge = Judge(self.problem, self.device, self.options)
+        return self._judge
+
+    def fingerprint(self) -> dict[str, Any]:
+        where = toolchain() if self.device == "cuda" else {"cpu": platform.processor() or platform.machine()}
+        return {
+            "evaluator": "kernel",
+            **self.problem.fingerprint(),
+            "device": self.device,
+            **where,
+            "gate": msgspec.to_builtins(self.options),
+        }
+
+    def evaluate(self, genomes: Sequence[Genome]) -> Iterator[Result]:
+        judge = self.judge
+        todo = iter(genomes)
+        pending: deque[tuple[Genome, Sandbox | Result]] = deque()
+
+        def launch() -> bool:
+            genome = next(todo, None)
+            if genome is None:
+                return False
+            try:
+                source = _source_of(genome, self.render)
+            except Exception as exc:  # a genome the template cannot render: its failure, not ours
+                pending.append((genome, Result.failed(Status.COMPILE_ERROR,
+                                                      f"render failed: {type(exc).__name__}: {exc}")))
+                return True
+            pending.append((genome, judge.sandbox(source, label=genome.id)))
+            return True
+
+        try:
+            while len(pending) < self.workers and launch():
+                pass
+            while pending:
+                genome, item = pending.popleft()
+                if isinstance(item, Result):
+                    result = item
+                else:
+                    try:
+                        verdict = judge.judge(item)
+                    finally:
+                        item.close()
+                    if verdict.fault:
+                        self._health_check(verdict)
+                    result = verdict.to_result()
+                launch()
+                yield result
+        finally:
+            for _, item in pending:
+                if isinstance(item, Sandbox):
+                    item.close()
+
+    def _health_check(self, after: Verdict) -> None:
+        """After a candidate faulted on the GPU, a fresh process must pass the reference
+        before the next candidate is judged."""
+        self.faults += 1
+        if not self.problem.path:
+            return
+        verdict = self.judge.check(reference_source(self.problem.path), label="health check")
+        if not verdict.accepted:
+            raise EvaluatorError(
+                f"the GPU failed a health check after a candidate faulted ({after.reason.splitlines()[0]}): "
+                f"{verdict.reason.splitlines()[0]}"
+            )

@@ -1,0 +1,138 @@
+"""The gate as a search fitness, on the CPU: Triton through the interpreter, torch on the CPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evokernel import Budget, Genome, Search, Status
+from evokernel.evaluators import KernelEvaluator
+from evokernel.evaluators.kernel import reference_source
+from evokernel.gate import GateOptions, Judge
+from evokernel.problem import Problem
+from evokernel.sandbox import Sandbox, scrubbed_environment
+from evokernel.search_spaces import matmul_space
+from evokernel.search_spaces.triton_matmul import candidate_source
+
+ROOT = Path(__file__).resolve().parents[1]
+MATMUL = ROOT / "tests/corpus/problems/matmul_small.py"
+QUICK = GateOptions(seeds=1, heldout_seeds=1, recheck_seeds=1, timing={"max_reps": 5, "min_reps": 3})
+
+
+def _render(genome: Genome) -> str:
+    if genome["BM"] == 256:
+        raise ValueError("no 256-row tiles in this test")
+    return candidate_source(genome.params)
+
+
+def test_triton_candidates_through_the_interpreter_and_render_failures():
+    space = matmul_space()
+    rng = np.random.default_rng(3)
+    genomes = [space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
+               space.genome(BM=256, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)]
+    genomes += [space.genome(space.sample(rng)) for _ in range(1)]
+    ev = KernelEvaluator(MATMUL, _render, device="cpu", options=QUICK, workers=2)
+    results = list(ev.evaluate(genomes))
+    assert results[0].status is Status.OK and results[0].latency_ms > 0
+    assert set(results[0].per_shape) == {"M=48,N=40,K=64", "M=33,N=70,K=32"}
+    assert results[1].status is Status.COMPILE_ERROR and "render failed: ValueError" in results[1].error
+    assert results[2].status in (Status.OK, Status.COMPILE_ERROR)
+    fp = ev.fingerprint()
+    assert fp["evaluator"] == "kernel" and fp["device"] == "cpu" and fp["problem"] == "matmul_small"
+
+
+def test_a_search_over_the_gate(tmp_path: Path):
+    ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=2)
+    from evokernel.search import SearchOptions
+    report = Search(matmul_space(), ev, options=SearchOptions(population=3, remeasure=1, report_elites=2)).run(
+        Budget(evaluations=5), seed=0)
+    assert report.evaluations == 5 and report.best is not None
+    assert report.statuses.get("ok", 0) >= 1
+
+
+def test_closing_the_generator_early_leaves_no_candidate_process():
+    genomes = [matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=g, num_warps=4, num_stages=s)
+               for g in (1, 8) for s in (2, 3, 4)]
+    ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=4)
+    gen = ev.evaluate(genomes)
+    first = next(gen)
+    assert first.status is Status.OK
+    gen.close()
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.join(5)
+    assert not [c for c in multiprocessing.active_children() if c.is_alive()]
+
+
+def test_the_reference_candidate_is_always_accepted():
+    judge = Judge(Problem.load(MATMUL), "cpu", QUICK)
+    verdict = judge.check(reference_source(str(MATMUL)))
+    assert verdict.accepted, verdict.reason
+
+
+def test_candidates_see_no_secrets(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-should-not-leak")
+    env = scrubbed_environment()
+    assert "ANTHROPIC_API_KEY" not in env and "PATH" in env
+    assert all(not any(s in k for s in ("KEY", "TOKEN", "SECRET")) for k in env)
+
+
+def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
+    marker = tmp_path / "pid"
+    source = (
+        "import os, subprocess, time\n"
+        f"p = subprocess.Popen(['sleep', '300'])\nopen({str(marker)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(300)\n"
+        "def kernel(*a):\n    return a[0]\n"
+    )
+    from evokernel.sandbox import SandboxOptions
+
+    sb = Sandbox(source, device="cpu", input_specs=[], options=SandboxOptions(start_timeout_s=3)).start()
+    outcome = sb.wait_ready()
+    assert outcome.kind == "timeout" and "importing" in outcome.error
+    sb.close()
+    pid = int(marker.read_text())
+    import time
+
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_forged_message_is_a_protocol_failure_not_a_verdict():
+    source = (
+        "import gc, msgspec\n"
+        "def kernel(a, b):\n"
+        "    for o in gc.get_objects():\n"
+        "        if type(o).__name__ == 'Connection':\n"
+        "            o.send_bytes(b'\\x93garbage')\n"
+        "            o.send_bytes(msgspec.msgpack.encode({'type': 'done', 'trial': 1, 'ok': True}))\n"
+        "    return a @ b\n"
+    )
+    judge = Judge(Problem.load(MATMUL), "cpu", QUICK)
+    verdict = judge.check(source)
+    assert not verdict.accepted and "malformed message" in verdict.reason, verdict.reason
+
+
+def test_a_forged_ok_is_still_judged_on_the_slots():
+    # a valid "done, ok" sent before the outputs were copied: the judge reads NaN-poisoned slots
+    source = (
+        "import gc, msgspec\n"
+        "from evokernel._worker import Done\n"
+        "calls = [0]\n"
+        "def kernel(a, b):\n"
+        "    calls[0] += 1\n"
+        "    for o in gc.get_objects():\n"
+        "        if type(o).__name__ == 'Connection':\n"
+        "            o.send_bytes(msgspec.msgpack.encode(Done(trial=calls[0], ok=True)))\n"
+        "    return a[:, :1].expand(a.shape[0], b.shape[1]).clone()\n"
+    )
+    judge = Judge(Problem.load(MATMUL), "cpu", QUICK)
+    verdict = judge.check(source)
+    assert not verdict.accepted, verdict.reason
