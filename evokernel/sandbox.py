@@ -95,7 +95,13 @@ def _context(device: str) -> Any:
             ctx.set_forkserver_preload(
                 ["torch", "torch.multiprocessing", "triton", "triton.runtime.jit", "evokernel._worker", "evokernel.bench"]
             )
-            with _environ(_candidate_environment(device)), _neutral_main():
+            # the server must import the same modules the judge did: its sys.path is the
+            # judge's, and not the current directory first (Python ignores the sys.path it is
+            # handed, so it goes in through PYTHONPATH)
+            env = _candidate_environment(device)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+            env["PYTHONSAFEPATH"] = "1"
+            with _environ(env), _neutral_main():
                 forkserver.ensure_running()
             _SERVER_MODE = mode
         if mode == _SERVER_MODE:
