@@ -84,7 +84,7 @@ def phase_corpus(out: Path, deadline: float) -> None:
 
     files = sorted((ROOT / "tests/corpus/cheats").glob("*.py")) + sorted((ROOT / "tests/corpus/honest").glob("*.py"))
     judges: dict[str, Judge] = {}
-    quick = GateOptions(sandbox=SandboxOptions(start_timeout_s=60, call_timeout_s=15, time_timeout_s=60))
+    quick = GateOptions(sandbox=SandboxOptions(start_timeout_s=20, call_timeout_s=15, time_timeout_s=60))
     for path in files:
         if left(deadline) < 20:
             log(out, {"phase": "corpus", "stopped": "deadline"})
@@ -167,12 +167,15 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0) -> Non
     ev.judge  # set up buffers before the clock starts
     window = min(window_s, left(deadline) - 20)
     t0 = time.monotonic()
-    done, statuses, lat = 0, {}, []
+    done, statuses, lat, parts = 0, {}, [], {"wait_s": [], "judge_s": [], "compile_s": [], "import_s": []}
     recorded = {tuple(sorted(p.items())): v for p, v in _top_configs(10**6)}
     gen = ev.evaluate(genomes)
     for g, r in zip(genomes, gen):
         done += 1
         statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
+        for k in parts:
+            if k in r.meta:
+                parts[k].append(r.meta[k])
         if r.is_ok:
             rec = recorded.get(tuple(sorted(g.params.items())))
             if rec:
@@ -188,6 +191,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0) -> Non
     ratio = [m / r for m, r in lat]
     log(out, {"phase": "throughput", "summary": True, "workers": workers, "done": done, "elapsed_s": round(el, 1),
               "per_min": round(60 * done / el, 1), "statuses": statuses,
+              "mean_s": {k: round(statistics.fmean(v), 4) for k, v in parts.items() if v},
               "vs_landscape_median_ratio": statistics.median(ratio) if ratio else None,
               "vs_landscape_spearman": _spearman([m for m, _ in lat], [r for _, r in lat]) if len(lat) > 5 else None})
 

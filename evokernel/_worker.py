@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import math
 import os
+import secrets
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ _isinstance = builtins.isinstance
 _perf_counter = time.perf_counter
 _Tensor = torch.Tensor
 _copy = torch.Tensor.copy_
+_randbelow = secrets.randbelow
 _current_stream = torch.cuda.current_stream
 _TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
            "time.perf_counter": time.perf_counter}
@@ -100,6 +102,7 @@ class Timing(msgspec.Struct, tag="timing"):
     samples_ms: list[float]
     graph: bool
     wall_ms_per_call: float
+    sampled: list[int] = []  # for each sample slot filled, the rotation set of that timed call
     ok: bool = True
     kind: str = ""
     error: str = ""
@@ -277,32 +280,44 @@ def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots:
     _send(conn, Done(trial=trial, ok=True, call_s=call_s))
 
 
-def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], spec: dict[str, Any],
-          device: str) -> None:
+def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sample_slots: list[list[torch.Tensor]],
+          spec: dict[str, Any], device: str) -> None:
     from .bench import time_cpu, time_cuda
+
+    def failed(kind: str, error: str) -> None:
+        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False, kind=kind,
+                           error=error))
 
     tamper = _tampering()
     if tamper:
-        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False,
-                           kind="tampering", error=tamper))
-        return
+        return failed("tampering", tamper)
+    spec = dict(spec)
+    rate = float(spec.pop("sample_rate", 0.3))
+    sampled: list[int] = []
+
+    def sample(which: int, out: Any, last: bool) -> None:
+        """Copy a timed call's outputs out for the judge, decided only after the call returned
+        and from the OS's randomness: the candidate cannot know which calls are checked."""
+        if len(sampled) >= len(sample_slots) or not (last and not sampled or _randbelow(1000) < rate * 1000):
+            return
+        outs = list(out) if _isinstance(out, (tuple, list)) else [out]
+        for o, slot in zip(outs, sample_slots[len(sampled)]):
+            _copy(slot, o)
+        sampled.append(which)
+
     try:
         fns = [(lambda s=s: kernel(*s)) for s in sets]
         if device == "cuda":
-            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING)
+            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample)
         else:
-            samples, graph, wall = time_cpu(fns, **spec)
+            samples, graph, wall = time_cpu(fns, **spec, sample=sample)
     except Exception as exc:
         text = _error_text(exc)
-        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False,
-                           kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
-        return
+        return failed("cuda_error" if _is_cuda_error(text) else "raised", text)
     tamper = _tampering()
     if tamper:
-        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False,
-                           kind="tampering", error=tamper))
-        return
-    _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall))
+        return failed("tampering", tamper)
+    _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall, sampled=sampled))
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -356,8 +371,8 @@ def main(conn: Any, setup_bytes: bytes) -> None:
             _, trial, inputs, slots = msg
             _call(conn, kernel, trial, inputs, slots, setup.device)
         elif op == "time":
-            _, shape, sets, spec = msg
-            _time(conn, kernel, shape, sets, spec, setup.device)
+            _, shape, sets, sample_slots, spec = msg
+            _time(conn, kernel, shape, sets, sample_slots, spec, setup.device)
         elif op == "exit":
             return
         del msg

@@ -39,8 +39,12 @@ def relative_ci(samples: Sequence[float]) -> float:
     return (hi - lo) / 2 / med if med > 0 else math.inf
 
 
+Sampler = Callable[[int, Any, bool], None]  # (rotation set, outputs, last call) -> None
+
+
 def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]] | None:
-    """Each function captured into a CUDA graph, or None if it cannot be captured."""
+    """Each function captured into a CUDA graph (a replay returns the graph's outputs), or
+    None if it cannot be captured."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     try:
@@ -48,16 +52,16 @@ def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]]
             for f in fns:
                 f()
         torch.cuda.current_stream().wait_stream(side)
-        graphs = []
+        runners = []
         for f in fns:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                f()
-            graphs.append(g)
+                out = f()
+            runners.append(lambda g=g, out=out: (g.replay(), out)[1])
     except Exception:
         torch.cuda.synchronize()
         return None
-    return [g.replay for g in graphs]
+    return runners
 
 
 def time_cuda(
@@ -73,10 +77,12 @@ def time_cuda(
     graph_below_ms: float = 0.1,
     flush_mb: int = 256,
     warmup: int = 3,
+    sample: Sampler | None = None,
 ) -> tuple[list[float], bool, float]:
     """Per-call device times in ms (one input set per call, rotating), whether graphs were
     replayed, and the wall time per call of a device-synchronised loop (no flush), which
-    exposes work that escaped the timed stream."""
+    exposes work that escaped the timed stream. `sample` sees every timed call's outputs
+    right after its end event (outside the timed region)."""
     import torch
 
     Event = watched["torch.cuda.Event"]
@@ -88,19 +94,25 @@ def time_cuda(
             f()
     sync()
 
-    def measure(runners: list[Callable[[], Any]], n: int, offset: int) -> list[float]:
+    last: list[Any] = [None, 0]
+
+    def measure(runners: list[Callable[[], Any]], n: int, offset: int, check: bool = True) -> list[float]:
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
+            k = (offset + i) % len(runners)
             flush.zero_()
             starts[i].record()
-            runners[(offset + i) % len(runners)]()
+            out = runners[k]()
             ends[i].record()
+            if check and sample is not None:
+                sample(k, out, False)
+            last[0], last[1] = out, k
         sync()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
     runners, used_graph = fns, False
-    probe = measure(fns, min(5, max_reps), 0)
+    probe = measure(fns, min(5, max_reps), 0, check=False)
     if graph == "on" or (graph == "auto" and statistics.median(probe) < graph_below_ms):
         captured = _graphs(fns, torch)
         if captured is not None:
@@ -116,6 +128,8 @@ def time_cuda(
             break
         if len(samples) >= min_reps and relative_ci(samples) <= rel_ci:
             break
+    if sample is not None:
+        sample(last[1], last[0], True)
     reps = max(3, min(50, int(0.05 / max(statistics.median(samples) * 1e-3, 1e-6))))
     sync()
     w0 = clock()
@@ -135,6 +149,7 @@ def time_cpu(
     rel_ci: float = 0.02,
     max_s: float = 2.0,
     warmup: int = 1,
+    sample: Sampler | None = None,
     **_: Any,
 ) -> tuple[list[float], bool, float]:
     """The CPU counterpart: wall time per call, rotating inputs."""
@@ -143,12 +158,16 @@ def time_cpu(
             f()
     samples: list[float] = []
     t_end = time.perf_counter() + max_s
-    i = 0
+    i, out = 0, None
     while len(samples) < max_reps:
         t0 = time.perf_counter()
-        fns[i % len(fns)]()
+        out = fns[i % len(fns)]()
         samples.append((time.perf_counter() - t0) * 1e3)
+        if sample is not None:
+            sample(i % len(fns), out, False)
         i += 1
         if len(samples) >= min_reps and (relative_ci(samples) <= rel_ci or time.perf_counter() > t_end):
             break
+    if sample is not None:
+        sample((i - 1) % len(fns), out, True)
     return samples, False, statistics.median(samples)

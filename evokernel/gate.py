@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +42,8 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     recheck_seeds: int = 1  # checks per tuning shape after timing
     time: bool = True
     rotate: int = 3  # input sets rotated while timing
+    samples: int = 8  # timed calls whose outputs are checked, drawn at random after each call
+    sample_rate: float = 0.3  # chance that a timed call's output is copied out for checking
     timing: dict[str, Any] = msgspec.field(default_factory=dict)  # passed to bench.time_cuda / time_cpu
     escape_ratio: float = 2.0  # wall time per call above this x the timed median (+0.1 ms): work escaped
     sandbox: SandboxOptions = msgspec.field(default_factory=SandboxOptions)
@@ -71,11 +74,13 @@ class Verdict(msgspec.Struct, kw_only=True):
     import_s: float = 0.0
     compile_s: float = 0.0
     log_tail: str = ""
+    wait_s: float = 0.0  # the judge waiting for the candidate to import and compile
+    judge_s: float = 0.0  # checking and timing, once it was ready
     fault: bool = False  # the candidate's process died on the GPU: check the GPU before going on
 
     def to_result(self) -> Result:
         meta = {"import_s": self.import_s, "compile_s": self.compile_s, "checks": self.checks,
-                "timings": msgspec.to_builtins(self.timings)}
+                "wait_s": self.wait_s, "judge_s": self.judge_s, "timings": msgspec.to_builtins(self.timings)}
         if self.accepted and self.latency_ms is not None:
             return Result.ok(self.latency_ms, noise=self.noise,
                              per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta)
@@ -130,23 +135,76 @@ def _seed() -> int:
     return secrets.randbits(62)
 
 
-class _Shape:
-    """Judge-owned buffers for one shape: inputs refilled per trial, result slots poisoned."""
+def _poison(ts: Sequence[Any]) -> None:
+    for t in ts:
+        t.fill_(math.nan if t.is_floating_point() else -1)
 
-    def __init__(self, problem: Problem, shape: dict[str, Any], device: str) -> None:
+
+class _Arena:
+    """One block of judge-owned memory that every buffer is a view of, so a candidate's
+    process maps a single shared allocation (one CUDA IPC handle, one file descriptor)."""
+
+    ALIGN = 256
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.requests: list[tuple[tuple[int, ...], Any]] = []
+        self.base: Any = None
+
+    def request(self, shape: Sequence[int], dtype: Any) -> int:
+        self.requests.append((tuple(shape), dtype))
+        return len(self.requests) - 1
+
+    def build(self) -> list[Any]:
+        import torch
+
+        offsets, total = [], 0
+        for shape, dtype in self.requests:
+            offsets.append(total)
+            nbytes = math.prod(shape) * dtype.itemsize
+            total += -(-max(nbytes, 1) // self.ALIGN) * self.ALIGN
+        self.base = torch.empty(max(total, self.ALIGN), dtype=torch.uint8, device=self.device)
+        if self.device == "cpu":
+            self.base.share_memory_()
+        views = []
+        for (shape, dtype), off in zip(self.requests, offsets):
+            n = math.prod(shape) * dtype.itemsize
+            views.append(self.base[off:off + n].view(dtype).view(shape))
+        return views
+
+
+class _Shape:
+    """Judge-owned buffers for one shape: inputs refilled for every trial (pointers repeat,
+    values change), poisoned result slots, rotation sets for timing, and slots where the
+    candidate's process copies outputs of timed calls drawn at random."""
+
+    def __init__(self, problem: Problem, shape: dict[str, Any], device: str, arena: _Arena, *,
+                 rotate: int, samples: int) -> None:
         self.problem, self.shape, self.device = problem, shape, device
         self.key = shape_key(shape)
         first = _as_list(problem.make_inputs(dict(shape), _seed(), device))
-        self.inputs = [t.clone().contiguous() for t in first]
-        if device == "cpu":
-            for t in self.inputs:
-                t.share_memory_()
-        refs = _as_list(problem.reference(*[t.clone() for t in self.inputs]))
-        self.slots = [r.new_empty(r.shape).contiguous() for r in refs]
-        if device == "cpu":
-            for s in self.slots:
-                s.share_memory_()
-        self.specs = [(list(t.shape), list(t.stride()), str(t.dtype).removeprefix("torch.")) for t in self.inputs]
+        refs = _as_list(problem.reference(*first))
+        self.specs = [(list(t.shape), list(t.contiguous().stride()), str(t.dtype).removeprefix("torch."))
+                      for t in first]
+        ins = [(t.shape, t.dtype) for t in first]
+        outs = [(r.shape, r.dtype) for r in refs]
+        self._ids = {
+            "inputs": [arena.request(*x) for x in ins],
+            "slots": [arena.request(*x) for x in outs],
+            "rotation": [[arena.request(*x) for x in ins] for _ in range(rotate)],
+            "samples": [[arena.request(*x) for x in outs] for _ in range(samples)],
+        }
+        self.inputs: list[Any] = []
+        self.slots: list[Any] = []
+        self.rotation: list[list[Any]] = []
+        self.samples: list[list[Any]] = []
+
+    def bind(self, views: list[Any]) -> None:
+        ids = self._ids
+        self.inputs = [views[i] for i in ids["inputs"]]
+        self.slots = [views[i] for i in ids["slots"]]
+        self.rotation = [[views[i] for i in group] for group in ids["rotation"]]
+        self.samples = [[views[i] for i in group] for group in ids["samples"]]
 
     def refill(self, seed: int) -> tuple[list[Any], list[Any]]:
         """New values in the same buffers; returns (reference outputs, pristine input copies)."""
@@ -155,19 +213,21 @@ class _Shape:
             buf.copy_(new)
         pristine = [t.clone() for t in self.inputs]
         refs = _as_list(self.problem.reference(*[t.clone() for t in self.inputs]))
-        for s in self.slots:
-            s.fill_(math.nan if s.is_floating_point() else -1)
+        _poison(self.slots)
         return refs, pristine
 
-    def rotation(self, n: int) -> list[list[Any]]:
-        sets = []
-        for _ in range(n):
-            ts = [t.contiguous() for t in _as_list(self.problem.make_inputs(dict(self.shape), _seed(), self.device))]
-            if self.device == "cpu":
-                for t in ts:
-                    t.share_memory_()
-            sets.append(ts)
-        return sets
+    def refill_rotation(self) -> tuple[list[list[Any]], list[list[Any]]]:
+        """Fresh values in every rotation set; returns (references, pristine copies) per set."""
+        refs, pristine = [], []
+        for group in self.rotation:
+            fresh = _as_list(self.problem.make_inputs(dict(self.shape), _seed(), self.device))
+            for buf, new in zip(group, fresh):
+                buf.copy_(new)
+            pristine.append([t.clone() for t in group])
+            refs.append(_as_list(self.problem.reference(*[t.clone() for t in group])))
+        for group in self.samples:
+            _poison(group)
+        return refs, pristine
 
 
 _STATUS = {
@@ -193,8 +253,15 @@ class Judge:
         self.device = device
         self.options = options or GateOptions()
         self.peaks: Peaks | None = peaks_for(device)
-        self.tuning = [_Shape(problem, s, device) for s in problem.shapes]
-        self.heldout = [_Shape(problem, s, device) for s in problem.heldout]
+        arena = _Arena(device)
+        opt = self.options
+        self.tuning = [_Shape(problem, s, device, arena, rotate=opt.rotate if opt.time else 0,
+                              samples=opt.samples if opt.time else 0) for s in problem.shapes]
+        self.heldout = [_Shape(problem, s, device, arena, rotate=0, samples=0) for s in problem.heldout]
+        views = arena.build()
+        for shape in self.tuning + self.heldout:
+            shape.bind(views)
+        self.arena = arena
         self.degenerate = self._canary()
 
     # -- candidates --------------------------------------------------------------------
@@ -213,13 +280,21 @@ class Judge:
 
     def judge(self, sandbox: Sandbox) -> Verdict:
         """Check, time and re-check a started sandbox."""
+        t0 = time.monotonic()
+        verdict = self._judge(sandbox)
+        verdict.judge_s = time.monotonic() - t0 - verdict.wait_s
+        return verdict
+
+    def _judge(self, sandbox: Sandbox) -> Verdict:
         label = sandbox.label
+        t0 = time.monotonic()
         if self.degenerate:
             return Verdict(accepted=False, reason=self.degenerate, status=Status.INVALID, label=label)
         ready = sandbox.wait_ready()
+        waited = time.monotonic() - t0
         if isinstance(ready, Outcome):
-            return self._failed(ready.kind, ready.error, label, ready.log_tail)
-        base = {"label": label, "import_s": ready.import_s, "compile_s": ready.compile_s}
+            return msgspec.structs.replace(self._failed(ready.kind, ready.error, label, ready.log_tail), wait_s=waited)
+        base = {"label": label, "import_s": ready.import_s, "compile_s": ready.compile_s, "wait_s": waited}
         seeds: list[int] = []
         plan = [(s, self.options.seeds) for s in self.tuning] + [(s, self.options.heldout_seeds) for s in self.heldout]
         for shape, n in plan:
@@ -272,13 +347,33 @@ class Judge:
         return None
 
     def _time(self, sandbox: Sandbox, shape: _Shape) -> ShapeTiming | Verdict:
-        sets = shape.rotation(self.options.rotate)
-        got = sandbox.time(shape.key, sets, dict(self.options.timing))
+        refs, pristine = shape.refill_rotation()
+        spec = {**self.options.timing, "sample_rate": self.options.sample_rate}
+        got = sandbox.time(shape.key, shape.rotation, shape.samples, spec)
         if isinstance(got, Outcome):
             return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, got.log_tail)
         assert isinstance(got, Timing)
         if not got.ok:
             return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, sandbox.log_tail())
+        with sandbox.paused():
+            if self.device == "cuda":
+                import torch
+
+                torch.cuda.synchronize()
+            if not got.sampled:
+                return Verdict(accepted=False, status=Status.INCORRECT,
+                               reason=f"no timed output was handed over for checking ({shape.key}, timing)")
+            for slot, which in zip(shape.samples, got.sampled):
+                if not 0 <= which < len(refs):
+                    return Verdict(accepted=False, status=Status.INCORRECT, reason="bad sample index from the worker")
+                wrong = compare(refs[which], slot, self._tolerance(refs[which]))
+                if wrong is not None:
+                    return Verdict(accepted=False, status=Status.INCORRECT,
+                                   reason=f"wrong result in a timed call: {wrong} ({shape.key}, timing)")
+            for group, clean in zip(shape.rotation, pristine):
+                if any(not _bytes_equal(a, b) for a, b in zip(group, clean)):
+                    return Verdict(accepted=False, status=Status.INCORRECT,
+                                   reason=f"an input was modified during timing ({shape.key})")
         samples = got.samples_ms
         if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
             return Verdict(accepted=False, reason=f"timing returned no valid samples ({shape.key})",

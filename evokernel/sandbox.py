@@ -208,11 +208,12 @@ class Sandbox:
             return msg
         return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a check"))
 
-    def time(self, shape: str, sets: list[list[Any]], spec: dict[str, Any]) -> Timing | Outcome:
+    def time(self, shape: str, sets: list[list[Any]], sample_slots: list[list[Any]],
+             spec: dict[str, Any]) -> Timing | Outcome:
         if self.outcome is not None:
             return self.outcome
         try:
-            self.conn.send(("time", shape, sets, spec))
+            self.conn.send(("time", shape, sets, sample_slots, spec))
         except (OSError, ValueError) as exc:
             return self._dead(f"sending inputs: {exc}")
         msg = self._receive(self.options.time_timeout_s, "timing")
@@ -232,14 +233,11 @@ class Sandbox:
             self._signal(signal.SIGCONT)
 
     def close(self) -> None:
-        """Ask the worker to exit, then make sure the whole group is gone; remove its files."""
+        """Kill the candidate's whole process group and remove its files. Nothing is left to
+        save in there, and waiting for a CUDA context to tear down would stall the judge."""
         if self.process is not None:
-            if self.outcome is None and self.process.is_alive():
-                with contextlib.suppress(OSError, ValueError):
-                    self.conn.send(("exit",))
-                self.process.join(2.0)
             self._kill()
-            self.process.join(5.0)
+            self.process.join(0)  # reaped later by multiprocessing if not yet gone
         if self.conn is not None:
             self.conn.close()
         if not self.options.keep_work_dir:
