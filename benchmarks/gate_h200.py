@@ -167,7 +167,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0) -> Non
     ev.judge  # set up buffers before the clock starts
     window = min(window_s, left(deadline) - 20)
     t0 = time.monotonic()
-    done, statuses, lat, parts = 0, {}, [], {"wait_s": [], "judge_s": [], "compile_s": [], "import_s": []}
+    done, statuses, lat, parts = 0, {}, [], {k: [] for k in ("wait_s", "judge_s", "compile_s", "import_s", "checks_s", "timing_s", "recheck_s")}
     recorded = {tuple(sorted(p.items())): v for p, v in _top_configs(10**6)}
     gen = ev.evaluate(genomes)
     for g, r in zip(genomes, gen):

@@ -321,7 +321,19 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
 
 
 # -- entry point ---------------------------------------------------------------------------
-def main(conn: Any, setup_bytes: bytes) -> None:
+def _viewer(arena: Any) -> Any:
+    """Turns (byte offset, shape, dtype) into a view of the judge's block."""
+
+    def view(ref: Any) -> torch.Tensor:
+        off, shape, dtype = ref
+        dt = getattr(torch, dtype)
+        n = math.prod(shape) * dt.itemsize
+        return arena[off:off + n].view(dt).view(tuple(shape))
+
+    return view
+
+
+def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     """Process entry (forked from the server): set up, import, compile, then serve the judge."""
     os.setsid()  # the judge kills the whole group: the candidate's own children die with it
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
@@ -360,6 +372,7 @@ def main(conn: Any, setup_bytes: bytes) -> None:
         except BaseException as exc:
             _send(conn, Failed(kind="compile", error=_error_text(exc)))
             return
+    view = _viewer(arena)
     _send(conn, Ready(import_s=import_s, compile_s=_perf_counter() - t1, triton_kernels=compiled))
     while True:
         try:
@@ -369,10 +382,11 @@ def main(conn: Any, setup_bytes: bytes) -> None:
         op = msg[0]
         if op == "call":
             _, trial, inputs, slots = msg
-            _call(conn, kernel, trial, inputs, slots, setup.device)
+            _call(conn, kernel, trial, [view(r) for r in inputs], [view(r) for r in slots], setup.device)
         elif op == "time":
             _, shape, sets, sample_slots, spec = msg
-            _time(conn, kernel, shape, sets, sample_slots, spec, setup.device)
+            _time(conn, kernel, shape, [[view(r) for r in g] for g in sets],
+                  [[view(r) for r in g] for g in sample_slots], spec, setup.device)
         elif op == "exit":
             return
         del msg

@@ -76,11 +76,13 @@ class Verdict(msgspec.Struct, kw_only=True):
     log_tail: str = ""
     wait_s: float = 0.0  # the judge waiting for the candidate to import and compile
     judge_s: float = 0.0  # checking and timing, once it was ready
+    phases: dict[str, float] = msgspec.field(default_factory=dict)  # seconds in checks, timing, re-checks
     fault: bool = False  # the candidate's process died on the GPU: check the GPU before going on
 
     def to_result(self) -> Result:
         meta = {"import_s": self.import_s, "compile_s": self.compile_s, "checks": self.checks,
-                "wait_s": self.wait_s, "judge_s": self.judge_s, "timings": msgspec.to_builtins(self.timings)}
+                "wait_s": self.wait_s, "judge_s": self.judge_s, **{f"{k}_s": v for k, v in self.phases.items()},
+                "timings": msgspec.to_builtins(self.timings)}
         if self.accepted and self.latency_ms is not None:
             return Result.ok(self.latency_ms, noise=self.noise,
                              per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta)
@@ -155,7 +157,9 @@ class _Arena:
         self.requests.append((tuple(shape), dtype))
         return len(self.requests) - 1
 
-    def build(self) -> list[Any]:
+    def build(self) -> tuple[list[Any], list[tuple[int, list[int], str]]]:
+        """The views, and for each a reference (byte offset, shape, dtype) that the
+        candidate's process turns back into the same view of its mapping of the block."""
         import torch
 
         offsets, total = [], 0
@@ -166,11 +170,12 @@ class _Arena:
         self.base = torch.empty(max(total, self.ALIGN), dtype=torch.uint8, device=self.device)
         if self.device == "cpu":
             self.base.share_memory_()
-        views = []
+        views, refs = [], []
         for (shape, dtype), off in zip(self.requests, offsets):
             n = math.prod(shape) * dtype.itemsize
             views.append(self.base[off:off + n].view(dtype).view(shape))
-        return views
+            refs.append((off, list(shape), str(dtype).removeprefix("torch.")))
+        return views, refs
 
 
 class _Shape:
@@ -199,12 +204,18 @@ class _Shape:
         self.rotation: list[list[Any]] = []
         self.samples: list[list[Any]] = []
 
-    def bind(self, views: list[Any]) -> None:
+    def bind(self, views: list[Any], refs: list[Any]) -> None:
         ids = self._ids
         self.inputs = [views[i] for i in ids["inputs"]]
         self.slots = [views[i] for i in ids["slots"]]
         self.rotation = [[views[i] for i in group] for group in ids["rotation"]]
         self.samples = [[views[i] for i in group] for group in ids["samples"]]
+        self.refs = {
+            "inputs": [refs[i] for i in ids["inputs"]],
+            "slots": [refs[i] for i in ids["slots"]],
+            "rotation": [[refs[i] for i in group] for group in ids["rotation"]],
+            "samples": [[refs[i] for i in group] for group in ids["samples"]],
+        }
 
     def refill(self, seed: int) -> tuple[list[Any], list[Any]]:
         """New values in the same buffers; returns (reference outputs, pristine input copies)."""
@@ -258,9 +269,9 @@ class Judge:
         self.tuning = [_Shape(problem, s, device, arena, rotate=opt.rotate if opt.time else 0,
                               samples=opt.samples if opt.time else 0) for s in problem.shapes]
         self.heldout = [_Shape(problem, s, device, arena, rotate=0, samples=0) for s in problem.heldout]
-        views = arena.build()
+        views, refs = arena.build()
         for shape in self.tuning + self.heldout:
-            shape.bind(views)
+            shape.bind(views, refs)
         self.arena = arena
         self.degenerate = self._canary()
 
@@ -268,7 +279,8 @@ class Judge:
     def sandbox(self, source: str, label: str = "candidate") -> Sandbox:
         """A started sandbox: the candidate imports and compiles while the judge does other work."""
         specs = [s.specs for s in self.tuning + self.heldout]
-        return Sandbox(source, device=self.device, input_specs=specs, options=self.options.sandbox,
+        return Sandbox(source, device=self.device, input_specs=specs, arena=self.arena.base,
+                       options=self.options.sandbox,
                        label=label).start()
 
     def check(self, source: str, label: str = "candidate") -> Verdict:
@@ -296,6 +308,8 @@ class Judge:
             return msgspec.structs.replace(self._failed(ready.kind, ready.error, label, ready.log_tail), wait_s=waited)
         base = {"label": label, "import_s": ready.import_s, "compile_s": ready.compile_s, "wait_s": waited}
         seeds: list[int] = []
+        phases: dict[str, float] = {}
+        mark = time.monotonic()
         plan = [(s, self.options.seeds) for s in self.tuning] + [(s, self.options.heldout_seeds) for s in self.heldout]
         for shape, n in plan:
             for _ in range(n):
@@ -303,21 +317,24 @@ class Judge:
                 if bad is not None:
                     return msgspec.structs.replace(bad, checks=len(seeds), seeds=seeds, **base)
         timings: list[ShapeTiming] = []
+        phases["checks"], mark = time.monotonic() - mark, time.monotonic()
         if self.options.time:
             for shape in self.tuning:
                 got = self._time(sandbox, shape)
                 if isinstance(got, Verdict):
                     return msgspec.structs.replace(got, checks=len(seeds), seeds=seeds, **base)
                 timings.append(got)
+            phases["timing"], mark = time.monotonic() - mark, time.monotonic()
             for shape in self.tuning:
                 for _ in range(self.options.recheck_seeds):
                     bad = self._trial(sandbox, shape, seeds, phase="after timing")
                     if bad is not None:
                         return msgspec.structs.replace(bad, checks=len(seeds), seeds=seeds, **base)
+            phases["recheck"] = time.monotonic() - mark
         latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings)) if timings else None
         noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
         return Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency, noise=noise,
-                       timings=timings, checks=len(seeds), seeds=seeds, **base)
+                       timings=timings, checks=len(seeds), seeds=seeds, phases=phases, **base)
 
     # -- steps -------------------------------------------------------------------------
     def _trial(self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "") -> Verdict | None:
@@ -325,7 +342,8 @@ class Judge:
         seeds.append(seed)
         refs, pristine = shape.refill(seed)
         trial = len(seeds)
-        done = sandbox.call(trial, shape.inputs, shape.slots)
+        self._settle()
+        done = sandbox.call(trial, shape.refs["inputs"], shape.refs["slots"])
         where = f"{shape.key}" + (f", {phase}" if phase else "")
         if isinstance(done, Outcome):
             return self._failed(done.kind, f"{done.error} ({where})", sandbox.label, done.log_tail)
@@ -349,7 +367,8 @@ class Judge:
     def _time(self, sandbox: Sandbox, shape: _Shape) -> ShapeTiming | Verdict:
         refs, pristine = shape.refill_rotation()
         spec = {**self.options.timing, "sample_rate": self.options.sample_rate}
-        got = sandbox.time(shape.key, shape.rotation, shape.samples, spec)
+        self._settle()
+        got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
         if isinstance(got, Outcome):
             return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, got.log_tail)
         assert isinstance(got, Timing)
@@ -387,6 +406,14 @@ class Judge:
         timing = ShapeTiming(shape=shape.key, median_ms=med, ci_low_ms=lo, ci_high_ms=hi, samples=len(samples),
                              graph=got.graph)
         return self._roofline(shape, timing)
+
+    def _settle(self) -> None:
+        """Finish the judge's own writes (new inputs, poisoned slots) before the candidate's
+        process, which does not share the judge's stream, reads or writes them."""
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
 
     def _roofline(self, shape: _Shape, t: ShapeTiming) -> ShapeTiming | Verdict:
         flops, nbytes = self.problem.flops(shape.shape), self.problem.bytes(shape.shape)

@@ -148,10 +148,12 @@ class Sandbox:
         *,
         device: str,
         input_specs: list[list[tuple[list[int], list[int], str]]],
+        arena: Any = None,
         options: SandboxOptions | None = None,
         label: str = "candidate",
     ) -> None:
         self.source = source
+        self.arena = arena
         self.device = device
         self.input_specs = input_specs
         self.options = options or SandboxOptions()
@@ -172,7 +174,9 @@ class Sandbox:
                       work_dir=self.work_dir, input_specs=self.input_specs)
         from ._worker import main
 
-        self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup)), daemon=True)
+        # the judge's memory block travels once, with the process: the candidate maps it while
+        # it imports and compiles, and every later message names views of it by offset
+        self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), self.arena), daemon=True)
         with _environ(_candidate_environment(self.device)), _neutral_main():
             self.process.start()
         child.close()
@@ -195,6 +199,7 @@ class Sandbox:
         return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} before ready"))
 
     def call(self, trial: int, inputs: list[Any], slots: list[Any]) -> Done | Outcome:
+        """Run the kernel on views of the judge's block (given as (offset, shape, dtype))."""
         if self.outcome is not None:
             return self.outcome
         try:
