@@ -77,7 +77,7 @@ def _header(path: Path) -> dict[str, str]:
     return head
 
 
-def phase_corpus(out: Path, deadline: float) -> None:
+def phase_corpus(out: Path, deadline: float, only: str = "") -> None:
     from evokernel.gate import GateOptions, Judge
     from evokernel.problem import Problem
     from evokernel.sandbox import SandboxOptions
@@ -91,7 +91,7 @@ def phase_corpus(out: Path, deadline: float) -> None:
             return
         head = _header(path)
         prob = head.get("problem")
-        if not prob:
+        if not prob or (only and not re.search(only, f"{path.parent.name}/{path.name} device:{head.get('device')}")):
             continue
         if prob not in judges:
             judges[prob] = Judge(Problem.load(ROOT / f"tests/corpus/problems/{prob}.py"), "cuda", quick)
@@ -208,6 +208,7 @@ def main() -> None:
     ap.add_argument("--phases", nargs="+", default=["smoke", "corpus", "fidelity", "throughput"])
     ap.add_argument("--deadline", type=float, default=540.0)
     ap.add_argument("--window", type=float, default=120.0)
+    ap.add_argument("--corpus-only", default="", help="regex over 'folder/file device:X' to select corpus files")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -222,6 +223,8 @@ def main() -> None:
         try:
             if ph == "throughput":
                 phase_throughput(out, args.deadline, args.window)
+            elif ph == "corpus":
+                phase_corpus(out, args.deadline, args.corpus_only)
             else:
                 {"smoke": phase_smoke, "corpus": phase_corpus, "fidelity": phase_fidelity}[ph](out, args.deadline)
         except Exception as exc:
