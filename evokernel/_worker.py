@@ -161,22 +161,32 @@ def _import_candidate(source: str, work_dir: str) -> Any:
     return module
 
 
-def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]]], device: str) -> int:
+def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]]], device: str) -> tuple[int, str]:
     """Call the kernel once per shape with Triton launches turned into compilations.
 
-    Triton's JIT compiles without launching when asked to warm up; the candidate's host code
-    runs, but no Triton kernel touches the GPU, so compiling here does not disturb a timing
-    that another candidate runs at the same moment. Returns the number of compilations."""
+    Triton's JIT compiles without launching when asked to warm up; each compiled kernel is
+    then loaded and given its launcher (a small C stub Triton builds with the system
+    compiler), so the first checked call launches at once. The candidate's host code runs,
+    but no Triton kernel touches the GPU: compiling here does not disturb a timing that
+    another candidate runs at the same moment. Returns (compilations, first compile error)."""
     try:
         from triton.runtime.jit import JITFunction
     except Exception:  # no triton: nothing to compile
-        return 0
+        return 0, ""
     original = JITFunction.run
-    count = [0]
+    count, errors = [0], []
 
     def compile_only(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         count[0] += 1
-        return original(self, *args, grid=grid, warmup=True, **kwargs)
+        try:
+            compiled = original(self, *args, grid=grid, warmup=True, **kwargs)
+            init = getattr(compiled, "_init_handles", None)
+            if init is not None:
+                init()  # loads the binary and builds the launcher; raises OutOfResources
+        except Exception as exc:
+            errors.append(_error_text(exc))
+            raise
+        return compiled
 
     JITFunction.run = compile_only  # type: ignore[method-assign]
     try:
@@ -193,7 +203,7 @@ def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]
                 pass
     finally:
         JITFunction.run = original  # type: ignore[method-assign]
-    return count[0]
+    return count[0], errors[0] if errors else ""
 
 
 # -- the calls -----------------------------------------------------------------------------
@@ -368,9 +378,12 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     compiled = 0
     if setup.device == "cuda":
         try:
-            compiled = _compile_only(kernel, setup.input_specs, setup.device)
+            compiled, compile_error = _compile_only(kernel, setup.input_specs, setup.device)
         except BaseException as exc:
             _send(conn, Failed(kind="compile", error=_error_text(exc)))
+            return
+        if compile_error:
+            _send(conn, Failed(kind="compile", error=compile_error))
             return
     view = _viewer(arena)
     _send(conn, Ready(import_s=import_s, compile_s=_perf_counter() - t1, triton_kernels=compiled))

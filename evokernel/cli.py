@@ -100,7 +100,7 @@ def _build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="default: cuda when a GPU is present, else cpu (Triton through its interpreter)")
     c.add_argument("--no-time", action="store_true", help="check correctness only")
-    c.add_argument("--seeds", type=_positive_int, default=2, help="checks per shape before timing")
+    c.add_argument("--seeds", type=_positive_int, default=1, help="checks per tuning shape before timing")
     c.add_argument("--timeout", type=_positive_float, default=None, help="seconds per step (import, call, timing)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
