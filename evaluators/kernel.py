@@ -136,6 +136,20 @@ class KernelEvaluator:
                 if isinstance(item, Sandbox):
                     item.close()
 
+    def remeasure(self, genomes: Sequence[Genome], *, rounds: int = 3) -> list[Result]:
+        """Judge these genomes again, together: checked again on fresh inputs, then timed in
+        interleaved blocks (A B C A B C ...) so that their figures compare like for like."""
+        judge = self.judge
+        sandboxes = [judge.sandbox(_source_of(g, self.render), label=g.id) for g in genomes]
+        try:
+            verdicts = judge.judge_together(sandboxes, rounds=rounds)
+        finally:
+            for sb in sandboxes:
+                sb.close()
+        if any(v.fault for v in verdicts):
+            self._health_check(next(v for v in verdicts if v.fault))
+        return [v.to_result() for v in verdicts]
+
     def _health_check(self, after: Verdict) -> None:
         """After a candidate faulted on the GPU, a fresh process must pass the reference
         before the next candidate is judged."""

@@ -255,6 +255,86 @@ _STATUS = {
 }
 
 
+class _Run:
+    """One candidate's way through the judge: prepare, check, time (one or more blocks per
+    shape), re-check, verdict. Each step returns a rejecting Verdict or None."""
+
+    def __init__(self, judge: Judge, sandbox: Sandbox) -> None:
+        self.judge, self.sandbox = judge, sandbox
+        self.seeds: list[int] = []
+        self.samples: dict[str, list[float]] = {}
+        self.graph: dict[str, bool] = {}
+        self.phases: dict[str, float] = {}
+        self.base: dict[str, Any] = {"label": sandbox.label}
+        self.t0 = time.monotonic()
+
+    def _done(self, v: Verdict) -> Verdict:
+        return msgspec.structs.replace(v, checks=len(self.seeds), seeds=self.seeds, phases=self.phases,
+                                       judge_s=time.monotonic() - self.t0 - self.base.get("wait_s", 0.0),
+                                       **self.base)
+
+    def _phase(self, name: str, start: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - start
+
+    def prepare(self) -> Verdict | None:
+        judge = self.judge
+        if judge.degenerate:
+            return self._done(Verdict(accepted=False, reason=judge.degenerate, status=Status.INVALID))
+        ready = self.sandbox.wait_ready()
+        self.base["wait_s"] = time.monotonic() - self.t0
+        if isinstance(ready, Outcome):
+            return self._done(judge._failed(ready.kind, ready.error, self.sandbox.label, ready.log_tail))
+        self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
+        return None
+
+    def check(self) -> Verdict | None:
+        judge, start = self.judge, time.monotonic()
+        plan = [(s, judge.options.seeds) for s in judge.tuning] + [(s, judge.options.heldout_seeds) for s in judge.heldout]
+        for shape, n in plan:
+            for _ in range(n):
+                bad = judge._trial(self.sandbox, shape, self.seeds)
+                if bad is not None:
+                    return self._done(bad)
+        self._phase("checks", start)
+        return None
+
+    def time(self, shape: _Shape, spec: dict[str, Any]) -> Verdict | None:
+        start = time.monotonic()
+        got = self.judge._time_block(self.sandbox, shape, spec)
+        self._phase("timing", start)
+        if isinstance(got, Verdict):
+            return self._done(got)
+        samples, graph = got
+        self.samples.setdefault(shape.key, []).extend(samples)
+        self.graph[shape.key] = graph
+        return None
+
+    def recheck(self) -> Verdict | None:
+        judge, start = self.judge, time.monotonic()
+        for shape in judge.tuning:
+            for _ in range(judge.options.recheck_seeds):
+                bad = judge._trial(self.sandbox, shape, self.seeds, phase="after timing")
+                if bad is not None:
+                    return self._done(bad)
+        self._phase("recheck", start)
+        return None
+
+    def accepted(self) -> Verdict:
+        timings: list[ShapeTiming] = []
+        for shape in self.judge.tuning:
+            xs = self.samples.get(shape.key)
+            if not xs:
+                continue
+            got = self.judge._roofline(shape, self.judge._summary(shape, xs, self.graph[shape.key]))
+            if isinstance(got, Verdict):
+                return self._done(got)
+            timings.append(got)
+        latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings)) if timings else None
+        noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
+        return self._done(Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency,
+                                  noise=noise, timings=timings))
+
+
 def _compile_failure(text: str) -> bool:
     low = text.lower()
     return any(s in low for s in ("outofresources", "out of resource", "ptxas", "compilationerror",
@@ -297,49 +377,44 @@ class Judge:
 
     def judge(self, sandbox: Sandbox) -> Verdict:
         """Check, time and re-check a started sandbox."""
-        t0 = time.monotonic()
-        verdict = self._judge(sandbox)
-        verdict.judge_s = time.monotonic() - t0 - verdict.wait_s
-        return verdict
+        return self._judge(sandbox)
 
     def _judge(self, sandbox: Sandbox) -> Verdict:
-        label = sandbox.label
-        t0 = time.monotonic()
-        if self.degenerate:
-            return Verdict(accepted=False, reason=self.degenerate, status=Status.INVALID, label=label)
-        ready = sandbox.wait_ready()
-        waited = time.monotonic() - t0
-        if isinstance(ready, Outcome):
-            return msgspec.structs.replace(self._failed(ready.kind, ready.error, label, ready.log_tail), wait_s=waited)
-        base = {"label": label, "import_s": ready.import_s, "compile_s": ready.compile_s, "wait_s": waited}
-        seeds: list[int] = []
-        phases: dict[str, float] = {}
-        mark = time.monotonic()
-        plan = [(s, self.options.seeds) for s in self.tuning] + [(s, self.options.heldout_seeds) for s in self.heldout]
-        for shape, n in plan:
-            for _ in range(n):
-                bad = self._trial(sandbox, shape, seeds)
-                if bad is not None:
-                    return msgspec.structs.replace(bad, checks=len(seeds), seeds=seeds, **base)
-        timings: list[ShapeTiming] = []
-        phases["checks"], mark = time.monotonic() - mark, time.monotonic()
+        run = _Run(self, sandbox)
+        bad = run.prepare() or run.check()
+        if bad is not None:
+            return bad
         if self.options.time:
             for shape in self.tuning:
-                got = self._time(sandbox, shape)
-                if isinstance(got, Verdict):
-                    return msgspec.structs.replace(got, checks=len(seeds), seeds=seeds, **base)
-                timings.append(got)
-            phases["timing"], mark = time.monotonic() - mark, time.monotonic()
-            for shape in self.tuning:
-                for _ in range(self.options.recheck_seeds):
-                    bad = self._trial(sandbox, shape, seeds, phase="after timing")
-                    if bad is not None:
-                        return msgspec.structs.replace(bad, checks=len(seeds), seeds=seeds, **base)
-            phases["recheck"] = time.monotonic() - mark
-        latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings)) if timings else None
-        noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
-        return Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency, noise=noise,
-                       timings=timings, checks=len(seeds), seeds=seeds, phases=phases, **base)
+                bad = run.time(shape, self.options.timing)
+                if bad is not None:
+                    return bad
+            bad = run.recheck()
+            if bad is not None:
+                return bad
+        return run.accepted()
+
+    def judge_together(self, sandboxes: Sequence[Sandbox], *, rounds: int = 3) -> list[Verdict]:
+        """Judge several candidates with their timings interleaved: each shape is timed in
+        `rounds` short blocks per candidate, alternating candidates (A B A B ...; the order
+        rotates each round), so all of them are measured under the same conditions. This is
+        how elites are re-measured against each other before they are reported."""
+        runs = [_Run(self, sb) for sb in sandboxes]
+        verdicts: list[Verdict | None] = [run.prepare() or run.check() for run in runs]
+        block = dict(self.options.timing)
+        block["max_reps"] = max(10, int(block.get("max_reps", 1000)) // rounds)
+        block["min_reps"] = max(5, int(block.get("min_reps", 30)) // rounds)
+        for shape in self.tuning if self.options.time else []:
+            for r in range(rounds):
+                live = [i for i, v in enumerate(verdicts) if v is None]
+                for i in live[r % len(live):] + live[: r % len(live)] if live else []:
+                    verdicts[i] = runs[i].time(shape, block)
+        for i, run in enumerate(runs):
+            if verdicts[i] is None and self.options.time:
+                verdicts[i] = run.recheck()
+            if verdicts[i] is None:
+                verdicts[i] = run.accepted()
+        return [v for v in verdicts if v is not None]
 
     # -- steps -------------------------------------------------------------------------
     def _trial(self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "") -> Verdict | None:
@@ -369,9 +444,12 @@ class Judge:
             return Verdict(accepted=False, reason=f"wrong result: {wrong} ({where})", status=Status.INCORRECT)
         return None
 
-    def _time(self, sandbox: Sandbox, shape: _Shape) -> ShapeTiming | Verdict:
+    def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any]) -> tuple[list[float], bool] | Verdict:
+        """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
+        are checked, and so are the inputs (unchanged) and the samples (finite, in the
+        timed stream). Returns (samples in ms, graphs replayed)."""
         refs, pristine = shape.refill_rotation()
-        spec = {**self.options.timing, "sample_rate": self.options.sample_rate}
+        spec = {**timing, "sample_rate": self.options.sample_rate}
         self._settle()
         got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
         if isinstance(got, Outcome):
@@ -380,10 +458,7 @@ class Judge:
         if not got.ok:
             return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, sandbox.log_tail())
         with sandbox.paused():
-            if self.device == "cuda":
-                import torch
-
-                torch.cuda.synchronize()
+            self._settle()
             if not got.sampled:
                 return Verdict(accepted=False, status=Status.INCORRECT,
                                reason=f"no timed output was handed over for checking ({shape.key}, timing)")
@@ -403,14 +478,17 @@ class Judge:
             return Verdict(accepted=False, reason=f"timing returned no valid samples ({shape.key})",
                            status=Status.RUNTIME_ERROR)
         med = statistics.median(samples)
-        lo, hi = median_ci(samples)
         if self.device == "cuda" and got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
             return Verdict(accepted=False, status=Status.INCORRECT,
                            reason=(f"work escaped the timed stream: {got.wall_ms_per_call:.4f} ms per call with "
                                    f"the device synchronised, {med:.4f} ms timed ({shape.key})"))
-        timing = ShapeTiming(shape=shape.key, median_ms=med, ci_low_ms=lo, ci_high_ms=hi, samples=len(samples),
-                             graph=got.graph)
-        return self._roofline(shape, timing)
+        return list(samples), got.graph
+
+    @staticmethod
+    def _summary(shape: _Shape, samples: list[float], graph: bool) -> ShapeTiming:
+        lo, hi = median_ci(samples)
+        return ShapeTiming(shape=shape.key, median_ms=statistics.median(samples), ci_low_ms=lo, ci_high_ms=hi,
+                           samples=len(samples), graph=graph)
 
     def _settle(self) -> None:
         """Finish the judge's own writes (new inputs, poisoned slots) before the candidate's

@@ -541,7 +541,28 @@ class _Run:
         samples: dict[str, list[float]] = {e.genome.id: [e.latency_ms] for e in top}
         failed: set[str] = set()
         store, run_id = self.s.store, self.run.id
-        for rep in range(self.opt.remeasure):
+        together = getattr(self.s.evaluator, "remeasure", None)
+        noises: dict[str, float] = {}
+        if together is not None and self.opt.remeasure and top:
+            # the evaluator measures them side by side: rank by that measurement alone
+            got = [store.remeasurement(run_id, e.genome.id, 0) for e in top]
+            if any(r is None for r in got):
+                try:
+                    got = list(together([e.genome for e in top]))
+                except Exception as exc:
+                    raise EvaluatorError(f"evaluator {self.s.evaluator.name!r} failed re-measuring: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+                if len(got) != len(top) or not all(isinstance(r, Result) for r in got):
+                    raise EvaluatorError(f"evaluator {self.s.evaluator.name!r} re-measured {len(got)} of {len(top)}")
+                for e, r in zip(top, got):
+                    store.record_remeasurement(run_id, 0, e.genome, self.fingerprint, r)
+                    self.cost += r.cost
+            for e, r in zip(top, got):
+                samples[e.genome.id] = [r.fitness] if r.is_ok else samples[e.genome.id]
+                noises[e.genome.id] = r.noise
+                if not r.is_ok:
+                    failed.add(e.genome.id)
+        for rep in range(self.opt.remeasure if together is None else 0):
             todo = []
             for e in top:
                 got = store.remeasurement(run_id, e.genome.id, rep)
@@ -562,6 +583,7 @@ class _Run:
             xs = samples[e.genome.id]
             med = math.inf if e.genome.id in failed else statistics.median(xs)
             noise = statistics.pstdev(xs) / med if len(xs) > 1 and math.isfinite(med) else e.noise
+            noise = noises.get(e.genome.id, noise)
             out.append(ReportedElite(niche=e.niche, genome=e.genome, latency_ms=med, noise=noise,
                                      samples=tuple(xs), first_ms=e.latency_ms))
         out.sort(key=lambda r: (r.latency_ms, r.genome.id))

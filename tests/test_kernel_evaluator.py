@@ -136,3 +136,23 @@ def test_a_forged_ok_is_still_judged_on_the_slots():
     judge = Judge(Problem.load(MATMUL), "cpu", QUICK)
     verdict = judge.check(source)
     assert not verdict.accepted, verdict.reason
+
+
+def test_remeasure_interleaves_and_a_search_ranks_by_it():
+    genomes = [matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=s) for s in (2, 3)]
+    bad = Genome.of({**genomes[0].params, "num_stages": 4}, source="def kernel(a, b):\n    return a @ b * 1.5\n")
+    ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=2)
+    results = ev.remeasure(genomes + [bad], rounds=2)
+    assert [r.status for r in results] == [Status.OK, Status.OK, Status.INCORRECT]
+    # two rounds of interleaved blocks per shape, both merged into the figure
+    assert all(t["samples"] >= 2 * 3 for r in results[:2] for t in r.meta["timings"])
+
+    from evokernel.search import SearchOptions
+    from evokernel.store import SQLiteStore
+
+    store = SQLiteStore(":memory:")
+    report = Search(matmul_space(), ev, store=store, options=SearchOptions(population=2, remeasure=1,
+                                                                             report_elites=2)).run(3, seed=1)
+    remeasured = [e for e in store.history(report.run_id) if e.kind == "remeasure"]
+    assert len(remeasured) == len(report.elites) and all(e.seq == 0 for e in remeasured)
+    assert report.best.latency_ms == report.best.samples[0]
