@@ -7,6 +7,8 @@ Phases (each writes JSON lines to OUT/gate_h200.jsonl as it goes; a summary come
              passes: how far each pass's median is from the config's median of medians
   throughput candidates compiled, checked and timed per minute by KernelEvaluator over
              random points of the matmul space, all CPU cores compiling
+  fault      a candidate that kills its CUDA context, then an honest one (health check between)
+  ab         the 4 best configs re-measured together, timings interleaved
 
     python benchmarks/gate_h200.py --out $OUT [--phases smoke corpus fidelity throughput] [--deadline 540]
 """
@@ -196,6 +198,41 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0) -> Non
               "vs_landscape_spearman": _spearman([m for m, _ in lat], [r for _, r in lat]) if len(lat) > 5 else None})
 
 
+def phase_fault(out: Path, deadline: float) -> None:
+    """A candidate that kills its CUDA context, then an honest one: the first is a crash,
+    the GPU is checked with a fresh process, the second is judged as usual."""
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.genome import Genome
+
+    root = ROOT / "tests/corpus"
+    sources = [(root / "cheats/illegal_memory_access.py").read_text(), (root / "honest/triton_matmul.py").read_text()]
+    genomes = [Genome.of({"i": i}, source=src) for i, src in enumerate(sources)]
+    ev = KernelEvaluator(root / "problems/matmul_small.py", lambda g: g.source or "", device="cuda", workers=2)
+    t = time.monotonic()
+    results = list(ev.evaluate(genomes))
+    log(out, {"phase": "fault", "statuses": [r.status.value for r in results], "faults": ev.faults,
+              "errors": [r.error[:200] for r in results], "wall_s": round(time.monotonic() - t, 2)})
+
+
+def phase_ab(out: Path, deadline: float) -> None:
+    """The 4 best landscape configs re-measured together, interleaved, 3 rounds."""
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.genome import Genome
+    from evokernel.search_spaces.triton_matmul import candidate_source
+
+    top = _top_configs(4)
+    genomes = [Genome.of(p) for p, _ in top]
+    ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
+                         device="cuda")
+    for k in range(2):
+        t = time.monotonic()
+        results = ev.remeasure(genomes, rounds=3)
+        log(out, {"phase": "ab", "pass": k, "wall_s": round(time.monotonic() - t, 2),
+                  "configs": [g.short() for g in genomes], "recorded_ms": [r for _, r in top],
+                  "ms": [r.latency_ms for r in results], "noise": [r.noise for r in results],
+                  "statuses": [r.status.value for r in results]})
+
+
 def _spearman(a: list[float], b: list[float]) -> float:
     ra = np.argsort(np.argsort(a))
     rb = np.argsort(np.argsort(b))
@@ -226,7 +263,8 @@ def main() -> None:
             elif ph == "corpus":
                 phase_corpus(out, args.deadline, args.corpus_only)
             else:
-                {"smoke": phase_smoke, "corpus": phase_corpus, "fidelity": phase_fidelity}[ph](out, args.deadline)
+                {"smoke": phase_smoke, "fidelity": phase_fidelity, "fault": phase_fault,
+                 "ab": phase_ab}[ph](out, args.deadline)
         except Exception as exc:
             import traceback
 
