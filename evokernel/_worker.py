@@ -139,6 +139,7 @@ class Setup(msgspec.Struct):
     log_path: str
     work_dir: str  # candidate file, triton cache
     input_specs: list[list[tuple[list[int], list[int], str]]]  # per shape: (shape, stride, dtype) per input
+    uid: int | None = None  # run as this user (the judge runs as root): no signals, /proc or files of the judge
 
 
 def _redirect_output(path: str) -> None:
@@ -320,7 +321,7 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         if device == "cuda":
             samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample)
         else:
-            samples, graph, wall = time_cpu(fns, **spec, sample=sample)
+            samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING)
     except Exception as exc:
         text = _error_text(exc)
         return failed("cuda_error" if _is_cuda_error(text) else "raised", text)
@@ -347,6 +348,14 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     """Process entry (forked from the server): set up, import, compile, then serve the judge."""
     os.setsid()  # the judge kills the whole group: the candidate's own children die with it
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
+    if setup.uid is not None:
+        try:
+            os.setgroups([])
+            os.setgid(setup.uid)
+            os.setuid(setup.uid)
+        except OSError as exc:
+            _send(conn, Failed(kind="setup", error=f"cannot drop privileges to uid {setup.uid}: {exc}"))
+            return
     _redirect_output(setup.log_path)
     warnings.simplefilter("ignore")
     os.environ["TRITON_CACHE_DIR"] = os.path.join(setup.work_dir, "triton-cache")

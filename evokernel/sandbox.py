@@ -72,6 +72,25 @@ def _neutral_main() -> Iterator[None]:
             sys.modules["__main__"] = saved
 
 
+@contextlib.contextmanager
+def _quiet_fds() -> Iterator[None]:
+    """Start the fork server with /dev/null as its stdout and stderr, so that no candidate
+    inherits (or finds under /proc) the judge's own output streams."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
 _SERVER_MODE: str | None = None
 _CTX_LOCK = threading.Lock()
 
@@ -101,7 +120,7 @@ def _context(device: str) -> Any:
             env = _candidate_environment(device)
             env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
             env["PYTHONSAFEPATH"] = "1"
-            with _environ(env), _neutral_main():
+            with _environ(env), _neutral_main(), _quiet_fds():
                 forkserver.ensure_running()
             _SERVER_MODE = mode
         if mode == _SERVER_MODE:
@@ -124,6 +143,38 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     time_timeout_s: float = 120.0
     max_message_bytes: int = 1 << 20
     keep_work_dir: bool = False
+    # when the judge runs as root, each candidate runs as a user of its own from this range:
+    # it cannot signal the judge, read its environment or open its files, and every process
+    # it leaves behind (even one that left the process group) is found by its user and killed
+    drop_privileges: bool = True
+    uid_base: int = 2_000_000
+
+
+_UIDS = iter(range(1 << 20))
+_UID_LOCK = threading.Lock()
+
+
+def _next_uid(options: SandboxOptions) -> int | None:
+    if not options.drop_privileges or os.geteuid() != 0:
+        return None
+    with _UID_LOCK:
+        return options.uid_base + next(_UIDS) % 500_000
+
+
+def _kill_user(uid: int) -> None:
+    """SIGKILL every process running as `uid` (a candidate's user, used by nothing else)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid or int(line.split()[2]) == uid:
+                            os.kill(int(entry.name), signal.SIGKILL)
+                        break
+        except (OSError, ValueError):
+            continue
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -160,6 +211,9 @@ class Sandbox:
         self.label = label
         self.work_dir = tempfile.mkdtemp(prefix="evokernel-candidate-")
         self.log_path = os.path.join(self.work_dir, "log.txt")
+        self.uid = _next_uid(self.options)
+        if self.uid is not None:
+            os.chown(self.work_dir, self.uid, self.uid)
         self.process: Any = None
         self.conn: Any = None
         self.ready: Ready | None = None
@@ -171,7 +225,7 @@ class Sandbox:
         ctx = _context(self.device)
         parent, child = ctx.Pipe()
         setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
-                      work_dir=self.work_dir, input_specs=self.input_specs)
+                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid)
         from ._worker import main
 
         # the judge's memory block travels once, with the process: the candidate maps it while
@@ -300,6 +354,8 @@ class Sandbox:
 
     def _kill(self) -> None:
         self._signal(signal.SIGKILL)
+        if self.uid is not None:
+            _kill_user(self.uid)
 
     def log_tail(self, limit: int = 1200) -> str:
         """The end of what the candidate printed, without walls of PTX."""
