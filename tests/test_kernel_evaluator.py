@@ -82,8 +82,11 @@ def test_candidates_see_no_secrets(monkeypatch):
 
 
 def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
-    tmp_path.chmod(0o777)  # candidates of a root judge run as a user of their own
-    marker = tmp_path / "pid"
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="evokernel-test-"))
+    shared.chmod(0o777)  # candidates of a root judge run as a user of their own
+    marker = shared / "pid"
     source = (
         "import os, subprocess, time\n"
         f"p = subprocess.Popen(['sleep', '300'])\nopen({str(marker)!r}, 'w').write(str(p.pid))\n"
@@ -94,7 +97,7 @@ def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
 
     sb = Sandbox(source, device="cpu", input_specs=[], options=SandboxOptions(start_timeout_s=3)).start()
     outcome = sb.wait_ready()
-    assert outcome.kind == "timeout" and "importing" in outcome.error
+    assert outcome.kind == "timeout" and "importing" in outcome.error, outcome
     sb.close()
     pid = int(marker.read_text())
     import time
