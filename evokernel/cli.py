@@ -463,7 +463,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"accepted{': ' + figures if figures else ''}")
     else:
         print(f"rejected: {verdict.reason.splitlines()[0]}", file=sys.stderr)
-    return 0 if verdict.accepted else 1
+    code = 0 if verdict.accepted else 1
+    if device == "cuda":
+        # torch warns at interpreter exit about CUDA memory still shared with candidate
+        # processes the judge killed; leave before that noise reaches the verdict's stderr
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
