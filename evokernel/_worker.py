@@ -243,6 +243,11 @@ def _poison(slots: list[torch.Tensor], device: str) -> None:
     del blocks
 
 
+def _raised(conn: Any, trial: int, exc: Exception) -> None:
+    text = _error_text(exc)
+    _send(conn, Done(trial=trial, ok=False, kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
+
+
 def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots: list[torch.Tensor],
           device: str) -> None:
     tamper = _tampering()
@@ -260,9 +265,7 @@ def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots:
             # only the current stream: work left on another stream is not done when timed
             _current_stream().synchronize()
     except Exception as exc:
-        text = _error_text(exc)
-        _send(conn, Done(trial=trial, ok=False, kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
-        return
+        return _raised(conn, trial, exc)
     finally:
         torch.use_deterministic_algorithms(False)
     call_s = _perf_counter() - t0
@@ -281,9 +284,7 @@ def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots:
         if device == "cuda":
             _current_stream().synchronize()
     except Exception as exc:
-        text = _error_text(exc)
-        _send(conn, Done(trial=trial, ok=False, kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
-        return
+        return _raised(conn, trial, exc)
     if threading.active_count() > threads_before:
         _send(conn, Done(trial=trial, ok=False, kind="threads",
                          error="kernel left a thread running after it returned"))

@@ -7,7 +7,6 @@ line on stderr and exit 2; an evaluator that breaks exits 1; nothing prints a tr
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -134,21 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- targets -----------------------------------------------------------------------------
 def _load_module(path: Path) -> ModuleType:
-    name = f"_evokernel_target_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ConfigError(f"{path}: cannot be loaded as a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent.resolve()))
+    from .problem import load_module
+
     try:
-        spec.loader.exec_module(module)
+        return load_module(path, prefix="_evokernel_target")
     except EvokernelError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     except Exception as exc:
         raise ConfigError(f"{path}: {type(exc).__name__}: {exc}") from None
-    finally:
-        sys.path.pop(0)
-    return module
 
 
 def _target(args: argparse.Namespace, target: str) -> dict[str, Any]:
