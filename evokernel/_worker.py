@@ -40,9 +40,6 @@ _current_stream = torch.cuda.current_stream
 _TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
            "time.perf_counter": time.perf_counter}
 
-# its first call imports for a second: pay that once, in the fork server, not per candidate
-torch.use_deterministic_algorithms(False)
-
 # what the harness relies on, captured before any candidate code runs
 _WATCHED: dict[str, Any] = {}
 
@@ -140,6 +137,7 @@ class Setup(msgspec.Struct):
     work_dir: str  # candidate file, triton cache
     input_specs: list[list[tuple[list[int], list[int], str]]]  # per shape: (shape, stride, dtype) per input
     uid: int | None = None  # run as this user (the judge runs as root): no signals, /proc or files of the judge
+    memory_bytes: int | None = None  # address-space limit (CPU candidates)
 
 
 def _redirect_output(path: str) -> None:
@@ -347,8 +345,27 @@ def _viewer(arena: Any) -> Any:
 
 def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     """Process entry (forked from the server): set up, import, compile, then serve the judge."""
+    try:
+        _main(conn, setup_bytes, arena)
+    except Exception as exc:  # the harness failed setting up: say why rather than die silently
+        if not _STATE["ready"]:
+            try:
+                _send(conn, Failed(kind="setup", error=_error_text(exc) + "\n" + traceback.format_exc()[-1500:]))
+            except Exception:
+                pass
+        raise
+
+
+_STATE = {"ready": False}
+
+
+def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     os.setsid()  # the judge kills the whole group: the candidate's own children die with it
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
+    if setup.memory_bytes:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (setup.memory_bytes, setup.memory_bytes))
     if setup.uid is not None:
         try:
             os.setgroups([])
@@ -397,6 +414,7 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
             return
     view = _viewer(arena)
     _send(conn, Ready(import_s=import_s, compile_s=_perf_counter() - t1, triton_kernels=compiled))
+    _STATE["ready"] = True
     while True:
         try:
             msg = conn.recv()

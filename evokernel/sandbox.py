@@ -14,6 +14,7 @@ candidate sends back is decoded as msgspec structs, never unpickled.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import os
 import re
@@ -31,7 +32,7 @@ import msgspec
 
 from ._worker import Done, Failed, Ready, Setup, Timing, WorkerMessage
 
-__all__ = ["Sandbox", "SandboxOptions", "Outcome", "scrubbed_environment"]
+__all__ = ["Sandbox", "SandboxOptions", "Outcome", "scrubbed_environment", "can_drop_privileges"]
 
 _KEEP = re.compile(
     r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|TEMP|TMP|PWD|"
@@ -112,7 +113,8 @@ def _context(device: str) -> Any:
 
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(
-                ["torch", "torch.multiprocessing", "triton", "triton.runtime.jit", "evokernel._worker", "evokernel.bench"]
+                ["torch", "torch.multiprocessing", "triton", "triton.runtime.jit", "evokernel._preload",
+                 "evokernel._worker", "evokernel.bench"]
             )
             # the server must import the same modules the judge did: its sys.path is the
             # judge's, and not the current directory first (Python ignores the sys.path it is
@@ -148,17 +150,71 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     # it leaves behind (even one that left the process group) is found by its user and killed
     drop_privileges: bool = True
     uid_base: int = 2_000_000
+    # address-space limit of a CPU candidate's process (None: half the machine's memory).
+    # Not applied on CUDA, whose driver reserves far more address space than it uses.
+    cpu_memory_bytes: int | None = None
 
 
-_UIDS = iter(range(1 << 20))
+_UID_RANGE = 500_000
+_UID_LOCKS = os.path.join(tempfile.gettempdir(), "evokernel-uids")
+_UID_COUNTER = iter(range(1 << 30))
 _UID_LOCK = threading.Lock()
 
 
-def _next_uid(options: SandboxOptions) -> int | None:
-    if not options.drop_privileges or os.geteuid() != 0:
+@functools.lru_cache(maxsize=1)
+def can_drop_privileges() -> bool:
+    """Whether candidates can run as a user of their own: the judge runs as root, and an
+    unprivileged user can reach this Python and its packages (not so when Python lives
+    under a private home such as /root). Otherwise candidates run as the judge's user."""
+    if os.geteuid() != 0:
+        return False
+    import importlib.util
+
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.__file__)}
+    for name in ("torch", "triton", "msgspec", "numpy", "evokernel"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            paths.add(os.path.dirname(os.path.dirname(spec.origin)))
+    for path in paths:
+        path = os.path.realpath(path)
+        while True:
+            try:
+                mode = os.stat(path).st_mode
+            except OSError:
+                return False
+            if not mode & 0o001:  # others may not traverse it
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                break
+            path = parent
+    return True
+
+
+def _claim_uid(options: SandboxOptions) -> tuple[int, int] | None:
+    """A user id no other sandbox of any judge on this host holds: (uid, lock fd).
+
+    Each uid is claimed with an exclusive flock on a file of its own, released when the
+    sandbox closes or its judge dies; whatever still runs under a newly claimed uid (left
+    by a judge that died) is killed before the candidate starts."""
+    if not options.drop_privileges or not can_drop_privileges():
         return None
+    import fcntl
+
+    os.makedirs(_UID_LOCKS, mode=0o700, exist_ok=True)
     with _UID_LOCK:
-        return options.uid_base + next(_UIDS) % 500_000
+        start = (os.getpid() * 7919 + next(_UID_COUNTER)) % _UID_RANGE
+    for i in range(_UID_RANGE):
+        uid = options.uid_base + (start + i) % _UID_RANGE
+        fd = os.open(os.path.join(_UID_LOCKS, str(uid)), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _kill_user(uid)
+        return uid, fd
+    return None
 
 
 def _kill_user(uid: int) -> None:
@@ -211,11 +267,13 @@ class Sandbox:
         self.label = label
         self.work_dir = tempfile.mkdtemp(prefix="evokernel-candidate-")
         self.log_path = os.path.join(self.work_dir, "log.txt")
-        self.uid = _next_uid(self.options)
+        claim = _claim_uid(self.options)
+        self.uid, self._uid_lock = claim if claim is not None else (None, None)
         if self.uid is not None:
             os.chown(self.work_dir, self.uid, self.uid)
         self.process: Any = None
         self.conn: Any = None
+        self._uid_lock: int | None = None
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
         self.started_at = 0.0
@@ -224,8 +282,11 @@ class Sandbox:
     def start(self) -> Sandbox:
         ctx = _context(self.device)
         parent, child = ctx.Pipe()
+        memory = None
+        if self.device == "cpu":
+            memory = self.options.cpu_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
-                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid)
+                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory)
         from ._worker import main
 
         # the judge's memory block travels once, with the process: the candidate maps it while
@@ -299,6 +360,9 @@ class Sandbox:
             self.process.join(0)  # reaped later by multiprocessing if not yet gone
         if self.conn is not None:
             self.conn.close()
+        if self._uid_lock is not None:
+            os.close(self._uid_lock)  # releases the uid (its processes are gone)
+            self._uid_lock = None
         if not self.options.keep_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 

@@ -55,3 +55,11 @@ def cli_env() -> dict[str, str]:
 def evokernel_cmd() -> list[str]:
     """The CLI, run with this interpreter (as the installed `evokernel` script would)."""
     return [sys.executable, "-m", "evokernel.cli"]
+
+
+@pytest.fixture(scope="session")
+def cli_env_session() -> dict[str, str]:
+    """`cli_env` for session-scoped fixtures (tests/test_gate.py runs the corpus once, concurrently)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env

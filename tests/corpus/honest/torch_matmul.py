@@ -1,3 +1,8 @@
+# problem: matmul_small
+# expect: accepted
+# reason: accepted
+# device: cpu
+# class: honest: torch.matmul
 """Honest candidate: torch.matmul."""
 
 import torch

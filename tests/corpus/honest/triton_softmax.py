@@ -1,3 +1,8 @@
+# problem: softmax_small
+# expect: accepted
+# reason: accepted
+# device: cpu
+# class: honest: a Triton row softmax, one program per row
 """Honest candidate: a Triton row softmax, one program per row, the whole row in one block."""
 
 import torch

@@ -1,0 +1,7 @@
+# problem: matmul_small
+# expect: rejected
+# reason: exited with code
+# device: cpu
+# class: raises a BaseException that is not an Exception (KeyboardInterrupt) from kernel()
+def kernel(a, b):
+    raise KeyboardInterrupt

@@ -1,0 +1,7 @@
+# problem: matmul_small
+# expect: rejected
+# reason: SyntaxError
+# device: cpu
+# class: syntax error: the module does not parse
+def kernel(a, b)
+    return a @ b

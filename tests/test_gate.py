@@ -1,0 +1,555 @@
+"""The gate against the cheating corpus: every known evaluator exploit must be rejected, every
+honest candidate accepted.
+
+tests/corpus/cheats/ and tests/corpus/honest/ hold one small candidate module per exploit
+class (or honest pattern), each opening with a header:
+
+    # problem: matmul_small     the problem in tests/corpus/problems/ it targets
+    # expect: rejected          or accepted
+    # reason: wrong result      a substring of the verdict's reason (case-insensitive)
+    # device: cpu               or cuda (skipped without a GPU)
+    # class: ...                one line: what it does
+
+Each is judged by the real CLI in a subprocess (`python -m evokernel.cli check ... --json`),
+with fake secrets in the CLI's environment. A CLI run costs 3 to 4 s of CPU, nearly all of it
+start-up (torch in the CLI, torch and triton in its fork server), so all runs are started when
+the first test needs one, a few at a time (several judges at once on one host, as a real
+search has them); each test then waits for its own run.
+
+A cheat the gate does not catch yet stays in the corpus, its test marked
+`xfail(strict=True, reason="gate gap: ...")` (see GAPS): fixing the gate turns it into an
+XPASS, which fails until the mark is removed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import torch
+
+from evokernel.gate import GateOptions, Judge, compare
+from evokernel.problem import Problem
+from evokernel.result import Status
+from evokernel.sandbox import SandboxOptions, can_drop_privileges, scrubbed_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "corpus"
+PROBLEMS = CORPUS / "problems"
+HEADER_KEYS = ("problem", "expect", "reason", "device", "class")
+HAS_CUDA = torch.cuda.is_available()
+
+#: Secrets the judge's environment holds while the corpus runs; no candidate may see them.
+FAKE_SECRETS = {
+    "ANTHROPIC_API_KEY": "sk-ant-fake-0123456789",
+    "OPENAI_API_KEY": "sk-fake-0123456789",
+    "HF_TOKEN": "hf_fake0123456789",
+    "AWS_SECRET_ACCESS_KEY": "fake/aws/secret/0123456789",
+}
+#: Candidates that print put this in what they print; it must never reach the CLI's output.
+MARKER = "CANDIDATE-OUTPUT"
+HANG_TIMEOUT_S = 10  # --timeout for the candidates that hang (reason: timeout)
+RUN_TIMEOUT_S = 240  # a CLI run that takes longer than this is a failure of its own
+
+
+# --- the corpus ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    problem: str
+    expect: str
+    reason: str
+    device: str
+    cls: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    @property
+    def accepted(self) -> bool:
+        return self.expect == "accepted"
+
+    @property
+    def timeout_s(self) -> float | None:
+        return HANG_TIMEOUT_S if self.reason == "timeout" else None
+
+
+def read_header(path: Path) -> dict[str, str]:
+    """The `# key: value` lines the file opens with (before any other line)."""
+    head: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"#\s*(\w+):\s*(.*?)\s*$", line)
+        if not m:
+            break
+        head[m.group(1)] = m.group(2)
+    return head
+
+
+def _entry(path: Path) -> Entry:
+    head = read_header(path)
+    missing = [k for k in HEADER_KEYS if not head.get(k)]
+    assert not missing, f"{path}: header lacks {missing}"
+    return Entry(path, head["problem"], head["expect"], head["reason"], head["device"], head["class"])
+
+
+ENTRIES = [_entry(p) for d in ("cheats", "honest") for p in sorted((CORPUS / d).glob("*.py"))]
+BY_ID = {e.id: e for e in ENTRIES}
+
+#: Every exploit class (and honest pattern) the corpus must keep, and the files that cover it.
+CLASSES: dict[str, list[str]] = {
+    "stale result cached by input shape": ["cheats/cache_by_shape.py"],
+    "cache keyed by data_ptr (pointers repeat, values change)": ["cheats/cache_by_data_ptr.py"],
+    "skips work (computes part of the output)": ["cheats/partial_rows.py", "cheats/partial_k.py"],
+    "returns zeros": ["cheats/zeros.py"],
+    "returns a constant": ["cheats/constant.py", "cheats/constant_uniform_softmax.py"],
+    "NaN or Inf somewhere": ["cheats/nan_one_element.py", "cheats/inf_one_element.py"],
+    "too low precision": ["cheats/half_precision.py", "cheats/bfloat16_precision.py"],
+    "torch.Tensor subclass": ["cheats/subclass_lying_eq.py", "cheats/subclass_parameter.py"],
+    "wrong shape": ["cheats/wrong_shape_transposed.py", "cheats/wrong_shape_broadcast.py"],
+    "wrong dtype": ["cheats/wrong_dtype.py"],
+    "output aliasing an input": ["cheats/alias_returns_input.py", "cheats/alias_inplace_softmax.py"],
+    "mutates an input": ["cheats/mutate_input_scratch.py", "cheats/mutate_input_inplace.py"],
+    "uninitialised memory (empty_like unwritten)": ["cheats/empty_like_unwritten.py", "cheats/empty_after_free.py"],
+    "right only for its first calls": ["cheats/correct_first_calls.py", "cheats/wrong_after_timing.py"],
+    "background thread fills the output later": ["cheats/thread_fills_later.py", "cheats/thread_pool_at_import.py"],
+    "special-cases the tuning SHAPES": ["cheats/hardcoded_shapes.py"],
+    "monkey-patches torch comparisons": ["cheats/patch_allclose_equal.py", "cheats/patch_tensor_eq_testing.py"],
+    "prints a fake verdict": ["cheats/fake_verdict_print.py", "cheats/fake_verdict_parent_fd.py"],
+    "fakes timings (patched clocks)": ["cheats/patch_perf_counter.py", "cheats/patch_clock_during_call.py",
+                                       "cheats/patch_event_elapsed_time.py"],
+    "fast wrong path only while timed": ["cheats/timing_fastpath_flag.py", "cheats/timing_fastpath_stack.py",
+                                         "cheats/timing_fastpath_cadence.py"],
+    "cache keyed by input values (timed inputs repeat)": ["cheats/timing_cache_by_value.py"],
+    "sys.exit in kernel": ["cheats/sys_exit_in_kernel.py"],
+    "os._exit in kernel": ["cheats/os_exit_in_kernel.py"],
+    "raises": ["cheats/raises.py", "cheats/raises_keyboard_interrupt.py"],
+    "segfaults": ["cheats/segfault.py"],
+    "hangs in kernel": ["cheats/hang_in_kernel.py"],
+    "hangs at import": ["cheats/hang_at_import.py"],
+    "crashes at import": ["cheats/raise_at_import.py", "cheats/sys_exit_at_import.py", "cheats/os_exit_at_import.py"],
+    "syntax error": ["cheats/syntax_error.py"],
+    "defines no kernel": ["cheats/no_kernel.py", "cheats/kernel_not_callable.py"],
+    "impossible allocation": ["cheats/huge_alloc.py"],
+    "child process that outlives it": ["cheats/spawn_child_then_hang.py", "cheats/spawn_detached_child.py"],
+    "attacks the judge's process": ["cheats/kill_judge.py"],
+    "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py"],
+    "GPU: side stream not joined": ["cheats/side_stream_no_sync.py", "cheats/side_stream_escape_timing.py"],
+    "GPU: device cache keyed by pointer": ["cheats/device_cache_by_pointer.py"],
+    "GPU: uninitialised device memory": ["cheats/uninit_device_memory.py"],
+    "GPU: illegal memory access (the CUDA context dies)": ["cheats/illegal_memory_access.py"],
+    "honest: plain torch and Triton": ["honest/torch_matmul.py", "honest/torch_softmax.py",
+                                       "honest/triton_matmul.py", "honest/triton_softmax.py"],
+    "honest: non-contiguous output": ["honest/noncontiguous_output.py"],
+    "honest: scratch from torch.empty, fully overwritten": ["honest/scratch_empty_overwritten.py"],
+}
+
+#: The gate runs each candidate as a user of its own only when the judge is root and an
+#: unprivileged user can reach this Python (not so under a private /root); otherwise the
+#: candidate shares the judge's user, and with it the judge's /proc entries.
+DROP = can_drop_privileges()
+_SAME_USER = "gate gap (no privilege drop here): the candidate runs as the judge's user and "
+
+#: Cheats the current gate does not catch, with where the gap applies (strict xfails: a fix
+#: turns them into failures, and the mark must go).
+GAPS: dict[str, tuple[bool, str]] = {
+    "cheats/timing_cache_by_value.py": (True, (
+        "gate gap: the timed calls rotate a few input sets whose values stay the same for the whole timing "
+        "run, so a cache keyed by the input values is right on every sampled timed call and is timed as a "
+        "lookup and a copy (checks always have fresh values: a miss)")),
+    "cheats/kill_judge.py": (not DROP, _SAME_USER + "may SIGKILL the `evokernel check` process: no verdict"),
+    "honest/env_probe_ancestors.py": (not DROP, _SAME_USER + "reads every secret in /proc/<judge pid>/environ"),
+    "cheats/fake_verdict_parent_fd.py": (not DROP, _SAME_USER + (
+        "reopens /proc/<judge pid>/fd/1 (its grandparent's; the fork server's own are /dev/null) and prints "
+        "a fake verdict onto the CLI's stdout")),
+}
+_LEAK_GAP = (not DROP, _SAME_USER + "has no user of its own to sweep: a child that called setsid() "
+             "(start_new_session=True) escapes the process-group kill and outlives the candidate")
+
+
+#: The degenerate problem through the CLI, with an unrelated (honest softmax) candidate.
+DEGENERATE_CLI = [str(PROBLEMS / "degenerate_small.py"), str(CORPUS / "honest" / "torch_softmax.py"),
+                  "--device", "cpu", "--json", "--no-time"]
+
+
+def _params(entries: list[Entry]) -> list[Any]:
+    out = []
+    for e in entries:
+        marks = []
+        if e.device == "cuda":
+            marks.append(pytest.mark.skipif(not HAS_CUDA, reason="device: cuda (needs a GPU)"))
+        if e.id in GAPS and GAPS[e.id][0]:
+            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=GAPS[e.id][1]))
+        out.append(pytest.param(e, id=e.id, marks=marks))
+    return out
+
+
+# --- running the CLI, all runs at once ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_s: float
+
+
+def _processes(argv: list[str]) -> set[int]:
+    """Live processes whose command line is exactly `argv`."""
+    want = "\0".join(argv).encode()
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().rstrip(b"\0")
+        except OSError:
+            continue
+        if cmd == want:
+            pids.add(int(d.name))
+    return pids
+
+
+class CorpusRuns:
+    """Runs `evokernel check` on corpus entries concurrently; each test waits for its own."""
+
+    def __init__(self, env: dict[str, str], entries: list[Entry], extra: dict[str, Any]) -> None:
+        self.env = {**env, **FAKE_SECRETS, "PYTHONUNBUFFERED": "1"}
+        # processes that existed before any candidate ran (the leak checks ignore them)
+        self.before = {tuple(a): _processes(list(a)) for a in (("sleep", "600"), ("sleep", "601"))}
+        workers = max(4, min(8, 2 * (os.cpu_count() or 2)))
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corpus")
+        # the hangs first: they mostly wait, while the others use the CPU
+        ordered = sorted(entries, key=lambda e: e.timeout_s is None)
+        self.futures = {e.id: self.pool.submit(self._run, self.command(e)) for e in ordered}
+        for key, job in extra.items():  # `check` arguments, or a function of this object
+            self.futures[key] = self.pool.submit(job, self) if callable(job) else self.pool.submit(self._run, job)
+
+    @staticmethod
+    def command(e: Entry) -> list[str]:
+        """`check` arguments for a corpus entry."""
+        args = [str(PROBLEMS / f"{e.problem}.py"), str(e.path), "--device", e.device, "--json"]
+        return args + (["--timeout", str(e.timeout_s)] if e.timeout_s is not None else [])
+
+    def _run(self, args: list[str]) -> Run:
+        cmd = [sys.executable, "-m", "evokernel.cli", "check", *args]
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+
+    def get(self, e: Entry | str) -> Any:
+        key = e if isinstance(e, str) else e.id
+        if key not in self.futures:  # not planned at session start (a corpus entry): run it now
+            assert isinstance(e, Entry), key
+            self.futures[key] = self.pool.submit(self._run, self.command(e))
+        return self.futures[key].result(timeout=RUN_TIMEOUT_S + 60)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str]):
+    """Starts the CLI runs of every corpus entry this session's tests will ask for."""
+    wanted: dict[str, Entry] = {}
+    extra: dict[str, Any] = {}
+    for item in request.session.items:
+        name = getattr(item, "originalname", "")
+        if name == "test_degenerate_problem_is_flagged":
+            extra["degenerate"] = DEGENERATE_CLI
+        elif name == "test_concurrent_judges_leave_each_other_alone":
+            extra["uid-clash"] = _uid_clash_job
+        spec = getattr(item, "callspec", None)
+        if spec is None or "corpus_runs" not in getattr(item, "fixturenames", ()):
+            continue
+        e = spec.params.get("entry")
+        if isinstance(e, Entry) and (e.device != "cuda" or HAS_CUDA):
+            wanted.setdefault(e.id, e)
+    runs = CorpusRuns(cli_env_session, list(wanted.values()), extra)
+    yield runs
+    runs.close()
+
+
+# --- the tests ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", _params(ENTRIES))
+def test_corpus_verdict(corpus_runs: CorpusRuns, entry: Entry) -> None:
+    """The CLI's exit code, its one JSON object on stdout, and the reason the header names."""
+    run = corpus_runs.get(entry)
+    lines = run.stdout.splitlines()
+    assert len(lines) == 1, (f"stdout must be exactly one JSON object (rc {run.returncode}), got "
+                             f"{len(lines)} lines:\n{run.stdout[:2000]}\nstderr:\n{run.stderr[-2000:]}")
+    data = json.loads(lines[0])
+    assert isinstance(data, dict) and isinstance(data.get("accepted"), bool) and isinstance(data.get("reason"), str)
+    assert run.returncode == (0 if data["accepted"] else 1), (run.returncode, data["reason"], run.stderr[-2000:])
+    # nothing the candidate printed is on the judge's stdout or stderr, except quoted in the
+    # verdict's own fields for it (the log tail, an exception's text in the reason)
+    own = {k: v for k, v in data.items() if k not in ("log_tail", "reason")}
+    assert MARKER not in json.dumps(own) and MARKER not in run.stderr, (run.stdout, run.stderr)
+    assert data["label"] == str(entry.path) and data["device"] == entry.device
+    if entry.accepted:
+        assert data["accepted"], f"{entry.id}: honest candidate rejected: {data['reason']}"
+        assert data["status"] == "ok" and data["reason"] == "accepted"
+        problem = Problem.load(PROBLEMS / f"{entry.problem}.py")
+        n_tuning, n_heldout = len(problem.shapes), len(problem.heldout)
+        # at least one check per shape before timing and one re-check per tuning shape after it,
+        # each with a seed of its own
+        assert data["checks"] >= 2 * n_tuning + n_heldout
+        assert len(set(data["seeds"])) == len(data["seeds"]) == data["checks"]
+        assert [t["shape"] for t in data["timings"]] == [",".join(f"{k}={v}" for k, v in s.items())
+                                                         for s in problem.shapes]
+        assert all(t["median_ms"] > 0 for t in data["timings"]) and data["latency_ms"] > 0
+    else:
+        assert not data["accepted"], f"{entry.id}: cheat accepted ({entry.cls})"
+        assert data["status"] != "ok"
+        assert entry.reason.lower() in data["reason"].lower(), (
+            f"{entry.id}: expected {entry.reason!r} in the reason, got {data['reason']!r}")
+        if entry.timeout_s is not None:  # the --timeout given was the one applied
+            assert f"no answer after {entry.timeout_s:.0f} s" in data["reason"]
+
+
+def _assert_no_survivor(runs: CorpusRuns, argv: tuple[str, ...]) -> None:
+    """After the candidate's run ended, no process `argv` it started is still alive."""
+    deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
+    while True:
+        left = _processes(list(argv)) - runs.before[argv]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    try:
+        assert not left, f"{' '.join(argv)} outlived the candidate: pids {sorted(left)}"
+    finally:
+        for pid in left:  # started by this test's candidate: clean up, whatever the verdict
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/spawn_child_then_hang.py"], id="sleep-600")])
+def test_child_process_is_reaped(corpus_runs: CorpusRuns, entry: Entry) -> None:
+    run = corpus_runs.get(entry)
+    # the kernel ran (and so started its child, milliseconds in) before the call timed out
+    assert run.returncode == 1 and "running a check" in json.loads(run.stdout)["reason"], run.stdout
+    _assert_no_survivor(corpus_runs, ("sleep", "600"))
+
+
+@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/spawn_detached_child.py"], id="setsid-sleep-601")])
+@pytest.mark.xfail(_LEAK_GAP[0], strict=True, raises=AssertionError, reason=_LEAK_GAP[1])
+def test_detached_child_is_reaped(corpus_runs: CorpusRuns, entry: Entry) -> None:
+    run = corpus_runs.get(entry)
+    assert run.returncode == 1 and "running a check" in json.loads(run.stdout)["reason"], run.stdout
+    _assert_no_survivor(corpus_runs, ("sleep", "601"))
+
+
+_SLEEPER = """\
+import time
+
+MARKER = {marker!r}
+
+
+def kernel(a, b):
+    with open(MARKER, "w") as f:
+        f.write("in kernel")
+    time.sleep(3600)
+"""
+
+
+def _uid_clash_job(runs: CorpusRuns) -> tuple[Run, Run, bool]:
+    """Judge A's candidate sleeps in its kernel (30 s call timeout); once it is surely there, a
+    second `evokernel check` (B, a candidate that returns zeros) runs start to finish. B's
+    judge must not touch A's candidate: A ends with its own timeout."""
+    work = Path(tempfile.mkdtemp(prefix="evokernel-uid-clash-"))
+    try:
+        work.chmod(0o777)  # the candidate may run as a user of its own
+        marker = work / "in_kernel"
+        sleeper = work / "sleeper.py"
+        sleeper.write_text(_SLEEPER.format(marker=str(marker)))
+        cmd = [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEMS / "matmul_small.py")]
+        t0 = time.monotonic()
+        a = subprocess.Popen([*cmd, str(sleeper), "--device", "cpu", "--json", "--timeout", "30"], env=runs.env,
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while not marker.exists() and a.poll() is None and time.monotonic() - t0 < 120:
+                time.sleep(0.1)
+            b = runs._run([str(PROBLEMS / "matmul_small.py"), str(BY_ID["cheats/zeros.py"].path), "--device",
+                           "cpu", "--json"])
+            in_kernel = marker.exists()
+            out, err = a.communicate(timeout=RUN_TIMEOUT_S)
+        finally:
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        return Run(a.returncode, out, err, time.monotonic() - t0), b, in_kernel
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_concurrent_judges_leave_each_other_alone(corpus_runs: CorpusRuns) -> None:
+    a, b, in_kernel = corpus_runs.get("uid-clash")
+    assert in_kernel, f"A's candidate never reached its kernel: {a.stdout}"
+    assert b.returncode == 1 and "wrong result" in json.loads(b.stdout)["reason"], b.stdout
+    reason = json.loads(a.stdout)["reason"]
+    assert a.returncode == 1 and "no answer after 30 s running a check" in reason, reason
+
+
+def test_every_class_has_a_corpus_file() -> None:
+    """The corpus cannot silently shrink: every class keeps its files, every file has a class,
+    cheats expect rejection and honest candidates acceptance, and each names a real problem."""
+    listed = [f for files in CLASSES.values() for f in files]
+    assert len(listed) == len(set(listed)), "a file is listed under two classes"
+    for cls, files in CLASSES.items():
+        assert files, cls
+        for f in files:
+            assert f in BY_ID, f"class {cls!r}: {f} is missing from tests/corpus"
+    assert sorted(BY_ID) == sorted(listed), f"corpus files without a class: {sorted(set(BY_ID) - set(listed))}"
+    for e in ENTRIES:
+        assert e.expect == ("rejected" if e.path.parent.name == "cheats" else "accepted"), e.id
+        assert e.device in ("cpu", "cuda"), e.id
+        assert (PROBLEMS / f"{e.problem}.py").is_file(), e.id
+        assert e.accepted or e.reason != "accepted", e.id
+    assert len([e for e in ENTRIES if e.path.parent.name == "cheats"]) >= 50
+    assert set(GAPS) <= set(BY_ID)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in PROBLEMS.glob("*.py")))
+def test_corpus_problems_load(name: str) -> None:
+    problem = Problem.load(PROBLEMS / f"{name}.py")
+    assert problem.shapes and problem.heldout
+    assert not any(s in problem.shapes for s in problem.heldout)
+
+
+# --- in-process: the Judge directly, where the CLI is not the point -------------------------
+
+QUICK = GateOptions(seeds=2, heldout_seeds=1, recheck_seeds=1, timing={"max_reps": 5, "min_reps": 3, "max_s": 0.5},
+                    sandbox=SandboxOptions(start_timeout_s=60, call_timeout_s=30, time_timeout_s=60))
+
+
+@pytest.fixture(scope="module")
+def matmul_judge() -> Judge:
+    return Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu", QUICK)
+
+
+def _source(entry_id: str) -> str:
+    return BY_ID[entry_id].path.read_text()
+
+
+def test_degenerate_problem_is_flagged(corpus_runs: CorpusRuns) -> None:
+    """Zeros pass the degenerate problem's tolerance: the judge refuses it, whatever the
+    candidate (honest, zeros, or an unrelated one), in-process and through the CLI (a verdict,
+    exit 1, not a usage error)."""
+    judge = Judge(Problem.load(PROBLEMS / "degenerate_small.py"), "cpu", QUICK)
+    assert judge.degenerate is not None and "degenerate" in judge.degenerate
+    for source in ("def kernel(x):\n    return x * 1e-9\n",
+                   "import torch\ndef kernel(x):\n    return torch.zeros_like(x)\n"):
+        v = judge.check(source)
+        assert not v.accepted and v.status is Status.INVALID and "degenerate" in v.reason
+    run = corpus_runs.get("degenerate")
+    assert run.returncode == 1, run.stderr
+    data = json.loads(run.stdout)
+    assert not data["accepted"] and "degenerate" in data["reason"] and data["status"] == "invalid"
+    # the same problem with outputs of a sane scale is not degenerate
+    assert Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu", QUICK).degenerate is None
+
+
+def test_judge_refills_the_same_buffers_with_fresh_values(matmul_judge: Judge) -> None:
+    """Pointers repeat (a data_ptr cache sees a hit), values change (and the hit is stale)."""
+    shape = matmul_judge.tuning[0]
+    ptrs = [t.data_ptr() for t in shape.inputs] + [s.data_ptr() for s in shape.slots]
+    refs1, pristine1 = shape.refill(11)
+    refs2, pristine2 = shape.refill(12)
+    assert [t.data_ptr() for t in shape.inputs] + [s.data_ptr() for s in shape.slots] == ptrs
+    assert not torch.equal(pristine1[0], pristine2[0]) and not torch.equal(refs1[0], refs2[0])
+    assert torch.equal(pristine2[0], shape.inputs[0])
+    assert all(bool(torch.isnan(s).all()) for s in shape.slots)  # slots poisoned before each call
+
+
+def test_judge_seeds_are_fresh(matmul_judge: Judge) -> None:
+    honest = _source("honest/torch_matmul.py")
+    v1, v2 = matmul_judge.check(honest), matmul_judge.check(honest)
+    assert v1.accepted and v2.accepted, (v1.reason, v2.reason)
+    assert v1.checks == v2.checks == 2 * 2 + 1 + 2  # QUICK: 2 seeds x 2 shapes, 1 held out, 2 re-checks
+    seeds = v1.seeds + v2.seeds
+    assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**62 for s in seeds)
+
+
+@pytest.mark.parametrize("entry_id", ["cheats/cache_by_data_ptr.py", "cheats/empty_like_unwritten.py",
+                                      "cheats/hardcoded_shapes.py", "cheats/correct_first_calls.py",
+                                      "cheats/mutate_input_scratch.py", "cheats/thread_fills_later.py"])
+def test_judge_rejects_in_process(matmul_judge: Judge, entry_id: str) -> None:
+    e = BY_ID[entry_id]
+    judge = matmul_judge if e.problem == "matmul_small" else Judge(Problem.load(PROBLEMS / f"{e.problem}.py"), "cpu",
+                                                                  QUICK)
+    v = judge.check(e.path.read_text(), label=e.id)
+    assert not v.accepted and v.status is not Status.OK and e.reason.lower() in v.reason.lower(), v.reason
+
+
+def test_only_the_recheck_after_timing_catches_the_sleeper(matmul_judge: Judge) -> None:
+    """cheats/wrong_after_timing.py is right on every check before timing and on every timed
+    call: it passes when nothing is timed, and the re-check after timing catches it."""
+    src = _source("cheats/wrong_after_timing.py")
+    untimed = Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu", msgspec.structs.replace(QUICK, time=False))
+    v = untimed.check(src)
+    assert v.accepted and v.checks == 2 * 2 + 1 and v.latency_ms is None, v.reason
+    v = matmul_judge.check(src)
+    assert not v.accepted and "after timing" in v.reason and v.checks == 2 * 2 + 1 + 1, v.reason
+
+
+def test_impossible_allocation_is_rejected_quickly(matmul_judge: Judge) -> None:
+    t0 = time.monotonic()
+    v = matmul_judge.check(_source("cheats/huge_alloc.py"))
+    assert not v.accepted and v.status is Status.RUNTIME_ERROR and "overflow" in v.reason.lower()
+    assert time.monotonic() - t0 < 20
+
+
+def test_hang_is_cut_at_the_call_timeout() -> None:
+    judge = Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu",
+                  GateOptions(sandbox=SandboxOptions(start_timeout_s=30, call_timeout_s=2.0)))
+    t0 = time.monotonic()
+    v = judge.check(_source("cheats/hang_in_kernel.py"))
+    assert not v.accepted and v.status is Status.TIMEOUT and "no answer after 2 s running a check" in v.reason
+    assert time.monotonic() - t0 < 15
+
+
+def test_scrubbed_environment_drops_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the fork server (and so every candidate) starts with; the CLI runs of
+    honest/env_probe.py prove it end to end."""
+    for k, v in FAKE_SECRETS.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_fake")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    env = scrubbed_environment()
+    assert not (set(FAKE_SECRETS) | {"GITHUB_TOKEN"}) & set(env)
+    assert env["CUDA_VISIBLE_DEVICES"] == "0" and env.get("PATH") == os.environ.get("PATH")
+    assert not any(v in FAKE_SECRETS.values() for v in env.values())
+
+
+def test_compare_is_scale_aware_and_positional() -> None:
+    ref = torch.tensor([1e6, -2e6, 3e6, 0.5])
+    tol = {"rtol": 1e-5, "atol": 1e-5}
+    assert compare([ref], [ref * (1 + 1e-7)], tol) is None
+    assert compare([ref], [ref + torch.tensor([0.0, 0.0, 0.0, 200.0])], tol) is not None  # atol scales with RMS
+    assert compare([ref], [ref + torch.tensor([0.0, 0.0, 0.0, 10.0])], tol) is None
+    tiny = torch.full((4,), 1e-8)
+    assert compare([tiny], [torch.zeros(4)], tol) is None  # RMS floored at 1: the canary's business
+    nan_ref = torch.tensor([1.0, float("nan"), 3.0])
+    assert compare([nan_ref], [torch.tensor([1.0, float("nan"), 3.0])], tol) is None
+    assert "NaN or Inf" in compare([nan_ref], [torch.tensor([float("nan"), 2.0, 3.0])], tol)
+    assert "differ" in compare([torch.arange(4)], [torch.tensor([0, 1, 2, 4])], tol)
