@@ -36,6 +36,7 @@ _perf_counter = time.perf_counter
 _Tensor = torch.Tensor
 _copy = torch.Tensor.copy_
 _randbelow = secrets.randbelow
+_randbits = secrets.randbits
 _current_stream = torch.cuda.current_stream
 _TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
            "time.perf_counter": time.perf_counter}
@@ -100,6 +101,8 @@ class Timing(msgspec.Struct, tag="timing"):
     graph: bool
     wall_ms_per_call: float
     sampled: list[int] = []  # for each sample slot filled, the rotation set of that timed call
+    # for each sample slot, how that call's inputs differed from the set: (input, positions, values)
+    perturbations: list[list[tuple[int, list[int], list[float]]]] = []
     ok: bool = True
     kind: str = ""
     error: str = ""
@@ -303,9 +306,11 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         return failed("tampering", tamper)
     spec = dict(spec)
     rate = float(spec.pop("sample_rate", 0.3))
+    k = int(spec.pop("perturb", 8))
     sampled: list[int] = []
+    perturbations: list[list[tuple[int, list[int], list[float]]]] = []
 
-    def sample(which: int, out: Any, last: bool) -> None:
+    def sample(which: int, out: Any, last: bool, rec: Any) -> None:
         """Copy a timed call's outputs out for the judge, decided only after the call returned
         and from the OS's randomness: the candidate cannot know which calls are checked."""
         if len(sampled) >= len(sample_slots) or not (last and not sampled or _randbelow(1000) < rate * 1000):
@@ -314,20 +319,25 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         for o, slot in zip(outs, sample_slots[len(sampled)]):
             _copy(slot, o)
         sampled.append(which)
+        perturbations.append(Perturber.report(rec))
 
     try:
+        from .bench import Perturber
+
+        perturber = Perturber(sets, k, _randbits(62)) if k > 0 else None
         fns = [(lambda s=s: kernel(*s)) for s in sets]
         if device == "cuda":
-            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample)
+            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample, perturb=perturber)
         else:
-            samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING)
+            samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING, perturb=perturber)
     except Exception as exc:
         text = _error_text(exc)
         return failed("cuda_error" if _is_cuda_error(text) else "raised", text)
     tamper = _tampering()
     if tamper:
         return failed("tampering", tamper)
-    _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall, sampled=sampled))
+    _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall, sampled=sampled,
+                       perturbations=perturbations))
 
 
 # -- entry point ---------------------------------------------------------------------------

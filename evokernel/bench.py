@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu"]
+__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber"]
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -39,7 +39,51 @@ def relative_ci(samples: Sequence[float]) -> float:
     return (hi - lo) / 2 / med if med > 0 else math.inf
 
 
-Sampler = Callable[[int, Any, bool], None]  # (rotation set, outputs, last call) -> None
+Sampler = Callable[[int, Any, bool, Any], None]  # (rotation set, outputs, last call, perturbation) -> None
+
+
+class Perturber:
+    """Before each timed call, changes `k` elements of every floating-point input of the set
+    in place (values copied from other positions, so they stay in distribution), and puts
+    them back after the call. Positions come from a generator seeded by the OS's randomness:
+    no two timed calls see the same inputs, so a cache keyed by input values misses every
+    time, and the candidate cannot know in advance which elements change.
+
+    `apply` returns the perturbation as (input index, positions, new values) device tensors;
+    only a sampled call's perturbation is read back to the host for the judge."""
+
+    def __init__(self, sets: list[list[Any]], k: int, seed: int) -> None:
+        import torch
+
+        self.sets, self.k = sets, k
+        device = sets[0][0].device if sets and sets[0] else "cpu"
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.torch = torch
+
+    def apply(self, which: int) -> list[tuple[int, Any, Any, Any]]:
+        torch, rec = self.torch, []
+        for j, t in enumerate(self.sets[which]):
+            n = t.numel()
+            if self.k <= 0 or not t.is_floating_point() or n < 2 * self.k or not t.is_contiguous():
+                continue
+            flat = t.view(-1)
+            step = n // self.k
+            ar = torch.arange(self.k, device=t.device) * step
+            idx = (torch.randint(n, (1,), generator=self.gen, device=t.device) + ar) % n  # distinct positions
+            src = (torch.randint(n, (1,), generator=self.gen, device=t.device) + ar) % n
+            new = flat[src]
+            old = flat[idx]
+            flat[idx] = new
+            rec.append((j, idx, new, old))
+        return rec
+
+    def restore(self, rec: list[tuple[int, Any, Any, Any]], which: int) -> None:
+        for j, idx, _, old in reversed(rec):
+            self.sets[which][j].view(-1)[idx] = old
+
+    @staticmethod
+    def report(rec: list[tuple[int, Any, Any, Any]]) -> list[tuple[int, list[int], list[float]]]:
+        return [(j, idx.tolist(), new.double().tolist()) for j, idx, new, _ in rec]
 
 
 def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]] | None:
@@ -78,6 +122,7 @@ def time_cuda(
     flush_mb: int = 256,
     warmup: int = 3,
     sample: Sampler | None = None,
+    perturb: Perturber | None = None,
 ) -> tuple[list[float], bool, float]:
     """Per-call device times in ms (one input set per call, rotating), whether graphs were
     replayed, and the wall time per call of a device-synchronised loop (no flush), which
@@ -94,20 +139,23 @@ def time_cuda(
             f()
     sync()
 
-    last: list[Any] = [None, 0]
+    last: list[Any] = [None, 0, []]
 
     def measure(runners: list[Callable[[], Any]], n: int, offset: int, check: bool = True) -> list[float]:
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             k = (offset + i) % len(runners)
+            rec = perturb.apply(k) if (check and perturb is not None) else []
             flush.zero_()
             starts[i].record()
             out = runners[k]()
             ends[i].record()
             if check and sample is not None:
-                sample(k, out, False)
-            last[0], last[1] = out, k
+                sample(k, out, False, rec)
+            last[0], last[1], last[2] = out, k, rec
+            if rec:
+                perturb.restore(rec, k)  # type: ignore[union-attr]
         sync()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
@@ -129,7 +177,7 @@ def time_cuda(
         if len(samples) >= min_reps and relative_ci(samples) <= rel_ci:
             break
     if sample is not None:
-        sample(last[1], last[0], True)
+        sample(last[1], last[0], True, last[2])
     reps = max(3, min(50, int(0.05 / max(statistics.median(samples) * 1e-3, 1e-6))))
     sync()
     w0 = clock()
@@ -151,6 +199,7 @@ def time_cpu(
     warmup: int = 1,
     sample: Sampler | None = None,
     watched: dict[str, Any] | None = None,
+    perturb: Perturber | None = None,
     **_: Any,
 ) -> tuple[list[float], bool, float]:
     """The CPU counterpart: wall time per call, rotating inputs (on the clock captured
@@ -161,16 +210,20 @@ def time_cpu(
             f()
     samples: list[float] = []
     t_end = clock() + max_s
-    i, out = 0, None
+    i, out, rec = 0, None, []
     while len(samples) < max_reps:
+        k = i % len(fns)
+        rec = perturb.apply(k) if perturb is not None else []
         t0 = clock()
-        out = fns[i % len(fns)]()
+        out = fns[k]()
         samples.append((clock() - t0) * 1e3)
         if sample is not None:
-            sample(i % len(fns), out, False)
+            sample(k, out, False, rec)
+        if rec:
+            perturb.restore(rec, k)  # type: ignore[union-attr]
         i += 1
         if len(samples) >= min_reps and (relative_ci(samples) <= rel_ci or clock() > t_end):
             break
     if sample is not None:
-        sample((i - 1) % len(fns), out, True)
+        sample((i - 1) % len(fns), out, True, rec)
     return samples, False, statistics.median(samples)

@@ -232,18 +232,38 @@ class _Shape:
         _poison(self.slots)
         return refs, pristine
 
-    def refill_rotation(self) -> tuple[list[list[Any]], list[list[Any]]]:
-        """Fresh values in every rotation set; returns (references, pristine copies) per set."""
-        refs, pristine = [], []
+    def refill_rotation(self) -> list[list[Any]]:
+        """Fresh values in every rotation set; returns their pristine copies."""
+        pristine = []
         for group in self.rotation:
             fresh = _as_list(self.problem.make_inputs(dict(self.shape), _seed(), self.device))
             for buf, new in zip(group, fresh):
                 buf.copy_(new)
             pristine.append([t.clone() for t in group])
-            refs.append(_as_list(self.problem.reference(*[t.clone() for t in group])))
         for group in self.samples:
             _poison(group)
-        return refs, pristine
+        return pristine
+
+    def perturbed(self, base: list[Any], changes: list[tuple[int, list[int], list[float]]], k: int) -> list[Any] | str:
+        """The inputs of one timed call: a rotation set with the elements the worker changed,
+        or why the reported changes are not what the worker was asked to make."""
+        import torch
+
+        inputs = [t.clone() for t in base]
+        expected = {j for j, t in enumerate(base)
+                    if k > 0 and t.is_floating_point() and t.numel() >= 2 * k and t.is_contiguous()}
+        seen = set()
+        for j, positions, values in changes:
+            if j not in expected or j in seen or len(positions) != k or len(values) != k \
+                    or len(set(positions)) != k or not all(0 <= q < base[j].numel() for q in positions):
+                return f"malformed perturbation report for input {j}"
+            seen.add(j)
+            flat = inputs[j].view(-1)
+            flat[torch.tensor(positions, device=flat.device)] = torch.tensor(values, dtype=flat.dtype,
+                                                                             device=flat.device)
+        if seen != expected:
+            return "perturbation report misses inputs"
+        return inputs
 
 
 _STATUS = {
@@ -448,8 +468,9 @@ class Judge:
         """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
         timed stream). Returns (samples in ms, graphs replayed)."""
-        refs, pristine = shape.refill_rotation()
-        spec = {**timing, "sample_rate": self.options.sample_rate}
+        pristine = shape.refill_rotation()
+        k = self.problem.perturb
+        spec = {**timing, "sample_rate": self.options.sample_rate, "perturb": k}
         self._settle()
         got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
         if isinstance(got, Outcome):
@@ -462,13 +483,24 @@ class Judge:
             if not got.sampled:
                 return Verdict(accepted=False, status=Status.INCORRECT,
                                reason=f"no timed output was handed over for checking ({shape.key}, timing)")
-            for slot, which in zip(shape.samples, got.sampled):
-                if not 0 <= which < len(refs):
+            if len(got.perturbations) != len(got.sampled):
+                return Verdict(accepted=False, status=Status.INCORRECT, reason="perturbations missing from the worker")
+            changed = k == 0 or not any(t.is_floating_point() for t in pristine[0])
+            for slot, which, changes in zip(shape.samples, got.sampled, got.perturbations):
+                if not 0 <= which < len(pristine):
                     return Verdict(accepted=False, status=Status.INCORRECT, reason="bad sample index from the worker")
-                wrong = compare(refs[which], slot, self._tolerance(refs[which]))
+                inputs = shape.perturbed(pristine[which], changes, k)
+                if isinstance(inputs, str):
+                    return Verdict(accepted=False, status=Status.INCORRECT, reason=f"{inputs} ({shape.key}, timing)")
+                changed = changed or any(not _bytes_equal(a, b) for a, b in zip(inputs, pristine[which]))
+                refs = _as_list(self.problem.reference(*inputs))
+                wrong = compare(refs, slot, self._tolerance(refs))
                 if wrong is not None:
                     return Verdict(accepted=False, status=Status.INCORRECT,
                                    reason=f"wrong result in a timed call: {wrong} ({shape.key}, timing)")
+            if not changed:
+                return Verdict(accepted=False, status=Status.INCORRECT,
+                               reason=f"the timed calls' inputs were never perturbed ({shape.key}, timing)")
             for group, clean in zip(shape.rotation, pristine):
                 if any(not _bytes_equal(a, b) for a, b in zip(group, clean)):
                     return Verdict(accepted=False, status=Status.INCORRECT,

@@ -6,8 +6,10 @@ A problem is a Python module with:
 - `reference(*inputs)`: a tensor or a tuple of tensors, the ground truth;
 - `SHAPES`: the shapes the search tunes on (a list of dicts);
 - optional `HELDOUT_SHAPES` (checked by the gate, never tuned on), `TOLERANCE` (`{"rtol":
-  .., "atol": ..}` or such a dict per dtype name, e.g. `{"bfloat16": {...}}`), and
-  `flops(shape)` / `bytes(shape)` for roofline figures.
+  .., "atol": ..}` or such a dict per dtype name, e.g. `{"bfloat16": {...}}`),
+  `flops(shape)` / `bytes(shape)` for roofline figures, and `PERTURB` (elements of each
+  floating-point input the timing harness changes before every timed call, default 8; 0
+  where such inputs carry structure).
 
 A candidate is a Python module with `kernel(*inputs)` returning the same structure.
 
@@ -104,6 +106,9 @@ class Problem:
         self._tolerance = getattr(module, "TOLERANCE", None)
         if self._tolerance is not None and not isinstance(self._tolerance, Mapping):
             raise ProblemError(f"{where}: TOLERANCE must be a dict")
+        # elements of each floating-point input changed before every timed call (0 for problems
+        # whose floating-point inputs carry structure that a changed element would break)
+        self.perturb = int(getattr(module, "PERTURB", 8))
         self._flops = getattr(module, "flops", None)
         self._bytes = getattr(module, "bytes", None)
 

@@ -168,10 +168,6 @@ _SAME_USER = "gate gap (no privilege drop here): the candidate runs as the judge
 #: Cheats the current gate does not catch, with where the gap applies (strict xfails: a fix
 #: turns them into failures, and the mark must go).
 GAPS: dict[str, tuple[bool, str]] = {
-    "cheats/timing_cache_by_value.py": (True, (
-        "gate gap: the timed calls rotate a few input sets whose values stay the same for the whole timing "
-        "run, so a cache keyed by the input values is right on every sampled timed call and is timed as a "
-        "lookup and a copy (checks always have fresh values: a miss)")),
     "cheats/kill_judge.py": (not DROP, _SAME_USER + "may SIGKILL the `evokernel check` process: no verdict"),
     "honest/env_probe_ancestors.py": (not DROP, _SAME_USER + "reads every secret in /proc/<judge pid>/environ"),
     "cheats/fake_verdict_parent_fd.py": (not DROP, _SAME_USER + (

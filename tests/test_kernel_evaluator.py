@@ -160,3 +160,19 @@ def test_remeasure_interleaves_and_a_search_ranks_by_it():
     remeasured = [e for e in store.history(report.run_id) if e.kind == "remeasure"]
     assert len(remeasured) == len(report.elites) and all(e.seq == 0 for e in remeasured)
     assert report.best.latency_ms == report.best.samples[0]
+
+
+def test_perturbation_reports_are_validated():
+    judge = Judge(Problem.load(MATMUL), "cpu", QUICK)
+    shape = judge.tuning[0]
+    base = shape.refill_rotation()[0]
+    k = judge.problem.perturb
+    n0, n1 = base[0].numel(), base[1].numel()
+    good = [(0, list(range(0, n0, n0 // k))[:k], [1.0] * k), (1, list(range(0, n1, n1 // k))[:k], [2.0] * k)]
+    inputs = shape.perturbed(base, good, k)
+    assert not isinstance(inputs, str)
+    assert float(inputs[0].view(-1)[0]) == 1.0 and float(inputs[1].view(-1)[0]) == 2.0
+    assert shape.perturbed(base, good[:1], k) == "perturbation report misses inputs"
+    assert "malformed" in shape.perturbed(base, [good[0], (1, [0] * k, [2.0] * k)], k)
+    assert "malformed" in shape.perturbed(base, [good[0], (1, [n1 + 5] + good[1][1][1:], [2.0] * k)], k)
+    assert "malformed" in shape.perturbed(base, [good[0], (5, good[1][1], [2.0] * k)], k)
