@@ -307,16 +307,20 @@ class _Run:
         self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
         return None
 
-    def check(self) -> Verdict | None:
-        judge, start = self.judge, time.monotonic()
-        plan = [(s, judge.options.seeds) for s in judge.tuning] + [(s, judge.options.heldout_seeds) for s in judge.heldout]
+    def _trials(self, plan: list[tuple[_Shape, int]], phase: str, name: str) -> Verdict | None:
+        start = time.monotonic()
         for shape, n in plan:
             for _ in range(n):
-                bad = judge._trial(self.sandbox, shape, self.seeds)
+                bad = self.judge._trial(self.sandbox, shape, self.seeds, phase=phase)
                 if bad is not None:
                     return self._done(bad)
-        self._phase("checks", start)
+        self._phase(name, start)
         return None
+
+    def check(self) -> Verdict | None:
+        opt = self.judge.options
+        plan = [(s, opt.seeds) for s in self.judge.tuning] + [(s, opt.heldout_seeds) for s in self.judge.heldout]
+        return self._trials(plan, "", "checks")
 
     def time(self, shape: _Shape, spec: dict[str, Any]) -> Verdict | None:
         start = time.monotonic()
@@ -330,14 +334,8 @@ class _Run:
         return None
 
     def recheck(self) -> Verdict | None:
-        judge, start = self.judge, time.monotonic()
-        for shape in judge.tuning:
-            for _ in range(judge.options.recheck_seeds):
-                bad = judge._trial(self.sandbox, shape, self.seeds, phase="after timing")
-                if bad is not None:
-                    return self._done(bad)
-        self._phase("recheck", start)
-        return None
+        plan = [(s, self.judge.options.recheck_seeds) for s in self.judge.tuning]
+        return self._trials(plan, "after timing", "recheck")
 
     def accepted(self) -> Verdict:
         timings: list[ShapeTiming] = []
@@ -397,9 +395,6 @@ class Judge:
 
     def judge(self, sandbox: Sandbox) -> Verdict:
         """Check, time and re-check a started sandbox."""
-        return self._judge(sandbox)
-
-    def _judge(self, sandbox: Sandbox) -> Verdict:
         run = _Run(self, sandbox)
         bad = run.prepare() or run.check()
         if bad is not None:
@@ -451,10 +446,7 @@ class Judge:
         if not done.ok:
             return self._failed(done.kind, f"{done.error} ({where})", sandbox.label, sandbox.log_tail())
         with sandbox.paused():
-            if self.device == "cuda":
-                import torch
-
-                torch.cuda.synchronize()
+            self._settle()
             wrong = compare(refs, shape.slots, self._tolerance(refs))
             mutated = next((i for i, (a, b) in enumerate(zip(shape.inputs, pristine)) if not _bytes_equal(a, b)), None)
         if mutated is not None:
