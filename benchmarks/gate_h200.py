@@ -246,6 +246,7 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=540.0)
     ap.add_argument("--window", type=float, default=120.0)
     ap.add_argument("--corpus-only", default="", help="regex over 'folder/file device:X' to select corpus files")
+    ap.add_argument("--profile", action="store_true", help="profile the judge's process during throughput")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -258,7 +259,17 @@ def main() -> None:
         if left(args.deadline) < 30:
             break
         try:
-            if ph == "throughput":
+            if ph == "throughput" and args.profile:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                prof.runcall(phase_throughput, out, args.deadline, args.window)
+                with open(out / "profile_throughput.txt", "w") as f:
+                    stats = pstats.Stats(prof, stream=f).sort_stats("cumulative")
+                    stats.print_stats(60)
+                    stats.sort_stats("tottime").print_stats(40)
+            elif ph == "throughput":
                 phase_throughput(out, args.deadline, args.window)
             elif ph == "corpus":
                 phase_corpus(out, args.deadline, args.corpus_only)
