@@ -15,6 +15,7 @@ the judge checks and times one candidate at a time on the GPU: two timings never
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from collections import deque
@@ -49,8 +50,12 @@ def reference_source(problem_path: str) -> str:
     )
 
 
-def _source_of(genome: Genome, render: Render) -> str:
-    return genome.source if genome.source and "def kernel" in genome.source else render(genome)
+def _source_of(genome: Genome, render: Render) -> tuple[str, bool]:
+    """The candidate's source, and whether it is trusted (rendered by the user's template
+    rather than carried by the genome)."""
+    if genome.source and "def kernel" in genome.source:
+        return genome.source, False
+    return render(genome), True
 
 
 class KernelEvaluator:
@@ -79,6 +84,7 @@ class KernelEvaluator:
         self.workers = max(1, workers if workers is not None else (os.cpu_count() or 2) - 1)
         self._judge: Judge | None = None
         self.faults = 0
+        self.best: dict[str, float] = {}  # best median per shape so far: the bar for racing
 
     @property
     def judge(self) -> Judge:
@@ -106,12 +112,12 @@ class KernelEvaluator:
             if genome is None:
                 return False
             try:
-                source = _source_of(genome, self.render)
+                source, trusted = _source_of(genome, self.render)
             except Exception as exc:  # a genome the template cannot render: its failure, not ours
                 pending.append((genome, Result.failed(Status.COMPILE_ERROR,
                                                       f"render failed: {type(exc).__name__}: {exc}")))
                 return True
-            pending.append((genome, judge.sandbox(source, label=genome.id)))
+            pending.append((genome, judge.sandbox(source, label=genome.id, trusted=trusted)))
             return True
 
         try:
@@ -123,11 +129,12 @@ class KernelEvaluator:
                     result = item
                 else:
                     try:
-                        verdict = judge.judge(item)
+                        verdict = judge.judge(item, self.best)
                     finally:
                         item.close()
                     if verdict.fault:
                         self._health_check(verdict)
+                    self._note_best(verdict)
                     result = verdict.to_result()
                 launch()
                 yield result
@@ -140,7 +147,8 @@ class KernelEvaluator:
         """Judge these genomes again, together: checked again on fresh inputs, then timed in
         interleaved blocks (A B C A B C ...) so that their figures compare like for like."""
         judge = self.judge
-        sandboxes = [judge.sandbox(_source_of(g, self.render), label=g.id) for g in genomes]
+        sources = [_source_of(g, self.render) for g in genomes]
+        sandboxes = [judge.sandbox(src, label=g.id, trusted=trusted) for g, (src, trusted) in zip(genomes, sources)]
         try:
             verdicts = judge.judge_together(sandboxes, rounds=rounds)
         finally:
@@ -149,6 +157,12 @@ class KernelEvaluator:
         if any(v.fault for v in verdicts):
             self._health_check(next(v for v in verdicts if v.fault))
         return [v.to_result() for v in verdicts]
+
+    def _note_best(self, verdict: Verdict) -> None:
+        if verdict.accepted:
+            for t in verdict.timings:
+                if t.shape not in verdict.raced:
+                    self.best[t.shape] = min(self.best.get(t.shape, math.inf), t.median_ms)
 
     def _health_check(self, after: Verdict) -> None:
         """After a candidate faulted on the GPU, a fresh process must pass the reference

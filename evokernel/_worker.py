@@ -141,6 +141,9 @@ class Setup(msgspec.Struct):
     input_specs: list[list[tuple[list[int], list[int], str]]]  # per shape: (shape, stride, dtype) per input
     uid: int | None = None  # run as this user (the judge runs as root): no signals, /proc or files of the judge
     memory_bytes: int | None = None  # address-space limit (CPU candidates)
+    # Triton cache entries built by trusted processes (the driver's C utilities, kernel
+    # launchers), copied into this candidate's own cache so it does not rebuild them
+    seed_cache: str | None = None
 
 
 def _redirect_output(path: str) -> None:
@@ -150,6 +153,23 @@ def _redirect_output(path: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+
+
+def _seed_cache(seed: str, cache_dir: str) -> None:
+    """Copy the seed's entries (one folder per cache key) into this candidate's own cache;
+    a copy, so nothing the candidate writes reaches another candidate."""
+    import shutil
+
+    try:
+        entries = list(os.scandir(seed))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+            try:
+                shutil.copytree(entry.path, os.path.join(cache_dir, entry.name), dirs_exist_ok=True)
+            except OSError:
+                pass  # a half-written seed entry: this candidate builds its own
 
 
 def _import_candidate(source: str, work_dir: str) -> Any:
@@ -386,7 +406,10 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
             return
     _redirect_output(setup.log_path)
     warnings.simplefilter("ignore")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(setup.work_dir, "triton-cache")
+    cache_dir = os.path.join(setup.work_dir, "triton-cache")
+    os.environ["TRITON_CACHE_DIR"] = cache_dir
+    if setup.seed_cache:
+        _seed_cache(setup.seed_cache, cache_dir)
     if setup.device == "cpu":
         torch.set_num_threads(1)
     if (os.environ.get("TRITON_INTERPRET") == "1") != (setup.device == "cpu"):

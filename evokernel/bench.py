@@ -171,14 +171,15 @@ def time_cuda(
     samples: list[float] = []
     t0 = clock()
     while True:
-        samples += measure(runners, min(batch, max_reps - len(samples)), len(samples))
+        step = min_reps if not samples else batch
+        samples += measure(runners, max(1, min(step, max_reps - len(samples))), len(samples))
         if len(samples) >= max_reps or clock() - t0 > max_s:
             break
         if len(samples) >= min_reps and relative_ci(samples) <= rel_ci:
             break
     if sample is not None:
         sample(last[1], last[0], True, last[2])
-    reps = max(3, min(50, int(0.05 / max(statistics.median(samples) * 1e-3, 1e-6))))
+    reps = max(3, min(20, int(0.02 / max(statistics.median(samples) * 1e-3, 1e-6))))
     sync()
     w0 = clock()
     for i in range(reps):

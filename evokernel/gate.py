@@ -21,7 +21,7 @@ import math
 import secrets
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -32,6 +32,7 @@ from .hardware import Peaks, peaks_for
 from .problem import Problem, shape_key
 from .result import Result, Status
 from .sandbox import Outcome, Sandbox, SandboxOptions
+from .toolcache import SeedCache
 
 __all__ = ["GateOptions", "Verdict", "ShapeTiming", "Judge", "compare"]
 
@@ -47,6 +48,12 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     samples: int = 8  # timed calls whose outputs are checked, drawn at random after each call
     sample_rate: float = 0.3  # chance that a timed call's output is copied out for checking
     timing: dict[str, Any] = msgspec.field(default_factory=dict)  # passed to bench.time_cuda / time_cpu
+    # racing: when the best median so far of a shape is known, a candidate is first timed in
+    # a short block of `race_reps` calls, and timed no further if it is more than `race`
+    # times slower (its figure is then coarser, but it is no contender); 0 turns this off
+    race: float = 1.3
+    race_reps: int = 10
+    seed_cache: bool = True  # share Triton's host-side helpers built by trusted candidates (CUDA)
     escape_ratio: float = 2.0  # wall time per call above this x the timed median (+0.1 ms): work escaped
     sandbox: SandboxOptions = msgspec.field(default_factory=SandboxOptions)
 
@@ -80,11 +87,12 @@ class Verdict(msgspec.Struct, kw_only=True):
     judge_s: float = 0.0  # checking and timing, once it was ready
     phases: dict[str, float] = msgspec.field(default_factory=dict)  # seconds in checks, timing, re-checks
     fault: bool = False  # the candidate's process died on the GPU: check the GPU before going on
+    raced: list[str] = msgspec.field(default_factory=list)  # shapes timed only briefly (far off the best)
 
     def to_result(self) -> Result:
         meta = {"import_s": self.import_s, "compile_s": self.compile_s, "checks": self.checks,
                 "wait_s": self.wait_s, "judge_s": self.judge_s, **{f"{k}_s": v for k, v in self.phases.items()},
-                "timings": msgspec.to_builtins(self.timings)}
+                "timings": msgspec.to_builtins(self.timings), "raced": list(self.raced)}
         if self.accepted and self.latency_ms is not None:
             return Result.ok(self.latency_ms, noise=self.noise,
                              per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta)
@@ -285,11 +293,12 @@ class _Run:
         self.samples: dict[str, list[float]] = {}
         self.graph: dict[str, bool] = {}
         self.phases: dict[str, float] = {}
+        self.raced: list[str] = []
         self.base: dict[str, Any] = {"label": sandbox.label}
         self.t0 = time.monotonic()
 
     def _done(self, v: Verdict) -> Verdict:
-        return msgspec.structs.replace(v, checks=len(self.seeds), seeds=self.seeds, phases=self.phases,
+        return msgspec.structs.replace(v, checks=len(self.seeds), seeds=self.seeds, phases=self.phases, raced=self.raced,
                                        judge_s=time.monotonic() - self.t0 - self.base.get("wait_s", 0.0),
                                        **self.base)
 
@@ -305,6 +314,8 @@ class _Run:
         if isinstance(ready, Outcome):
             return self._done(judge._failed(ready.kind, ready.error, self.sandbox.label, ready.log_tail))
         self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
+        if judge.seed is not None and self.sandbox.trusted:
+            judge.seed.harvest(self.sandbox.work_dir)
         return None
 
     def _trials(self, plan: list[tuple[_Shape, int]], phase: str, name: str) -> Verdict | None:
@@ -377,14 +388,18 @@ class Judge:
             shape.bind(views, refs)
         self.arena = arena
         self.degenerate = self._canary()
+        # Triton's host-side helpers, built once by trusted candidates and copied into the rest
+        self.seed = SeedCache() if device == "cuda" and self.options.seed_cache else None
 
     # -- candidates --------------------------------------------------------------------
-    def sandbox(self, source: str, label: str = "candidate") -> Sandbox:
-        """A started sandbox: the candidate imports and compiles while the judge does other work."""
+    def sandbox(self, source: str, label: str = "candidate", *, trusted: bool = False) -> Sandbox:
+        """A started sandbox: the candidate imports and compiles while the judge does other work.
+        `trusted`: the source is the user's own template rendered, not a genome's text; the
+        helpers Triton builds for it may be shared with later candidates."""
         specs = [s.specs for s in self.tuning + self.heldout]
         return Sandbox(source, device=self.device, input_specs=specs, arena=self.arena.base,
-                       options=self.options.sandbox,
-                       label=label).start()
+                       options=self.options.sandbox, label=label, trusted=trusted,
+                       seed_cache=self.seed.path if self.seed is not None else None).start()
 
     def check(self, source: str, label: str = "candidate") -> Verdict:
         sandbox = self.sandbox(source, label)
@@ -393,15 +408,26 @@ class Judge:
         finally:
             sandbox.close()
 
-    def judge(self, sandbox: Sandbox) -> Verdict:
-        """Check, time and re-check a started sandbox."""
+    def judge(self, sandbox: Sandbox, best: Mapping[str, float] | None = None) -> Verdict:
+        """Check, time and re-check a started sandbox. `best`: the best median so far per
+        shape key, for racing (see GateOptions.race)."""
         run = _Run(self, sandbox)
         bad = run.prepare() or run.check()
         if bad is not None:
             return bad
-        if self.options.time:
+        opt = self.options
+        if opt.time:
             for shape in self.tuning:
-                bad = run.time(shape, self.options.timing)
+                bar = (best or {}).get(shape.key) if opt.race > 0 else None
+                if bar is not None:
+                    short = {**opt.timing, "min_reps": opt.race_reps, "max_reps": opt.race_reps, "warmup": 1}
+                    bad = run.time(shape, short)
+                    if bad is not None:
+                        return bad
+                    if statistics.median(run.samples[shape.key]) > opt.race * bar:
+                        run.raced.append(shape.key)
+                        continue
+                bad = run.time(shape, opt.timing)
                 if bad is not None:
                     return bad
             bad = run.recheck()

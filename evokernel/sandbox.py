@@ -258,8 +258,12 @@ class Sandbox:
         arena: Any = None,
         options: SandboxOptions | None = None,
         label: str = "candidate",
+        seed_cache: str | None = None,
+        trusted: bool = False,
     ) -> None:
         self.source = source
+        self.seed_cache = seed_cache
+        self.trusted = trusted  # its source came from the user's own template, not from a genome
         self.arena = arena
         self.device = device
         self.input_specs = input_specs
@@ -286,7 +290,8 @@ class Sandbox:
         if self.device == "cpu":
             memory = self.options.cpu_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
-                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory)
+                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
+                      seed_cache=self.seed_cache)
         from ._worker import main
 
         # the judge's memory block travels once, with the process: the candidate maps it while

@@ -176,3 +176,85 @@ def test_perturbation_reports_are_validated():
     assert "malformed" in shape.perturbed(base, [good[0], (1, [0] * k, [2.0] * k)], k)
     assert "malformed" in shape.perturbed(base, [good[0], (1, [n1 + 5] + good[1][1][1:], [2.0] * k)], k)
     assert "malformed" in shape.perturbed(base, [good[0], (5, good[1][1], [2.0] * k)], k)
+
+
+_SLOW = '''
+import time
+import torch
+
+def kernel(a, b):
+    time.sleep(0.02)
+    return a @ b
+'''
+
+
+def test_racing_times_far_slower_candidates_briefly():
+    """Once a shape's best is known, a candidate far slower on it is timed in one short block."""
+    problem = Problem.load(MATMUL)
+    judge = Judge(problem, "cpu", GateOptions(timing={"min_reps": 12, "max_reps": 12, "rel_ci": 0.0}, race_reps=4))
+    fast = (ROOT / "tests/corpus/honest/torch_matmul.py").read_text()
+    first = judge.check(fast)
+    assert first.accepted and not first.raced
+    best = {t.shape: t.median_ms for t in first.timings}
+    sb = judge.sandbox(_SLOW)
+    try:
+        slow = judge.judge(sb, best)
+    finally:
+        sb.close()
+    assert slow.accepted, slow.reason
+    assert slow.raced == [t.shape for t in slow.timings]
+    assert all(t.samples == 4 for t in slow.timings)  # the short block only
+    assert slow.latency_ms > 10 * first.latency_ms
+    sb = judge.sandbox(fast)
+    try:
+        # a contender (the bar is loose: CPU timings of tiny calls wander): short block, then full timing
+        again = judge.judge(sb, {k: 10 * v for k, v in best.items()})
+    finally:
+        sb.close()
+    assert again.accepted and not again.raced and all(t.samples == 16 for t in again.timings)
+    assert "raced" in again.to_result().meta
+
+
+def test_the_evaluator_keeps_the_bar_from_accepted_full_timings():
+    genomes = [Genome.of({"i": 0}, source=(ROOT / "tests/corpus/honest/torch_matmul.py").read_text()),
+               Genome.of({"i": 1}, source=_SLOW)]
+    ev = KernelEvaluator(MATMUL, lambda g: "", device="cpu",
+                         options=GateOptions(timing={"min_reps": 6, "max_reps": 6}, race_reps=3), workers=1)
+    fast, slow = list(ev.evaluate(genomes))
+    assert fast.is_ok and slow.is_ok
+    assert not fast.meta["raced"] and slow.meta["raced"]
+    assert set(ev.best) == set(fast.per_shape) and ev.best == fast.per_shape
+
+
+def test_seed_cache_takes_only_helper_modules_and_candidates_copy_it(tmp_path: Path):
+    from evokernel._worker import _seed_cache
+    from evokernel.toolcache import SeedCache
+
+    work = tmp_path / "cand"
+    (work / "triton-cache" / "k1").mkdir(parents=True)
+    (work / "triton-cache" / "k1" / "__triton_launcher.cpython-311-x86_64-linux-gnu.so").write_bytes(b"x")
+    (work / "triton-cache" / "k2").mkdir()
+    (work / "triton-cache" / "k2" / "kernel.cubin").write_bytes(b"y")  # a kernel: never shared
+    (work / "triton-cache" / "k3").mkdir()
+    (work / "triton-cache" / "k3" / "cuda_utils.so").symlink_to("/etc/passwd")  # not a plain file
+    seed = SeedCache()
+    assert seed.harvest(str(work)) == 1 and seed.harvest(str(work)) == 0
+    assert sorted(os.listdir(seed.path)) == ["k1"]
+    assert oct(os.stat(seed.path).st_mode & 0o777) == "0o755"
+    other = tmp_path / "other-cache"
+    _seed_cache(seed.path, str(other))
+    assert (other / "k1" / "__triton_launcher.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"x"
+    (other / "k1" / "__triton_launcher.cpython-311-x86_64-linux-gnu.so").write_bytes(b"evil")  # a copy
+    assert (Path(seed.path) / "k1" / "__triton_launcher.cpython-311-x86_64-linux-gnu.so").read_bytes() == b"x"
+    path = seed.path
+    seed.close()
+    assert not os.path.exists(path)
+
+
+def test_only_template_rendered_candidates_are_trusted():
+    from evokernel.evaluators.kernel import _source_of
+
+    g = matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)
+    assert _source_of(g, lambda g: candidate_source(g.params))[1] is True
+    own = Genome.of({"i": 0}, source="def kernel(a, b):\n    return a @ b\n")
+    assert _source_of(own, lambda g: "unused") == (own.source, False)
