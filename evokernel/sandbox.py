@@ -212,9 +212,42 @@ def _claim_uid(options: SandboxOptions) -> tuple[int, int] | None:
         except OSError:
             os.close(fd)
             continue
-        _kill_user(uid)
+        if os.pread(fd, 1, 0):  # its last holder died before it had cleaned up: kill what is left
+            _kill_user(uid)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)  # in use; emptied once its processes are gone
         return uid, fd
     return None
+
+
+_REAPER: Any = None
+
+
+def _release_uid(uid: int, fd: int, work_dir: str | None) -> None:
+    """Kill whatever still runs as `uid`, remove the work folder, then free the uid. Done on
+    a thread of its own: scanning /proc takes milliseconds the judge should not wait for.
+    The uid stays claimed (its lock held) until its processes are gone."""
+    global _REAPER
+    import queue
+
+    def reap(q: Any) -> None:
+        while True:
+            uid, fd, work_dir = q.get()
+            try:
+                _kill_user(uid)
+                if work_dir:
+                    shutil.rmtree(work_dir, ignore_errors=True)
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    with _UID_LOCK:
+        if _REAPER is None:
+            _REAPER = queue.SimpleQueue()
+            threading.Thread(target=reap, args=(_REAPER,), name="evokernel-reaper", daemon=True).start()
+    _REAPER.put((uid, fd, work_dir))
 
 
 def _kill_user(uid: int) -> None:
@@ -277,7 +310,6 @@ class Sandbox:
             os.chown(self.work_dir, self.uid, self.uid)
         self.process: Any = None
         self.conn: Any = None
-        self._uid_lock: int | None = None
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
         self.started_at = 0.0
@@ -361,15 +393,17 @@ class Sandbox:
         """Kill the candidate's whole process group and remove its files. Nothing is left to
         save in there, and waiting for a CUDA context to tear down would stall the judge."""
         if self.process is not None:
-            self._kill()
+            self._signal(signal.SIGKILL)
             self.process.join(0)  # reaped later by multiprocessing if not yet gone
         if self.conn is not None:
             self.conn.close()
-        if self._uid_lock is not None:
-            os.close(self._uid_lock)  # releases the uid (its processes are gone)
+        remove = None if self.options.keep_work_dir else self.work_dir
+        if self._uid_lock is not None and self.uid is not None:
+            # processes that left the group are found by their user, off the judge's path
+            _release_uid(self.uid, self._uid_lock, remove)
             self._uid_lock = None
-        if not self.options.keep_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
+        elif remove:
+            shutil.rmtree(remove, ignore_errors=True)
 
     def __enter__(self) -> Sandbox:
         return self.start() if self.process is None else self

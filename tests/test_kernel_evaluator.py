@@ -258,3 +258,39 @@ def test_only_template_rendered_candidates_are_trusted():
     assert _source_of(g, lambda g: candidate_source(g.params))[1] is True
     own = Genome.of({"i": 0}, source="def kernel(a, b):\n    return a @ b\n")
     assert _source_of(own, lambda g: "unused") == (own.source, False)
+
+
+def test_uid_claims_are_exclusive_released_off_the_judges_path_and_stale_ones_cleaned(tmp_path, monkeypatch):
+    """The uid bookkeeping alone (dropping to a uid needs root and a world-readable Python)."""
+    import time
+
+    from evokernel import sandbox as sbx
+    from evokernel.sandbox import SandboxOptions
+
+    monkeypatch.setattr(sbx, "can_drop_privileges", lambda: True)
+    monkeypatch.setattr(sbx, "_UID_LOCKS", str(tmp_path / "uids"))
+    killed: list[int] = []
+    monkeypatch.setattr(sbx, "_kill_user", killed.append)
+    opts = SandboxOptions(uid_base=5000)
+    monkeypatch.setattr(sbx, "_UID_RANGE", 2)
+    a, b = sbx._claim_uid(opts), sbx._claim_uid(opts)
+    assert a is not None and b is not None and a[0] != b[0]
+    assert sbx._claim_uid(opts) is None  # both uids of the range are held
+    assert killed == []  # fresh lock files: nothing to clean
+    work = tmp_path / "work"
+    work.mkdir()
+    sbx._release_uid(a[0], a[1], str(work))
+    for _ in range(100):
+        if not work.exists():
+            break
+        time.sleep(0.02)
+    assert killed == [a[0]] and not work.exists()
+    assert (tmp_path / "uids" / str(a[0])).read_bytes() == b""  # cleaned: the next claim skips the scan
+    again = sbx._claim_uid(opts)
+    assert again is not None and again[0] == a[0] and killed == [a[0]]
+    # a holder that died (its lock released by the kernel) without cleaning up: the next claim scans
+    os.close(b[1])
+    stale = sbx._claim_uid(opts)
+    assert stale is not None and stale[0] == b[0] and killed == [a[0], b[0]]
+    for fd in (again[1], stale[1]):
+        os.close(fd)

@@ -1,6 +1,6 @@
 # problem: matmul_small
 # expect: rejected
-# reason: timing
+# reason: timing | tampering: candidate replaced time.perf_counter
 # device: cpu
 # class: fakes fast timings with a one-shot time.perf_counter, installed only inside timed calls; it undoes itself on first use, so no check sees it
 """The product is always right; only the time is a lie.

@@ -1,6 +1,6 @@
 # problem: matmul_small
 # expect: rejected
-# reason: exited with code 0
+# reason: exited with code 0 | compile: SystemExit: 0
 # device: cpu
 # class: calls sys.exit(0) inside kernel() (a clean exit, as if all went well)
 import sys
