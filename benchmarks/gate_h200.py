@@ -271,7 +271,7 @@ def main() -> None:
 
                 prof = cProfile.Profile()
                 prof.runcall(phase_throughput, out, args.deadline, args.window, args.workers)
-                with open(out / "profile_throughput.txt", "w") as f:
+                with open(out / f"profile_throughput_w{args.workers or 0}.txt", "w") as f:
                     stats = pstats.Stats(prof, stream=f).sort_stats("cumulative")
                     stats.print_stats(60)
                     stats.sort_stats("tottime").print_stats(40)
