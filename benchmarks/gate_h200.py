@@ -169,14 +169,16 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     ev.judge  # set up buffers before the clock starts
     window = min(window_s, left(deadline) - 20)
     t0 = time.monotonic()
-    done, statuses, lat, parts = 0, {}, [], {k: [] for k in ("wait_s", "judge_s", "compile_s", "import_s", "checks_s", "timing_s", "recheck_s")}
-    raced = 0
+    done, statuses, lat, parts = 0, {}, [], {k: [] for k in ("wait_s", "judge_s", "compile_s", "import_s", "warm_s", "checks_s", "timing_s", "recheck_s")}
+    raced, errors = 0, []
     recorded = {tuple(sorted(p.items())): v for p, v in _top_configs(10**6)}
     gen = ev.evaluate(genomes)
     for g, r in zip(genomes, gen):
         done += 1
         statuses[r.status.value] = statuses.get(r.status.value, 0) + 1
         raced += bool(r.meta.get("raced"))
+        if not r.is_ok and len(errors) < 8:
+            errors.append(f"{g.short()}: {r.status.value}: {r.error[:300]}")
         for k in parts:
             if k in r.meta:
                 parts[k].append(r.meta[k])
@@ -195,7 +197,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     ratio = [m / r for m, r in lat]
     log(out, {"phase": "throughput", "summary": True, "workers": workers, "done": done, "elapsed_s": round(el, 1),
               "per_min": round(60 * done / el, 1), "statuses": statuses, "raced": raced,
-              "seed_entries": ev.judge.seed.harvested if ev.judge.seed is not None else None,
+              "seed_entries": ev.judge.seed.harvested if ev.judge.seed is not None else None, "errors": errors,
               "mean_s": {k: round(statistics.fmean(v), 4) for k, v in parts.items() if v},
               "vs_landscape_median_ratio": statistics.median(ratio) if ratio else None,
               "vs_landscape_spearman": _spearman([m for m, _ in lat], [r for _, r in lat]) if len(lat) > 5 else None})

@@ -121,6 +121,7 @@ def time_cuda(
     graph_below_ms: float = 0.1,
     flush_mb: int = 256,
     warmup: int = 3,
+    warmup_ms: float = 10.0,
     sample: Sampler | None = None,
     perturb: Perturber | None = None,
 ) -> tuple[list[float], bool, float]:
@@ -134,10 +135,14 @@ def time_cuda(
     sync = watched["torch.cuda.synchronize"]
     clock = watched["time.perf_counter"]
     flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device="cuda")
-    for _ in range(warmup):
+    # warm-up: at least `warmup` rounds and `warmup_ms` of back-to-back work, so the GPU's
+    # clocks are up before the first timed call (a few calls after an idle gap read high)
+    w0, rounds = clock(), 0
+    while rounds < warmup or (clock() - w0) * 1e3 < warmup_ms:
         for f in fns:
             f()
-    sync()
+        sync()
+        rounds += 1
 
     last: list[Any] = [None, 0, []]
 

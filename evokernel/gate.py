@@ -51,7 +51,7 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     # racing: when the best median so far of a shape is known, a candidate is first timed in
     # a short block of `race_reps` calls, and timed no further if it is more than `race`
     # times slower (its figure is then coarser, but it is no contender); 0 turns this off
-    race: float = 1.3
+    race: float = 1.5
     race_reps: int = 10
     seed_cache: bool = True  # share Triton's host-side helpers built by trusted candidates (CUDA)
     escape_ratio: float = 2.0  # wall time per call above this x the timed median (+0.1 ms): work escaped
@@ -314,6 +314,7 @@ class _Run:
         if isinstance(ready, Outcome):
             return self._done(judge._failed(ready.kind, ready.error, self.sandbox.label, ready.log_tail))
         self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
+        self.phases["warm"] = ready.warm_s
         if judge.seed is not None and self.sandbox.trusted:
             judge.seed.harvest(self.sandbox.work_dir)
         return None
@@ -420,7 +421,7 @@ class Judge:
             for shape in self.tuning:
                 bar = (best or {}).get(shape.key) if opt.race > 0 else None
                 if bar is not None:
-                    short = {**opt.timing, "min_reps": opt.race_reps, "max_reps": opt.race_reps, "warmup": 1}
+                    short = {**opt.timing, "min_reps": opt.race_reps, "max_reps": opt.race_reps}
                     bad = run.time(shape, short)
                     if bad is not None:
                         return bad
