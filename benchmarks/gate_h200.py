@@ -152,6 +152,41 @@ def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
                   "within_1pct": sum(r["max_dev_pct"] <= 1.0 for r in rows)})
 
 
+def phase_ablation(out: Path, deadline: float, passes: int = 3) -> None:
+    """What inflates timings: the 4 best configs, re-measured in `passes` rounds under each
+    variant (per-call input perturbation on/off x launch guard on/off), variants interleaved
+    within a round so that all see the same conditions."""
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.gate import GateOptions
+    from evokernel.genome import Genome
+    from evokernel.search_spaces.triton_matmul import candidate_source
+
+    top = _top_configs(4)
+    genomes = [Genome.of(p) for p, _ in top]
+    variants = {f"perturb{k}_guard{g}": GateOptions(perturb=k, timing={"guard_us": g}) for k in (8, 0) for g in (50, 0)}
+    evs = {name: KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py",
+                                 lambda g: candidate_source(g.params), device="cuda", options=opt)
+           for name, opt in variants.items()}
+    got: dict[str, dict[str, list[float]]] = {name: {g.id: [] for g in genomes} for name in variants}
+    for k in range(passes):
+        for name, ev in evs.items():
+            if left(deadline) < 40:
+                break
+            for g, r in zip(genomes, ev.evaluate(genomes)):
+                got[name][g.id].append(r.latency_ms if r.is_ok else float("nan"))
+    for name in variants:
+        rows = []
+        for (params, recorded), g in zip(top, genomes):
+            xs = [x for x in got[name][g.id] if x == x]
+            if xs:
+                rows.append({"config": g.short(), "recorded_ms": recorded, "ms": xs,
+                             "vs_recorded": statistics.median(xs) / recorded,
+                             "spread_pct": 100 * (max(xs) - min(xs)) / statistics.median(xs)})
+        log(out, {"phase": "ablation", "variant": name, "rows": rows,
+                  "worst_spread_pct": max((r["spread_pct"] for r in rows), default=None),
+                  "median_vs_recorded": statistics.median([r["vs_recorded"] for r in rows]) if rows else None})
+
+
 def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None) -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.genome import Genome
@@ -283,7 +318,7 @@ def main() -> None:
                 phase_corpus(out, args.deadline, args.corpus_only)
             else:
                 {"smoke": phase_smoke, "fidelity": phase_fidelity, "fault": phase_fault,
-                 "ab": phase_ab}[ph](out, args.deadline)
+                 "ab": phase_ab, "ablation": phase_ablation}[ph](out, args.deadline)
         except Exception as exc:
             import traceback
 

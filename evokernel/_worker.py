@@ -85,7 +85,6 @@ class Ready(msgspec.Struct, tag="ready"):
     import_s: float
     compile_s: float
     triton_kernels: int = 0
-    warm_s: float = 0.0  # loading the harness's own GPU kernels, off the judge's path
 
 
 class Done(msgspec.Struct, tag="done"):
@@ -227,39 +226,6 @@ def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]
     finally:
         JITFunction.run = original  # type: ignore[method-assign]
     return count[0], errors[0] if errors else ""
-
-
-def _warm_harness(specs: list[list[tuple[list[int], list[int], str]]], device: str) -> None:
-    """Run, on tiny tensors, every GPU operation the harness itself uses in checks and
-    timing (fills, copies, the perturbation's index kernels, events, the flush buffer's
-    allocation). CUDA loads a kernel's code on its first launch in a process, milliseconds
-    each: done here, while the candidate compiles in parallel with other work, rather than
-    inside the judge's time, where the stalls also let the GPU's clocks drop before a timing."""
-    from .bench import Perturber, time_cuda
-
-    names = {dtype for shape_specs in specs for _, _, dtype in shape_specs}
-    names |= {"float32", "float16", "bfloat16", "int64", "int32", "int8", "uint8"}
-    dtypes = [getattr(torch, n) for n in sorted(names) if _isinstance(getattr(torch, n, None), torch.dtype)]
-    tensors = []
-    for dt in dtypes:
-        t = torch.zeros(64, dtype=dt, device=device)
-        other = torch.empty_like(t)
-        other.fill_(math.nan if t.is_floating_point() else -1)
-        _copy(other, t)
-        tensors.append(t)
-    sets = [[t.clone() for t in tensors] for _ in range(2)]
-    perturber = Perturber(sets, 4, 1)
-    fns = [(lambda s=s: [x.clone() for x in s]) for s in sets]
-
-    def sample(which: int, out: Any, last: bool, rec: Any) -> None:
-        for o in out:
-            _copy(torch.empty_like(o), o)
-        Perturber.report(rec)
-
-    # a 1 MB flush buffer: nothing here may load the GPU while another candidate is timed
-    time_cuda(fns, watched=_TIMING, min_reps=2, max_reps=2, warmup=1, warmup_ms=0.0, flush_mb=1, sample=sample,
-              perturb=perturber)
-    torch.cuda.synchronize()
 
 
 # -- the calls -----------------------------------------------------------------------------
@@ -480,16 +446,8 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
             _send(conn, Failed(kind="compile", error=compile_error))
             return
     compile_s = _perf_counter() - t1
-    warm_s = 0.0
-    if setup.device == "cuda":
-        t2 = _perf_counter()
-        try:
-            _warm_harness(setup.input_specs, setup.device)
-        except Exception as exc:  # only a speed-up: the checks that follow say what is wrong, if anything
-            print(f"evokernel: harness warm-up failed: {_error_text(exc)}", file=sys.stderr)
-        warm_s = _perf_counter() - t2
     view = _viewer(arena)
-    _send(conn, Ready(import_s=import_s, compile_s=compile_s, triton_kernels=compiled, warm_s=warm_s))
+    _send(conn, Ready(import_s=import_s, compile_s=compile_s, triton_kernels=compiled))
     _STATE["ready"] = True
     while True:
         try:

@@ -122,6 +122,7 @@ def time_cuda(
     flush_mb: int = 256,
     warmup: int = 3,
     warmup_ms: float = 10.0,
+    guard_us: float = 50.0,
     sample: Sampler | None = None,
     perturb: Perturber | None = None,
 ) -> tuple[list[float], bool, float]:
@@ -135,12 +136,36 @@ def time_cuda(
     sync = watched["torch.cuda.synchronize"]
     clock = watched["time.perf_counter"]
     flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device="cuda")
-    # warm-up: at least `warmup` rounds and `warmup_ms` of back-to-back work, so the GPU's
-    # clocks are up before the first timed call (a few calls after an idle gap read high)
+    # a short spin on the GPU before each start event, so the call is queued behind it: the
+    # timed region never includes the host's launch latency (the perturbation's small
+    # kernels and a sampled call's read-back leave the GPU idle just before a timed call)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    guard_cycles = int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3) if guard_us > 0 else 0
+
+    def rep(runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None,
+            check: bool = False) -> tuple[Any, list[Any]]:
+        rec = perturb.apply(k) if perturb is not None else []
+        flush.zero_()
+        if guard_cycles:
+            torch.cuda._sleep(guard_cycles)
+        if start is not None:
+            start.record()
+        out = runners[k]()
+        if end is not None:
+            end.record()
+        if check and sample is not None:
+            sample(k, out, False, rec)
+        if rec:
+            perturb.restore(rec, k)  # type: ignore[union-attr]
+        return out, rec
+
+    # warm-up: the same steps as a timed call (so every kernel the harness uses is loaded),
+    # at least `warmup` rounds and `warmup_ms` of back-to-back work, so the GPU's clocks are
+    # up before the first timed call
     w0, rounds = clock(), 0
     while rounds < warmup or (clock() - w0) * 1e3 < warmup_ms:
-        for f in fns:
-            f()
+        for k in range(len(fns)):
+            rep(fns, k)
         sync()
         rounds += 1
 
@@ -151,16 +176,8 @@ def time_cuda(
         ends = [Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
             k = (offset + i) % len(runners)
-            rec = perturb.apply(k) if (check and perturb is not None) else []
-            flush.zero_()
-            starts[i].record()
-            out = runners[k]()
-            ends[i].record()
-            if check and sample is not None:
-                sample(k, out, False, rec)
+            out, rec = rep(runners, k, starts[i], ends[i], check=check)
             last[0], last[1], last[2] = out, k, rec
-            if rec:
-                perturb.restore(rec, k)  # type: ignore[union-attr]
         sync()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 

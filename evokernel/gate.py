@@ -53,6 +53,7 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     # times slower (its figure is then coarser, but it is no contender); 0 turns this off
     race: float = 1.5
     race_reps: int = 10
+    perturb: int | None = None  # elements changed per input before each timed call (None: the problem's PERTURB)
     seed_cache: bool = True  # share Triton's host-side helpers built by trusted candidates (CUDA)
     escape_ratio: float = 2.0  # wall time per call above this x the timed median (+0.1 ms): work escaped
     sandbox: SandboxOptions = msgspec.field(default_factory=SandboxOptions)
@@ -314,7 +315,6 @@ class _Run:
         if isinstance(ready, Outcome):
             return self._done(judge._failed(ready.kind, ready.error, self.sandbox.label, ready.log_tail))
         self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
-        self.phases["warm"] = ready.warm_s
         if judge.seed is not None and self.sandbox.trusted:
             judge.seed.harvest(self.sandbox.work_dir)
         return None
@@ -488,7 +488,7 @@ class Judge:
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
         timed stream). Returns (samples in ms, graphs replayed)."""
         pristine = shape.refill_rotation()
-        k = self.problem.perturb
+        k = self.problem.perturb if self.options.perturb is None else self.options.perturb
         spec = {**timing, "sample_rate": self.options.sample_rate, "perturb": k}
         self._settle()
         got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)

@@ -2,7 +2,7 @@
 
 A mutator has a `name`, an `arity` (how many parents it wants: 0, 1 or 2) and `propose`.
 It may also `observe` every evaluated genome of the run (samplers that learn, such as
-Optuna's), and set `costly = True` if it charges money (LLM operators): those are the
+Optuna's), `reset` what it learned when a new run starts, and set `costly = True` if it charges money (LLM operators): those are the
 operators a cost cap switches off.
 
 >>> class Flip:
@@ -28,7 +28,7 @@ from .space import SearchSpace
 if TYPE_CHECKING:
     from .archive import Archive
 
-__all__ = ["Mutator", "Context"]
+__all__ = ["Mutator", "Context", "observe", "reset"]
 
 
 @dataclass
@@ -50,6 +50,13 @@ class Mutator(Protocol):
     def propose(self, parents: Sequence[Genome], ctx: Context) -> Genome | None:
         """A new genome (lineage is filled in by the search), or None for nothing to offer."""
         ...
+
+
+def reset(mutator: Mutator) -> None:
+    """Let a stateful mutator forget the last run, if it keeps state."""
+    hook = getattr(mutator, "reset", None)
+    if hook is not None:
+        hook()
 
 
 def observe(mutator: Mutator, genome: Genome, result: Result) -> None:

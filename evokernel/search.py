@@ -33,7 +33,8 @@ from .env import environment
 from .errors import ConfigError, EvaluatorError
 from .evaluator import Evaluator, fingerprint_hash
 from .genome import Genome, canonical_json
-from .mutator import Context, Mutator, observe
+from .learned import FailureModel
+from .mutator import Context, Mutator, observe, reset
 from .result import Result
 from .space import SearchSpace
 from .store import SQLiteStore, Store
@@ -76,6 +77,7 @@ class SearchOptions:
     remeasure: int = 2  # extra measurements of each reported elite (0: none)
     retries: int = 32  # proposals tried before falling back to a random unseen point
     seed_elites: int = 4  # elites of earlier runs put in the first generation
+    learn_failures: bool = True  # skip points predicted to run out of resources like failed ones
 
     def __post_init__(self) -> None:
         if self.population < 1:
@@ -224,6 +226,9 @@ class _Run:
         ).hexdigest()[:16]
         self.archive = Archive(search.descriptor, noise_z=self.opt.noise_z)
         self.bandit = OperatorBandit([m.name for m in search.mutators])
+        for m in search.mutators:
+            reset(m)
+        self.failures = FailureModel(search.space) if self.opt.learn_failures else None
         self.history: list[Individual] = []
         self.seen: dict[str, Individual] = {}
         self.trace: list[float | None] = []
@@ -312,6 +317,8 @@ class _Run:
         self.seen[genome.id] = ind
         self.counts[origin] += 1
         self.archive.consider(genome, result, self.run.id)
+        if self.failures is not None:
+            self.failures.learn(genome, result)
         for m in self.s.mutators:
             observe(m, genome, result)
         best = self.archive.best()
@@ -374,19 +381,34 @@ class _Run:
             if child.id in self.seen or child.id in taken:
                 self._skip("duplicate")
                 continue
+            if self._predicted_failure(child):
+                continue
             return child.with_lineage(tuple(p.genome.id for p in parents), op.name, self.generation)
         return self._unseen_random(taken)
 
+    def _predicted_failure(self, genome: Genome) -> bool:
+        """Skip (and record) a genome the learned failures say would run out of resources."""
+        why = self.failures.predict(genome.params) if self.failures is not None else None
+        if why is None:
+            return False
+        self._skip("learned: " + why.split(" like ")[0])
+        self.s.store.log_event(self.run.id, "skip", {"genome": genome.id, "params": genome.params, "reason": why},
+                               key=f"skip:{genome.id}")
+        return True
+
     def _unseen_random(self, taken: set[str]) -> Genome | None:
-        """A random valid point not looked at yet, or None when the space is exhausted."""
+        """A random valid point not looked at yet (nor predicted to fail), or None when the
+        space is exhausted."""
         space = self.s.space
         for _ in range(self.opt.retries):
             g = Genome.of(space.sample(self.rng))
-            if g.id not in self.seen and g.id not in taken:
+            if g.id not in self.seen and g.id not in taken and not self._predicted_failure(g):
                 return g.with_lineage((), "restart", self.generation)
         if space.size > space.ENUMERABLE:
             return None
         left = [g for g in map(Genome.of, space.valid_points()) if g.id not in self.seen and g.id not in taken]
+        predicted = [g for g in left if self.failures is not None and self.failures.predict(g.params)]
+        left = [g for g in left if g not in predicted] or predicted  # predicted failures come last
         if not left:
             return None
         return left[int(self.rng.integers(len(left)))].with_lineage((), "restart", self.generation)

@@ -3,10 +3,12 @@
 Third-party strategies register in the entry-point group `evokernel.strategies` as a
 `Strategy` object.
 
->>> sorted(strategy_names())
-['evolution', 'random']
+>>> sorted(strategy_names())[:4]
+['default', 'evolution', 'local', 'optuna-cmaes']
 >>> [m.name for m in get_strategy("evolution").mutators(None)]
 ['point', 'crossover', 'restart']
+>>> [m.name for m in get_strategy("default").mutators(None)]
+['optuna-tpe', 'local', 'point', 'crossover', 'restart']
 """
 
 from __future__ import annotations
@@ -43,13 +45,44 @@ def _random(space: SearchSpace | None) -> list[Mutator]:
     return [RandomRestart()]
 
 
+def _local(space: SearchSpace | None) -> list[Mutator]:
+    from evokernel.mutators import LocalSearch
+
+    return [LocalSearch()]
+
+
+def _sampler(name: str) -> Callable[[SearchSpace | None], list[Mutator]]:
+    def make(space: SearchSpace | None) -> list[Mutator]:
+        from evokernel.mutators import OptunaSampler
+
+        return [OptunaSampler(name)]
+
+    return make
+
+
+def _default(space: SearchSpace | None) -> list[Mutator]:
+    from evokernel.mutators import LocalSearch, OptunaSampler, PointMutation, RandomRestart, UniformCrossover
+
+    return [OptunaSampler("tpe"), LocalSearch(), PointMutation(), UniformCrossover(), RandomRestart()]
+
+
 _BUILTIN = {
+    "default": Strategy(
+        "default", _default, SearchOptions(),
+        "an operator bandit over Optuna's TPE, local search around the elites, point mutation, "
+        "uniform crossover and random restarts",
+    ),
     "evolution": Strategy(
         "evolution", _evolution, SearchOptions(),
         "generational evolution: point mutation, uniform crossover and random restarts under an operator bandit",
     ),
+    "local": Strategy("local", _local, SearchOptions(),
+                      "greedy iterated local search on the Hamming neighbourhood of the elites"),
     "random": Strategy("random", _random, SearchOptions(), "uniform random sampling without repeats"),
 }
+for _name in ("tpe", "cmaes", "gp", "nsga2", "qmc", "random"):
+    _BUILTIN[f"optuna-{_name}"] = Strategy(f"optuna-{_name}", _sampler(_name), SearchOptions(),
+                                           f"Optuna's {_name} sampler alone (ask/tell)")
 
 
 def strategy_names() -> list[str]:

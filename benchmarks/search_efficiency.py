@@ -1,0 +1,146 @@
+"""Search efficiency on recorded landscapes (CPU: replay, no GPU).
+
+For each landscape, strategy and seed, one search of `--budget` evaluations; at each
+checkpoint, the fraction of the optimum reached by the genome the search believed best at
+that point (optimum latency / that genome's recorded latency), and the evaluations it took
+to come within 1% of the optimum. With `--noise`, every evaluation is drawn with that much
+log-normal multiplicative noise (0.03 is about 3%), and the search only sees noisy figures.
+
+    python benchmarks/search_efficiency.py --seeds 20 --budget 200 --noise 0 0.03 --jobs 2 \\
+        --out benchmarks/results/search_efficiency.json
+
+Writes one JSON record per (landscape, strategy, noise) and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from evokernel import Budget, Search
+from evokernel.evaluators import ReplayEvaluator
+from evokernel.genome import Genome
+from evokernel.landscape import Landscape, builtin, builtin_names
+from evokernel.strategies import strategy_names
+
+DEFAULT_STRATEGIES = ["random", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
+                      "optuna-qmc", "default"]
+
+
+def _landscape(name: str) -> Landscape:
+    return Landscape.load(builtin(name) if name in builtin_names() else name)
+
+
+_TRUTH: dict[str, dict[str, float]] = {}
+
+
+def _truth(name: str, L: Landscape) -> dict[str, float]:
+    """Recorded latency of every valid point, by genome id (inf where it failed)."""
+    if name not in _TRUTH:
+        ev = ReplayEvaluator(L)
+        _TRUTH[name] = {(g := Genome.of(p)).id: ev.true_latency(g) for p in L.space.valid_points()}
+    return _TRUTH[name]
+
+
+def one_run(landscape: str, strategy: str, seed: int, budget: int, noise: float,
+            checkpoints: list[int]) -> dict[str, Any]:
+    L = _landscape(landscape)
+    truth = _truth(landscape, L)
+    optimum = L.optimum()[1]
+    ev = ReplayEvaluator(L, noise=noise, seed=seed)
+    t0 = time.process_time()
+    report = Search(L.space, ev, strategy=strategy).run(Budget(evaluations=budget), seed=seed)
+    cpu = time.process_time() - t0
+    trace = [optimum / truth.get(g, math.inf) if g else 0.0 for g in report.best_ids]
+    fractions = [trace[min(n, len(trace)) - 1] if trace else 0.0 for n in checkpoints]
+    within = next((i + 1 for i, f in enumerate(trace) if f >= 1 / 1.01), None)
+    final = optimum / truth.get(report.best.genome.id, math.inf) if report.best else 0.0
+    return {"fractions": fractions, "within_1pct": within, "final": final, "cpu_s": cpu,
+            "evaluations": report.evaluations}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--landscapes", nargs="+", default=builtin_names())
+    ap.add_argument("--strategies", nargs="+", default=DEFAULT_STRATEGIES)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budget", type=int, default=200)
+    ap.add_argument("--checkpoints", type=int, nargs="+", default=[25, 50, 100, 200])
+    ap.add_argument("--noise", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    unknown = [s for s in args.strategies if s not in strategy_names()]
+    if unknown:
+        sys.exit(f"unknown strategies: {unknown} (known: {strategy_names()})")
+    checkpoints = [c for c in args.checkpoints if c <= args.budget]
+    jobs = [(ls, st, seed, args.budget, nz, checkpoints)
+            for nz in args.noise for ls in args.landscapes for st in args.strategies for seed in range(args.seeds)]
+    t0 = time.time()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(_star, jobs, chunksize=1))
+    records = []
+    for nz in args.noise:
+        for ls in args.landscapes:
+            for st in args.strategies:
+                runs = [r for j, r in zip(jobs, results) if j[0] == ls and j[1] == st and j[4] == nz]
+                within = [r["within_1pct"] for r in runs]
+                reached = [w for w in within if w is not None]
+                records.append({
+                    "landscape": ls, "strategy": st, "noise": nz, "seeds": len(runs),
+                    "mean_fraction": {str(c): statistics.fmean(r["fractions"][i] for r in runs)
+                                      for i, c in enumerate(checkpoints)},
+                    "reached_1pct": len(reached),
+                    "median_evals_to_1pct": statistics.median(within_sorted(within)) if reached else None,
+                    "mean_final": statistics.fmean(r["final"] for r in runs),
+                    "cpu_s_per_run": statistics.fmean(r["cpu_s"] for r in runs),
+                })
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "w") as f:
+            for rec in records:
+                f.write(json.dumps(rec) + "\n")
+    print_table(records, checkpoints)
+    print(f"\n{len(jobs)} runs in {time.time() - t0:.0f} s")
+
+
+def within_sorted(within: list[int | None]) -> list[float]:
+    """Evaluations to within 1%, with runs that never got there counted as infinite (so the
+    median says 'never' when fewer than half did)."""
+    return sorted(math.inf if w is None else float(w) for w in within)
+
+
+def _star(job: tuple) -> dict[str, Any]:
+    return one_run(*job)
+
+
+def print_table(records: list[dict[str, Any]], checkpoints: list[int]) -> None:
+    for nz in sorted({r["noise"] for r in records}):
+        print(f"\n### noise {nz}")
+        head = " | ".join(f"@{c}" for c in checkpoints)
+        print(f"| strategy | landscape | {head} | reached 1% | median evals to 1% | cpu s/run |")
+        print("|---" * (5 + len(checkpoints)) + "|")
+        strategies = list(dict.fromkeys(r["strategy"] for r in records))
+        for st in strategies:
+            rows = [r for r in records if r["strategy"] == st and r["noise"] == nz]
+            for r in rows:
+                cells = " | ".join(f"{r['mean_fraction'][str(c)]:.3f}" for c in checkpoints)
+                med = r["median_evals_to_1pct"]
+                print(f"| {st} | {r['landscape'].replace('matmul_bf16_h200_', '')} | {cells} | "
+                      f"{r['reached_1pct']}/{r['seeds']} | {'-' if med in (None, math.inf) else int(med)} | "
+                      f"{r['cpu_s_per_run']:.2f} |")
+            means = " | ".join(f"**{statistics.fmean(r['mean_fraction'][str(c)] for r in rows):.3f}**"
+                               for c in checkpoints)
+            print(f"| {st} | **mean** | {means} | | | |")
+
+
+if __name__ == "__main__":
+    main()
