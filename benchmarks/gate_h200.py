@@ -163,7 +163,8 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3) -> None:
 
     top = _top_configs(4)
     genomes = [Genome.of(p) for p, _ in top]
-    variants = {f"perturb{k}_guard{g}": GateOptions(perturb=k, timing={"guard_us": g}) for k in (8, 0) for g in (50, 0)}
+    variants = {f"perturb{k}_guard{g}": GateOptions(perturb=k, timing={"guard_us": g})
+                for k, g in ((8, 50), (0, 0), (8, 20))}
     evs = {name: KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py",
                                  lambda g: candidate_source(g.params), device="cuda", options=opt)
            for name, opt in variants.items()}
@@ -198,7 +199,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     rng = np.random.default_rng(0)
     order = rng.permutation(len(points))
     genomes = [Genome.of(points[int(i)]) for i in order]
-    workers = workers or max(1, (os.cpu_count() or 2) - 1)
+    workers = workers or max(1, (os.cpu_count() or 3) - 2)
     ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
                          device="cuda", workers=workers)
     ev.judge  # set up buffers before the clock starts

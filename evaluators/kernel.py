@@ -81,7 +81,8 @@ class KernelEvaluator:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = device
         self.options = options or GateOptions()
-        self.workers = max(1, workers if workers is not None else (os.cpu_count() or 2) - 1)
+        # one core for the judge and one for the candidate being timed; the rest compile
+        self.workers = max(1, workers if workers is not None else (os.cpu_count() or 3) - 2)
         self._judge: Judge | None = None
         self.faults = 0
         self.best: dict[str, float] = {}  # best median per shape so far: the bar for racing
@@ -101,6 +102,14 @@ class KernelEvaluator:
             **where,
             "gate": msgspec.to_builtins(self.options),
         }
+
+    def transfer_key(self) -> dict[str, Any]:
+        """The problem's family (its FAMILY, else its name) on this device, and its first tuning
+        shape's numeric dimensions: searches on other shapes of the family seed this one."""
+        where = (toolchain().get("gpu") or "cuda") if self.device == "cuda" else "cpu"
+        shape = self.problem.shapes[0] if self.problem.shapes else {}
+        dims = {k: float(v) for k, v in shape.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return {"family": f"{self.problem.family}@{where}", "shape": dims}
 
     def evaluate(self, genomes: Sequence[Genome]) -> Iterator[Result]:
         judge = self.judge

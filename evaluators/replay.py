@@ -60,6 +60,13 @@ class ReplayEvaluator:
         """The space inferred from the landscape's parameter columns."""
         return self.landscape.space
 
+    def transfer_key(self) -> dict[str, Any]:
+        """Kernel family and shape, from the landscape's name (`..._M2048_N6144_K4096`)."""
+        from evokernel.transfer import family_of_name
+
+        family, shape = family_of_name(self.landscape.name)
+        return {"family": f"replay:{family}", "shape": shape}
+
     def fingerprint(self) -> dict[str, Any]:
         return {"evaluator": "replay", "landscape": self.landscape.sha256, "noise": self.noise}
 

@@ -136,18 +136,19 @@ def time_cuda(
     sync = watched["torch.cuda.synchronize"]
     clock = watched["time.perf_counter"]
     flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device="cuda")
-    # a short spin on the GPU before each start event, so the call is queued behind it: the
-    # timed region never includes the host's launch latency (the perturbation's small
-    # kernels and a sampled call's read-back leave the GPU idle just before a timed call)
+    # a short spin on the GPU, then the flush, before each start event, so the call is queued
+    # behind them: the timed region never includes the host's launch latency (the
+    # perturbation's small kernels and a sampled call's read-back leave the GPU idle just
+    # before a timed call; measured on the H200: +55% on a 0.14 ms matmul without the spin)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     guard_cycles = int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3) if guard_us > 0 else 0
 
     def rep(runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None,
             check: bool = False) -> tuple[Any, list[Any]]:
         rec = perturb.apply(k) if perturb is not None else []
-        flush.zero_()
         if guard_cycles:
             torch.cuda._sleep(guard_cycles)
+        flush.zero_()  # after the spin: the chip is busy (clocks up) right up to the timed call
         if start is not None:
             start.record()
         out = runners[k]()
@@ -202,12 +203,17 @@ def time_cuda(
     if sample is not None:
         sample(last[1], last[0], True, last[2])
     reps = max(3, min(20, int(0.02 / max(statistics.median(samples) * 1e-3, 1e-6))))
-    sync()
-    w0 = clock()
-    for i in range(reps):
-        runners[i % len(runners)]()
-    sync()
-    wall_ms = (clock() - w0) / reps * 1e3
+    med = statistics.median(samples)
+    wall_ms = math.inf
+    for _ in range(3):  # the least of up to three tries: a busy host can stall one of them
+        sync()
+        w0 = clock()
+        for i in range(reps):
+            runners[i % len(runners)]()
+        sync()
+        wall_ms = min(wall_ms, (clock() - w0) / reps * 1e3)
+        if wall_ms <= 1.5 * med + 0.05:
+            break
     del flush
     return samples, used_graph, wall_ms
 

@@ -103,6 +103,14 @@ def _build_parser() -> argparse.ArgumentParser:
     c.add_argument("--timeout", type=_positive_float, default=None, help="seconds per step (import, call, timing)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
+    sw = sub.add_parser("sweep", help="measure every valid point of a search file's space into a landscape CSV")
+    sw.add_argument("target", help="a search file (.py defining `space` and `evaluator`)")
+    sw.add_argument("--out", required=True, help="landscape CSV to write (appended to: a re-run resumes)")
+    sw.add_argument("--limit", type=_positive_int, default=None, help="at most this many new points")
+    sw.add_argument("--wall-time", type=_positive_float, default=None, help="stop after this many seconds")
+    sw.add_argument("--seed", type=int, default=0, help="order of the points (shuffled by this seed)")
+    sw.add_argument("--quiet", action="store_true", help="no progress display")
+
     sub.add_parser("plugins", help="list registered mutators, evaluators, search spaces, strategies")
     sub.add_parser("landscapes", help="list the landscapes shipped with evokernel")
     return p
@@ -118,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "plugins": _cmd_plugins,
             "check": _cmd_check,
             "landscapes": _cmd_landscapes,
+            "sweep": _cmd_sweep,
         }[args.command](args)
     except EvaluatorError as exc:
         print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)",
@@ -498,3 +507,31 @@ def _cmd_landscapes(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import sweep
+
+    if not args.target.endswith(".py"):
+        raise ConfigError(f"{args.target}: sweep takes a search file (.py defining `space` and `evaluator`)")
+    args.noise = None
+    what = _target(args, args.target)
+    space, evaluator = what["space"], what["evaluator"]
+    console = _console()
+    total = len(space.valid_points())
+    count = {"n": 0, "failed": 0}
+
+    def on_result(genome: Any, result: Any) -> None:
+        count["n"] += 1
+        count["failed"] += not result.is_ok
+        if not args.quiet and (count["n"] % 25 == 0):
+            console.print(f"sweep: {count['n']} measured ({count['failed']} failed)", highlight=False)
+
+    report = sweep(space, evaluator, args.out, limit=args.limit, shuffle=args.seed, wall_s=args.wall_time,
+                   on_result=on_result)
+    left = report.points - report.already - report.measured
+    console.print(f"sweep: {report.measured} measured ({report.failed} failed) in {report.wall_s:.0f} s; "
+                  f"{report.already + report.measured} of {report.points} points in {report.path}"
+                  + (f"; {left} left (re-run to continue)" if left > 0 else ""), highlight=False)
+    return 0
+

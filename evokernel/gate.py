@@ -315,6 +315,8 @@ class _Run:
         if isinstance(ready, Outcome):
             return self._done(judge._failed(ready.kind, ready.error, self.sandbox.label, ready.log_tail))
         self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
+        if judge.device == "cuda":
+            self.sandbox.prioritise()
         if judge.seed is not None and self.sandbox.trusted:
             judge.seed.harvest(self.sandbox.work_dir)
         return None

@@ -9,7 +9,8 @@ A problem is a Python module with:
   .., "atol": ..}` or such a dict per dtype name, e.g. `{"bfloat16": {...}}`),
   `flops(shape)` / `bytes(shape)` for roofline figures, and `PERTURB` (elements of each
   floating-point input the timing harness changes before every timed call, default 8; 0
-  where such inputs carry structure).
+  where such inputs carry structure), and `FAMILY` (the kernel this problem is one shape
+  of, default the module's name: searches on other shapes of a family seed each other).
 
 A candidate is a Python module with `kernel(*inputs)` returning the same structure.
 
@@ -109,6 +110,8 @@ class Problem:
         # elements of each floating-point input changed before every timed call (0 for problems
         # whose floating-point inputs carry structure that a changed element would break)
         self.perturb = int(getattr(module, "PERTURB", 8))
+        #: the kernel family for transfer across shapes (problems of one kernel on other shapes)
+        self.family = str(getattr(module, "FAMILY", self.name))
         self._flops = getattr(module, "flops", None)
         self._bytes = getattr(module, "bytes", None)
 

@@ -34,6 +34,7 @@ from .errors import ConfigError, EvaluatorError
 from .evaluator import Evaluator, fingerprint_hash
 from .genome import Genome, canonical_json
 from .learned import FailureModel
+from .transfer import transfer_key, transfer_seeds
 from .mutator import Context, Mutator, observe, reset
 from .result import Result
 from .space import SearchSpace
@@ -78,6 +79,7 @@ class SearchOptions:
     retries: int = 32  # proposals tried before falling back to a random unseen point
     seed_elites: int = 4  # elites of earlier runs put in the first generation
     learn_failures: bool = True  # skip points predicted to run out of resources like failed ones
+    transfer: int = 8  # genomes of the nearest other shapes' runs put in the first generation (0: none)
 
     def __post_init__(self) -> None:
         if self.population < 1:
@@ -191,7 +193,7 @@ class Search:
 
     def config(self, seed: int) -> dict[str, Any]:
         """What defines the run (its id is a hash of this); budgets are not part of it."""
-        return {
+        config = {
             "name": self.name,
             "space": self.space.describe(),
             "evaluator": self.evaluator.fingerprint(),
@@ -200,6 +202,10 @@ class Search:
             "options": asdict(self.options),
             "seed": seed,
         }
+        key = transfer_key(self.evaluator)
+        if key is not None:
+            config["transfer"] = key
+        return config
 
     def run_id(self, seed: int) -> str:
         return hashlib.sha256(canonical_json(self.config(seed))).hexdigest()[:16]
@@ -474,6 +480,18 @@ class _Run:
                 first.append(Genome.of(s.space.canonical(e.genome.params), e.genome.source)
                              .with_lineage((), "archive", 0))
         taken = {g.id for g in first}
+        key = transfer_key(s.evaluator)
+        if key is not None and opt.transfer and len(first) < self._left():
+            seeds = transfer_seeds(s.store, key, s.space, fingerprint=self.fingerprint,
+                                   limit=min(opt.transfer, self._left() - len(first)))
+            for g, run_id, dist in seeds:
+                if g.id not in taken:
+                    first.append(g.with_lineage((), "transfer", 0))
+                    taken.add(g.id)
+            if seeds:
+                s.store.log_event(self.run.id, "transfer", {
+                    "from_runs": sorted({r for _, r, _ in seeds}), "genomes": [g.id for g, _, _ in seeds],
+                    "distances": sorted({round(d, 3) for _, _, d in seeds})}, key="transfer")
         while len(first) < min(opt.population, self._left()):
             g = self._unseen_random(taken)
             if g is None:

@@ -303,3 +303,27 @@ def test_random_strategy_is_selectable(small: Landscape):
     report = Search(small.space, ReplayEvaluator(small), strategy="random").run(20)
     assert set(report.operators) == {"restart"} and report.evaluations == 20
     assert math.isfinite(report.best.latency_ms)
+
+
+def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
+    from evokernel.transfer import family_of_name
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    names = ["matmul_bf16_h200_M2048_N6144_K4096", "matmul_bf16_h200_M8192_N8192_K1024",
+             "matmul_bf16_h200_M16_N4096_K4096"]
+    for name in names:
+        ev = ReplayEvaluator(builtin(name))
+        Search(ev.space, ev, store=store).run(Budget(evaluations=60), seed=0)
+    target = ReplayEvaluator(builtin("matmul_bf16_h200_M256_N4096_K14336"))
+    assert family_of_name(target.landscape.name)[0] == "matmul_bf16_h200"
+    report = Search(target.space, target, store=store).run(Budget(evaluations=16), seed=1)
+    run = [r for r in store.runs() if r.id == report.run_id][0]
+    events = [p for k, p, _ in store.events(run.id) if k == "transfer"]
+    assert len(events) == 1 and len(events[0]["genomes"]) == 8
+    # the nearest shape (M=16: distance 4+0+1.8 in log2 units) before the farthest
+    first_gen = [e for e in store.history(run.id) if e.kind == "eval" and e.seq < 8]
+    assert {e.genome.id for e in first_gen} == set(events[0]["genomes"])
+    assert all(e.genome.lineage.operator == "transfer" for e in first_gen)
+    # a run with transfer turned off starts from random points instead
+    off = Search(target.space, target, store=store, options=SearchOptions(transfer=0)).run(Budget(evaluations=8), seed=1)
+    assert not [p for k, p, _ in store.events(off.run_id) if k == "transfer"]

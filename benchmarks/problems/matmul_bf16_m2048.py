@@ -17,5 +17,6 @@ reference = _base.reference
 flops = _base.flops
 bytes = _base.bytes  # noqa: A001
 TOLERANCE = _base.TOLERANCE
+FAMILY = "matmul_bf16"
 SHAPES = [{"M": 2048, "N": 6144, "K": 4096}]
 HELDOUT_SHAPES = [{"M": 512, "N": 4096, "K": 11008}]
