@@ -136,19 +136,21 @@ def time_cuda(
     sync = watched["torch.cuda.synchronize"]
     clock = watched["time.perf_counter"]
     flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device="cuda")
-    # a short spin on the GPU, then the flush, before each start event, so the call is queued
+    # the flush, then a short spin on the GPU, before each start event, so the call is queued
     # behind them: the timed region never includes the host's launch latency (the
     # perturbation's small kernels and a sampled call's read-back leave the GPU idle just
-    # before a timed call; measured on the H200: +55% on a 0.14 ms matmul without the spin)
+    # before a timed call). Measured on the H200 (benchmarks/NOTES.md): without the spin,
+    # up to +55% on a 0.14 ms matmul; spin after the flush, spreads under 1% and figures
+    # about 2% above unperturbed, unguarded ones; spin before the flush, +1.3% but 14% outliers.
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     guard_cycles = int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3) if guard_us > 0 else 0
 
     def rep(runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None,
             check: bool = False) -> tuple[Any, list[Any]]:
         rec = perturb.apply(k) if perturb is not None else []
+        flush.zero_()
         if guard_cycles:
             torch.cuda._sleep(guard_cycles)
-        flush.zero_()  # after the spin: the chip is busy (clocks up) right up to the timed call
         if start is not None:
             start.record()
         out = runners[k]()
