@@ -39,6 +39,17 @@ def _landscape(name: str) -> Landscape:
     return Landscape.load(builtin(name) if name in builtin_names() else name)
 
 
+def _mutators(spec: str) -> list[Any]:
+    """`mutators:optuna-tpe+local+point`: a custom operator set under the default loop."""
+    from evokernel.mutators import LocalSearch, OptunaSampler, PointMutation, RandomRestart, UniformCrossover
+
+    make = {"local": LocalSearch, "point": PointMutation, "crossover": UniformCrossover, "restart": RandomRestart}
+    out = []
+    for name in spec.removeprefix("mutators:").split("+"):
+        out.append(OptunaSampler(name.removeprefix("optuna-")) if name.startswith("optuna-") else make[name]())
+    return out
+
+
 _TRUTH: dict[str, dict[str, float]] = {}
 
 
@@ -57,7 +68,10 @@ def one_run(landscape: str, strategy: str, seed: int, budget: int, noise: float,
     optimum = L.optimum()[1]
     ev = ReplayEvaluator(L, noise=noise, seed=seed)
     t0 = time.process_time()
-    report = Search(L.space, ev, strategy=strategy).run(Budget(evaluations=budget), seed=seed)
+    if strategy.startswith("mutators:"):
+        report = Search(L.space, ev, _mutators(strategy)).run(Budget(evaluations=budget), seed=seed)
+    else:
+        report = Search(L.space, ev, strategy=strategy).run(Budget(evaluations=budget), seed=seed)
     cpu = time.process_time() - t0
     trace = [optimum / truth.get(g, math.inf) if g else 0.0 for g in report.best_ids]
     fractions = [trace[min(n, len(trace)) - 1] if trace else 0.0 for n in checkpoints]
@@ -78,7 +92,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
-    unknown = [s for s in args.strategies if s not in strategy_names()]
+    unknown = [s for s in args.strategies if s not in strategy_names() and not s.startswith("mutators:")]
     if unknown:
         sys.exit(f"unknown strategies: {unknown} (known: {strategy_names()})")
     checkpoints = [c for c in args.checkpoints if c <= args.budget]

@@ -67,7 +67,7 @@ def _build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--budget", type=_positive_int, default=100, help="evaluations (default 100)")
         sp.add_argument("--wall-time", type=_positive_float, default=None, help="seconds (default: none)")
         sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--strategy", default=None, help="search strategy by name (default: evolution)")
+        sp.add_argument("--strategy", default=None, help="search strategy by name (default: default)")
         sp.add_argument("--noise", type=_nonneg_float, default=None,
                         help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)")
         sp.add_argument("--patience", type=_positive_int, default=None,
@@ -198,7 +198,7 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
 
         from .strategies import get_strategy
 
-        base = options or get_strategy(args.strategy or "evolution").options
+        base = options or get_strategy(args.strategy or "default").options
         options = replace(
             base,
             population=args.population or base.population,
@@ -212,7 +212,7 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
         what["space"],
         what["evaluator"],
         mutators,
-        strategy=None if mutators is not None else (args.strategy or "evolution"),
+        strategy=None if mutators is not None else (args.strategy or "default"),
         options=options,
         store=store,
         descriptor=what.get("descriptor"),
@@ -505,10 +505,6 @@ def _cmd_landscapes(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import sweep
 
@@ -517,7 +513,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     args.noise = None
     what = _target(args, args.target)
     space, evaluator = what["space"], what["evaluator"]
-    console = _console()
+    from rich.console import Console
+
+    console = Console(stderr=True)
     total = len(space.valid_points())
     count = {"n": 0, "failed": 0}
 
@@ -535,3 +533,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                   + (f"; {left} left (re-run to continue)" if left > 0 else ""), highlight=False)
     return 0
 
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

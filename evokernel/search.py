@@ -79,7 +79,9 @@ class SearchOptions:
     retries: int = 32  # proposals tried before falling back to a random unseen point
     seed_elites: int = 4  # elites of earlier runs put in the first generation
     learn_failures: bool = True  # skip points predicted to run out of resources like failed ones
-    transfer: int = 8  # genomes of the nearest other shapes' runs put in the first generation (0: none)
+    # genomes of the nearest other shapes' runs put in the first generation (0: none); half the
+    # population: on the matmul landscapes 4 beat 8 (a far shape's elites crowd out exploration)
+    transfer: int = 4
 
     def __post_init__(self) -> None:
         if self.population < 1:
@@ -175,7 +177,7 @@ class Search:
 
         if mutators is not None and strategy is not None:
             raise ConfigError("give either mutators or a strategy, not both")
-        chosen = get_strategy(strategy or "evolution")
+        chosen = get_strategy(strategy or "default")
         self.strategy = "custom" if mutators is not None else chosen.name
         self.mutators = list(mutators) if mutators is not None else chosen.mutators(space)
         if not self.mutators:

@@ -141,3 +141,26 @@ def test_a_broken_evaluator_exits_1_and_the_rerun_resumes(tmp_path, evokernel_cm
     again = run(evokernel_cmd, cli_env, "search", str(target), "--budget", "50", "--db", db, "--json")
     data = json.loads(again.stdout)
     assert data["resumed"] and data["resumed_hits"] == 20 and data["evaluations"] == 50
+
+
+def test_sweep_writes_a_landscape_resumes_and_replay_reads_it(tmp_path, evokernel_cmd, cli_env):
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "sweep.csv"
+    first = run(evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(out),
+                "--limit", "20", "--quiet")
+    assert first.returncode == 0, first.stderr
+    assert "20 measured" in first.stderr and "left (re-run to continue)" in first.stderr
+    second = run(evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(out),
+                 "--limit", "15", "--quiet")
+    assert second.returncode == 0 and "35 of" in second.stderr, second.stderr
+    lines = out.read_text().splitlines()
+    assert lines[0] == "BM,BN,BK,GROUP_M,num_warps,num_stages,latency_ms,error" and len(lines) == 36
+    assert len(set(lines[1:])) == 35  # no point measured twice
+    replay = run(evokernel_cmd, cli_env, "replay", str(out), "--budget", "10", "--quiet", "--json")
+    assert replay.returncode == 0, replay.stderr
+    # a file of another space is refused in one line, and left as it was
+    other = tmp_path / "other.csv"
+    other.write_text("a,b,latency_ms,error\n1,2,0.5,\n")
+    bad = run(evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(other), "--quiet")
+    assert_one_line_error(bad, "has columns")
+    assert other.read_text() == "a,b,latency_ms,error\n1,2,0.5,\n"

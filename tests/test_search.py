@@ -49,19 +49,19 @@ def test_finds_the_optimum_of_a_small_landscape(small: Landscape):
 
 
 def test_beats_random_search_on_recorded_h200_landscapes():
-    # measured over 10 seeds at 100 evaluations: evolution 0.974 / 0.938 of the optimum,
-    # random search 0.939 / 0.847
+    # benchmarks/search_efficiency.py, 20 seeds at 100 evaluations: the default strategy
+    # 0.989 of the optimum on average over the four landscapes, random search 0.928
     for name in ("matmul_bf16_h200_M2048_N6144_K4096", "matmul_bf16_h200_M256_N4096_K14336"):
         ev = ReplayEvaluator(builtin(name))
         optimum = ev.landscape.optimum()[1]
         mean = {}
-        for strategy in ("evolution", "random"):
+        for strategy in ("default", "random"):
             fractions = [
                 optimum / ev.true_latency(Search(ev.space, ev, strategy=strategy).run(100, seed=seed).best.genome)
-                for seed in range(10)
+                for seed in range(8)
             ]
             mean[strategy] = sum(fractions) / len(fractions)
-        assert mean["evolution"] > 0.92 and mean["evolution"] > mean["random"] + 0.02
+        assert mean["default"] > 0.94 and mean["default"] > mean["random"] + 0.03, mean
 
 
 def test_same_seed_same_run_different_seed_different_run(small: Landscape):
@@ -319,11 +319,12 @@ def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
     report = Search(target.space, target, store=store).run(Budget(evaluations=16), seed=1)
     run = [r for r in store.runs() if r.id == report.run_id][0]
     events = [p for k, p, _ in store.events(run.id) if k == "transfer"]
-    assert len(events) == 1 and len(events[0]["genomes"]) == 8
-    # the nearest shape (M=16: distance 4+0+1.8 in log2 units) before the farthest
+    assert len(events) == 1 and len(events[0]["genomes"]) == 4  # half the first generation
     first_gen = [e for e in store.history(run.id) if e.kind == "eval" and e.seq < 8]
-    assert {e.genome.id for e in first_gen} == set(events[0]["genomes"])
-    assert all(e.genome.lineage.operator == "transfer" for e in first_gen)
+    assert {e.genome.id for e in first_gen[:4]} == set(events[0]["genomes"])
+    assert [e.genome.lineage.operator for e in first_gen] == ["transfer"] * 4 + ["init"] * 4
+    # nearest run first: two genomes from it, then one from each of the next two
+    assert events[0]["distances"] == sorted(events[0]["distances"]) and len(events[0]["from_runs"]) == 3
     # a run with transfer turned off starts from random points instead
     off = Search(target.space, target, store=store, options=SearchOptions(transfer=0)).run(Budget(evaluations=8), seed=1)
     assert not [p for k, p, _ in store.events(off.run_id) if k == "transfer"]
