@@ -62,16 +62,27 @@ def _truth(name: str, L: Landscape) -> dict[str, float]:
 
 
 def one_run(landscape: str, strategy: str, seed: int, budget: int, noise: float,
-            checkpoints: list[int]) -> dict[str, Any]:
+            checkpoints: list[int], transfer_from: tuple[str, ...] = (), prior_budget: int = 100) -> dict[str, Any]:
+    """One search; with `transfer_from`, searches of `prior_budget` evaluations on those
+    landscapes (same seed, same noise) go into the store first, so this one is seeded from
+    the nearest of them."""
+    from evokernel.store import SQLiteStore
+
     L = _landscape(landscape)
     truth = _truth(landscape, L)
     optimum = L.optimum()[1]
+    store = SQLiteStore(":memory:")
+    for other in transfer_from:
+        O = _landscape(other)
+        Search(O.space, ReplayEvaluator(O, noise=noise, seed=seed), strategy="default", store=store).run(
+            Budget(evaluations=prior_budget), seed=seed)
     ev = ReplayEvaluator(L, noise=noise, seed=seed)
     t0 = time.process_time()
     if strategy.startswith("mutators:"):
-        report = Search(L.space, ev, _mutators(strategy)).run(Budget(evaluations=budget), seed=seed)
+        search = Search(L.space, ev, _mutators(strategy), store=store)
     else:
-        report = Search(L.space, ev, strategy=strategy).run(Budget(evaluations=budget), seed=seed)
+        search = Search(L.space, ev, strategy=strategy, store=store)
+    report = search.run(Budget(evaluations=budget), seed=seed)
     cpu = time.process_time() - t0
     trace = [optimum / truth.get(g, math.inf) if g else 0.0 for g in report.best_ids]
     fractions = [trace[min(n, len(trace)) - 1] if trace else 0.0 for n in checkpoints]
@@ -91,12 +102,15 @@ def main() -> None:
     ap.add_argument("--noise", type=float, nargs="+", default=[0.0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="")
+    ap.add_argument("--transfer", action="store_true",
+                    help="leave one out: before each search, searches on the other landscapes fill the store")
     args = ap.parse_args()
     unknown = [s for s in args.strategies if s not in strategy_names() and not s.startswith("mutators:")]
     if unknown:
         sys.exit(f"unknown strategies: {unknown} (known: {strategy_names()})")
     checkpoints = [c for c in args.checkpoints if c <= args.budget]
-    jobs = [(ls, st, seed, args.budget, nz, checkpoints)
+    jobs = [(ls, st, seed, args.budget, nz, checkpoints,
+             tuple(o for o in args.landscapes if o != ls) if args.transfer else ())
             for nz in args.noise for ls in args.landscapes for st in args.strategies for seed in range(args.seeds)]
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -109,7 +123,7 @@ def main() -> None:
                 within = [r["within_1pct"] for r in runs]
                 reached = [w for w in within if w is not None]
                 records.append({
-                    "landscape": ls, "strategy": st, "noise": nz, "seeds": len(runs),
+                    "landscape": ls, "strategy": st, "noise": nz, "seeds": len(runs), "transfer": args.transfer,
                     "mean_fraction": {str(c): statistics.fmean(r["fractions"][i] for r in runs)
                                       for i, c in enumerate(checkpoints)},
                     "reached_1pct": len(reached),
@@ -138,7 +152,8 @@ def _star(job: tuple) -> dict[str, Any]:
 
 def print_table(records: list[dict[str, Any]], checkpoints: list[int]) -> None:
     for nz in sorted({r["noise"] for r in records}):
-        print(f"\n### noise {nz}")
+        transfer = " (transfer: the other landscapes' runs in the store)" if records[0].get("transfer") else ""
+        print(f"\n### noise {nz}{transfer}")
         head = " | ".join(f"@{c}" for c in checkpoints)
         print(f"| strategy | landscape | {head} | reached 1% | median evals to 1% | cpu s/run |")
         print("|---" * (5 + len(checkpoints)) + "|")
