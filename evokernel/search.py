@@ -415,8 +415,9 @@ class _Run:
         if space.size > space.ENUMERABLE:
             return None
         left = [g for g in map(Genome.of, space.valid_points()) if g.id not in self.seen and g.id not in taken]
-        predicted = [g for g in left if self.failures is not None and self.failures.predict(g.params)]
-        left = [g for g in left if g not in predicted] or predicted  # predicted failures come last
+        if self.failures is not None and len(self.failures):
+            fine = [g for g in left if self.failures.predict(g.params) is None]
+            left = fine or left  # predicted failures only once nothing else is left
         if not left:
             return None
         return left[int(self.rng.integers(len(left)))].with_lineage((), "restart", self.generation)

@@ -328,3 +328,24 @@ def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
     # a run with transfer turned off starts from random points instead
     off = Search(target.space, target, store=store, options=SearchOptions(transfer=0)).run(Budget(evaluations=8), seed=1)
     assert not [p for k, p, _ in store.events(off.run_id) if k == "transfer"]
+
+
+def test_learned_constraints_skip_points_predicted_to_run_out_of_shared_memory():
+    """The replay space of a landscape holds the 112 configurations that failed on the H200
+    (no static constraint rules them out): the run learns from the failures it meets."""
+    failed = {}
+    for learn in (True, False):
+        ev = ReplayEvaluator(builtin("matmul_bf16_h200_M2048_N6144_K4096"))
+        store = SQLiteStore(":memory:")
+        report = Search(ev.space, ev, strategy="random", store=store,
+                        options=SearchOptions(learn_failures=learn)).run(Budget(evaluations=300), seed=2)
+        failed[learn] = report.statuses.get("compile_error", 0)
+        skips = [p for k, p, _ in store.events(report.run_id) if k == "skip"]
+        if learn:
+            assert report.skipped.get("learned: predicted to run out of shared memory", 0) > 0
+            assert skips and all(p["reason"].startswith("predicted to run out of shared memory like ") for p in skips)
+            # every skipped point really fails on the H200
+            assert all(ev.true_latency(Genome.of(p["params"])) == math.inf for p in skips)
+        else:
+            assert not skips
+    assert failed[True] < 0.8 * failed[False], failed  # measured: 23 against 35 (seed 2)
