@@ -1,6 +1,7 @@
 # Source this at the start of a device command (the H200 has no network and no evokernel):
 #   source benchmarks/device_setup.sh && python3 benchmarks/gate_h200.py --out $OUT ...
-# It needs the call to carry `.whl` (msgspec for cp312: see the device tool's README), and
+# It needs the call to carry `.whl` (cp312 wheels of msgspec, optuna, cmaes, sqlalchemy,
+# greenlet, alembic, mako, colorlog: see the device tool's README), and
 # installs the package by copying it with its package-dir mapping into /tmp/pkg.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
 rm -rf /tmp/pkg && mkdir -p /tmp/pkg/evokernel && cp -r evokernel/. /tmp/pkg/evokernel/
