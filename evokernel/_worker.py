@@ -328,7 +328,7 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
     rate = float(spec.pop("sample_rate", 0.3))
     k = int(spec.pop("perturb", 8))
     sampled: list[int] = []
-    perturbations: list[list[tuple[int, list[int], list[float]]]] = []
+    pending: list[Any] = []
 
     def sample(which: int, out: Any, last: bool, rec: Any) -> None:
         """Copy a timed call's outputs out for the judge, decided only after the call returned
@@ -339,7 +339,7 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         for o, slot in zip(outs, sample_slots[len(sampled)]):
             _copy(slot, o)
         sampled.append(which)
-        perturbations.append(Perturber.report(rec))
+        pending.append(rec)  # read back after the timing loop: a read-back here would sync
 
     try:
         from .bench import Perturber
@@ -350,6 +350,7 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
             samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample, perturb=perturber)
         else:
             samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING, perturb=perturber)
+        perturbations = [Perturber.report(rec) for rec in pending]
     except Exception as exc:
         text = _error_text(exc)
         return failed("cuda_error" if _is_cuda_error(text) else "raised", text)

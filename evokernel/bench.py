@@ -49,32 +49,49 @@ class Perturber:
     no two timed calls see the same inputs, so a cache keyed by input values misses every
     time, and the candidate cannot know in advance which elements change.
 
-    `apply` returns the perturbation as (input index, positions, new values) device tensors;
-    only a sampled call's perturbation is read back to the host for the judge."""
+    Perturbations are drawn in batches (`batch` calls per rotation set at once), so a timed
+    call costs two small index writes per input and nothing that waits for the GPU: the host
+    stays ahead of the device, and no launch latency lands next to a timed call. `apply`
+    returns the call's perturbation as (input index, positions, new values, old values)
+    device tensors; `report` reads one back to the host (do it after the timing loop)."""
 
-    def __init__(self, sets: list[list[Any]], k: int, seed: int) -> None:
+    def __init__(self, sets: list[list[Any]], k: int, seed: int, *, batch: int = 32) -> None:
         import torch
 
-        self.sets, self.k = sets, k
+        self.sets, self.k, self.batch = sets, k, batch
         device = sets[0][0].device if sets and sets[0] else "cpu"
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.torch = torch
+        self._plans: list[list[tuple[int, Any, Any, Any]]] = [[] for _ in sets]  # per set: batched draws
+        self._next = [0 for _ in sets]
+
+    def _inputs(self, which: int) -> list[tuple[int, Any]]:
+        return [(j, t) for j, t in enumerate(self.sets[which])
+                if self.k > 0 and t.is_floating_point() and t.numel() >= 2 * self.k and t.is_contiguous()]
+
+    def _draw(self, which: int) -> None:
+        """Positions and values for the next `batch` calls on set `which`: distinct positions
+        within a call (k evenly spaced offsets from a random base), values copied from other
+        random positions of the unperturbed set."""
+        torch, plan = self.torch, []
+        for j, t in self._inputs(which):
+            n, flat = t.numel(), t.view(-1)
+            ar = torch.arange(self.k, device=t.device) * (n // self.k)
+            idx = (torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
+            src = (torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
+            plan.append((j, idx, flat[src], flat[idx]))
+        self._plans[which] = plan
+        self._next[which] = 0
 
     def apply(self, which: int) -> list[tuple[int, Any, Any, Any]]:
-        torch, rec = self.torch, []
-        for j, t in enumerate(self.sets[which]):
-            n = t.numel()
-            if self.k <= 0 or not t.is_floating_point() or n < 2 * self.k or not t.is_contiguous():
-                continue
-            flat = t.view(-1)
-            step = n // self.k
-            ar = torch.arange(self.k, device=t.device) * step
-            idx = (torch.randint(n, (1,), generator=self.gen, device=t.device) + ar) % n  # distinct positions
-            src = (torch.randint(n, (1,), generator=self.gen, device=t.device) + ar) % n
-            new = flat[src]
-            old = flat[idx]
-            flat[idx] = new
-            rec.append((j, idx, new, old))
+        if not self._plans[which] or self._next[which] >= self.batch:
+            self._draw(which)
+        r = self._next[which]
+        self._next[which] = r + 1
+        rec = []
+        for j, idx, new, old in self._plans[which]:
+            self.sets[which][j].view(-1)[idx[r]] = new[r]
+            rec.append((j, idx[r], new[r], old[r]))
         return rec
 
     def restore(self, rec: list[tuple[int, Any, Any, Any]], which: int) -> None:
@@ -141,7 +158,10 @@ def time_cuda(
     # perturbation's small kernels and a sampled call's read-back leave the GPU idle just
     # before a timed call). Measured on the H200 (benchmarks/NOTES.md): without the spin,
     # up to +55% on a 0.14 ms matmul; spin after the flush, spreads under 1% and figures
-    # about 2% above unperturbed, unguarded ones; spin before the flush, +1.3% but 14% outliers.
+    # about 2% above unperturbed, unguarded ones in one call, outliers up to +60% in another;
+    # spin before the flush, +1.3% but 14% outliers. Since then the perturbation is drawn in
+    # batches and read back after the loop (no per-call sync, a few host operations per
+    # call): not yet measured on the GPU.
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     guard_cycles = int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3) if guard_us > 0 else 0
 

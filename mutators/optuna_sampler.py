@@ -110,12 +110,13 @@ class _Codec:
         self.space = space
         self.dists: dict[str, Any] = {}
         for p in space.params:
-            if p.ordered and not isinstance(p.values[0], bool):
+            if self._ordered(p):
                 self.dists[p.name] = IntDistribution(0, len(p) - 1)
             else:
                 self.dists[p.name] = CategoricalDistribution(list(p.values))
 
-    def _ordered(self, p: Param) -> bool:
+    @staticmethod
+    def _ordered(p: Param) -> bool:
         return p.ordered and not isinstance(p.values[0], bool)
 
     def to_point(self, params: dict[str, Any]) -> dict[str, Value]:
