@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,9 @@ def assert_one_line_error(out: subprocess.CompletedProcess, text: str) -> None:
     assert lines[0].startswith("evokernel: error:") and text in lines[0], lines[0]
 
 
-def test_replay_json_is_one_object_and_fast(evokernel_cmd, cli_env):
-    t0 = time.monotonic()
+def test_replay_json_is_one_object(evokernel_cmd, cli_env):
     out = run(evokernel_cmd, cli_env, "replay", builtin("matmul_bf16_h200_M16_N4096_K4096"),
               "--budget", "100", "--seed", "3", "--json")
-    elapsed = time.monotonic() - t0
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)  # exactly one JSON document on stdout
     assert data["evaluations"] == 100 and len(data["trace"]) == 100
@@ -37,7 +34,6 @@ def test_replay_json_is_one_object_and_fast(evokernel_cmd, cli_env):
     finite = [t for t in data["trace"] if t is not None]
     assert finite == sorted(finite, reverse=True)  # best-so-far never gets worse without noise
     assert set(data["best_params"]) == {"BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages"}
-    assert elapsed < 10
 
 
 def test_replay_accepts_a_shipped_name_noise_and_strategy(evokernel_cmd, cli_env):
