@@ -1,0 +1,86 @@
+"""A fused mixture-of-experts layer in bf16, at the shapes of real MoE models.
+
+Inputs: x [M, H], W1 [E, 2I, H] (gate rows, then up rows), W2 [E, H, I], and the router's
+choice for each token: top_k experts (`topk_ids`, int32) and their weights (`topk_weights`,
+fp32, softmax over the chosen logits, renormalised). The output is
+
+    out[t] = sum_j w[t, j] * W2[e] @ (silu(Wg[e] @ x[t]) * (Wu[e] @ x[t])),  e = topk_ids[t, j]
+
+computed here in plain torch, expert by expert, in fp32, rounded once to x's dtype.
+
+The model and batch size come from the environment (read when the module is loaded):
+EVOKERNEL_MOE_MODEL (default qwen3-30b-a3b; see MODELS), EVOKERNEL_MOE_M (default 64; a
+comma-separated list tunes one config for all), EVOKERNEL_MOE_DTYPE (bfloat16, or float16
+/ float32, e.g. for the CPU, where Triton's interpreter cannot do bf16 dots).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+#: E experts, hidden size H, expert intermediate size I, experts per token.
+MODELS = {
+    "qwen3-30b-a3b": {"E": 128, "H": 2048, "I": 768, "topk": 8},
+    "mixtral-8x7b": {"E": 8, "H": 4096, "I": 14336, "topk": 2},
+    # DeepSeek-V3's routed experts (256 of them, hidden 7168, intermediate 2048, top 8), one
+    # GPU's share under 8-way expert parallelism: 32 experts
+    "deepseek-v3-ep8": {"E": 32, "H": 7168, "I": 2048, "topk": 8},
+    "tiny": {"E": 4, "H": 64, "I": 32, "topk": 2},  # tests
+}
+MODEL = os.environ.get("EVOKERNEL_MOE_MODEL", "qwen3-30b-a3b")
+if MODEL not in MODELS:
+    raise ValueError(f"EVOKERNEL_MOE_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPE = _DTYPES[os.environ.get("EVOKERNEL_MOE_DTYPE", "bfloat16")]
+_MS = [int(m) for m in os.environ.get("EVOKERNEL_MOE_M", "64").split(",") if m.strip()]
+
+FAMILY = f"moe_{MODEL}_{str(DTYPE).removeprefix('torch.')}"
+SHAPES = [{"M": m, **MODELS[MODEL]} for m in _MS]
+HELDOUT_SHAPES = [{"M": max(1, _MS[0] // 2 + 3), **MODELS[MODEL]}]  # an odd batch near the tuned one
+TOLERANCE = {
+    "bfloat16": {"rtol": 2e-2, "atol": 2e-2},
+    "float16": {"rtol": 5e-3, "atol": 5e-3},
+    "float32": {"rtol": 1e-4, "atol": 1e-4},
+}
+
+
+def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple[torch.Tensor, ...]:
+    M, E, H, I, k = shape["M"], shape["E"], shape["H"], shape["I"], shape["topk"]
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(M, H, generator=g, device=device)
+    w1 = torch.randn(E, 2 * I, H, generator=g, device=device).mul_(1 / math.sqrt(H))
+    w2 = torch.randn(E, H, I, generator=g, device=device).mul_(1 / math.sqrt(I))
+    logits = torch.randn(M, E, generator=g, device=device)
+    weights, ids = torch.topk(torch.softmax(logits, dim=-1), k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return x.to(DTYPE), w1.to(DTYPE), w2.to(DTYPE), weights.float(), ids.to(torch.int32)
+
+
+def reference(x, w1, w2, topk_weights, topk_ids):
+    M, H = x.shape
+    inter = w2.shape[2]
+    out = torch.zeros(M, H, device=x.device, dtype=torch.float32)
+    ids = topk_ids.long()
+    for e in torch.unique(ids).tolist():
+        rows, slots = (ids == e).nonzero(as_tuple=True)
+        h = x[rows].float() @ w1[e].float().t()
+        act = F.silu(h[:, :inter]) * h[:, inter:]
+        y = act @ w2[e].float().t()
+        out.index_add_(0, rows, y * topk_weights[rows, slots].float()[:, None])
+    return out.to(x.dtype)
+
+
+def flops(shape: dict) -> float:
+    pairs = shape["M"] * shape["topk"]
+    return 2.0 * pairs * (2 * shape["I"] * shape["H"] + shape["H"] * shape["I"])
+
+
+def bytes(shape: dict) -> float:  # noqa: A001
+    """Weights of the experts the batch can reach, plus activations in and out."""
+    experts = min(shape["E"], shape["M"] * shape["topk"])
+    size = torch.tensor([], dtype=DTYPE).element_size()
+    return size * (experts * 3 * shape["I"] * shape["H"] + 2 * shape["M"] * shape["H"])

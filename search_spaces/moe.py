@@ -1,0 +1,55 @@
+"""The space of the fused-MoE template: each of its two GEMMs has its own tiles, grouping,
+warps and stages (`search_spaces/triton_moe.py`).
+
+>>> space = moe_space()
+>>> len(space.params), space.size > 10**8
+(12, True)
+>>> g = space.genome(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=4,
+...                  num_stages=3, down_BLOCK_SIZE_M=64, down_BLOCK_SIZE_N=128, down_BLOCK_SIZE_K=64,
+...                  down_GROUP_SIZE_M=1, down_num_warps=4, down_num_stages=4)
+>>> sglang_config(g)
+({'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 8, 'num_warps': 4, 'num_stages': 3}, {'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 4})
+"""
+
+from __future__ import annotations
+
+from evokernel.genome import Genome
+from evokernel.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
+
+__all__ = ["moe_space", "sglang_config"]
+
+
+def _smem(prefix: str, limit: int, elem_bytes: int):
+    def check(p: Point) -> str | None:
+        bm, bn, bk = p[f"{prefix}BLOCK_SIZE_M"], p[f"{prefix}BLOCK_SIZE_N"], p[f"{prefix}BLOCK_SIZE_K"]
+        need = (bm * bk + bk * bn) * elem_bytes * p[f"{prefix}num_stages"]
+        if need > limit:
+            return f"shared memory ({prefix or 'up '}GEMM): {need} B > {limit} B"
+        return None
+
+    return check
+
+
+def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+    """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM."""
+    params = []
+    for prefix in ("", "down_"):
+        params += [
+            PowerOfTwo(f"{prefix}BLOCK_SIZE_M", 16, 128),
+            PowerOfTwo(f"{prefix}BLOCK_SIZE_N", 32, 256),
+            PowerOfTwo(f"{prefix}BLOCK_SIZE_K", 32, 256),
+            Ordinal(f"{prefix}GROUP_SIZE_M", [1, 4, 16, 32, 64]),
+            PowerOfTwo(f"{prefix}num_warps", 4, 8),
+            IntRange(f"{prefix}num_stages", 2, 5),
+        ]
+    space = SearchSpace(params, name="fused_moe")
+    for prefix in ("", "down_"):
+        space.add_constraint(_smem(prefix, shared_memory_bytes, elem_bytes), f"{prefix}shared_memory")
+    return space
+
+
+def sglang_config(genome: Genome) -> tuple[dict[str, int], dict[str, int]]:
+    """(up, down) configs as SGLang's tuned-config files write them."""
+    from evokernel.search_spaces.triton_moe import split_config
+
+    return split_config(genome.params)
