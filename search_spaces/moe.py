@@ -38,7 +38,7 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
             PowerOfTwo(f"{prefix}BLOCK_SIZE_M", 16, 128),
             PowerOfTwo(f"{prefix}BLOCK_SIZE_N", 32, 256),
             PowerOfTwo(f"{prefix}BLOCK_SIZE_K", 32, 256),
-            Ordinal(f"{prefix}GROUP_SIZE_M", [1, 4, 16, 32, 64]),
+            Ordinal(f"{prefix}GROUP_SIZE_M", [1, 8, 16, 32, 64]),
             PowerOfTwo(f"{prefix}num_warps", 4, 8),
             IntRange(f"{prefix}num_stages", 2, 5),
         ]

@@ -31,7 +31,7 @@ def gemm(bm: int, bn: int, bk: int, group: int, warps: int = 4, stages: int = 2)
 # aligned differently, K not a multiple of BLOCK_SIZE_K (H=64 with BK=128: masked), one token
 CASES = [
     (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 5, "float32"),
-    (gemm(16, 64, 32, 4), gemm(32, 32, 16, 1), 17, "float32"),
+    (gemm(16, 64, 32, 8), gemm(32, 32, 16, 1), 17, "float32"),
     (gemm(32, 32, 128, 16), gemm(16, 64, 32, 4, stages=3), 9, "float16"),
     (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 1, "float16"),
 ]
