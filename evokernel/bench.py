@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber"]
+__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber", "perturbable"]
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -40,6 +40,11 @@ def relative_ci(samples: Sequence[float]) -> float:
 
 
 Sampler = Callable[[int, Any, bool, Any], None]  # (rotation set, outputs, last call, perturbation) -> None
+
+
+def perturbable(t: Any, k: int) -> bool:
+    """Whether the harness changes `k` elements of this input before each timed call."""
+    return k > 0 and t.is_floating_point() and t.numel() >= 2 * k and t.is_contiguous()
 
 
 class Perturber:
@@ -66,8 +71,7 @@ class Perturber:
         self._next = [0 for _ in sets]
 
     def _inputs(self, which: int) -> list[tuple[int, Any]]:
-        return [(j, t) for j, t in enumerate(self.sets[which])
-                if self.k > 0 and t.is_floating_point() and t.numel() >= 2 * self.k and t.is_contiguous()]
+        return [(j, t) for j, t in enumerate(self.sets[which]) if perturbable(t, self.k)]
 
     def _draw(self, which: int) -> None:
         """Positions and values for the next `batch` calls on set `which`: distinct positions
@@ -224,8 +228,8 @@ def time_cuda(
             break
     if sample is not None:
         sample(last[1], last[0], True, last[2])
-    reps = max(3, min(20, int(0.02 / max(statistics.median(samples) * 1e-3, 1e-6))))
     med = statistics.median(samples)
+    reps = max(3, min(20, int(0.02 / max(med * 1e-3, 1e-6))))
     wall_ms = math.inf
     for _ in range(3):  # the least of up to three tries: a busy host can stall one of them
         sync()

@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from ._worker import Done, Ready, Timing
-from .bench import median_ci
+from .bench import median_ci, perturbable
 from .hardware import Peaks, peaks_for
 from .problem import Problem, shape_key
 from .result import Result, Status
@@ -259,8 +259,7 @@ class _Shape:
         import torch
 
         inputs = [t.clone() for t in base]
-        expected = {j for j, t in enumerate(base)
-                    if k > 0 and t.is_floating_point() and t.numel() >= 2 * k and t.is_contiguous()}
+        expected = {j for j, t in enumerate(base) if perturbable(t, k)}
         seen = set()
         for j, positions, values in changes:
             if j not in expected or j in seen or len(positions) != k or len(values) != k \

@@ -36,6 +36,16 @@ PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages
 
 
 @triton.jit
+def grouped_tile(pid, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(tile row, tile column) of program `pid` in grouped ordering: GROUP_M tile rows are
+    walked down a column before moving right, so neighbouring programs share tiles in L2."""
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(tiles_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
+
+
+@triton.jit
 def _matmul_kernel(
     a_ptr, b_ptr, c_ptr,
     M, N, K,
@@ -43,15 +53,7 @@ def _matmul_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
 ):
-    # Grouped ordering: walk GROUP_M tile rows down a column before moving right.
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(M, BM)
-    tiles_n = tl.cdiv(N, BN)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)

@@ -36,6 +36,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from evokernel.search_spaces.triton_matmul import grouped_tile
+
 __all__ = ["PARAMS", "GEMM_KEYS", "fused_moe", "align_block_size", "candidate_source", "split_config"]
 
 #: Per-GEMM config keys, as SGLang's tuned config files name them.
@@ -60,14 +62,7 @@ def _moe_gemm_kernel(
     GROUP_SIZE_M: tl.constexpr, EVEN_K: tl.constexpr,
 ):
     """C[p, :] = (w_p *) A[p // A_DIV, :] @ B[e_p]^T for the sorted pairs p of one block."""
-    pid = tl.program_id(0)
-    tiles_m = tl.cdiv(EM, BLOCK_SIZE_M)
-    tiles_n = tl.cdiv(N, BLOCK_SIZE_N)
-    per_group = GROUP_SIZE_M * tiles_n
-    first_m = (pid // per_group) * GROUP_SIZE_M
-    group_m = min(tiles_m - first_m, GROUP_SIZE_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(EM, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M)
 
     total = tl.load(total_ptr)
     if pid_m * BLOCK_SIZE_M >= total:  # past the last padded block: nothing to do
