@@ -152,10 +152,21 @@ def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
                   "within_1pct": sum(r["max_dev_pct"] <= 1.0 for r in rows)})
 
 
-def phase_ablation(out: Path, deadline: float, passes: int = 3) -> None:
+ABLATION = {  # name: (elements perturbed per input before each timed call, timing options)
+    "hold16": (8, {"hold": 16}),  # the default: blocks of 16 calls queued behind a stream hold
+    "spin50": (8, {"hold": 0, "guard_us": 50}),  # the previous default: a 50 us GPU spin per call
+    "bare": (0, {"hold": 0, "guard_us": 0}),  # no perturbation, no protection
+    "hold16_unperturbed": (0, {"hold": 16}),
+}
+
+
+def phase_ablation(out: Path, deadline: float, passes: int = 3, burn: int = 0,
+                   names: tuple[str, ...] = tuple(ABLATION)) -> None:
     """What inflates timings: the 4 best configs, re-measured in `passes` rounds under each
-    variant (per-call input perturbation on/off x launch guard on/off), variants interleaved
-    within a round so that all see the same conditions."""
+    variant (ABLATION), variants interleaved within a round so that all see the same
+    conditions. `burn`: that many processes spin on the CPU meanwhile (as compiles do)."""
+    import subprocess
+
     from evokernel.evaluators import KernelEvaluator
     from evokernel.gate import GateOptions
     from evokernel.genome import Genome
@@ -163,18 +174,24 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3) -> None:
 
     top = _top_configs(4)
     genomes = [Genome.of(p) for p, _ in top]
-    variants = {f"perturb{k}_guard{g}": GateOptions(perturb=k, timing={"guard_us": g})
-                for k, g in ((8, 50), (0, 0), (8, 20))}
+    variants = {name: GateOptions(perturb=ABLATION[name][0], timing=ABLATION[name][1]) for name in names}
     evs = {name: KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py",
                                  lambda g: candidate_source(g.params), device="cuda", options=opt)
            for name, opt in variants.items()}
     got: dict[str, dict[str, list[float]]] = {name: {g.id: [] for g in genomes} for name in variants}
-    for k in range(passes):
-        for name, ev in evs.items():
-            if left(deadline) < 40:
-                break
-            for g, r in zip(genomes, ev.evaluate(genomes)):
-                got[name][g.id].append(r.latency_ms if r.is_ok else float("nan"))
+    held: dict[str, list[float]] = {name: [] for name in variants}
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(burn)]
+    try:
+        for k in range(passes):
+            for name, ev in evs.items():
+                if left(deadline) < 40:
+                    break
+                for g, r in zip(genomes, ev.evaluate(genomes)):
+                    got[name][g.id].append(r.latency_ms if r.is_ok else float("nan"))
+                    held[name].append((r.meta.get("steps") or {}).get("w_held", -1.0))
+    finally:
+        for b in burners:
+            b.kill()
     for name in variants:
         rows = []
         for (params, recorded), g in zip(top, genomes):
@@ -183,9 +200,14 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3) -> None:
                 rows.append({"config": g.short(), "recorded_ms": recorded, "ms": xs,
                              "vs_recorded": statistics.median(xs) / recorded,
                              "spread_pct": 100 * (max(xs) - min(xs)) / statistics.median(xs)})
-        log(out, {"phase": "ablation", "variant": name, "rows": rows,
+        log(out, {"phase": "ablation", "burn": burn, "variant": name, "rows": rows, "held": held[name][:4],
                   "worst_spread_pct": max((r["spread_pct"] for r in rows), default=None),
                   "median_vs_recorded": statistics.median([r["vs_recorded"] for r in rows]) if rows else None})
+
+
+def phase_stress(out: Path, deadline: float) -> None:
+    """The hold against the spin with every CPU core busy (16 spinning processes)."""
+    phase_ablation(out, deadline, passes=3, burn=os.cpu_count() or 16, names=("hold16", "spin50"))
 
 
 def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None) -> None:
@@ -207,6 +229,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     t0 = time.monotonic()
     done, statuses, lat, parts = 0, {}, [], {k: [] for k in ("wait_s", "judge_s", "compile_s", "import_s", "warm_s", "checks_s", "timing_s", "recheck_s")}
     raced, errors = 0, []
+    steps: dict[str, list[float]] = {}
     recorded = {tuple(sorted(p.items())): v for p, v in _top_configs(10**6)}
     gen = ev.evaluate(genomes)
     for g, r in zip(genomes, gen):
@@ -218,6 +241,8 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
         for k in parts:
             if k in r.meta:
                 parts[k].append(r.meta[k])
+        for k, v in (r.meta.get("steps") or {}).items():
+            steps.setdefault(k, []).append(v)
         if r.is_ok:
             rec = recorded.get(tuple(sorted(g.params.items())))
             if rec:
@@ -235,6 +260,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
               "per_min": round(60 * done / el, 1), "statuses": statuses, "raced": raced,
               "seed_entries": ev.judge.seed.harvested if ev.judge.seed is not None else None, "errors": errors,
               "mean_s": {k: round(statistics.fmean(v), 4) for k, v in parts.items() if v},
+              "steps_mean_s": {k: round(sum(v) / max(done, 1), 4) for k, v in sorted(steps.items())},
               "vs_landscape_median_ratio": statistics.median(ratio) if ratio else None,
               "vs_landscape_spearman": _spearman([m for m, _ in lat], [r for _, r in lat]) if len(lat) > 5 else None})
 
@@ -319,7 +345,7 @@ def main() -> None:
                 phase_corpus(out, args.deadline, args.corpus_only)
             else:
                 {"smoke": phase_smoke, "fidelity": phase_fidelity, "fault": phase_fault,
-                 "ab": phase_ab, "ablation": phase_ablation}[ph](out, args.deadline)
+                 "ab": phase_ab, "ablation": phase_ablation, "stress": phase_stress}[ph](out, args.deadline)
         except Exception as exc:
             import traceback
 

@@ -103,6 +103,7 @@ class Timing(msgspec.Struct, tag="timing"):
     sampled: list[int] = []  # for each sample slot filled, the rotation set of that timed call
     # for each sample slot, how that call's inputs differed from the set: (input, positions, values)
     perturbations: list[list[tuple[int, list[int], list[float]]]] = []
+    phases: dict[str, float] = {}  # wall seconds of the harness's steps (bench.time_cuda)
     ok: bool = True
     kind: str = ""
     error: str = ""
@@ -341,16 +342,20 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         sampled.append(which)
         pending.append(rec)  # read back after the timing loop: a read-back here would sync
 
+    phases: dict[str, float] = {}
     try:
         from .bench import Perturber
 
         perturber = Perturber(sets, k, _randbits(62)) if k > 0 else None
         fns = [(lambda s=s: kernel(*s)) for s in sets]
         if device == "cuda":
-            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample, perturb=perturber)
+            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample, perturb=perturber,
+                                             phases=phases)
         else:
             samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING, perturb=perturber)
+        t0 = _perf_counter()
         perturbations = [Perturber.report(rec) for rec in pending]
+        phases["report"] = _perf_counter() - t0
     except Exception as exc:
         text = _error_text(exc)
         return failed("cuda_error" if _is_cuda_error(text) else "raised", text)
@@ -358,7 +363,7 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
     if tamper:
         return failed("tampering", tamper)
     _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall, sampled=sampled,
-                       perturbations=perturbations))
+                       perturbations=perturbations, phases=phases))
 
 
 # -- entry point ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber", "perturbable"]
+__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber", "perturbable", "StreamHold"]
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -107,6 +107,110 @@ class Perturber:
         return [(j, idx.tolist(), new.double().tolist()) for j, idx, new, _ in rec]
 
 
+class StreamHold:
+    """Holds a CUDA stream at a point until the host lets it go, so that a whole block of
+    timed calls is queued before the GPU starts on it (the idea of nvbench's blocking
+    kernel): the GPU then runs the block back to back, and no host launch latency can land
+    inside a timed region, however slow or busy the host is.
+
+    The hold is the driver's stream memory operation `cuStreamWaitValue32` on a flag in
+    pinned host memory; `release` writes the flag. A watchdog thread releases a hold the
+    host has not released within `timeout_s`, so a candidate that synchronises inside its
+    call (it would wait on the held GPU, which waits on the host) costs time, never a
+    deadlock; `tripped` counts those releases. `create` returns None where the driver
+    offers no stream memory operations."""
+
+    def __init__(self, torch: Any, wait: Any, flag: Any, dptr: int, timeout_s: float) -> None:
+        import ctypes
+        import threading
+
+        self.torch, self._wait, self._flag, self._dptr = torch, wait, flag, dptr
+        self._cell = ctypes.c_uint32.from_address(flag.data_ptr())
+        self.timeout_s = timeout_s
+        self.value = 0
+        self.tripped = 0
+        self._deadline: float | None = None
+        self._closed = False
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._watch, name="evokernel-hold-watchdog", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def create(cls, torch: Any, timeout_s: float = 0.2) -> StreamHold | None:
+        import ctypes
+
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            wait = next(getattr(lib, n) for n in ("cuStreamWaitValue32_v2", "cuStreamWaitValue32") if hasattr(lib, n))
+            wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+            wait.restype = ctypes.c_int
+            get_ptr = lib.cuMemHostGetDevicePointer_v2
+            get_ptr.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint]
+            get_ptr.restype = ctypes.c_int
+            flag = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+            dptr = ctypes.c_uint64(0)
+            if get_ptr(ctypes.byref(dptr), ctypes.c_void_p(flag.data_ptr()), 0) != 0:
+                return None
+            hold = cls(torch, wait, flag, int(dptr.value), timeout_s)
+        except (OSError, StopIteration, AttributeError, RuntimeError):
+            return None
+        # try it once, on a stream of its own (a hold the GPU cannot see released would stall
+        # that stream for good): a hold released at once must let the stream through
+        try:
+            side = torch.cuda.Stream()
+            done = torch.cuda.Event()
+            hold.hold(side.cuda_stream)
+            done.record(side)
+            hold.release()
+            deadline = time.monotonic() + 1.0
+            while not done.query():
+                if time.monotonic() > deadline:
+                    hold.close()
+                    return None
+                time.sleep(1e-4)
+        except RuntimeError:
+            hold.close()
+            return None
+        return hold
+
+    def hold(self, stream: int | None = None) -> None:
+        """Hold `stream` (a CUstream handle; the current stream by default) here."""
+        with self._cv:
+            self.value = (self.value + 1) & 0x7FFFFFFF
+            handle = self.torch.cuda.current_stream().cuda_stream if stream is None else stream
+            rc = self._wait(handle, self._dptr, self.value, 0)  # CU_STREAM_WAIT_VALUE_GEQ
+            if rc != 0:
+                raise RuntimeError(f"cuStreamWaitValue32 failed with CUresult {rc}")
+            self._deadline = time.monotonic() + self.timeout_s
+            self._cv.notify()
+
+    def release(self) -> None:
+        with self._cv:
+            self._cell.value = self.value
+            self._deadline = None
+
+    def close(self) -> None:
+        with self._cv:
+            self._cell.value = self.value
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(1.0)
+
+    def _watch(self) -> None:
+        with self._cv:
+            while not self._closed:
+                if self._deadline is None:
+                    self._cv.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cv.wait(left)
+                    continue
+                self._cell.value = self.value
+                self._deadline = None
+                self.tripped += 1
+
+
 def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]] | None:
     """Each function captured into a CUDA graph (a replay returns the graph's outputs), or
     None if it cannot be captured."""
@@ -144,30 +248,48 @@ def time_cuda(
     warmup: int = 3,
     warmup_ms: float = 10.0,
     guard_us: float = 50.0,
+    hold: int = 16,
+    hold_timeout_s: float = 0.2,
     sample: Sampler | None = None,
     perturb: Perturber | None = None,
+    phases: dict[str, float] | None = None,
 ) -> tuple[list[float], bool, float]:
     """Per-call device times in ms (one input set per call, rotating), whether graphs were
     replayed, and the wall time per call of a device-synchronised loop (no flush), which
     exposes work that escaped the timed stream. `sample` sees every timed call's outputs
-    right after its end event (outside the timed region)."""
+    right after its end event (outside the timed region). `phases`, if given, receives the
+    wall seconds of each step (setup, warmup, probe, graph, measure, escape).
+
+    `hold`: timed calls are queued in blocks of this many behind a StreamHold, released
+    once the block is queued (0: no hold). Where the hold is off or the driver cannot hold
+    a stream, a `guard_us` spin on the GPU before each start event covers the launch
+    latency instead."""
     import torch
 
     Event = watched["torch.cuda.Event"]
     sync = watched["torch.cuda.synchronize"]
     clock = watched["time.perf_counter"]
+    phases = phases if phases is not None else {}
+    mark = [clock()]
+
+    def lap(name: str) -> None:
+        now = clock()
+        phases[name] = phases.get(name, 0.0) + now - mark[0]
+        mark[0] = now
+
     flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device="cuda")
-    # the flush, then a short spin on the GPU, before each start event, so the call is queued
-    # behind them: the timed region never includes the host's launch latency (the
-    # perturbation's small kernels and a sampled call's read-back leave the GPU idle just
-    # before a timed call). Measured on the H200 (benchmarks/NOTES.md): without the spin,
-    # up to +55% on a 0.14 ms matmul; spin after the flush, spreads under 1% and figures
-    # about 2% above unperturbed, unguarded ones in one call, outliers up to +60% in another;
-    # spin before the flush, +1.3% but 14% outliers. Since then the perturbation is drawn in
-    # batches and read back after the loop (no per-call sync, a few host operations per
-    # call): not yet measured on the GPU.
+    # The host's launch latency must never land inside a timed region: if the GPU runs dry
+    # before a start event, the start fires and the call arrives tens of microseconds later
+    # (the perturbation's small kernels and the flush make that likely). Measured on the
+    # H200 (benchmarks/NOTES.md): no protection, up to +55% on a 0.14 ms matmul; a 50 us
+    # spin on the GPU before each start event, spreads under 1% in one call and outliers up
+    # to +60% in another (a busy host outlasts any fixed spin). The default now holds the
+    # stream while a block of calls is queued (StreamHold); the spin is the fallback.
+    holder = StreamHold.create(torch, hold_timeout_s) if hold > 0 else None
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    guard_cycles = int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3) if guard_us > 0 else 0
+    guard_cycles = (int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3)
+                    if guard_us > 0 and holder is None else 0)
+    phases["held"] = 1.0 if holder is not None else 0.0
 
     def rep(runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None,
             check: bool = False) -> tuple[Any, list[Any]]:
@@ -189,6 +311,7 @@ def time_cuda(
     # warm-up: the same steps as a timed call (so every kernel the harness uses is loaded),
     # at least `warmup` rounds and `warmup_ms` of back-to-back work, so the GPU's clocks are
     # up before the first timed call
+    lap("setup")
     w0, rounds = clock(), 0
     while rounds < warmup or (clock() - w0) * 1e3 < warmup_ms:
         for k in range(len(fns)):
@@ -196,20 +319,30 @@ def time_cuda(
         sync()
         rounds += 1
 
+    lap("warmup")
     last: list[Any] = [None, 0, []]
 
     def measure(runners: list[Callable[[], Any]], n: int, offset: int, check: bool = True) -> list[float]:
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
-        for i in range(n):
-            k = (offset + i) % len(runners)
-            out, rec = rep(runners, k, starts[i], ends[i], check=check)
-            last[0], last[1], last[2] = out, k, rec
+        try:
+            for i in range(n):
+                if holder is not None and i % hold == 0:
+                    if i:
+                        holder.release()
+                    holder.hold()
+                k = (offset + i) % len(runners)
+                out, rec = rep(runners, k, starts[i], ends[i], check=check)
+                last[0], last[1], last[2] = out, k, rec
+        finally:
+            if holder is not None:
+                holder.release()
         sync()
         return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
     runners, used_graph = fns, False
     probe = measure(fns, min(5, max_reps), 0, check=False)
+    lap("probe")
     if graph == "on" or (graph == "auto" and statistics.median(probe) < graph_below_ms):
         captured = _graphs(fns, torch)
         if captured is not None:
@@ -217,6 +350,7 @@ def time_cuda(
             for r in runners:
                 r()
             sync()
+        lap("graph")
     samples: list[float] = []
     t0 = clock()
     while True:
@@ -228,6 +362,7 @@ def time_cuda(
             break
     if sample is not None:
         sample(last[1], last[0], True, last[2])
+    lap("measure")
     med = statistics.median(samples)
     reps = max(3, min(20, int(0.02 / max(med * 1e-3, 1e-6))))
     wall_ms = math.inf
@@ -241,6 +376,10 @@ def time_cuda(
         if wall_ms <= 1.5 * med + 0.05:
             break
     del flush
+    if holder is not None:
+        holder.close()
+        phases["hold_tripped"] = float(holder.tripped)
+    lap("escape")
     return samples, used_graph, wall_ms
 
 

@@ -87,13 +87,15 @@ class Verdict(msgspec.Struct, kw_only=True):
     wait_s: float = 0.0  # the judge waiting for the candidate to import and compile
     judge_s: float = 0.0  # checking and timing, once it was ready
     phases: dict[str, float] = msgspec.field(default_factory=dict)  # seconds in checks, timing, re-checks
+    steps: dict[str, float] = msgspec.field(default_factory=dict)  # finer: seconds per step, judge and worker
     fault: bool = False  # the candidate's process died on the GPU: check the GPU before going on
     raced: list[str] = msgspec.field(default_factory=list)  # shapes timed only briefly (far off the best)
 
     def to_result(self) -> Result:
         meta = {"import_s": self.import_s, "compile_s": self.compile_s, "checks": self.checks,
                 "wait_s": self.wait_s, "judge_s": self.judge_s, **{f"{k}_s": v for k, v in self.phases.items()},
-                "timings": msgspec.to_builtins(self.timings), "raced": list(self.raced)}
+                "timings": msgspec.to_builtins(self.timings), "raced": list(self.raced),
+                "steps": dict(self.steps)}
         if self.accepted and self.latency_ms is not None:
             return Result.ok(self.latency_ms, noise=self.noise,
                              per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta)
@@ -293,12 +295,14 @@ class _Run:
         self.samples: dict[str, list[float]] = {}
         self.graph: dict[str, bool] = {}
         self.phases: dict[str, float] = {}
+        self.steps: dict[str, float] = {}  # finer: the judge's and the worker's steps
         self.raced: list[str] = []
         self.base: dict[str, Any] = {"label": sandbox.label}
         self.t0 = time.monotonic()
 
     def _done(self, v: Verdict) -> Verdict:
-        return msgspec.structs.replace(v, checks=len(self.seeds), seeds=self.seeds, phases=self.phases, raced=self.raced,
+        return msgspec.structs.replace(v, checks=len(self.seeds), seeds=self.seeds, phases=self.phases,
+                                       steps=self.steps, raced=self.raced,
                                        judge_s=time.monotonic() - self.t0 - self.base.get("wait_s", 0.0),
                                        **self.base)
 
@@ -324,7 +328,7 @@ class _Run:
         start = time.monotonic()
         for shape, n in plan:
             for _ in range(n):
-                bad = self.judge._trial(self.sandbox, shape, self.seeds, phase=phase)
+                bad = self.judge._trial(self.sandbox, shape, self.seeds, phase=phase, steps=self.steps)
                 if bad is not None:
                     return self._done(bad)
         self._phase(name, start)
@@ -337,7 +341,7 @@ class _Run:
 
     def time(self, shape: _Shape, spec: dict[str, Any]) -> Verdict | None:
         start = time.monotonic()
-        got = self.judge._time_block(self.sandbox, shape, spec)
+        got = self.judge._time_block(self.sandbox, shape, spec, steps=self.steps)
         self._phase("timing", start)
         if isinstance(got, Verdict):
             return self._done(got)
@@ -364,6 +368,12 @@ class _Run:
         noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
         return self._done(Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency,
                                   noise=noise, timings=timings))
+
+
+def _lap(steps: dict[str, float], name: str, since: float) -> float:
+    now = time.monotonic()
+    steps[name] = steps.get(name, 0.0) + now - since
+    return now
 
 
 def _compile_failure(text: str) -> bool:
@@ -460,13 +470,18 @@ class Judge:
         return [v for v in verdicts if v is not None]
 
     # -- steps -------------------------------------------------------------------------
-    def _trial(self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "") -> Verdict | None:
+    def _trial(self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "",
+               steps: dict[str, float] | None = None) -> Verdict | None:
+        steps = steps if steps is not None else {}
+        t = time.monotonic()
         seed = _seed()
         seeds.append(seed)
         refs, pristine = shape.refill(seed)
         trial = len(seeds)
         self._settle()
+        t = _lap(steps, "trial_prep", t)
         done = sandbox.call(trial, shape.refs["inputs"], shape.refs["slots"])
+        t = _lap(steps, "trial_call", t)
         where = f"{shape.key}" + (f", {phase}" if phase else "")
         if isinstance(done, Outcome):
             return self._failed(done.kind, f"{done.error} ({where})", sandbox.label, done.log_tail)
@@ -477,6 +492,7 @@ class Judge:
             self._settle()
             wrong = compare(refs, shape.slots, self._tolerance(refs))
             mutated = next((i for i, (a, b) in enumerate(zip(shape.inputs, pristine)) if not _bytes_equal(a, b)), None)
+        _lap(steps, "trial_compare", t)
         if mutated is not None:
             return Verdict(accepted=False, reason=f"input {mutated} was modified by the kernel ({where})",
                            status=Status.INCORRECT)
@@ -484,15 +500,24 @@ class Judge:
             return Verdict(accepted=False, reason=f"wrong result: {wrong} ({where})", status=Status.INCORRECT)
         return None
 
-    def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any]) -> tuple[list[float], bool] | Verdict:
+    def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any],
+                    steps: dict[str, float] | None = None) -> tuple[list[float], bool] | Verdict:
         """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
         timed stream). Returns (samples in ms, graphs replayed)."""
+        steps = steps if steps is not None else {}
+        t = time.monotonic()
         pristine = shape.refill_rotation()
         k = self.problem.perturb if self.options.perturb is None else self.options.perturb
         spec = {**timing, "sample_rate": self.options.sample_rate, "perturb": k}
         self._settle()
+        t = _lap(steps, "time_prep", t)
         got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
+        t = _lap(steps, "time_worker", t)
+        if isinstance(got, Timing):
+            for name, secs in got.phases.items():
+                if isinstance(name, str) and isinstance(secs, (int, float)) and math.isfinite(secs):
+                    steps[f"w_{name[:16]}"] = steps.get(f"w_{name[:16]}", 0.0) + float(secs)
         if isinstance(got, Outcome):
             return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, got.log_tail)
         assert isinstance(got, Timing)
@@ -525,6 +550,7 @@ class Judge:
                 if any(not _bytes_equal(a, b) for a, b in zip(group, clean)):
                     return Verdict(accepted=False, status=Status.INCORRECT,
                                    reason=f"an input was modified during timing ({shape.key})")
+        _lap(steps, "time_verify", t)
         samples = got.samples_ms
         if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
             return Verdict(accepted=False, reason=f"timing returned no valid samples ({shape.key})",
