@@ -16,7 +16,7 @@ from __future__ import annotations
 from evokernel.genome import Genome
 from evokernel.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
-__all__ = ["moe_space", "sglang_config"]
+__all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config"]
 
 
 def _smem(prefix: str, limit: int, elem_bytes: int):
@@ -46,6 +46,31 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
     for prefix in ("", "down_"):
         space.add_constraint(_smem(prefix, shared_memory_bytes, elem_bytes), f"{prefix}shared_memory")
     return space
+
+
+def moe_shared_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+    """One config for both GEMMs, as SGLang's own MoE tuner searches (a subset of its grid):
+    small enough to measure whole (448 valid points), which is what a recorded landscape needs.
+
+    >>> space = moe_shared_space()
+    >>> space.size, len(space.valid_points())
+    (576, 448)
+    """
+    space = SearchSpace([
+        PowerOfTwo("BLOCK_SIZE_M", 16, 128),
+        PowerOfTwo("BLOCK_SIZE_N", 32, 256),
+        PowerOfTwo("BLOCK_SIZE_K", 64, 256),
+        Ordinal("GROUP_SIZE_M", [1, 16]),
+        PowerOfTwo("num_warps", 4, 8),
+        IntRange("num_stages", 2, 4),
+    ], name="fused_moe_shared")
+    space.add_constraint(_smem("", shared_memory_bytes, elem_bytes), "shared_memory")
+    return space
+
+
+def shared_params(params: dict[str, int]) -> dict[str, int]:
+    """A shared-space point as the template's genome: the same config for the down GEMM."""
+    return {**params, **{f"down_{k}": v for k, v in params.items()}}
 
 
 def sglang_config(genome: Genome) -> tuple[dict[str, int], dict[str, int]]:

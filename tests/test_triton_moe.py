@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from evokernel.search_spaces.moe import moe_space, sglang_config
+from evokernel.search_spaces.moe import moe_shared_space, moe_space, sglang_config, shared_params
 from evokernel.search_spaces.triton_moe import GEMM_KEYS, PARAMS, align_block_size, candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +112,15 @@ def test_space_candidates_and_sglang_export():
     assert "shared memory (up GEMM)" in space.why_invalid(bad)
     with pytest.raises(ValueError):
         candidate_source({k: v for k, v in g.params.items() if k != "num_warps"})
+
+
+def test_shared_space_renders_one_config_for_both_gemms():
+    space = moe_shared_space()
+    points = space.valid_points()
+    assert len(points) == 448 and set(space.names) == set(GEMM_KEYS)
+    up, down = sglang_config(moe_space().genome(shared_params(points[-1])))
+    assert up == down == points[-1]
+    assert "UP = {" in candidate_source(shared_params(points[0]))
 
 
 def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
