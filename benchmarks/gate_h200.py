@@ -210,7 +210,8 @@ def phase_stress(out: Path, deadline: float) -> None:
     phase_ablation(out, deadline, passes=3, burn=os.cpu_count() or 16, names=("hold16", "spin50"))
 
 
-def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None) -> None:
+def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None,
+                     prewarm: bool = True) -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.genome import Genome
     from evokernel.search_spaces import matmul_space
@@ -222,8 +223,11 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     order = rng.permutation(len(points))
     genomes = [Genome.of(points[int(i)]) for i in order]
     workers = workers or max(1, (os.cpu_count() or 3) - 2)
+    from evokernel.gate import GateOptions
+    from evokernel.sandbox import SandboxOptions
+
     ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
-                         device="cuda", workers=workers)
+                         device="cuda", workers=workers, options=GateOptions(sandbox=SandboxOptions(prewarm=prewarm)))
     ev.judge  # set up buffers before the clock starts
     window = min(window_s, left(deadline) - 20)
     t0 = time.monotonic()
@@ -256,7 +260,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     gen.close()
     el = time.monotonic() - t0
     ratio = [m / r for m, r in lat]
-    log(out, {"phase": "throughput", "summary": True, "workers": workers, "done": done, "elapsed_s": round(el, 1),
+    log(out, {"phase": "throughput", "summary": True, "prewarm": prewarm, "workers": workers, "done": done, "elapsed_s": round(el, 1),
               "per_min": round(60 * done / el, 1), "statuses": statuses, "raced": raced,
               "seed_entries": ev.judge.seed.harvested if ev.judge.seed is not None else None, "errors": errors,
               "mean_s": {k: round(statistics.fmean(v), 4) for k, v in parts.items() if v},
@@ -339,8 +343,8 @@ def main() -> None:
                     stats = pstats.Stats(prof, stream=f).sort_stats("cumulative")
                     stats.print_stats(60)
                     stats.sort_stats("tottime").print_stats(40)
-            elif ph == "throughput":
-                phase_throughput(out, args.deadline, args.window, args.workers)
+            elif ph in ("throughput", "throughput_noprewarm"):
+                phase_throughput(out, args.deadline, args.window, args.workers, prewarm=ph == "throughput")
             elif ph == "corpus":
                 phase_corpus(out, args.deadline, args.corpus_only)
             else:

@@ -19,6 +19,7 @@ import math
 import os
 import platform
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,10 @@ class KernelEvaluator:
     def evaluate(self, genomes: Sequence[Genome]) -> Iterator[Result]:
         judge = self.judge
         todo = iter(genomes)
-        pending: deque[tuple[Genome, Sandbox | Result]] = deque()
+        pending: deque[tuple[Genome, Future[Sandbox] | Result]] = deque()
+        # sandboxes are started on a thread of their own: starting one (a fork, a folder, a
+        # user id) takes ~10 ms that the judge need not wait for
+        starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evokernel-start")
 
         def launch() -> bool:
             genome = next(todo, None)
@@ -126,7 +130,7 @@ class KernelEvaluator:
                 pending.append((genome, Result.failed(Status.COMPILE_ERROR,
                                                       f"render failed: {type(exc).__name__}: {exc}")))
                 return True
-            pending.append((genome, judge.sandbox(source, label=genome.id, trusted=trusted)))
+            pending.append((genome, starter.submit(judge.sandbox, source, label=genome.id, trusted=trusted)))
             return True
 
         try:
@@ -137,10 +141,11 @@ class KernelEvaluator:
                 if isinstance(item, Result):
                     result = item
                 else:
+                    sandbox = item.result()
                     try:
-                        verdict = judge.judge(item, self.best)
+                        verdict = judge.judge(sandbox, self.best)
                     finally:
-                        item.close()
+                        sandbox.close()
                     if verdict.fault:
                         self._health_check(verdict)
                     self._note_best(verdict)
@@ -149,8 +154,9 @@ class KernelEvaluator:
                 yield result
         finally:
             for _, item in pending:
-                if isinstance(item, Sandbox):
-                    item.close()
+                if isinstance(item, Future):
+                    item.add_done_callback(lambda f: f.exception() is None and f.result().close())
+            starter.shutdown(wait=True)
 
     def remeasure(self, genomes: Sequence[Genome], *, rounds: int = 3) -> list[Result]:
         """Judge these genomes again, together: checked again on fresh inputs, then timed in

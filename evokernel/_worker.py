@@ -145,6 +145,8 @@ class Setup(msgspec.Struct):
     # Triton cache entries built by trusted processes (the driver's C utilities, kernel
     # launchers), copied into this candidate's own cache so it does not rebuild them
     seed_cache: str | None = None
+    output_dtypes: list[str] = []  # the reference's output dtypes, for prewarm
+    prewarm: bool = True  # load the timing harness's kernels while compiling (bench.prewarm_cuda)
 
 
 def _redirect_output(path: str) -> None:
@@ -354,7 +356,7 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         else:
             samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING, perturb=perturber)
         t0 = _perf_counter()
-        perturbations = [Perturber.report(rec) for rec in pending]
+        perturbations = Perturber.report_many(pending)
         phases["report"] = _perf_counter() - t0
     except Exception as exc:
         text = _error_text(exc)
@@ -452,6 +454,15 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
             _send(conn, Failed(kind="compile", error=compile_error))
             return
     compile_s = _perf_counter() - t1
+    if setup.device == "cuda" and setup.prewarm:
+        from .bench import prewarm_cuda
+
+        try:
+            prewarm_cuda([getattr(torch, d) for spec in setup.input_specs for _, _, d in spec],
+                         [getattr(torch, d) for d in setup.output_dtypes])
+        except Exception as exc:  # the harness's own warm-up: a failure here is the GPU's, say so
+            _send(conn, Failed(kind="setup", error=f"harness warm-up failed: {_error_text(exc)}"))
+            return
     view = _viewer(arena)
     _send(conn, Ready(import_s=import_s, compile_s=compile_s, triton_kernels=compiled))
     _STATE["ready"] = True

@@ -409,7 +409,8 @@ class Judge:
         `trusted`: the source is the user's own template rendered, not a genome's text; the
         helpers Triton builds for it may be shared with later candidates."""
         specs = [s.specs for s in self.tuning + self.heldout]
-        return Sandbox(source, device=self.device, input_specs=specs, arena=self.arena.base,
+        outs = sorted({str(t.dtype).removeprefix("torch.") for s in self.tuning for t in s.slots})
+        return Sandbox(source, device=self.device, input_specs=specs, arena=self.arena.base, output_dtypes=outs,
                        options=self.options.sandbox, label=label, trusted=trusted,
                        seed_cache=self.seed.path if self.seed is not None else None).start()
 

@@ -153,6 +153,9 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     # address-space limit of a CPU candidate's process (None: half the machine's memory).
     # Not applied on CUDA, whose driver reserves far more address space than it uses.
     cpu_memory_bytes: int | None = None
+    # CUDA: load the timing harness's kernels while the candidate compiles, so the judge does
+    # not wait for it (bench.prewarm_cuda)
+    prewarm: bool = True
 
 
 _UID_RANGE = 500_000
@@ -293,8 +296,10 @@ class Sandbox:
         label: str = "candidate",
         seed_cache: str | None = None,
         trusted: bool = False,
+        output_dtypes: list[str] | None = None,
     ) -> None:
         self.source = source
+        self.output_dtypes = list(output_dtypes or [])
         self.seed_cache = seed_cache
         self.trusted = trusted  # its source came from the user's own template, not from a genome
         self.arena = arena
@@ -323,7 +328,7 @@ class Sandbox:
             memory = self.options.cpu_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
                       work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
-                      seed_cache=self.seed_cache)
+                      seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm)
         from ._worker import main
 
         # the judge's memory block travels once, with the process: the candidate maps it while

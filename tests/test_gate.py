@@ -550,3 +550,27 @@ def test_compare_is_scale_aware_and_positional() -> None:
     assert compare([nan_ref], [torch.tensor([1.0, float("nan"), 3.0])], tol) is None
     assert "NaN or Inf" in compare([nan_ref], [torch.tensor([float("nan"), 2.0, 3.0])], tol)
     assert "differ" in compare([torch.arange(4)], [torch.tensor([0, 1, 2, 4])], tol)
+
+
+def test_perturber_changes_k_elements_and_reports_them_in_one_read_back() -> None:
+    from evokernel.bench import Perturber, perturbable
+
+    a, b = torch.randn(64), torch.arange(40, dtype=torch.int64)  # b is not perturbed (integer)
+    pristine = a.clone()
+    p = Perturber([[a, b]], 4, seed=1, batch=3)
+    recs = []
+    for _ in range(5):  # crosses a batch boundary
+        rec = p.apply(0)
+        changed = (a != pristine).nonzero().reshape(-1).tolist()
+        recs.append((rec, a.clone()))
+        p.restore(rec, 0)
+        assert torch.equal(a, pristine) and len(changed) <= 4
+    reports = Perturber.report_many([r for r, _ in recs])
+    assert reports == [Perturber.report(r) for r, _ in recs]
+    for (rec, seen), report in zip(recs, reports):
+        (j, positions, values), = report
+        assert j == 0 and len(set(positions)) == 4 and perturbable(a, 4) and not perturbable(b, 4)
+        rebuilt = pristine.clone()
+        rebuilt[torch.tensor(positions)] = torch.tensor(values, dtype=a.dtype)
+        assert torch.equal(rebuilt, seen)
+    assert Perturber.report_many([[], []]) == [[], []]
