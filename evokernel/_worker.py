@@ -84,6 +84,9 @@ def _tampering() -> str | None:
 class Ready(msgspec.Struct, tag="ready"):
     import_s: float
     compile_s: float
+    # wall-clock stamps (time.time()) of the process's steps, for the judge's breakdown of the
+    # time from launch to ready: entered, set up (privileges, cache seed), CUDA up, prewarmed
+    stamps: dict[str, float] = {}
     triton_kernels: int = 0
 
 
@@ -398,6 +401,7 @@ _STATE = {"ready": False}
 
 
 def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
+    stamps = {"entered": time.time()}
     os.setsid()  # the judge kills the whole group: the candidate's own children die with it
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
     if setup.memory_bytes:
@@ -418,6 +422,7 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     os.environ["TRITON_CACHE_DIR"] = cache_dir
     if setup.seed_cache:
         _seed_cache(setup.seed_cache, cache_dir)
+    stamps["set_up"] = time.time()
     if setup.device == "cpu":
         torch.set_num_threads(1)
     if (os.environ.get("TRITON_INTERPRET") == "1") != (setup.device == "cpu"):
@@ -430,6 +435,7 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     except Exception as exc:
         _send(conn, Failed(kind="setup", error=_error_text(exc)))
         return
+    stamps["cuda_up"] = time.time()
     t0 = _perf_counter()
     try:
         module = _import_candidate(setup.source, setup.work_dir)
@@ -464,7 +470,8 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
             _send(conn, Failed(kind="setup", error=f"harness warm-up failed: {_error_text(exc)}"))
             return
     view = _viewer(arena)
-    _send(conn, Ready(import_s=import_s, compile_s=compile_s, triton_kernels=compiled))
+    stamps["ready"] = time.time()
+    _send(conn, Ready(import_s=import_s, compile_s=compile_s, triton_kernels=compiled, stamps=stamps))
     _STATE["ready"] = True
     while True:
         try:

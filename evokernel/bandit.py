@@ -32,6 +32,13 @@ class OperatorBandit:
         self.pulls = {n: 0 for n in names}
         self.successes = {n: 0 for n in names}
 
+    def add(self, name: str) -> None:
+        """A new operator, with the prior's neutral belief."""
+        if name not in self.names:
+            self.names.append(name)
+            self.wins[name] = self.losses[name] = 0.0
+            self.pulls[name] = self.successes[name] = 0
+
     def choose(self, rng: np.random.Generator, allowed: Iterable[str] | None = None) -> str:
         names = [n for n in self.names if allowed is None or n in set(allowed)]
         if not names:

@@ -318,6 +318,14 @@ class _Run:
         if isinstance(ready, Outcome):
             return self._done(judge._failed(ready.kind, ready.error, self.sandbox.label, ready.log_tail))
         self.base.update(import_s=ready.import_s, compile_s=ready.compile_s)
+        # launch to ready, step by step (wall clock: the candidate's process stamps its steps)
+        marks = [("fork", "entered"), ("setup", "set_up"), ("cuda_init", "cuda_up"), ("to_ready", "ready")]
+        prev = self.sandbox.started_wall
+        for name, key in marks:
+            at = ready.stamps.get(key) if isinstance(ready.stamps, dict) else None
+            if isinstance(at, (int, float)) and prev and math.isfinite(at) and 0 <= at - prev < 3600:
+                self.steps[f"r_{name}"] = at - prev
+                prev = at
         if judge.device == "cuda":
             self.sandbox.prioritise()
         if judge.seed is not None and self.sandbox.trusted:

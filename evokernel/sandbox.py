@@ -318,6 +318,7 @@ class Sandbox:
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
         self.started_at = 0.0
+        self.started_wall = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Sandbox:
@@ -339,6 +340,7 @@ class Sandbox:
         child.close()
         self.conn = parent
         self.started_at = time.monotonic()
+        self.started_wall = time.time()
         return self
 
     def wait_ready(self) -> Ready | Outcome:

@@ -23,7 +23,7 @@ from .genome import Genome
 from .space import SearchSpace
 from .store import Store
 
-__all__ = ["transfer_key", "shape_distance", "family_of_name", "transfer_seeds"]
+__all__ = ["transfer_key", "shape_distance", "family_of_name", "transfer_seeds", "TransferOperator"]
 
 _TOKEN = re.compile(r"_([A-Z][A-Za-z]*)(\d+(?:\.\d+)?)$")
 
@@ -114,3 +114,27 @@ def transfer_seeds(store: Store, key: dict[str, Any], space: SearchSpace, *, fin
                     out.append((clean, run_id, dist))
         depth += 1
     return out
+
+
+class TransferOperator:
+    """A mutator over a fixed list: the nearest shapes' genomes, in `transfer_seeds` order,
+    each offered once (the search skips those already seen). The search adds it to a run
+    that found more transferable genomes than its first generation takes; the bandit then
+    calls it as long as its genomes beat the population, like any other operator."""
+
+    name = "transfer"
+    arity = 0
+
+    def __init__(self, genomes: list[Genome]) -> None:
+        self.genomes = list(genomes)
+        self.next = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next >= len(self.genomes)
+
+    def propose(self, parents: Any, ctx: Any) -> Genome | None:
+        if self.exhausted:
+            return None
+        self.next += 1
+        return self.genomes[self.next - 1]

@@ -325,6 +325,12 @@ def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
     assert [e.genome.lineage.operator for e in first_gen] == ["transfer"] * 4 + ["init"] * 4
     # nearest run first: two genomes from it, then one from each of the next two
     assert events[0]["distances"] == sorted(events[0]["distances"]) and len(events[0]["from_runs"]) == 3
+    assert events[0]["offered_later"] == 0 and "transfer" not in report.operators
+    # with a transfer operator, the rest are offered under the bandit
+    more = Search(target.space, target, store=store, options=SearchOptions(transfer_operator=8)).run(
+        Budget(evaluations=24), seed=2)
+    (ev_more,) = [p for k, p, _ in store.events(more.run_id) if k == "transfer"]
+    assert ev_more["offered_later"] == 8 and "transfer" in more.operators
     # a run with transfer turned off starts from random points instead
     off = Search(target.space, target, store=store, options=SearchOptions(transfer=0)).run(Budget(evaluations=8), seed=1)
     assert not [p for k, p, _ in store.events(off.run_id) if k == "transfer"]
