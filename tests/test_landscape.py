@@ -20,11 +20,24 @@ def test_space_is_inferred_from_the_columns(small: Landscape):
 
 
 def test_shipped_landscapes_load():
-    assert len(builtin_names()) >= 4
-    for name in builtin_names():
+    names = builtin_names()
+    matmul = [n for n in names if n.startswith("matmul_")]
+    moe = [n for n in names if n.startswith("moe_")]
+    assert len(matmul) == 4 and len(moe) == 2
+    for name in matmul:
         ls = Landscape.load(builtin(name))
         assert len(ls) == 960 and ls.space.size == 960
         assert sum(r.latency_ms is None for r in ls.rows.values()) == 112
+    from evokernel.search_spaces import moe_shared_space
+
+    shared = moe_shared_space()
+    valid = [tuple(p.values()) for p in shared.valid_points()]
+    for name in moe:  # the shared-config MoE space: only points within shared memory were swept
+        ls = Landscape.load(builtin(name))
+        assert ls.space.names == shared.names and 440 <= len(ls) <= 448
+        assert set(ls.rows) <= set(valid) and all(r.latency_ms for r in ls.rows.values())
+        # a point the sweep did not reach is not offered by the replayed space
+        assert all(ls.space.is_valid(dict(zip(ls.space.names, p))) == (p in ls.rows) for p in valid)
 
 
 def test_replay_returns_recorded_rows_and_failures(small: Landscape):
