@@ -73,6 +73,7 @@ class KernelEvaluator:
         device: str | None = None,
         options: GateOptions | None = None,
         workers: int | None = None,
+        reuse: int = 64,
     ) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         self.render = render
@@ -84,6 +85,9 @@ class KernelEvaluator:
         self.options = options or GateOptions()
         # one core for the judge and one for the candidate being timed; the rest compile
         self.workers = max(1, workers if workers is not None else (os.cpu_count() or 3) - 2)
+        # a process that judged a trusted candidate cleanly takes the next one, up to this
+        # many candidates (0: a new process for every candidate)
+        self.reuse = reuse
         self._judge: Judge | None = None
         self.faults = 0
         self.best: dict[str, float] = {}  # best median per shape so far: the bar for racing
@@ -119,6 +123,7 @@ class KernelEvaluator:
         # sandboxes are started on a thread of their own: starting one (a fork, a folder, a
         # user id) takes ~10 ms that the judge need not wait for
         starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evokernel-start")
+        idle: list[Sandbox] = []  # processes free to take the next trusted candidate
 
         def launch() -> bool:
             genome = next(todo, None)
@@ -130,6 +135,14 @@ class KernelEvaluator:
                 pending.append((genome, Result.failed(Status.COMPILE_ERROR,
                                                       f"render failed: {type(exc).__name__}: {exc}")))
                 return True
+            while trusted and idle:
+                sandbox = idle.pop()
+                if sandbox.reuse(source, genome.id):
+                    done: Future[Sandbox] = Future()
+                    done.set_result(sandbox)
+                    pending.append((genome, done))
+                    return True
+                sandbox.close()
             pending.append((genome, starter.submit(judge.sandbox, source, label=genome.id, trusted=trusted)))
             return True
 
@@ -142,10 +155,15 @@ class KernelEvaluator:
                     result = item
                 else:
                     sandbox = item.result()
+                    keep = False
                     try:
                         verdict = judge.judge(sandbox, self.best)
+                        keep = not verdict.fault and sandbox.reusable and sandbox.uses + 1 < self.reuse
                     finally:
-                        sandbox.close()
+                        if keep:
+                            idle.append(sandbox)
+                        else:
+                            sandbox.close()
                     if verdict.fault:
                         self._health_check(verdict)
                     self._note_best(verdict)
@@ -157,6 +175,8 @@ class KernelEvaluator:
                 if isinstance(item, Future):
                     item.add_done_callback(lambda f: f.exception() is None and f.result().close())
             starter.shutdown(wait=True)
+            for sandbox in idle:
+                sandbox.close()
 
     def remeasure(self, genomes: Sequence[Genome], *, rounds: int = 3) -> list[Result]:
         """Judge these genomes again, together: checked again on fresh inputs, then timed in

@@ -178,13 +178,18 @@ def _seed_cache(seed: str, cache_dir: str) -> None:
                 pass  # a half-written seed entry: this candidate builds its own
 
 
-def _import_candidate(source: str, work_dir: str) -> Any:
-    path = os.path.join(work_dir, "candidate.py")
+def _import_candidate(source: str, work_dir: str, n: int = 0) -> Any:
+    """Import the n-th candidate this process serves (a file and module name of its own, so
+    no bytecode cache or module of an earlier candidate can stand in for it)."""
+    name = "evokernel_candidate" if n == 0 else f"evokernel_candidate_{n}"
+    path = os.path.join(work_dir, f"{name}.py")
     with open(path, "w") as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location("evokernel_candidate", path)
+    for old in [m for m in sys.modules if m.startswith("evokernel_candidate")]:
+        del sys.modules[old]
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    sys.modules["evokernel_candidate"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
@@ -436,17 +441,32 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
         _send(conn, Failed(kind="setup", error=_error_text(exc)))
         return
     stamps["cuda_up"] = time.time()
+    view = _viewer(arena)
+    source: str | None = setup.source
+    n = 0
+    while source is not None:
+        kernel = _load(conn, setup, source, n, stamps, prewarm=setup.prewarm and n == 0)
+        if kernel is None:
+            return  # it said why; the judge replaces the process
+        _STATE["ready"] = True
+        source = _serve(conn, kernel, view, setup.device)
+        n += 1
+        stamps = {}
+
+
+def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float], *, prewarm: bool) -> Any:
+    """Import and compile the process's n-th candidate, then say Ready (or why not)."""
     t0 = _perf_counter()
     try:
-        module = _import_candidate(setup.source, setup.work_dir)
+        module = _import_candidate(source, setup.work_dir, n)
     except BaseException as exc:  # SystemExit included: the import itself failed
         print(traceback.format_exc(), file=sys.stderr)
         _send(conn, Failed(kind="import", error=_error_text(exc)))
-        return
+        return None
     kernel = getattr(module, "kernel", None)
     if not callable(kernel):
         _send(conn, Failed(kind="no_kernel", error="the candidate defines no callable `kernel`"))
-        return
+        return None
     import_s = _perf_counter() - t0
     t1 = _perf_counter()
     compiled = 0
@@ -455,12 +475,12 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
             compiled, compile_error = _compile_only(kernel, setup.input_specs, setup.device)
         except BaseException as exc:
             _send(conn, Failed(kind="compile", error=_error_text(exc)))
-            return
+            return None
         if compile_error:
             _send(conn, Failed(kind="compile", error=compile_error))
-            return
+            return None
     compile_s = _perf_counter() - t1
-    if setup.device == "cuda" and setup.prewarm:
+    if setup.device == "cuda" and prewarm:
         from .bench import prewarm_cuda
 
         try:
@@ -468,25 +488,32 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
                          [getattr(torch, d) for d in setup.output_dtypes])
         except Exception as exc:  # the harness's own warm-up: a failure here is the GPU's, say so
             _send(conn, Failed(kind="setup", error=f"harness warm-up failed: {_error_text(exc)}"))
-            return
-    view = _viewer(arena)
+            return None
     stamps["ready"] = time.time()
     _send(conn, Ready(import_s=import_s, compile_s=compile_s, triton_kernels=compiled, stamps=stamps))
-    _STATE["ready"] = True
+    return kernel
+
+
+def _serve(conn: Any, kernel: Any, view: Any, device: str) -> str | None:
+    """Answer the judge's calls and timings for one candidate. Returns the next candidate's
+    source when the judge hands this process another one (a trusted template candidate
+    after a trusted one), None when it is done."""
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            return
+            return None
         op = msg[0]
         if op == "call":
             _, trial, inputs, slots = msg
-            _call(conn, kernel, trial, [view(r) for r in inputs], [view(r) for r in slots], setup.device)
+            _call(conn, kernel, trial, [view(r) for r in inputs], [view(r) for r in slots], device)
         elif op == "time":
             _, shape, sets, sample_slots, spec = msg
             _time(conn, kernel, shape, [[view(r) for r in g] for g in sets],
-                  [[view(r) for r in g] for g in sample_slots], spec, setup.device)
+                  [[view(r) for r in g] for g in sample_slots], spec, device)
+        elif op == "load":
+            return msg[1]
         elif op == "exit":
-            return
+            return None
         del msg
 

@@ -328,7 +328,7 @@ class _Run:
                 prev = at
         if judge.device == "cuda":
             self.sandbox.prioritise()
-        if judge.seed is not None and self.sandbox.trusted:
+        if judge.seed is not None and self.sandbox.trusted and not self.sandbox.uses:
             judge.seed.harvest(self.sandbox.work_dir)
         return None
 

@@ -294,3 +294,26 @@ def test_uid_claims_are_exclusive_released_off_the_judges_path_and_stale_ones_cl
     assert stale is not None and stale[0] == b[0] and killed == [a[0], b[0]]
     for fd in (again[1], stale[1]):
         os.close(fd)
+
+
+def test_trusted_candidates_share_a_process_untrusted_ones_never_and_a_crash_ends_it():
+    """A process that judged a template-rendered candidate cleanly takes the next one (no new
+    process, no new CUDA context); a crash ends it and the next candidate gets a fresh one;
+    a candidate carrying its own source always gets a process of its own."""
+    sources = {
+        0: "def kernel(a, b):\n    return a @ b\n",
+        1: "import torch\ndef kernel(a, b):\n    return torch.zeros(a.shape[0], b.shape[1], dtype=a.dtype)\n",
+        2: "def kernel(a, b):\n    return (a.double() @ b.double()).to(a.dtype)\n",
+        3: "import os\ndef kernel(a, b):\n    os._exit(3)\n",
+        4: "def kernel(a, b):\n    return a @ b\n",
+    }
+    ev = KernelEvaluator(MATMUL, lambda g: sources[g["i"]], device="cpu", options=QUICK, workers=1)
+    results = list(ev.evaluate([Genome.of({"i": i}) for i in range(5)]))
+    assert [r.status for r in results] == [Status.OK, Status.INCORRECT, Status.OK, Status.CRASH, Status.OK]
+    fresh = ["r_fork" in r.meta["steps"] for r in results if "steps" in r.meta]
+    # 0 starts a process; 1 (wrong, not a fault) and 2 reuse it; 3 reuses it and kills it; 4 starts anew
+    assert fresh == [True, False, False, False, True]
+    own = [Genome.of({"i": i}, source=sources[0]) for i in (10, 11)]
+    assert all("r_fork" in r.meta["steps"] for r in ev.evaluate(own))
+    no_reuse = KernelEvaluator(MATMUL, lambda g: sources[0], device="cpu", options=QUICK, workers=1, reuse=0)
+    assert all("r_fork" in r.meta["steps"] for r in no_reuse.evaluate([Genome.of({"i": i}) for i in range(2)]))
