@@ -242,33 +242,42 @@ class StreamHold:
 
 
 def prewarm_cuda(input_dtypes: Sequence[Any], output_dtypes: Sequence[Any], *, flush_mb: int = 256,
-                 hold_timeout_s: float = 0.2) -> None:
+                 hold_timeout_s: float = 0.2, device: str = "cuda") -> None:
     """Pay the timing harness's first-use costs in a fresh process ahead of time: the flush
     buffer's allocation (kept by torch's caching allocator), the stream hold, and the
     loading of every kernel `time_cuda` and the Perturber launch (fill, random draws, index
     reads and writes, copies, events), each launched once on a handful of elements. Meant
     for the candidate's compile phase, where it runs in parallel with other candidates'
-    timings: it touches the GPU for microseconds only."""
+    timings: it touches the GPU for microseconds only. (`device="cpu"` runs the same steps
+    where there is no GPU, for tests.)"""
     import torch
 
-    flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device="cuda")
+    flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device=device)
     del flush
-    StreamHold.shared(torch, hold_timeout_s)
-    small = torch.empty(4096, dtype=torch.int8, device="cuda")
+    if device == "cuda":
+        StreamHold.shared(torch, hold_timeout_s)
+    small = torch.empty(4096, dtype=torch.int8, device=device)
     small.zero_()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    start = end = None
+    if device == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    recs = []
     for dtype in dict.fromkeys(input_dtypes):
-        t = torch.zeros(64, dtype=dtype, device="cuda")
+        t = torch.zeros(64, dtype=dtype, device=device)
         if perturbable(t, 2):
             p = Perturber([[t]], 2, 0, batch=2)
-            p.restore(p.apply(0), 0)
+            rec = p.apply(0)
+            p.restore(rec, 0)
+            recs.append(rec)
         t.clone()
+    Perturber.report_many(recs + recs)  # the read-back after the loop: concatenation, copies to the host
     for dtype in dict.fromkeys(output_dtypes):
-        torch.zeros(64, dtype=dtype, device="cuda").copy_(torch.ones(64, dtype=dtype, device="cuda"))
-    end.record()
-    end.synchronize()
-    start.elapsed_time(end)
+        torch.zeros(64, dtype=dtype, device=device).copy_(torch.ones(64, dtype=dtype, device=device))
+    if start is not None and end is not None:
+        end.record()
+        end.synchronize()
+        start.elapsed_time(end)
 
 
 def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]] | None:

@@ -574,3 +574,12 @@ def test_perturber_changes_k_elements_and_reports_them_in_one_read_back() -> Non
         rebuilt[torch.tensor(positions)] = torch.tensor(values, dtype=a.dtype)
         assert torch.equal(rebuilt, seen)
     assert Perturber.report_many([[], []]) == [[], []]
+
+
+def test_prewarm_runs_the_harness_steps_on_any_dtype_mix() -> None:
+    """The GPU path runs in the candidate's compile phase; its steps run here on the CPU."""
+    from evokernel.bench import prewarm_cuda
+
+    prewarm_cuda([torch.bfloat16, torch.int32, torch.float32, torch.bfloat16], [torch.bfloat16, torch.int64],
+                 flush_mb=1, device="cpu")
+    prewarm_cuda([torch.int64], [], flush_mb=1, device="cpu")  # nothing to perturb
