@@ -104,6 +104,7 @@ class KernelEvaluator:
             "evaluator": "kernel",
             **self.problem.fingerprint(),
             "device": self.device,
+            "shapes": self.problem.shapes,  # the tuning shapes themselves (exports read them)
             **where,
             "gate": msgspec.to_builtins(self.options),
         }

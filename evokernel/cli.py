@@ -111,6 +111,14 @@ def _build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--seed", type=int, default=0, help="order of the points (shuffled by this seed)")
     sw.add_argument("--quiet", action="store_true", help="no progress display")
 
+    ex = sub.add_parser("export", help="write a database's winners where a serving engine reads them")
+    ex.add_argument("format", choices=["sglang-moe"],
+                    help="sglang-moe: fused-MoE configs as SGLang's tuned-config files (SGLANG_MOE_CONFIG_DIR)")
+    ex.add_argument("db", help="the search database (SQLite)")
+    ex.add_argument("--out", required=True, help="folder to write (files in it are merged, not replaced)")
+    ex.add_argument("--device-name", default=None, help="GPU name for the file names (default: what the run recorded)")
+    ex.add_argument("--triton-version", default=None, help="Triton version for the folder (default: the run's)")
+
     sub.add_parser("plugins", help="list registered mutators, evaluators, search spaces, strategies")
     sub.add_parser("landscapes", help="list the landscapes shipped with evokernel")
     return p
@@ -127,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check": _cmd_check,
             "landscapes": _cmd_landscapes,
             "sweep": _cmd_sweep,
+            "export": _cmd_export,
         }[args.command](args)
     except EvaluatorError as exc:
         print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)",
@@ -531,6 +540,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     console.print(f"sweep: {report.measured} measured ({report.failed} failed) in {report.wall_s:.0f} s; "
                   f"{report.already + report.measured} of {report.points} points in {report.path}"
                   + (f"; {left} left (re-run to continue)" if left > 0 else ""), highlight=False)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import sglang_moe
+    from .store import SQLiteStore
+
+    if not os.path.exists(args.db):
+        raise ConfigError(f"no such database: {args.db}")
+    report = sglang_moe(SQLiteStore(args.db, create=False), args.out, device_name=args.device_name,
+                        triton_version=args.triton_version)
+    for line in report.skipped:
+        print(f"skipped run {line}", file=sys.stderr)
+    if not report.files:
+        raise ConfigError(f"{args.db} holds no fused-MoE run that can be exported")
+    for row in report.exported:
+        print(f"M={row['M']}: {row['latency_ms']:.4f} ms (run {row['run']}) -> {row['file']}")
+    for path in report.files:
+        print(f"wrote {path}")
     return 0
 
 

@@ -2,10 +2,10 @@
 warps and stages (`search_spaces/triton_moe.py`).
 
 >>> space = moe_space()
->>> len(space.params), space.size
-(12, 6553600)
+>>> len(space.params), space.size, moe_space(separate_block_m=True).size
+(11, 1638400, 6553600)
 >>> g = space.genome(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=4,
-...                  num_stages=3, down_BLOCK_SIZE_M=64, down_BLOCK_SIZE_N=128, down_BLOCK_SIZE_K=64,
+...                  num_stages=3, down_BLOCK_SIZE_N=128, down_BLOCK_SIZE_K=64,
 ...                  down_GROUP_SIZE_M=1, down_num_warps=4, down_num_stages=4)
 >>> sglang_config(g)
 ({'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 8, 'num_warps': 4, 'num_stages': 3}, {'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 4})
@@ -21,7 +21,8 @@ __all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config"]
 
 def _smem(prefix: str, limit: int, elem_bytes: int):
     def check(p: Point) -> str | None:
-        bm, bn, bk = p[f"{prefix}BLOCK_SIZE_M"], p[f"{prefix}BLOCK_SIZE_N"], p[f"{prefix}BLOCK_SIZE_K"]
+        bm = p.get(f"{prefix}BLOCK_SIZE_M", p["BLOCK_SIZE_M"])
+        bn, bk = p[f"{prefix}BLOCK_SIZE_N"], p[f"{prefix}BLOCK_SIZE_K"]
         need = (bm * bk + bk * bn) * elem_bytes * p[f"{prefix}num_stages"]
         if need > limit:
             return f"shared memory ({prefix or 'up '}GEMM): {need} B > {limit} B"
@@ -30,12 +31,18 @@ def _smem(prefix: str, limit: int, elem_bytes: int):
     return check
 
 
-def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
-    """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM."""
+def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+              separate_block_m: bool = False) -> SearchSpace:
+    """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM.
+
+    The down GEMM shares the up GEMM's BLOCK_SIZE_M unless `separate_block_m`: SGLang aligns
+    the token-expert pairs once for both GEMMs and overrides a tuned down config's
+    BLOCK_SIZE_M with the up one's, so only shared-M winners can be exported to it as they
+    were measured (the template aligns twice when they differ)."""
     params = []
     for prefix in ("", "down_"):
         params += [
-            PowerOfTwo(f"{prefix}BLOCK_SIZE_M", 16, 128),
+            *([PowerOfTwo(f"{prefix}BLOCK_SIZE_M", 16, 128)] if not prefix or separate_block_m else []),
             PowerOfTwo(f"{prefix}BLOCK_SIZE_N", 32, 256),
             PowerOfTwo(f"{prefix}BLOCK_SIZE_K", 32, 256),
             Ordinal(f"{prefix}GROUP_SIZE_M", [1, 8, 16, 32, 64]),
@@ -69,8 +76,9 @@ def moe_shared_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHA
 
 
 def shared_params(params: dict[str, int]) -> dict[str, int]:
-    """A shared-space point as the template's genome: the same config for the down GEMM."""
-    return {**params, **{f"down_{k}": v for k, v in params.items()}}
+    """A shared-space point as a `moe_space()` genome: the same config for the down GEMM
+    (whose BLOCK_SIZE_M is the up GEMM's in that space)."""
+    return {**params, **{f"down_{k}": v for k, v in params.items() if k != "BLOCK_SIZE_M"}}
 
 
 def sglang_config(genome: Genome) -> tuple[dict[str, int], dict[str, int]]:

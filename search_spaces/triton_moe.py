@@ -38,7 +38,7 @@ import triton.language as tl
 
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "GEMM_KEYS", "fused_moe", "align_block_size", "candidate_source", "split_config"]
+__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "fused_moe", "align_block_size", "candidate_source", "split_config"]
 
 #: Per-GEMM config keys, as SGLang's tuned config files name them.
 GEMM_KEYS: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
@@ -47,9 +47,18 @@ GEMM_KEYS: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "G
 PARAMS: tuple[str, ...] = GEMM_KEYS + tuple(f"down_{k}" for k in GEMM_KEYS)
 
 
+#: The genome forms `candidate_source` takes: both GEMMs in full; the down GEMM without its
+#: own BLOCK_SIZE_M (it shares the up GEMM's, as in SGLang, where both GEMMs read one
+#: alignment of the pairs); one config for both.
+FORMS: tuple[frozenset[str], ...] = (frozenset(PARAMS), frozenset(PARAMS) - {"down_BLOCK_SIZE_M"},
+                                     frozenset(GEMM_KEYS))
+
+
 def split_config(params: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
-    """(up config, down config) from a genome's params."""
-    return ({k: int(params[k]) for k in GEMM_KEYS}, {k: int(params[f"down_{k}"]) for k in GEMM_KEYS})
+    """(up config, down config) from a genome's params in any of the FORMS: a missing down
+    key takes the up GEMM's value."""
+    up = {k: int(params[k]) for k in GEMM_KEYS}
+    return up, {k: int(params.get(f"down_{k}", up[k])) for k in GEMM_KEYS}
 
 
 @triton.jit
@@ -180,8 +189,9 @@ def kernel(x, w1, w2, topk_weights, topk_ids):
 
 def candidate_source(params: Mapping[str, int]) -> str:
     """The text of a candidate module running `fused_moe` at `params`."""
-    if set(params) != set(PARAMS):
-        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
+    if frozenset(params) not in FORMS:
+        raise ValueError(f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
+                         f"left out), got {sorted(params)}")
     bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
     if bad:
         raise ValueError(f"params must be integers, got {bad}")

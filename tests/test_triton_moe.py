@@ -107,7 +107,9 @@ def test_space_candidates_and_sglang_export():
     src = candidate_source(g.params)
     assert "def kernel(x, w1, w2, topk_weights, topk_ids)" in src
     up, down = sglang_config(g)
-    assert set(up) == set(down) == set(GEMM_KEYS) and set(PARAMS) == set(space.names)
+    assert set(up) == set(down) == set(GEMM_KEYS) and set(PARAMS) - {"down_BLOCK_SIZE_M"} == set(space.names)
+    assert up["BLOCK_SIZE_M"] == down["BLOCK_SIZE_M"]  # shared, as SGLang's one alignment forces
+    assert set(moe_space(separate_block_m=True).names) == set(PARAMS)
     bad = dict(g.params, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=256, num_stages=5)
     assert "shared memory (up GEMM)" in space.why_invalid(bad)
     with pytest.raises(ValueError):

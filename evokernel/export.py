@@ -1,0 +1,137 @@
+"""Export winners where serving engines read them.
+
+`sglang_moe` writes the best fused-MoE configs of a store's runs as SGLang's tuned-config
+files, in the layout its loader reads (`SGLANG_MOE_CONFIG_DIR` points at `out`):
+
+    out/configs/triton_<triton version, dots as _>/E=<E>,N=<N>,device_name=<GPU, spaces as _>.json
+    ... and the same name ending in `_down.json` for the down-projection GEMM
+
+bf16 and fp16 runs have no `dtype` part in the name. Keys are batch sizes (the run's
+tuning M) as strings; values hold exactly BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
+GROUP_SIZE_M, num_warps and num_stages. SGLang aligns the token-expert pairs once for both
+GEMMs and forces the down config's BLOCK_SIZE_M to the up one's, so a winner whose two
+BLOCK_SIZE_M differ is not exported (search `moe_space()`, which ties them). Files that
+exist already are merged: batch sizes exported now replace theirs, the others stay.
+
+>>> sglang_file_name(128, 768, "NVIDIA H200")
+'E=128,N=768,device_name=NVIDIA_H200.json'
+>>> sglang_file_name(256, 512, "NVIDIA H200", dtype="fp8_w8a8", block_shape=(128, 128), down=True)
+'E=256,N=512,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .store import Store
+
+__all__ = ["sglang_file_name", "sglang_moe", "MoeExport"]
+
+GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+_NO_DTYPE_PART = {"bfloat16", "float16"}
+
+
+def sglang_file_name(E: int, N: int, device_name: str, *, dtype: str | None = None,
+                     block_shape: Sequence[int] | None = None, down: bool = False) -> str:
+    """The name SGLang's loader looks for (its `get_config_file_name`)."""
+    name = f"E={E},N={N},device_name={device_name.replace(' ', '_')}"
+    if dtype:
+        name += f",dtype={dtype}"
+    if block_shape and all(block_shape):
+        name += f",block_shape={list(block_shape)}"
+    return name + ("_down" if down else "") + ".json"
+
+
+@dataclass
+class MoeExport:
+    files: list[Path] = field(default_factory=list)
+    exported: list[dict[str, Any]] = field(default_factory=list)  # one per (file key, M): run, latency
+    skipped: list[str] = field(default_factory=list)  # runs left out, and why
+
+
+def _configs(params: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]] | str:
+    """(up, down) configs of a MoE genome, or why it cannot be exported."""
+    if not all(k in params for k in GEMM_KEYS):
+        return "not a fused-MoE genome"
+    up = {k: int(params[k]) for k in GEMM_KEYS}
+    down = {k: int(params.get(f"down_{k}", up[k])) for k in GEMM_KEYS}
+    if down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
+        return (f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
+                f"({up['BLOCK_SIZE_M']}); SGLang would override it")
+    return up, down
+
+
+def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
+               triton_version: str | None = None) -> MoeExport:
+    """Write the best config per (E, N, GPU, Triton, batch size) found by the store's fused-MoE
+    runs. `device_name` / `triton_version` override what the runs recorded (a run on the CPU
+    records no GPU)."""
+    report = MoeExport()
+    best: dict[tuple[str, str, int], tuple[float, dict[str, int], dict[str, int], str]] = {}
+    for run in store.runs():
+        ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
+        if not isinstance(ev, dict):
+            continue
+        shapes = ev.get("shapes")
+        family = str((run.config.get("transfer") or {}).get("family", ""))
+        if not isinstance(shapes, list) or not shapes or not all(
+                isinstance(s, dict) and {"M", "E", "I"} <= set(s) for s in shapes):
+            continue  # not a MoE problem's run
+        dtype = family.split("@")[0].rsplit("_", 1)[-1] if family else "bfloat16"
+        if dtype not in _NO_DTYPE_PART:
+            report.skipped.append(f"{run.id}: dtype {dtype!r} is not exported yet (bf16 and fp16 are)")
+            continue
+        gpu = device_name or ev.get("gpu")
+        triton = triton_version or ev.get("triton")
+        if not gpu or not triton:
+            report.skipped.append(f"{run.id}: the run recorded no GPU or Triton version (pass device_name)")
+            continue
+        elites = store.elites(run_id=run.id)
+        if not elites:
+            report.skipped.append(f"{run.id}: no elite")
+            continue
+        elite = elites[0]
+        got = _configs(elite.genome.params)
+        if isinstance(got, str):
+            report.skipped.append(f"{run.id}: {got}")
+            continue
+        up, down = got
+        E, N = int(shapes[0]["E"]), int(shapes[0]["I"])
+        version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"
+        for shape in shapes:
+            key = (version_dir, sglang_file_name(E, N, str(gpu)), int(shape["M"]))
+            if key not in best or elite.latency_ms < best[key][0]:
+                best[key] = (elite.latency_ms, up, down, run.id)
+    by_file: dict[tuple[str, str], dict[int, tuple[float, dict[str, int], dict[str, int], str]]] = {}
+    for (version_dir, name, m), value in best.items():
+        by_file.setdefault((version_dir, name), {})[m] = value
+    for (version_dir, name), per_m in sorted(by_file.items()):
+        folder = Path(out) / "configs" / version_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        for which, path in ((1, folder / name), (2, folder / (name.removesuffix(".json") + "_down.json"))):
+            table = _read(path)
+            for m, value in per_m.items():
+                table[m] = {k: value[which][k] for k in GEMM_KEYS}
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps({str(m): table[m] for m in sorted(table)}, indent=4) + "\n")
+            os.replace(tmp, path)
+            report.files.append(path)
+        for m, (lat, _, _, run_id) in sorted(per_m.items()):
+            report.exported.append({"file": name, "M": m, "latency_ms": lat, "run": run_id})
+    return report
+
+
+def _read(path: Path) -> dict[int, dict[str, int]]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return {int(k): {key: int(v[key]) for key in GEMM_KEYS} for k, v in data.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path} exists but is not an SGLang MoE config file ({exc}); move it away") from exc

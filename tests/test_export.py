@@ -1,0 +1,87 @@
+"""`evokernel export sglang-moe`: real fused-MoE searches on the CPU (Triton's interpreter, a
+tiny model), exported in the layout and form SGLang's loader reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evokernel import Budget, Search
+from evokernel.evaluators import KernelEvaluator
+from evokernel.export import GEMM_KEYS, sglang_file_name, sglang_moe
+from evokernel.gate import GateOptions
+from evokernel.search import SearchOptions
+from evokernel.search_spaces import moe_shared_space, shared_params
+from evokernel.search_spaces.triton_moe import candidate_source
+from evokernel.store import SQLiteStore
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
+QUICK = GateOptions(timing={"max_reps": 3, "min_reps": 2})
+
+
+def _search(db: Path, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVOKERNEL_MOE_MODEL", "tiny")
+    monkeypatch.setenv("EVOKERNEL_MOE_DTYPE", "float16")  # the interpreter cannot do bf16 dots
+    monkeypatch.setenv("EVOKERNEL_MOE_M", str(m))
+    space = moe_shared_space()
+    ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(shared_params(g.params)), device="cpu",
+                         options=QUICK, workers=2)
+    report = Search(space, ev, store=SQLiteStore(db),
+                    options=SearchOptions(population=2, remeasure=0, report_elites=1)).run(Budget(evaluations=2), seed=m)
+    assert report.best is not None, report.statuses
+
+
+def test_file_names_follow_sglangs_loader():
+    assert sglang_file_name(8, 14336, "NVIDIA H200") == "E=8,N=14336,device_name=NVIDIA_H200.json"
+    assert sglang_file_name(128, 768, "NVIDIA H100 80GB HBM3", down=True) == \
+        "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3_down.json"
+    assert sglang_file_name(256, 256, "NVIDIA H200", dtype="fp8_w8a8", block_shape=[128, 128]) == \
+        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    assert sglang_file_name(4, 32, "NVIDIA H200", block_shape=[0, 0]) == "E=4,N=32,device_name=NVIDIA_H200.json"
+
+
+def test_moe_searches_export_to_sglang_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    db = tmp_path / "moe.db"
+    for m in (8, 16):
+        _search(db, m, monkeypatch)
+    out = tmp_path / "sglang"
+    folder = out / "configs" / "triton_3_6_0"
+    folder.mkdir(parents=True)
+    # an earlier export's batch size stays; the ones exported now are written
+    keep = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
+            "num_stages": 3}
+    (folder / "E=4,N=32,device_name=NVIDIA_H200.json").write_text(json.dumps({"1": keep}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_MOE")}
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-moe", str(db), "--out", str(out),
+                           "--device-name", "NVIDIA H200", "--triton-version", "3.6.0"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["E=4,N=32,device_name=NVIDIA_H200.json",
+                                                       "E=4,N=32,device_name=NVIDIA_H200_down.json"]
+    up = json.loads((folder / "E=4,N=32,device_name=NVIDIA_H200.json").read_text())
+    down = json.loads((folder / "E=4,N=32,device_name=NVIDIA_H200_down.json").read_text())
+    assert list(up) == ["1", "8", "16"] and list(down) == ["8", "16"] and up["1"] == keep
+    for table in (up, down):
+        for m, cfg in table.items():
+            assert m.isdigit() and list(cfg) == list(GEMM_KEYS)
+            assert all(type(v) is int for v in cfg.values())
+    assert up["8"] == down["8"]  # one config for both GEMMs in this space
+    assert "M=8:" in proc.stdout and "M=16:" in proc.stdout
+
+
+def test_runs_that_cannot_be_exported_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    db = tmp_path / "moe.db"
+    _search(db, 8, monkeypatch)
+    report = sglang_moe(SQLiteStore(db, create=False), tmp_path / "out")  # a CPU run records no GPU
+    assert not report.files and "recorded no GPU" in report.skipped[0]
+    empty = tmp_path / "empty.db"
+    SQLiteStore(empty).close()
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-moe", str(empty), "--out",
+                           str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no fused-MoE run" in proc.stderr
