@@ -1,0 +1,72 @@
+"""The fused-MoE configs SGLang would run, as baselines for a search.
+
+Two baselines, for a model's E experts, expert intermediate size N and batch size M:
+
+- `default_config`: what SGLang uses when it has no tuned file for the shape (its
+  `get_default_config` for bf16/fp16, written here from its behaviour in SGLang 0.5.17):
+  16x32x64 tiles, GROUP_SIZE_M 1 when M <= E, else 64x64x32 tiles with GROUP_SIZE_M 8; it sets
+  neither num_warps nor num_stages, so Triton's defaults apply (4 warps, 3 stages).
+- `shipped_config`: the config SGLang 0.5.17 ships for this GPU, E and N, at the batch size
+  nearest M (its lookup rule), from the newest Triton version folder that has the file
+  (its fallback rule). The files are data copied from the sglang 0.5.17 wheel (Apache-2.0)
+  into `sglang_configs/`: the H200 bf16 files for Qwen3-30B-A3B (E=128, N=768) and
+  Mixtral-8x7B (E=8, N=14336).
+
+Both return one config in the template's keys, used for the up and the down GEMM (SGLang
+ships no down-projection file for these shapes and reuses the up config).
+
+>>> default_config(M=64, E=128)
+{'BLOCK_SIZE_M': 16, 'BLOCK_SIZE_N': 32, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 3}
+>>> shipped_config(E=128, N=768, M=60, device_name="NVIDIA H200")["BLOCK_SIZE_N"]
+256
+>>> shipped_config(E=32, N=2048, M=64, device_name="NVIDIA H200") is None
+True
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["default_config", "shipped_config", "shipped_file", "CONFIG_DIR"]
+
+CONFIG_DIR = Path(__file__).resolve().parent / "sglang_configs"
+_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+_TRITON_DEFAULTS = {"num_warps": 4, "num_stages": 3}
+
+
+def default_config(M: int, E: int) -> dict[str, int]:
+    """SGLang's fallback config for a bf16/fp16 fused MoE without a tuned file."""
+    if M <= E:
+        cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1}
+    else:
+        cfg = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8}
+    return {k: cfg.get(k, _TRITON_DEFAULTS.get(k)) for k in _KEYS}  # type: ignore[misc]
+
+
+def shipped_file(E: int, N: int, device_name: str) -> Path | None:
+    """The shipped file SGLang's loader would read for this shape and GPU (bf16), newest
+    Triton version folder first, or None."""
+    name = f"E={E},N={N},device_name={device_name.replace(' ', '_')}.json"
+    folders = sorted((p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
+                     key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")), reverse=True)
+    for folder in folders:
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+@lru_cache(maxsize=None)
+def _table(path: str) -> dict[int, dict[str, int]]:
+    data = json.loads(Path(path).read_text())
+    return {int(m): {k: int(v[k]) if k in v else _TRITON_DEFAULTS[k] for k in _KEYS} for m, v in data.items()}
+
+
+def shipped_config(E: int, N: int, M: int, device_name: str) -> dict[str, int] | None:
+    """SGLang's shipped config at the batch size nearest M, or None where it ships none."""
+    path = shipped_file(E, N, device_name)
+    if path is None:
+        return None
+    table = _table(str(path))
+    return dict(table[min(table, key=lambda m: abs(m - M))])
