@@ -1,6 +1,7 @@
 """Search spaces for kernels evokernel ships: declared as data, a few lines each."""
 
+from .gemm import gemm_class, gemm_space
 from .matmul import matmul_space, tile_class
 from .moe import moe_shared_space, moe_space, shared_params, sglang_config
 
-__all__ = ["matmul_space", "tile_class", "moe_space", "moe_shared_space", "shared_params", "sglang_config"]
+__all__ = ["gemm_space", "gemm_class", "matmul_space", "tile_class", "moe_space", "moe_shared_space", "shared_params", "sglang_config"]

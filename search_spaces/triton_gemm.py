@@ -1,0 +1,261 @@
+"""A Triton GEMM template for Hopper, with a fusable epilogue, as a template over its config.
+
+C[M, N] = epilogue(A[M, K] @ B[K, N]) with fp32 accumulation and C in A's dtype, where the
+epilogue is, in this order: + bias[N] (optional), an activation (none, relu, silu, or gelu
+with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`):
+
+- BM, BN, BK: the tile; GROUP_M: grouped ordering of the tiles (neighbouring programs share
+  tiles of A and B in L2); num_warps, num_stages: warps per program, software pipeline depth;
+- SPLIT_K: the K loop split over that many programs per tile, partial sums in an fp32
+  workspace, summed (with the epilogue) by a second kernel: parallelism for small M;
+- PERSISTENT: one program per SM walking the tiles (the launch and tail costs of many small
+  programs go away); otherwise one program per tile;
+- TMA: A and B read through tensor descriptors (Hopper's bulk copy engine) instead of
+  pointer loads; needs 16-byte aligned rows (else the call raises, a failure for the search);
+- WARP_SPEC: Triton's warp specialisation of the main loop (producer and consumer warps),
+  where this Triton supports it on this GPU (a compile error otherwise);
+- num_ctas: programs per cluster (Hopper thread-block clusters); maxnreg: a cap on
+  registers per thread (0: none).
+
+`gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration;
+`candidate_source(params, epilogue=...)` writes the candidate module a search evaluates.
+Everything runs in Triton's interpreter on the CPU too (where num_ctas, maxnreg and warp
+specialisation have no effect), which is how the tests check every path.
+
+>>> src = candidate_source(dict(DEFAULTS, BM=64))
+>>> "def kernel(a, b):" in src and '"BM": 64' in src
+True
+>>> "def kernel(a, b, bias, residual):" in candidate_source(DEFAULTS, bias=True, residual=True, activation="silu")
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from numbers import Integral
+
+import torch
+import triton
+import triton.language as tl
+
+from evokernel.search_spaces.triton_matmul import grouped_tile
+
+__all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "num_sms"]
+
+PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "PERSISTENT", "TMA",
+                           "WARP_SPEC", "num_ctas", "maxnreg")
+#: A sensible configuration (Triton's matmul tutorial's Hopper default, no extras).
+DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+                            "SPLIT_K": 1, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0}
+ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn,
+              HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """acc (fp32) -> act(acc + bias) + residual, still fp32."""
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+        acc = acc + bias[None, :]
+    if ACT == 1:
+        acc = tl.maximum(acc, 0.0)
+    elif ACT == 2:
+        acc = acc * tl.sigmoid(acc)
+    elif ACT == 3:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), tanh(y) = 2 sigmoid(2y) - 1
+        inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc * tl.sigmoid(2.0 * inner)
+    if HAS_RES:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        res = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=mask, other=0.0)
+        acc = acc + res.to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
+          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
+          TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+          EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
+    partial sum into the workspace when K is split."""
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    split = tile % SPLIT_K
+    pid_m, pid_n = grouped_tile(tile // SPLIT_K, tiles_m, tiles_n, GROUP_M)
+    k_tiles = tl.cdiv(K, BK)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    k_lo = split * per_split
+    k_hi = tl.minimum(k_lo + per_split, k_tiles)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for kt in tl.range(k_lo, k_hi, warp_specialize=WS_K):
+        if TMA:
+            a = a_desc.load([pid_m * BM, kt * BK])
+            b = b_desc.load([kt * BK, pid_n * BN])
+        else:
+            ks = kt * BK + offs_k
+            a_ptrs = a_ptr + offs_m[:, None] * stride_am + ks[None, :] * stride_ak
+            b_ptrs = b_ptr + ks[:, None] * stride_bk + offs_n[None, :] * stride_bn
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
+                b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)
+            else:
+                a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
+                b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SPLIT_K == 1:
+        acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(w_ptrs, acc, mask=mask)
+
+
+@triton.jit
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+                 M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
+                 num_programs,
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                 SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr, WS_TILES: tl.constexpr,
+                 WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+                 EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    if PERSISTENT:
+        num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN) * SPLIT_K
+        for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
+            _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+                  M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
+                  BM, BN, BK, GROUP_M, SPLIT_K, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
+    else:
+        _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+              M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
+              BM, BN, BK, GROUP_M, SPLIT_K, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
+
+
+@triton.jit
+def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+                          SPLIT_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                          HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """C = epilogue(sum of the SPLIT_K fp32 partials), in a fixed order (deterministic)."""
+    offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for s in range(SPLIT_K):
+        acc += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=mask)
+
+
+_SMS: dict[int, int] = {}
+
+
+def num_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of the GPU (4 on the CPU, for the interpreter)."""
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _SMS:
+        _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _SMS[index]
+
+
+def _fits_int32(t: torch.Tensor, rows: int, cols: int) -> bool:
+    return (rows * abs(t.stride(0)) + cols * abs(t.stride(1))) < 2**31
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+         residual: torch.Tensor | None = None, activation: str = "none",
+         BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
+         PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1, maxnreg: int = 0) -> torch.Tensor:
+    """epilogue(a @ b) in a's dtype, with one configuration of the template."""
+    assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
+    assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    if M == 0 or N == 0:
+        return c
+    if bias is not None:
+        assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
+    if residual is not None:
+        assert residual.shape == (M, N), f"residual must be [{M}, {N}], got {tuple(residual.shape)}"
+    assert _fits_int32(a, M + BM, K + BK) and _fits_int32(b, K + BK, N + BN) and _fits_int32(c, M + BM, N + BN), (
+        "tensors too large for the template's int32 offsets"
+    )
+    if TMA and not (_tma_ok(a) and _tma_ok(b)):
+        raise ValueError("TMA needs row-major A and B with 16-byte aligned rows and base addresses")
+    a_desc = b_desc = None
+    if TMA:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        a_desc = TensorDescriptor.from_tensor(a, [BM, BK])
+        b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
+    ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
+    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN) * SPLIT_K
+    programs = min(num_sms(a.device), tiles) if PERSISTENT else tiles
+    res = residual if residual is not None else c
+    launch = {"num_warps": num_warps, "num_stages": num_stages}
+    if num_ctas != 1:
+        launch["num_ctas"] = num_ctas
+    if maxnreg:
+        launch["maxnreg"] = maxnreg
+    epi = {"HAS_BIAS": bias is not None, "ACT": ACTIVATIONS[activation], "HAS_RES": residual is not None}
+    _gemm_kernel[(programs,)](
+        a, b, c, a_desc, b_desc, ws, bias if bias is not None else c, res,
+        M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        res.stride(0), res.stride(1), programs,
+        BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
+        WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
+        EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", **epi, **launch,
+    )
+    if SPLIT_K > 1:
+        RB, RN = 32, 128
+        _splitk_reduce_kernel[(triton.cdiv(M, RB), triton.cdiv(N, RN))](
+            ws, c, bias if bias is not None else c, res, M, N, c.stride(0), c.stride(1), res.stride(0), res.stride(1),
+            SPLIT_K=SPLIT_K, BM=RB, BN=RN, **epi, num_warps=4,
+        )
+    return c
+
+
+_CANDIDATE = '''"""Candidate: the Hopper GEMM template at one configuration (generated)."""
+
+from evokernel.search_spaces.triton_gemm import gemm
+
+
+CONFIG = {config}
+
+
+def kernel({args}):
+    return gemm({call}, **CONFIG)
+'''
+
+
+def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual: bool = False,
+                     activation: str = "none") -> str:
+    """The text of a candidate module running `gemm` at `params`, with the problem's
+    epilogue (its inputs are a, b, then bias and residual where present)."""
+    if set(params) != set(PARAMS):
+        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
+    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
+    if bad:
+        raise ValueError(f"params must be integers, got {bad}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    args = ["a", "b"] + (["bias"] if bias else []) + (["residual"] if residual else [])
+    call = ["a", "b"] + (["bias=bias"] if bias else []) + (["residual=residual"] if residual else [])
+    if activation != "none":
+        call.append(f"activation={activation!r}")
+    config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
+    return _CANDIDATE.format(config="{" + config + "}", args=", ".join(args), call=", ".join(call))

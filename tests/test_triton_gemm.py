@@ -1,0 +1,109 @@
+"""The Hopper GEMM template: every path (split-K, persistent, TMA descriptors, warp
+specialisation, each epilogue) through Triton's interpreter, its space, and a generated
+candidate through the real `evokernel check` on the CPU.
+
+Kernels run in a fresh interpreter process (see tests/test_triton_matmul.py for why); the
+interpreter does bf16 dots wrongly, so these checks use fp16 and fp32."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evokernel.search_spaces import gemm_class, gemm_space
+from evokernel.search_spaces.triton_gemm import DEFAULTS, PARAMS, candidate_source
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
+
+# (config overrides, (M, N, K), dtype, epilogue (bias, activation, residual))
+CASES = [
+    ({}, (33, 72, 80), "float16", (False, "none", False)),
+    ({"SPLIT_K": 2}, (33, 72, 80), "float32", (True, "silu", True)),
+    ({"SPLIT_K": 4, "PERSISTENT": 1}, (40, 72, 72), "float16", (True, "relu", False)),
+    ({"PERSISTENT": 1, "TMA": 1}, (33, 72, 80), "float16", (False, "gelu_tanh", True)),
+    ({"SPLIT_K": 3, "PERSISTENT": 1, "TMA": 1, "WARP_SPEC": 1}, (50, 72, 72), "float16", (True, "none", True)),
+    ({"TMA": 1, "WARP_SPEC": 1, "GROUP_M": 1}, (33, 72, 80), "float32", (False, "silu", False)),
+]
+
+_SCRIPT = r'''
+import json, sys, torch, torch.nn.functional as F
+from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+out = []
+for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(m * n + k)
+    a = (torch.randn(m, k, generator=g) / k ** 0.5).to(dt)
+    b = torch.randn(k, n, generator=g).to(dt)
+    bias = torch.randn(n, generator=g).to(dt) if has_bias else None
+    res = torch.randn(m, n, generator=g).to(dt) if has_res else None
+    x = a.double() @ b.double()
+    if bias is not None:
+        x = x + bias.double()
+    x = {"none": x, "relu": torch.relu(x), "silu": F.silu(x), "gelu_tanh": F.gelu(x, approximate="tanh")}[act]
+    if res is not None:
+        x = x + res.double()
+    c = gemm(a, b, bias=bias, residual=res, activation=act, **dict(DEFAULTS, BM=16, BN=32, BK=32, **over))
+    err = ((c.double() - x).abs() / (x.abs() + 1)).max().item()
+    out.append({"err": err, "dtype": str(c.dtype), "shape": list(c.shape)})
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) -> None:
+    over, (m, n, k), dtype, _ = CASES[i]
+    got = interpreted[i]
+    assert got["shape"] == [m, n] and got["dtype"] == f"torch.{dtype}"
+    assert got["err"] < (2e-3 if dtype == "float16" else 1e-5), (over, got)
+
+
+def test_space_rules_out_what_cannot_fit_and_renders_every_valid_point():
+    space = gemm_space()
+    assert set(space.names) == set(PARAMS) and space.is_valid(DEFAULTS)
+    assert "warp specialisation needs TMA" in space.why_invalid(dict(DEFAULTS, WARP_SPEC=1))
+    assert "shared memory" in space.why_invalid(dict(DEFAULTS, BM=256, BN=256, BK=128, num_stages=5))
+    assert "at most 104" in space.why_invalid(dict(DEFAULTS, BM=128, BN=256, num_warps=8, maxnreg=168))
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g = space.genome(space.sample(rng))
+        assert "def kernel(a, b):" in candidate_source(g.params)
+        assert gemm_class(g).startswith(f"{g['BM']}x{g['BN']}/")
+    with pytest.raises(ValueError, match="activation"):
+        candidate_source(DEFAULTS, activation="tanh")
+
+
+def test_a_generated_candidate_with_an_epilogue_passes_the_gate_on_the_cpu(tmp_path: Path):
+    cand = tmp_path / "gemm_candidate.py"
+    cand.write_text(candidate_source(dict(DEFAULTS, BM=16, BN=32, BK=32, SPLIT_K=2, PERSISTENT=1, TMA=1),
+                                     bias=True, residual=True, activation="gelu_tanh"))
+    env = {**os.environ, "EVOKERNEL_GEMM_MODEL": "tiny", "EVOKERNEL_GEMM_DTYPE": "float16", "EVOKERNEL_GEMM_M": "40",
+           "EVOKERNEL_GEMM_EPILOGUE": "bias+gelu_tanh+residual"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
+                           "--json"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["accepted"], data["reason"]
+    assert [t["shape"] for t in data["timings"]] == ["M=40,N=72,K=80"]
+    # the same candidate without the residual input is rejected with a clear reason
+    cand.write_text(candidate_source(DEFAULTS, bias=True, activation="gelu_tanh"))
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
+                           "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not data["accepted"]
