@@ -40,7 +40,7 @@ import triton.language as tl
 
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "num_sms"]
+__all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "torch_source", "num_sms"]
 
 PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "PERSISTENT", "TMA",
                            "WARP_SPEC", "num_ctas", "maxnreg")
@@ -259,3 +259,36 @@ def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual:
         call.append(f"activation={activation!r}")
     config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
     return _CANDIDATE.format(config="{" + config + "}", args=", ".join(args), call=", ".join(call))
+
+
+_TORCH = '''"""Baseline: torch.matmul (cuBLAS), then the epilogue in eager torch (generated)."""
+
+import torch
+import torch.nn.functional as F
+
+
+def kernel({args}):
+    x = torch.matmul(a, b)
+{body}    return x
+'''
+
+
+def torch_source(*, bias: bool = False, residual: bool = False, activation: str = "none") -> str:
+    """The baseline candidate a user would otherwise run: cuBLAS through torch.matmul, and
+    the epilogue as separate eager torch ops (one kernel each).
+
+    >>> print(torch_source(bias=True, activation="silu").split("def ")[1].strip())
+    kernel(a, b, bias):
+        x = torch.matmul(a, b)
+        x = x + bias
+        x = F.silu(x)
+        return x
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    args = ["a", "b"] + (["bias"] if bias else []) + (["residual"] if residual else [])
+    body = "    x = x + bias\n" if bias else ""
+    body += {"none": "", "relu": "    x = torch.relu(x)\n", "silu": "    x = F.silu(x)\n",
+             "gelu_tanh": "    x = F.gelu(x, approximate=\"tanh\")\n"}[activation]
+    body += "    x = x + residual\n" if residual else ""
+    return _TORCH.format(args=", ".join(args), body=body)

@@ -1,0 +1,149 @@
+"""GEMM searches on the GPU against cuBLAS (issue 5).
+
+For each model projection and batch size M (ascending, so each search is seeded from the
+nearest shapes already searched, through the store): a search of the Hopper GEMM template's
+space (`gemm_space()`: tiles, grouping, warps, stages, split-K, persistent tiles, TMA, warp
+specialisation, clusters, register cap) with the default strategy, judged by the sandboxed
+gate; then the winner and the baselines re-measured together, interleaved, in fresh
+processes, by the same harness:
+
+- `cublas`: torch.matmul on the same inputs (plus the epilogue in eager torch, if any);
+- `triton_default`: the template at its default config (Triton's tutorial Hopper config).
+
+Writes `gemm.json` (device, date, command, one row per shape, and `geomean`: baseline name ->
+the winner's geometric-mean speedup over it) and `gemm.md` under --out after every row, and
+the search database `gemm.db`.
+
+    source benchmarks/device_setup.sh
+    python3 benchmarks/gemm_h200.py --out $OUT --shapes llama3-8b:qkv llama3-8b:down qwen3-30b-a3b:qkv \\
+        --ms 16 256 2048 8192 --budget 40 --deadline 540 [--epilogue bias+silu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
+BASELINES = ["cublas", "triton_default"]
+
+if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
+    os.environ.setdefault("EVOKERNEL_GEMM_DTYPE", "float16")  # a CPU check of this script: no bf16 dots there
+
+
+def geomean(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x and math.isfinite(x) and x > 0]
+    return math.exp(sum(math.log(x) for x in ys) / len(ys)) if ys else None
+
+
+def write(out: Path, doc: dict[str, Any]) -> None:
+    for name in BASELINES:
+        doc["geomean"][name] = geomean([r["speedup"].get(name) for r in doc["rows"]])
+    (out / "gemm.json").write_text(json.dumps(doc, indent=1))
+    head = "| model | layer | M | N | K | winner | winner ms | TFLOP/s | " + \
+        " | ".join(f"{b} ms | speedup" for b in BASELINES) + " |"
+    lines = [head, "|---" * (8 + 2 * len(BASELINES)) + "|"]
+    for r in doc["rows"]:
+        won = f"{r['winner_ms']:.4f} | {r['tflops']:.0f}" if r["winner_ms"] else "failed | -"
+        cells = " | ".join(f"{r['baselines'][b]:.4f} | {r['speedup'][b]:.3f}"
+                           if r["baselines"].get(b) and r["speedup"].get(b) else "- | -" for b in BASELINES)
+        lines.append(f"| {r['model']} | {r['layer']} | {r['M']} | {r['N']} | {r['K']} | {r['winner_short']} | "
+                     f"{won} | {cells} |")
+    cells = ["**geomean**"] + [""] * 7
+    for b in BASELINES:
+        cells += ["", f"**{doc['geomean'][b]:.3f}**" if doc["geomean"].get(b) else "-"]
+    lines.append("| " + " | ".join(cells) + " |")
+    (out / "gemm.md").write_text("\n".join(lines) + "\n")
+
+
+def short(p: dict[str, int]) -> str:
+    extra = [f"splitk{p['SPLIT_K']}" if p["SPLIT_K"] > 1 else "", "persistent" if p["PERSISTENT"] else "",
+             "tma" if p["TMA"] else "", "ws" if p["WARP_SPEC"] else "", f"ctas{p['num_ctas']}" if p["num_ctas"] > 1 else "",
+             f"maxnreg{p['maxnreg']}" if p["maxnreg"] else ""]
+    return f"{p['BM']}x{p['BN']}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
+        " ".join(e for e in extra if e)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "gemm-out"))
+    ap.add_argument("--shapes", nargs="+", default=["llama3-8b:qkv", "llama3-8b:o", "llama3-8b:gate_up",
+                                                    "llama3-8b:down", "qwen3-30b-a3b:qkv", "qwen3-30b-a3b:o"],
+                    help="MODEL:LAYER of examples/problems/gemm_bf16.py")
+    ap.add_argument("--ms", nargs="+", type=int, default=[16, 64, 256, 512, 2048, 4096, 8192])
+    ap.add_argument("--epilogue", default="none", help="e.g. bias+silu (the baseline then runs it in eager torch)")
+    ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
+    ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
+    ap.add_argument("--device", default="cuda")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["EVOKERNEL_GEMM_EPILOGUE"] = args.epilogue
+
+    import torch
+
+    from evokernel import Budget, Genome, Search
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.search_spaces import gemm_class, gemm_space
+    from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
+    from evokernel.store import SQLiteStore
+
+    doc: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
+        "epilogue": args.epilogue, "rows": [], "geomean": {}, "skipped": [],
+    }
+    store = SQLiteStore(out / "gemm.db")
+    space = gemm_space()
+    jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
+    for i, (model, layer, m) in enumerate(jobs):
+        left = args.deadline - (time.monotonic() - t0)
+        if left < 30:
+            doc["skipped"].append(f"{model}:{layer} M={m}: deadline")
+            continue
+        os.environ.update(EVOKERNEL_GEMM_MODEL=model, EVOKERNEL_GEMM_LAYER=layer, EVOKERNEL_GEMM_M=str(m))
+        from evokernel.problem import Problem
+
+        problem = Problem.load(PROBLEM)
+        epi = dict(problem.module.EPILOGUE)
+        ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
+        shape = problem.shapes[0]
+        report = Search(space, ev, store=store, descriptor=gemm_class, name=f"gemm-{model}-{layer}-M{m}").run(
+            Budget(evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i))), seed=0)
+        if report.best is None:
+            doc["skipped"].append(f"{model}:{layer} M={m}: no candidate passed ({report.statuses})")
+            write(out, doc)
+            continue
+        winner = report.best.genome
+        genomes = [winner, Genome.of({"baseline": "cublas"}, source=torch_source(**epi)), Genome.of(dict(DEFAULTS))]
+        results = ev.remeasure(genomes, rounds=3)
+        lat = [r.latency_ms if r.is_ok else None for r in results]
+        flops = problem.flops(shape) or 0.0
+        row = {
+            "model": model, "layer": layer, "M": m, "N": int(shape["N"]), "K": int(shape["K"]),
+            "winner": dict(winner.params), "winner_short": short(winner.params), "winner_ms": lat[0],
+            "tflops": flops / (lat[0] * 1e-3) / 1e12 if lat[0] else None,
+            "search_ms": report.best.latency_ms, "evaluations": report.evaluations, "statuses": report.statuses,
+            "baselines": dict(zip(BASELINES, lat[1:])),
+            "speedup": {b: (x / lat[0]) if (x and lat[0]) else None for b, x in zip(BASELINES, lat[1:])},
+            "errors": [r.error[:200] for r in results if not r.is_ok],
+        }
+        doc["rows"].append(row)
+        write(out, doc)
+        print(json.dumps({k: row[k] for k in ("model", "layer", "M", "winner_short", "winner_ms", "speedup")}),
+              flush=True)
+    write(out, doc)
+
+
+if __name__ == "__main__":
+    main()
