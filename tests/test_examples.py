@@ -1,0 +1,28 @@
+"""The runnable GEMM and MoE examples, on a machine without a GPU: they say so, replay the
+recorded H200 landscapes and print the table of winners against the baselines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the examples run the real searches")
+@pytest.mark.parametrize("script, rows", [("gemm_search.py", 5), ("moe_search.py", 2)])
+def test_example_replays_without_a_gpu_and_prints_the_baseline_table(script: str, rows: int):
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--budget", "30"], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("no GPU: replaying the recorded H200 landscapes")
+    table = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| shape") and not ln.startswith("| M ")]
+    assert len(table) == rows
+    speedups = [float(c) for ln in table for c in ln.strip("|").split("|")[-1:] if c.strip().strip("*")[:1].isdigit()
+                for c in [c.strip().strip("*")]]
+    assert speedups and all(0.3 < s < 3.0 for s in speedups)
