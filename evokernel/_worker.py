@@ -150,6 +150,7 @@ class Setup(msgspec.Struct):
     seed_cache: str | None = None
     output_dtypes: list[str] = []  # the reference's output dtypes, for prewarm
     prewarm: bool = True  # load the timing harness's kernels while compiling (bench.prewarm_cuda)
+    reusable: bool = False  # a trusted candidate's process: after a failed import or compile, wait for the next
 
 
 def _redirect_output(path: str) -> None:
@@ -444,14 +445,19 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     view = _viewer(arena)
     source: str | None = setup.source
     n = 0
+    prewarmed = False
     while source is not None:
-        kernel = _load(conn, setup, source, n, stamps, prewarm=setup.prewarm and n == 0)
-        if kernel is None:
-            return  # it said why; the judge replaces the process
-        _STATE["ready"] = True
-        source = _serve(conn, kernel, view, setup.device)
+        kernel = _load(conn, setup, source, n, stamps, prewarm=setup.prewarm and not prewarmed)
         n += 1
         stamps = {}
+        if kernel is None:
+            if not setup.reusable:
+                return  # it said why; the judge replaces the process
+            source = _serve(conn, None, view, setup.device)  # only "load" or "exit" come now
+            continue
+        prewarmed = True
+        _STATE["ready"] = True
+        source = _serve(conn, kernel, view, setup.device)
 
 
 def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float], *, prewarm: bool) -> Any:

@@ -281,6 +281,10 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 _decoder = msgspec.msgpack.Decoder(WorkerMessage)
 
 
+#: Failures before ready after which a trusted candidate's process can take the next one.
+_CLEAN_FAILURES = ("import", "no_kernel", "compile")
+
+
 class Sandbox:
     """One candidate's process. `start()` returns at once: the candidate imports and
     compiles in the background while the judge works with other sandboxes."""
@@ -320,6 +324,7 @@ class Sandbox:
         self.started_at = 0.0
         self.started_wall = 0.0
         self.uses = 0  # candidates this process served before the current one
+        self._clean_failure = False  # a trusted candidate failed to import or compile; the process waits
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> Sandbox:
@@ -330,7 +335,8 @@ class Sandbox:
             memory = self.options.cpu_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
                       work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
-                      seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm)
+                      seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm,
+                      reusable=self.trusted)
         from ._worker import main
 
         # the judge's memory block travels once, with the process: the candidate maps it while
@@ -353,7 +359,13 @@ class Sandbox:
             self.ready = msg
             return msg
         if isinstance(msg, Failed):
-            return self._stop(Outcome(kind=msg.kind, error=msg.error, log_tail=self.log_tail()))
+            outcome = Outcome(kind=msg.kind, error=msg.error, log_tail=self.log_tail())
+            if self.trusted and msg.kind in _CLEAN_FAILURES:
+                # a trusted candidate that did not import or compile leaves its process able to
+                # take the next one (it waits for it); this candidate's answer is final
+                self.outcome, self._clean_failure = outcome, True
+                return outcome
+            return self._stop(outcome)
         if isinstance(msg, Outcome):
             return msg
         return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} before ready"))
@@ -393,7 +405,7 @@ class Sandbox:
         """Whether this process may serve another candidate: only one that ran trusted
         candidates (the user's template rendered), got ready and never failed; an untrusted
         candidate's process serves that candidate alone."""
-        return (self.trusted and self.ready is not None and self.outcome is None
+        return (self.trusted and (self.ready is not None and self.outcome is None or self._clean_failure)
                 and self.process is not None and self.process.is_alive())
 
     def reuse(self, source: str, label: str) -> bool:
@@ -409,6 +421,7 @@ class Sandbox:
             return False
         self.source, self.label = source, label
         self.ready = None
+        self.outcome, self._clean_failure = None, False
         self.uses += 1
         self.prioritise(0)
         self.started_at = time.monotonic()
@@ -488,7 +501,7 @@ class Sandbox:
         return self._stop(Outcome(kind=kind, error=error, log_tail=self.log_tail()))
 
     def _stop(self, outcome: Outcome) -> Outcome:
-        self.outcome = outcome
+        self.outcome, self._clean_failure = outcome, False
         self._kill()
         return outcome
 

@@ -306,13 +306,18 @@ def test_trusted_candidates_share_a_process_untrusted_ones_never_and_a_crash_end
         2: "def kernel(a, b):\n    return (a.double() @ b.double()).to(a.dtype)\n",
         3: "import os\ndef kernel(a, b):\n    os._exit(3)\n",
         4: "def kernel(a, b):\n    return a @ b\n",
+        5: "raise ImportError('this template point does not build')\n",
     }
     ev = KernelEvaluator(MATMUL, lambda g: sources[g["i"]], device="cpu", options=QUICK, workers=1)
-    results = list(ev.evaluate([Genome.of({"i": i}) for i in range(5)]))
-    assert [r.status for r in results] == [Status.OK, Status.INCORRECT, Status.OK, Status.CRASH, Status.OK]
-    fresh = ["r_fork" in r.meta["steps"] for r in results if "steps" in r.meta]
-    # 0 starts a process; 1 (wrong, not a fault) and 2 reuse it; 3 reuses it and kills it; 4 starts anew
-    assert fresh == [True, False, False, False, True]
+    order = [0, 1, 5, 2, 3, 4]
+    results = list(ev.evaluate([Genome.of({"i": i}) for i in order]))
+    assert [r.status for r in results] == [Status.OK, Status.INCORRECT, Status.COMPILE_ERROR, Status.OK,
+                                           Status.CRASH, Status.OK]
+    assert "does not build" in results[2].error
+    fresh = ["r_fork" in r.meta["steps"] for r in results]
+    # 0 starts a process; 1 (wrong, not a fault), 5 (did not import) and 2 reuse it; 3 reuses
+    # it and kills it; 4 starts anew
+    assert fresh == [True, False, False, False, False, True]
     own = [Genome.of({"i": i}, source=sources[0]) for i in (10, 11)]
     assert all("r_fork" in r.meta["steps"] for r in ev.evaluate(own))
     no_reuse = KernelEvaluator(MATMUL, lambda g: sources[0], device="cpu", options=QUICK, workers=1, reuse=0)
