@@ -1,4 +1,7 @@
-"""Mutation operators. Each proposes one genome from its parents; the search does the rest."""
+"""Mutation operators. Each proposes one genome from its parents; the search does the rest.
+
+The LLM rewrite operator lives in `evokernel.mutators.llm` (it needs the `llm` extra).
+"""
 
 from .crossover import UniformCrossover
 from .local import LocalSearch

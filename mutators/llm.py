@@ -1,0 +1,348 @@
+"""An LLM rewrite operator: Claude rewrites a parent kernel's source (Anthropic SDK, extra `llm`).
+
+The prompt holds the problem (its reference source, shapes, dtypes, roofline figures), the
+parent's source and what was measured of it (latency per shape, or its error), a few elites
+of the archive as inspirations, and lessons (any callable that returns text lines; the
+knowledge base plugs in there). The stable part (instructions, problem) is marked for
+prompt caching. The answer comes back through a tool call (`submit_kernel`: the whole new
+module and a one-line rationale) and is validated before anything runs it: it must parse,
+define `kernel` with the problem's arity, and keep the parent's `CONFIG` keys if the parent
+had a `CONFIG` (so numeric mutators can go on tuning the new structure).
+
+Failures are values, never exceptions out of `propose`: rate limits, overload, server errors
+and timeouts go through the SDK's own retries with backoff, then the proposal is dropped
+with a logged reason; truncated or malformed answers are dropped likewise. Tokens and
+dollars of every call are counted and charged to the run (`Context.charge`), so a dollar
+cap stops LLM calls, not the search. Without an API key the operator says so once and
+proposes nothing (a search leaves it out: `available()`).
+
+    from evokernel.mutators.llm import LLMRewrite
+    op = LLMRewrite("examples/problems/matmul_bf16.py", provider=AnthropicProvider("claude-sonnet-5"))
+    Search(space, evaluator, [op, PointMutation()], ...)
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evokernel.genome import Genome
+from evokernel.mutator import Context
+from evokernel.problem import Problem
+
+__all__ = ["LLMRewrite", "AnthropicProvider", "LLMReply", "validate_source", "PRICES"]
+
+log = logging.getLogger("evokernel.llm")
+
+#: USD per million tokens (input, output, cache write, cache read), by model-name prefix, the
+#: first that matches. List prices as published for the families' earlier models: pass
+#: `prices=` to the provider where yours differ.
+PRICES: dict[str, tuple[float, float, float, float]] = {
+    "claude-opus": (15.0, 75.0, 18.75, 1.5),
+    "claude-sonnet": (3.0, 15.0, 3.75, 0.3),
+    "claude-haiku": (1.0, 5.0, 1.25, 0.1),
+}
+
+_TOOL = {
+    "name": "submit_kernel",
+    "description": "Submit the complete rewritten candidate module (Python source defining `kernel`).",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string", "description": "the whole new module, ready to import"},
+            "rationale": {"type": "string", "description": "one line: what changed and why it should be faster"},
+        },
+        "required": ["source", "rationale"],
+    },
+}
+
+_INSTRUCTIONS = """You optimise GPU kernels. You are given a problem (a reference implementation in \
+PyTorch and the shapes it runs at) and a candidate module that computes it. Write a faster \
+candidate: a complete Python module that defines `kernel(*inputs)` returning exactly what the \
+reference returns (same shapes, dtypes, device), written with Triton and/or PyTorch. It is \
+checked against the reference on fresh random inputs, every call; then timed on the GPU. \
+Do not cache results, skip work, use other streams or threads, or touch the timing: such \
+kernels are rejected. If the candidate defines CONFIG (a dict of tunable parameters), keep \
+CONFIG with the same keys and read the tunables from it: a search tunes them afterwards. \
+Submit the module with the submit_kernel tool."""
+
+
+@dataclass
+class LLMReply:
+    source: str = ""
+    rationale: str = ""
+    stop_reason: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    error: str = ""  # why there is no usable answer (the call failed, or the answer is unusable)
+
+
+def _price(model: str) -> tuple[float, float, float, float]:
+    for prefix, price in PRICES.items():
+        if model.startswith(prefix):
+            return price
+    return PRICES["claude-sonnet"]
+
+
+class AnthropicProvider:
+    """Calls the Messages API through the official SDK: its retries (with backoff, honouring
+    retry-after) for 408/409/429/5xx and connection errors, then one answer or an error."""
+
+    name = "anthropic"
+
+    def __init__(self, model: str = "claude-sonnet-5", *, api_key: str | None = None, client: Any = None,
+                 prices: tuple[float, float, float, float] | None = None,
+                 max_tokens: int = 8192, temperature: float | None = None, effort: str | None = None,
+                 max_retries: int = 4, timeout_s: float = 180.0) -> None:
+        self.model, self.max_tokens, self.temperature, self.effort = model, max_tokens, temperature, effort
+        self.prices = prices or _price(model)
+        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._client = client
+        self.max_retries, self.timeout_s = max_retries, timeout_s
+
+    def available(self) -> str | None:
+        """None if calls can be made, else why not (one line)."""
+        if self._client is not None or self.api_key:
+            try:
+                import anthropic  # noqa: F401
+            except ImportError:
+                return "the anthropic package is not installed (pip install 'evokernel[llm]')"
+            return None
+        return "no ANTHROPIC_API_KEY"
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            import anthropic
+
+            self._client = anthropic.Anthropic(api_key=self.api_key, max_retries=self.max_retries,
+                                               timeout=self.timeout_s)
+        return self._client
+
+    def complete(self, system: list[dict[str, Any]], prompt: str) -> LLMReply:
+        import anthropic
+
+        kwargs: dict[str, Any] = {}
+        accepted = _create_params(self.client)
+        for key, value in (("temperature", self.temperature),
+                           ("output_config", {"effort": self.effort} if self.effort else None)):
+            if value is None:
+                continue
+            if key in accepted:
+                kwargs[key] = value
+            else:  # an SDK that no longer names it: sent as it is, the API decides
+                kwargs.setdefault("extra_body", {})[key] = value
+        try:
+            msg = self.client.messages.create(
+                model=self.model, max_tokens=self.max_tokens, system=system,
+                messages=[{"role": "user", "content": prompt}], tools=[_TOOL],
+                tool_choice={"type": "tool", "name": "submit_kernel"}, **kwargs,
+            )
+        except anthropic.APIStatusError as exc:
+            return LLMReply(error=f"API error {exc.status_code} after retries: {str(exc)[:200]}")
+        except anthropic.APIConnectionError as exc:
+            return LLMReply(error=f"connection failed after retries: {type(exc).__name__}: {str(exc)[:200]}")
+        except anthropic.APIResponseValidationError as exc:
+            return LLMReply(error=f"malformed API response: {str(exc)[:200]}")
+        usage = msg.usage
+        reply = LLMReply(
+            stop_reason=str(msg.stop_reason or ""),
+            input_tokens=int(usage.input_tokens or 0), output_tokens=int(usage.output_tokens or 0),
+            cache_write_tokens=int(getattr(usage, "cache_creation_input_tokens", 0) or 0),
+            cache_read_tokens=int(getattr(usage, "cache_read_input_tokens", 0) or 0),
+        )
+        p_in, p_out, p_write, p_read = self.prices
+        reply.cost_usd = (reply.input_tokens * p_in + reply.output_tokens * p_out
+                          + reply.cache_write_tokens * p_write + reply.cache_read_tokens * p_read) / 1e6
+        if reply.stop_reason == "max_tokens":
+            reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
+            return reply
+        tool = next((b for b in msg.content if getattr(b, "type", "") == "tool_use"
+                     and getattr(b, "name", "") == "submit_kernel"), None)
+        if tool is None or not isinstance(tool.input, dict) or not isinstance(tool.input.get("source"), str):
+            reply.error = "the answer holds no submit_kernel call with a source"
+            return reply
+        reply.source = tool.input["source"]
+        reply.rationale = str(tool.input.get("rationale", ""))[:300]
+        return reply
+
+
+def _create_params(client: Any) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(client.messages.create).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def validate_source(source: str, *, arity: int | None = None, config_keys: Sequence[str] | None = None) -> str | None:
+    """None if `source` may be judged, else why not: it must parse, define a top-level
+    `kernel` taking `arity` positional inputs, and keep `CONFIG` with `config_keys`."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return f"does not parse: {exc.msg} (line {exc.lineno})"
+    kernel = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel"), None)
+    if kernel is None:
+        return "defines no top-level function `kernel`"
+    args = kernel.args
+    if arity is not None and not args.vararg:
+        positional = len(args.posonlyargs) + len(args.args)
+        required = positional - len(args.defaults)
+        if not required <= arity <= positional:
+            return f"`kernel` takes {positional} inputs, the problem gives {arity}"
+    if config_keys:
+        config = next((n for n in tree.body if isinstance(n, ast.Assign)
+                       and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)), None)
+        if config is None or not isinstance(config.value, ast.Dict):
+            return "dropped its CONFIG dict (the tunable parameters)"
+        keys = {k.value for k in config.value.keys if isinstance(k, ast.Constant)}
+        if keys != set(config_keys):
+            return f"CONFIG keys changed: {sorted(keys)} instead of {sorted(config_keys)}"
+    return None
+
+
+def _config_keys(source: str) -> list[str] | None:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for n in tree.body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets) \
+                and isinstance(n.value, ast.Dict):
+            return [k.value for k in n.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    return None
+
+
+@dataclass
+class _Stats:
+    calls: int = 0
+    proposed: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    cost_usd: float = 0.0
+    tokens: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cache_write": 0,
+                                                            "cache_read": 0})
+
+
+class LLMRewrite:
+    """Mutator: asks an LLM to rewrite the parent's kernel source (see the module's doc).
+
+    `render` turns a genome into its candidate source (a genome carrying its own source is
+    used as it is); `lessons(problem, parent)` returns text lines for the prompt;
+    `measured(genome)` what is known of a genome's results (a dict: latency per shape, error)."""
+
+    arity = 1
+    costly = True
+
+    def __init__(self, problem: Problem | str | os.PathLike[str], *, provider: Any = None,
+                 render: Callable[[Genome], str] | None = None, name: str = "llm-rewrite", inspirations: int = 2,
+                 lessons: Callable[[Problem, Genome], list[str]] | None = None,
+                 measured: Callable[[Genome], dict[str, Any]] | None = None, inputs: int | None = None) -> None:
+        self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
+        self.provider = provider if provider is not None else AnthropicProvider()
+        self.render, self.name, self.inspirations = render, name, inspirations
+        self.lessons, self.measured, self.inputs = lessons, measured, inputs  # inputs: the problem's arity
+        self.stats = _Stats()
+        self._said_off = False
+        self.last_prompt = ""
+
+    def available(self) -> str | None:
+        return self.provider.available()
+
+    # -- prompt --------------------------------------------------------------------------
+    def _source(self, genome: Genome) -> str:
+        if genome.source and "def kernel" in genome.source:
+            return genome.source
+        if self.render is None:
+            raise ValueError("a genome without its own source needs `render`")
+        return self.render(genome)
+
+    def system(self) -> list[dict[str, Any]]:
+        """The stable part of the prompt (cached): instructions and the problem."""
+        p = self.problem
+        ref = Path(p.path).read_text() if p.path and os.path.exists(p.path) else "(no source)"
+        shapes = "\n".join(f"- {s}" for s in p.shapes)
+        return [
+            {"type": "text", "text": _INSTRUCTIONS},
+            {"type": "text", "cache_control": {"type": "ephemeral"},
+             "text": f"## Problem `{p.name}`\n\nReference module:\n```python\n{ref}\n```\n\nShapes tuned on:\n{shapes}\n"},
+        ]
+
+    def prompt(self, parent: Genome, ctx: Context) -> str:
+        parts = [f"## Candidate to improve (genome {parent.id})\n```python\n{self._source(parent)}\n```"]
+        if self.measured is not None:
+            parts.append(f"Measured: {self.measured(parent)}")
+        elites = [e for e in ctx.archive.top() if e.genome.id != parent.id][: self.inspirations]
+        for e in elites:
+            parts.append(f"## Inspiration: an elite at {e.latency_ms:.5f} ms ({e.niche})\n"
+                         f"```python\n{self._source(e.genome)}\n```")
+        if self.lessons is not None:
+            lines = [ln for ln in self.lessons(self.problem, parent) if ln]
+            if lines:
+                parts.append("## Lessons from earlier attempts\n" + "\n".join(f"- {ln}" for ln in lines))
+        parts.append("Write a faster candidate and submit it with submit_kernel.")
+        return "\n\n".join(parts)
+
+    # -- the operator --------------------------------------------------------------------
+    def _drop(self, why: str) -> None:
+        key = why.split(":")[0][:60]
+        self.stats.dropped[key] = self.stats.dropped.get(key, 0) + 1
+        log.warning("%s: proposal dropped: %s", self.name, why)
+
+    def propose(self, parents: Sequence[Genome], ctx: Context) -> Genome | None:
+        off = self.available()
+        if off is not None:
+            if not self._said_off:
+                log.warning("%s is off: %s", self.name, off)
+                self._said_off = True
+            return None
+        parent = parents[0]
+        try:
+            parent_source = self._source(parent)
+        except Exception as exc:  # the user's render failed: this proposal's problem
+            self._drop(f"render failed: {type(exc).__name__}: {exc}")
+            return None
+        self.last_prompt = self.prompt(parent, ctx)
+        reply = self.provider.complete(self.system(), self.last_prompt)
+        st = self.stats
+        st.calls += 1
+        st.cost_usd += reply.cost_usd
+        for k, v in (("input", reply.input_tokens), ("output", reply.output_tokens),
+                     ("cache_write", reply.cache_write_tokens), ("cache_read", reply.cache_read_tokens)):
+            st.tokens[k] += v
+        if reply.cost_usd:
+            ctx.charge(reply.cost_usd, f"{self.name} {getattr(self.provider, 'model', '')}")
+        if reply.error:
+            self._drop(reply.error)
+            return None
+        source = reply.source if reply.source.endswith("\n") else reply.source + "\n"
+        why = validate_source(source, config_keys=_config_keys(parent_source))
+        if why is None:
+            why = self._check_arity(source)
+        if why is not None:
+            self._drop(f"invalid source: {why}")
+            return None
+        st.proposed += 1
+        digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+        log.info("%s: proposal %s: %s", self.name, digest, re.sub(r"\s+", " ", reply.rationale)[:120])
+        return Genome.of(dict(parent.params), source=source)
+
+    def _check_arity(self, source: str) -> str | None:
+        if self.inputs is None:
+            shape = self.problem.shapes[0] if self.problem.shapes else None
+            try:
+                self.inputs = len(self.problem.make_inputs(dict(shape), 0, "meta")) if shape else -1
+            except Exception:
+                self.inputs = -1  # the problem cannot make inputs on the meta device: the gate will tell
+        return validate_source(source, arity=self.inputs) if self.inputs >= 0 else None

@@ -1,0 +1,139 @@
+"""The LLM rewrite operator through the real Anthropic SDK: recorded Messages API responses
+(tests/recorded/anthropic) served by the SDK's HTTP transport, never a fake client class."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+anthropic = pytest.importorskip("anthropic")
+httpx = pytest.importorskip("httpx2")
+
+from evokernel import Budget, Search  # noqa: E402
+from evokernel.archive import Archive  # noqa: E402
+from evokernel.evaluators import KernelEvaluator  # noqa: E402
+from evokernel.genome import Genome  # noqa: E402
+from evokernel.mutator import Context  # noqa: E402
+from evokernel.mutators import PointMutation  # noqa: E402
+from evokernel.mutators.llm import AnthropicProvider, LLMRewrite, validate_source  # noqa: E402
+from evokernel.search import SearchOptions  # noqa: E402
+from evokernel.search_spaces import matmul_space  # noqa: E402
+from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDED = ROOT / "tests" / "recorded" / "anthropic"
+PROBLEM = ROOT / "tests" / "corpus" / "problems" / "matmul_small.py"
+STATUS = {"rate_limit_429.json": 429, "overloaded_529.json": 529, "server_500.json": 500}
+
+
+class Recorded:
+    """Serves recorded responses in order to the SDK's HTTP client; keeps the requests."""
+
+    def __init__(self, *names: str) -> None:
+        self.queue = list(names)
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: Any) -> Any:
+        self.requests.append(json.loads(request.content))
+        name = self.queue.pop(0)
+        headers = {"retry-after-ms": "1"} if name in STATUS else {"request-id": "req_test"}
+        return httpx.Response(STATUS.get(name, 200), json=json.loads((RECORDED / name).read_text()), headers=headers)
+
+
+def provider(recorded: Recorded, **kw: Any) -> AnthropicProvider:
+    client = anthropic.Anthropic(api_key="sk-test", max_retries=kw.pop("max_retries", 2),
+                                 http_client=httpx.Client(transport=httpx.MockTransport(recorded)))
+    return AnthropicProvider("claude-sonnet-5", client=client, **kw)
+
+
+def context(space: Any = None) -> Context:
+    return Context(space or matmul_space(), np.random.default_rng(0), 1, Archive())
+
+
+PARENT = matmul_space().genome(BM=32, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=2)
+
+
+def op(recorded: Recorded, **kw: Any) -> LLMRewrite:
+    return LLMRewrite(PROBLEM, provider=provider(recorded, **kw), render=lambda g: candidate_source(g.params))
+
+
+def test_a_tool_use_answer_becomes_a_validated_genome_and_its_cost_is_charged():
+    rec = Recorded("success_tool_use.json")
+    charged: list[tuple[float, str]] = []
+    ctx = context()
+    ctx.charge = lambda amount, what: charged.append((amount, what))
+    child = op(rec).propose([PARENT], ctx)
+    assert child is not None and "torch.matmul" in child.source and child.params == PARENT.params
+    body = rec.requests[0]
+    assert body["model"] == "claude-sonnet-5" and body["tool_choice"] == {"type": "tool", "name": "submit_kernel"}
+    assert body["system"][1]["cache_control"] == {"type": "ephemeral"}  # the problem part is cached
+    assert "matmul_small" in body["system"][1]["text"] and "CONFIG" in body["messages"][0]["content"]
+    # 1812 in, 412 out, 1530 cache writes at Sonnet prices
+    assert charged and charged[0][0] == pytest.approx((1812 * 3 + 412 * 15 + 1530 * 3.75) / 1e6)
+
+
+@pytest.mark.parametrize("errors", [["rate_limit_429.json"], ["overloaded_529.json"], ["server_500.json"]])
+def test_the_sdk_retries_rate_limits_overload_and_server_errors(errors: list[str]):
+    rec = Recorded(*errors, "success_tool_use.json")
+    child = op(rec).propose([PARENT], context())
+    assert child is not None and len(rec.requests) == 2
+
+
+def test_errors_past_the_retries_drop_the_proposal_with_a_reason(caplog: pytest.LogCaptureFixture):
+    rec = Recorded("overloaded_529.json", "overloaded_529.json", "overloaded_529.json")
+    rewrite = op(rec, max_retries=2)
+    with caplog.at_level(logging.WARNING, logger="evokernel.llm"):
+        assert rewrite.propose([PARENT], context()) is None
+    assert len(rec.requests) == 3 and "API error 529" in caplog.text
+    assert rewrite.stats.dropped == {"API error 529 after retries": 1}
+
+
+@pytest.mark.parametrize("name, reason", [("truncated.json", "truncated answer"),
+                                          ("malformed_edit.json", "invalid source: does not parse"),
+                                          ("dropped_config.json", "invalid source: dropped its CONFIG")])
+def test_truncated_and_malformed_answers_are_dropped(name: str, reason: str, caplog: pytest.LogCaptureFixture):
+    rewrite = op(Recorded(name))
+    with caplog.at_level(logging.WARNING, logger="evokernel.llm"):
+        assert rewrite.propose([PARENT], context()) is None
+    assert reason in caplog.text and rewrite.stats.calls == 1
+
+
+def test_without_a_key_the_operator_says_so_once_and_proposes_nothing(monkeypatch, caplog):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    rewrite = LLMRewrite(PROBLEM, render=lambda g: candidate_source(g.params))
+    assert rewrite.available() == "no ANTHROPIC_API_KEY"
+    with caplog.at_level(logging.WARNING, logger="evokernel.llm"):
+        assert rewrite.propose([PARENT], context()) is None
+        assert rewrite.propose([PARENT], context()) is None
+    assert caplog.text.count("is off: no ANTHROPIC_API_KEY") == 1
+
+
+def test_source_validation():
+    assert validate_source("def kernel(a, b):\n    return a\n", arity=2) is None
+    assert "takes 1 inputs" in validate_source("def kernel(a):\n    return a\n", arity=2)
+    assert "no top-level function" in validate_source("def kern(a, b):\n    return a\n")
+    assert "CONFIG keys changed" in validate_source("CONFIG = {'BM': 1}\ndef kernel(a, b):\n    return a\n",
+                                                    config_keys=["BM", "BN"])
+
+
+def test_a_search_judges_llm_rewrites_and_a_dollar_cap_stops_the_calls_not_the_search():
+    """On the CPU: the operator's rewrite goes through the real gate; once the run has spent
+    its dollars, only the numeric operators propose."""
+    rec = Recorded(*["success_tool_use.json"] * 20)
+    rewrite = op(rec)
+    from evokernel.store import SQLiteStore
+
+    store = SQLiteStore(":memory:")
+    ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(g.params), device="cpu", workers=2)
+    report = Search(matmul_space(), ev, [rewrite, PointMutation()], store=store,
+                    options=SearchOptions(population=2, remeasure=0, report_elites=1)).run(
+        Budget(evaluations=8, cost=0.015), seed=0)
+    assert report.evaluations == 8
+    assert 1 <= rewrite.stats.calls <= 2  # each call costs ~0.0116 $: the cap stops the second or third
+    judged = [e for e in store.history(report.run_id) if e.genome.lineage.operator == "llm-rewrite"]
+    assert judged and all(e.result.is_ok and "(rewritten)" in e.genome.source for e in judged)
