@@ -82,6 +82,11 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("target", help="a search file (.py defining `space` and `evaluator`), a landscape "
                                   "CSV, or the name of a shipped landscape")
     s.add_argument("--name", default=None, help="run name (default: the space's name)")
+    s.add_argument("--llm", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
+                   help="add the LLM rewrite operator (Anthropic; needs ANTHROPIC_API_KEY; default model "
+                        "claude-sonnet-5); off, with one line saying why, when it cannot run")
+    s.add_argument("--llm-dollars", type=_positive_float, default=None,
+                   help="stop LLM calls once they cost this much (the search goes on)")
     common(s, db_default="evokernel.db")
 
     r = sub.add_parser("replay", help="run a strategy against a recorded landscape")
@@ -217,6 +222,14 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
     mutators = what.get("mutators")
     if mutators is not None and args.strategy is not None:
         raise ConfigError("the search file sets its own mutators; drop --strategy")
+    llm = _llm_operator(args, what)
+    if llm is not None:
+        from .strategies import get_strategy
+
+        base = list(mutators) if mutators is not None else get_strategy(args.strategy or "default").mutators(
+            what["space"])
+        mutators = base + [llm]
+        args.strategy = None
     return Search(
         what["space"],
         what["evaluator"],
@@ -230,8 +243,31 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
     )
 
 
+def _llm_operator(args: argparse.Namespace, what: dict[str, Any]) -> Any:
+    """The LLM rewrite operator for `--llm`, or None (with one line on stderr if it is off)."""
+    model = getattr(args, "llm", None)
+    if not model:
+        return None
+    evaluator = what["evaluator"]
+    problem, render = getattr(evaluator, "problem", None), getattr(evaluator, "render", None)
+    if problem is None or render is None:
+        raise ConfigError("--llm rewrites kernel sources: it needs a search file whose evaluator judges a problem "
+                          "(a KernelEvaluator), not a landscape replay")
+    try:
+        from evokernel.mutators.llm import AnthropicProvider, LLMRewrite
+    except ImportError as exc:  # pragma: no cover - the module itself has no hard dependency
+        print(f"evokernel: LLM operator off: {exc}", file=sys.stderr)
+        return None
+    op = LLMRewrite(problem, provider=AnthropicProvider(model), render=render)
+    off = op.available()
+    if off is not None:
+        print(f"evokernel: LLM operator off: {off}; searching without it", file=sys.stderr)
+        return None
+    return op
+
+
 def _budget(args: argparse.Namespace) -> Budget:
-    return Budget(evaluations=args.budget, wall_s=args.wall_time)
+    return Budget(evaluations=args.budget, wall_s=args.wall_time, cost=getattr(args, "llm_dollars", None))
 
 
 # -- progress ----------------------------------------------------------------------------

@@ -229,6 +229,7 @@ def _config_keys(source: str) -> list[str] | None:
 class _Stats:
     calls: int = 0
     proposed: int = 0
+    repairs: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     cost_usd: float = 0.0
     tokens: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cache_write": 0,
@@ -247,6 +248,7 @@ class LLMRewrite:
 
     def __init__(self, problem: Problem | str | os.PathLike[str], *, provider: Any = None,
                  render: Callable[[Genome], str] | None = None, name: str = "llm-rewrite", inspirations: int = 2,
+                 repairs: int = 2,
                  lessons: Callable[[Problem, Genome], list[str]] | None = None,
                  measured: Callable[[Genome], dict[str, Any]] | None = None, inputs: int | None = None) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
@@ -256,6 +258,27 @@ class LLMRewrite:
         self.stats = _Stats()
         self._said_off = False
         self.last_prompt = ""
+        # repair mode: a rewrite of ours that failed to compile or failed the gate goes back
+        # with its error, at most `repairs` times along one line of fixes
+        self.repairs = repairs
+        self._mine: dict[str, int] = {}  # genome id -> repairs already spent on its line
+        self._to_repair: list[tuple[Genome, str, int]] = []
+        self._seen: dict[str, dict[str, Any]] = {}  # what was measured of each genome (for prompts)
+
+    def reset(self) -> None:
+        self._mine.clear()
+        self._to_repair.clear()
+        self._seen.clear()
+
+    def observe(self, genome: Genome, result: Any) -> None:
+        """Remember what was measured; queue our own failed rewrites for repair."""
+        if result.is_ok:
+            self._seen[genome.id] = {"latency_ms": result.latency_ms, "per_shape": dict(result.per_shape)}
+        else:
+            self._seen[genome.id] = {"status": result.status.value, "error": result.error[:800]}
+        spent = self._mine.get(genome.id)
+        if spent is not None and not result.is_ok and spent < self.repairs:
+            self._to_repair.append((genome, f"{result.status.value}: {result.error[:1500]}", spent))
 
     def available(self) -> str | None:
         return self.provider.available()
@@ -279,10 +302,16 @@ class LLMRewrite:
              "text": f"## Problem `{p.name}`\n\nReference module:\n```python\n{ref}\n```\n\nShapes tuned on:\n{shapes}\n"},
         ]
 
+    def repair_prompt(self, failed: Genome, error: str) -> str:
+        return (f"## Candidate that failed (genome {failed.id})\n```python\n{self._source(failed)}\n```\n\n"
+                f"It was rejected with:\n```\n{error}\n```\n\nFix it, keeping its idea, and submit the whole "
+                "module with submit_kernel.")
+
     def prompt(self, parent: Genome, ctx: Context) -> str:
         parts = [f"## Candidate to improve (genome {parent.id})\n```python\n{self._source(parent)}\n```"]
-        if self.measured is not None:
-            parts.append(f"Measured: {self.measured(parent)}")
+        measured = self.measured(parent) if self.measured is not None else self._seen.get(parent.id)
+        if measured:
+            parts.append(f"Measured: {measured}")
         elites = [e for e in ctx.archive.top() if e.genome.id != parent.id][: self.inspirations]
         for e in elites:
             parts.append(f"## Inspiration: an elite at {e.latency_ms:.5f} ms ({e.niche})\n"
@@ -307,13 +336,14 @@ class LLMRewrite:
                 log.warning("%s is off: %s", self.name, off)
                 self._said_off = True
             return None
-        parent = parents[0]
+        repair = self._to_repair.pop(0) if self._to_repair else None
+        parent = repair[0] if repair else parents[0]
         try:
             parent_source = self._source(parent)
         except Exception as exc:  # the user's render failed: this proposal's problem
             self._drop(f"render failed: {type(exc).__name__}: {exc}")
             return None
-        self.last_prompt = self.prompt(parent, ctx)
+        self.last_prompt = self.repair_prompt(parent, repair[1]) if repair else self.prompt(parent, ctx)
         reply = self.provider.complete(self.system(), self.last_prompt)
         st = self.stats
         st.calls += 1
@@ -335,8 +365,13 @@ class LLMRewrite:
             return None
         st.proposed += 1
         digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-        log.info("%s: proposal %s: %s", self.name, digest, re.sub(r"\s+", " ", reply.rationale)[:120])
-        return Genome.of(dict(parent.params), source=source)
+        log.info("%s: %s %s: %s", self.name, "repair" if repair else "proposal", digest,
+                 re.sub(r"\s+", " ", reply.rationale)[:120])
+        child = Genome.of(dict(parent.params), source=source)
+        self._mine[child.id] = repair[2] + 1 if repair else 0
+        if repair:
+            st.repairs += 1
+        return child
 
     def _check_arity(self, source: str) -> str | None:
         if self.inputs is None:

@@ -137,3 +137,38 @@ def test_a_search_judges_llm_rewrites_and_a_dollar_cap_stops_the_calls_not_the_s
     assert 1 <= rewrite.stats.calls <= 2  # each call costs ~0.0116 $: the cap stops the second or third
     judged = [e for e in store.history(report.run_id) if e.genome.lineage.operator == "llm-rewrite"]
     assert judged and all(e.result.is_ok and "(rewritten)" in e.genome.source for e in judged)
+
+
+def test_a_rewrite_rejected_by_the_gate_goes_back_with_its_error_and_the_fix_is_accepted():
+    from evokernel.store import SQLiteStore
+
+    rec = Recorded("broken_kernel.json", "success_tool_use.json")
+    rewrite = op(rec)
+    store = SQLiteStore(":memory:")
+    ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(g.params), device="cpu", workers=1)
+    report = Search(matmul_space(), ev, [rewrite], store=store,
+                    options=SearchOptions(population=1, remeasure=0, report_elites=1)).run(
+        Budget(evaluations=3), seed=0)
+    mine = [e for e in store.history(report.run_id) if e.genome.lineage.operator == "llm-rewrite"]
+    assert [e.result.status.value for e in mine] == ["incorrect", "ok"]
+    assert "wrong result" in mine[0].result.error
+    repair_request = rec.requests[1]["messages"][0]["content"]
+    assert "It was rejected with" in repair_request and "wrong result" in repair_request
+    assert rewrite.stats.repairs == 1 and rewrite.stats.tokens["cache_read"] == 1530
+
+
+def test_the_llm_flag_without_a_key_says_the_operator_is_off_and_searches_on(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "search", str(ROOT / "examples" / "matmul_kernel.py"),
+                           "--llm", "--budget", "2", "--population", "2", "--db", str(tmp_path / "s.db"), "--quiet"],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("LLM operator off: no ANTHROPIC_API_KEY; searching without it") == 1
+    replay = subprocess.run([sys.executable, "-m", "evokernel.cli", "search", "matmul_bf16_h200_M16_N4096_K4096",
+                             "--llm", "--budget", "2", "--db", str(tmp_path / "r.db")],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert replay.returncode == 2 and "needs a search file whose evaluator judges a problem" in replay.stderr
