@@ -162,7 +162,7 @@ def test_sampling_is_uniform_over_valid_points_and_seeded():
     assert len(seen) > 0.9 * len(space.valid_points())
 
 
-@pytest.mark.parametrize("name", builtin_names())
+@pytest.mark.parametrize("name", [n for n in builtin_names() if n.startswith("matmul_")])
 def test_matmul_space_predicts_every_recorded_shared_memory_failure(name):
     landscape = Landscape.load(builtin(name))
     space = matmul_space()
