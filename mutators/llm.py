@@ -37,7 +37,7 @@ from evokernel.genome import Genome
 from evokernel.mutator import Context
 from evokernel.problem import Problem
 
-__all__ = ["LLMRewrite", "AnthropicProvider", "LLMReply", "validate_source", "PRICES"]
+__all__ = ["LLMRewrite", "AnthropicProvider", "OpenAICompatibleProvider", "LLMReply", "validate_source", "PRICES"]
 
 log = logging.getLogger("evokernel.llm")
 
@@ -174,6 +174,109 @@ class AnthropicProvider:
             return reply
         reply.source = tool.input["source"]
         reply.rationale = str(tool.input.get("rationale", ""))[:300]
+        return reply
+
+
+class OpenAICompatibleProvider:
+    """Any endpoint speaking the OpenAI Chat Completions API: a model served locally by SGLang
+    or vLLM, or a hosted one. The answer comes as a `submit_kernel` function call, or, from
+    servers without tool calling, as a fenced Python block. Retries 408/409/429/5xx and
+    connection errors with exponential backoff (honouring Retry-After), then gives up with a
+    reason. `prices` in USD per million (input, output) tokens; local models cost nothing."""
+
+    name = "openai-compatible"
+
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_tokens: int = 8192,
+                 temperature: float | None = None, max_retries: int = 3, timeout_s: float = 300.0,
+                 prices: tuple[float, float] = (0.0, 0.0), backoff_s: float = 0.5) -> None:
+        self.model, self.base_url = model, base_url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.max_tokens, self.temperature, self.max_retries = max_tokens, temperature, max_retries
+        self.timeout_s, self.prices, self.backoff_s = timeout_s, prices, backoff_s
+
+    def available(self) -> str | None:
+        return None if self.base_url else "no endpoint URL"
+
+    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        import json
+        import time
+        import urllib.error
+        import urllib.request
+
+        headers = {"content-type": "application/json"}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        data = json.dumps(body).encode()
+        error = ""
+        for attempt in range(self.max_retries + 1):
+            wait = self.backoff_s * 2**attempt
+            try:
+                req = urllib.request.Request(f"{self.base_url}/chat/completions", data=data, headers=headers)
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return json.loads(resp.read()), ""
+            except urllib.error.HTTPError as exc:
+                error = f"HTTP {exc.code}: {exc.read()[:200].decode('utf-8', 'replace')}"
+                if exc.code not in (408, 409, 429) and exc.code < 500:
+                    return None, error
+                retry_after = exc.headers.get("retry-after") if exc.headers else None
+                if retry_after:
+                    try:
+                        wait = min(60.0, float(retry_after))
+                    except ValueError:
+                        pass
+            except (urllib.error.URLError, TimeoutError, OSError) as exc:
+                error = f"connection failed: {type(exc).__name__}: {exc}"
+            except ValueError as exc:
+                return None, f"malformed response: {exc}"
+            if attempt < self.max_retries:
+                time.sleep(wait)
+        return None, f"{error} (after {self.max_retries} retries)"
+
+    def complete(self, system: list[dict[str, Any]], prompt: str) -> LLMReply:
+        import json
+
+        tool = {"type": "function", "function": {"name": _TOOL["name"], "description": _TOOL["description"],
+                                                  "parameters": _TOOL["input_schema"]}}
+        body: dict[str, Any] = {
+            "model": self.model, "max_tokens": self.max_tokens, "tools": [tool],
+            "tool_choice": {"type": "function", "function": {"name": _TOOL["name"]}},
+            "messages": [{"role": "system", "content": "\n\n".join(b["text"] for b in system)},
+                         {"role": "user", "content": prompt}],
+        }
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        data, error = self._post(body)
+        if data is None:
+            return LLMReply(error=f"API error: {error}")
+        try:
+            choice = data["choices"][0]
+            message = choice.get("message") or {}
+            usage = data.get("usage") or {}
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return LLMReply(error="malformed API response: no choices")
+        reply = LLMReply(stop_reason=str(choice.get("finish_reason") or ""),
+                         input_tokens=int(usage.get("prompt_tokens") or 0),
+                         output_tokens=int(usage.get("completion_tokens") or 0))
+        reply.cost_usd = (reply.input_tokens * self.prices[0] + reply.output_tokens * self.prices[1]) / 1e6
+        if reply.stop_reason == "length":
+            reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
+            return reply
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            if fn.get("name") == _TOOL["name"]:
+                try:
+                    args = json.loads(fn.get("arguments") or "{}")
+                except ValueError:
+                    reply.error = "the submit_kernel call's arguments are not JSON"
+                    return reply
+                if isinstance(args, dict) and isinstance(args.get("source"), str):
+                    reply.source, reply.rationale = args["source"], str(args.get("rationale", ""))[:300]
+                    return reply
+        block = re.search(r"```(?:python)?\n(.*?)```", str(message.get("content") or ""), re.S)
+        if block:
+            reply.source, reply.rationale = block.group(1), "(from a fenced block)"
+            return reply
+        reply.error = "the answer holds no submit_kernel call and no Python block"
         return reply
 
 

@@ -172,3 +172,59 @@ def test_the_llm_flag_without_a_key_says_the_operator_is_off_and_searches_on(tmp
                              "--llm", "--budget", "2", "--db", str(tmp_path / "r.db")],
                             capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert replay.returncode == 2 and "needs a search file whose evaluator judges a problem" in replay.stderr
+
+
+class _Server:
+    """A local HTTP server answering /chat/completions with recorded responses, in order."""
+
+    def __init__(self, *names: str) -> None:
+        import http.server
+        import threading
+
+        self.queue, self.requests = list(names), []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                outer.requests.append((self.path, json.loads(self.rfile.read(int(self.headers["content-length"])))))
+                name = outer.queue.pop(0)
+                body = (ROOT / "tests" / "recorded" / "openai" / name).read_bytes()
+                self.send_response(429 if name.startswith("rate_limit") else 200)
+                self.send_header("content-type", "application/json")
+                if name.startswith("rate_limit"):
+                    self.send_header("retry-after", "0")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+@pytest.mark.parametrize("names, ok", [(["tool_call.json"], True), (["fenced_block.json"], True),
+                                       (["rate_limit_429.json", "tool_call.json"], True), (["length.json"], False)])
+def test_an_openai_compatible_endpoint_plugs_in_the_same_way(names: list[str], ok: bool):
+    from evokernel.mutators.llm import OpenAICompatibleProvider
+
+    server = _Server(*names)
+    try:
+        prov = OpenAICompatibleProvider("qwen3-coder", server.url, backoff_s=0.01, prices=(0.5, 1.5))
+        rewrite = LLMRewrite(PROBLEM, provider=prov, render=lambda g: candidate_source(g.params))
+        child = rewrite.propose([PARENT], context())
+    finally:
+        server.close()
+    assert (child is not None) == ok
+    path, body = server.requests[-1]
+    assert path == "/v1/chat/completions" and body["tool_choice"]["function"]["name"] == "submit_kernel"
+    assert body["messages"][0]["role"] == "system" and "matmul_small" in body["messages"][0]["content"]
+    if ok:
+        assert "torch.matmul" in child.source and rewrite.stats.cost_usd == pytest.approx(
+            (1900 * 0.5 + (350 if names[-1] == "tool_call.json" else 360) * 1.5) / 1e6)
+    else:
+        assert rewrite.stats.dropped == {"truncated answer (max_tokens 8192 reached)": 1}
