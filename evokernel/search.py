@@ -392,13 +392,19 @@ class _Run:
             if reason is not None:
                 self._skip(f"invalid: {reason.split(':')[0]}")
                 continue
+            proposed = child
             child = Genome.of(self.s.space.canonical(child.params), child.source)
             if child.id in self.seen or child.id in taken:
                 self._skip("duplicate")
                 continue
             if self._predicted_failure(child):
                 continue
-            return child.with_lineage(tuple(p.genome.id for p in parents), op.name, self.generation)
+            # an operator may name other parents than those it was given (a repair names the
+            # failed genome it fixed), as long as the run has seen them
+            named = getattr(proposed, "lineage", None)
+            ids = tuple(named.parents) if named is not None and named.parents and all(
+                p in self.seen for p in named.parents) else tuple(p.genome.id for p in parents)
+            return child.with_lineage(ids, op.name, self.generation)
         return self._unseen_random(taken)
 
     def _predicted_failure(self, genome: Genome) -> bool:

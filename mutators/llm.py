@@ -471,6 +471,8 @@ class LLMRewrite:
         log.info("%s: %s %s: %s", self.name, "repair" if repair else "proposal", digest,
                  re.sub(r"\s+", " ", reply.rationale)[:120])
         child = Genome.of(dict(parent.params), source=source)
+        if repair:  # its parent is the failed genome it fixes, not the one the search offered
+            child = child.with_lineage((parent.id,), self.name, ctx.generation)
         self._mine[child.id] = repair[2] + 1 if repair else 0
         if repair:
             st.repairs += 1

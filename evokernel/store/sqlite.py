@@ -104,6 +104,30 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE UNIQUE INDEX IF NOT EXISTS one_event_per_key ON events (run_id, key) WHERE key IS NOT NULL;
 """
 
+# Tables added after schema 1: created when missing in any store that is opened (additive:
+# older evokernels ignore them)
+_KNOWLEDGE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lessons (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    op TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    toolchain TEXT NOT NULL,
+    text TEXT NOT NULL,
+    evidence TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kernels (
+    genome_id TEXT PRIMARY KEY,
+    op TEXT NOT NULL,
+    gpu TEXT NOT NULL,
+    record TEXT NOT NULL,
+    latency_ms REAL NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
 
 class SQLiteStore:
     """The default store. `path` is a file (created if missing) or ":memory:"."""
@@ -139,6 +163,8 @@ class SQLiteStore:
                 "BEGIN IMMEDIATE;" + _SCHEMA
                 + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
             )
+        if "meta" in tables or create:
+            self._db.executescript("BEGIN IMMEDIATE;" + _KNOWLEDGE_SCHEMA + "COMMIT;")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -383,6 +409,42 @@ class SQLiteStore:
                 "INSERT OR IGNORE INTO events (run_id, kind, key, payload, created) VALUES (?, ?, ?, ?, ?)",
                 (run_id, kind, key, _json(payload), time.time()),
             )
+
+    # -- knowledge base and kernel database (evokernel.knowledge) ---------------------------
+    def save_lessons(self, lessons: list[Any]) -> None:
+        with self._tx() as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO lessons (id, kind, op, gpu, toolchain, text, evidence, run_id, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(le.id, le.kind, le.op, le.gpu, _json(le.toolchain), le.text, _json(le.evidence), le.run_id,
+                  le.created) for le in lessons],
+            )
+
+    def lessons(self, *, op: str | None = None, gpu: str | None = None) -> list[Any]:
+        from ..knowledge import Lesson
+
+        sql, args = "SELECT id, kind, op, gpu, toolchain, text, evidence, run_id, created FROM lessons WHERE 1=1", []
+        for clause, value in (("op = ?", op), ("gpu = ?", gpu)):
+            if value is not None:
+                sql += f" AND {clause}"
+                args.append(value)
+        return [Lesson(id=i, kind=k, op=o, gpu=g, toolchain=json.loads(t), text=x, evidence=json.loads(e), run_id=r,
+                       created=c) for i, k, o, g, t, x, e, r, c in self._db.execute(sql + " ORDER BY created", args)]
+
+    def save_kernel(self, record: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO kernels (genome_id, op, gpu, record, latency_ms, created)"
+                       " VALUES (?, ?, ?, ?, ?, ?)",
+                       (record["genome_id"], record["op"], record["gpu"], _json(record), record["latency_ms"],
+                        time.time()))
+
+    def kernels(self, *, op: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT record FROM kernels WHERE 1=1", []
+        for clause, value in (("op = ?", op), ("gpu = ?", gpu)):
+            if value is not None:
+                sql += f" AND {clause}"
+                args.append(value)
+        return [json.loads(r) for (r,) in self._db.execute(sql + " ORDER BY latency_ms", args)]
 
     def events(self, run_id: str) -> list[tuple[str, dict[str, Any], float]]:
         return [

@@ -1,0 +1,66 @@
+"""The knowledge base and the kernel database, end to end on the CPU: an LLM-driven search
+(recorded Messages API answers through the real SDK's transport) whose broken rewrite is
+rejected and repaired, lessons from both, the fixed kernel in the kernel database, and a
+second run that reads the lessons into its prompt and starts from the stored elite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("anthropic")
+
+from evokernel import Budget, Search  # noqa: E402
+from evokernel.evaluators import KernelEvaluator  # noqa: E402
+from evokernel.knowledge import KnowledgeRecorder, failure_class, kernels, lessons_for  # noqa: E402
+from evokernel.mutators.llm import LLMRewrite  # noqa: E402
+from evokernel.search import SearchOptions  # noqa: E402
+from evokernel.search_spaces import matmul_space  # noqa: E402
+from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
+from evokernel.store import SQLiteStore  # noqa: E402
+
+from .test_llm import PROBLEM, Recorded, provider  # noqa: E402
+
+
+def render(g):
+    return candidate_source(g.params)
+
+
+def test_lessons_and_kernels_carry_over_to_the_next_run(tmp_path: Path):
+    store = SQLiteStore(tmp_path / "kb.db")
+    ev = KernelEvaluator(PROBLEM, render, device="cpu", workers=1)
+    recorder = KnowledgeRecorder.from_evaluator(store, ev)
+    where = recorder.where
+    first = Recorded("broken_kernel.json", "success_tool_use.json")
+    op1 = LLMRewrite(PROBLEM, provider=provider(first), render=render,
+                     lessons=lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"]))
+    opts = SearchOptions(population=1, remeasure=0, report_elites=1)
+    Search(matmul_space(), ev, [op1], store=store, observers=[recorder], options=opts).run(Budget(evaluations=3),
+                                                                                          seed=0)
+    texts = [le.text for le in store.lessons(op=where["op"], gpu=where["gpu"])]
+    assert any("failed with wrong results" in t for t in texts), texts
+    assert any("a rewritten source" in t and "gained" in t for t in texts), texts
+    (kernel,) = kernels(store, op=where["op"], shape={"M": 48, "N": 40, "K": 64})
+    assert "torch.matmul(a, b)" in kernel["source"] and "-    return torch.matmul(a, b) * 2" in kernel["diff"]
+    assert kernel["workload"]["shapes"] == ev.problem.shapes and kernel["latency_ms"] > 0
+
+    # the second run: lessons in the prompt, the stored elite in its first generation
+    second = Recorded("success_tool_use.json", "success_tool_use.json")
+    op2 = LLMRewrite(PROBLEM, provider=provider(second), render=render,
+                     lessons=lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"]))
+    report = Search(matmul_space(), ev, [op2], store=store, observers=[KnowledgeRecorder.from_evaluator(store, ev)],
+                    options=opts).run(Budget(evaluations=2), seed=1)
+    history = store.history(report.run_id)
+    assert history[0].genome.lineage.operator == "archive" and history[0].genome.id == kernel["genome_id"]
+    prompt = second.requests[0]["messages"][0]["content"]
+    assert "Lessons from earlier attempts" in prompt and "[caveat]" in prompt and "[pattern]" in prompt
+    # lessons learned under another toolchain are left out
+    assert lessons_for(store, op=where["op"], gpu=where["gpu"], toolchain={"torch": "0.0-other"}) == [] or \
+        "torch" not in where["toolchain"]
+
+
+def test_failure_classes():
+    assert failure_class("compile_error", "OutOfResources: shared memory, Required: 262144") == "out of shared memory"
+    assert failure_class("incorrect", "wrong result: output 0 ...") == "wrong results"
+    assert failure_class("compile_error", "CompilationError: at 12:4") == "compile error (CompilationError)"
