@@ -222,7 +222,13 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
     mutators = what.get("mutators")
     if mutators is not None and args.strategy is not None:
         raise ConfigError("the search file sets its own mutators; drop --strategy")
-    llm = _llm_operator(args, what)
+    knowledge = None
+    if getattr(what["evaluator"], "problem", None) is not None:
+        from .knowledge import KnowledgeRecorder
+
+        knowledge = KnowledgeRecorder.from_evaluator(store, what["evaluator"])  # lessons and kernels, in the store
+        observers = [*observers, knowledge]
+    llm = _llm_operator(args, what, store, knowledge)
     if llm is not None:
         from .strategies import get_strategy
 
@@ -243,7 +249,7 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
     )
 
 
-def _llm_operator(args: argparse.Namespace, what: dict[str, Any]) -> Any:
+def _llm_operator(args: argparse.Namespace, what: dict[str, Any], store: Any = None, knowledge: Any = None) -> Any:
     """The LLM rewrite operator for `--llm`, or None (with one line on stderr if it is off)."""
     model = getattr(args, "llm", None)
     if not model:
@@ -258,7 +264,14 @@ def _llm_operator(args: argparse.Namespace, what: dict[str, Any]) -> Any:
     except ImportError as exc:  # pragma: no cover - the module itself has no hard dependency
         print(f"evokernel: LLM operator off: {exc}", file=sys.stderr)
         return None
-    op = LLMRewrite(problem, provider=AnthropicProvider(model), render=render)
+    lessons = None
+    if knowledge is not None:
+        from .knowledge import lessons_for
+
+        where = knowledge.where
+        lessons = lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"],  # noqa: E731
+                                            toolchain=where["toolchain"])
+    op = LLMRewrite(problem, provider=AnthropicProvider(model), render=render, lessons=lessons)
     off = op.available()
     if off is not None:
         print(f"evokernel: LLM operator off: {off}; searching without it", file=sys.stderr)

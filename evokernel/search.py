@@ -407,6 +407,22 @@ class _Run:
             return child.with_lineage(ids, op.name, self.generation)
         return self._unseen_random(taken)
 
+    def _learn_prior_failures(self) -> None:
+        """Known dead ends: the evaluations of earlier runs of this space and evaluator (the
+        same archive key) teach the failure model before this run proposes anything."""
+        if self.failures is None:
+            return
+        taught = 0
+        for info in self.s.store.runs():
+            if info.archive_key != self.archive_key or info.seq >= self.run.seq:
+                continue
+            for e in self.s.store.history(info.id):
+                if e.kind == "eval" and self.s.space.is_valid(e.genome.params):
+                    taught += self.failures.learn(e.genome, e.result)
+        if taught:
+            self.s.store.log_event(self.run.id, "prior_failures", {"learned": taught, "model": len(self.failures)},
+                                   key="prior_failures")
+
     def _predicted_failure(self, genome: Genome) -> bool:
         """Skip (and record) a genome the learned failures say would run out of resources."""
         why = self.failures.predict(genome.params) if self.failures is not None else None
@@ -490,6 +506,7 @@ class _Run:
         prior = s.store.elites(archive_key=self.archive_key, before_seq=self.run.seq)
         prior = [e for e in prior if s.space.is_valid(e.genome.params)]
         self.archive.seed(prior)
+        self._learn_prior_failures()
         first: list[Genome] = []
         for e in prior[: opt.seed_elites]:
             if len(first) < self._left():

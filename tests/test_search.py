@@ -355,3 +355,15 @@ def test_learned_constraints_skip_points_predicted_to_run_out_of_shared_memory()
         else:
             assert not skips
     assert failed[True] < 0.8 * failed[False], failed  # measured: 23 against 35 (seed 2)
+
+
+def test_a_new_run_learns_the_failures_of_earlier_runs_before_proposing():
+    ev = ReplayEvaluator(builtin("matmul_bf16_h200_M2048_N6144_K4096"))
+    store = SQLiteStore(":memory:")
+    first = Search(ev.space, ev, strategy="random", store=store).run(Budget(evaluations=200), seed=3)
+    assert first.statuses.get("compile_error", 0) > 0
+    second = Search(ev.space, ev, strategy="random", store=store).run(Budget(evaluations=200), seed=4)
+    (event,) = [p for k, p, _ in store.events(second.run_id) if k == "prior_failures"]
+    assert event["learned"] > 0
+    fresh = Search(ev.space, ev, strategy="random", store=SQLiteStore(":memory:")).run(Budget(evaluations=200), seed=4)
+    assert second.statuses.get("compile_error", 0) < fresh.statuses.get("compile_error", 0)
