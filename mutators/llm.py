@@ -349,13 +349,18 @@ class LLMRewrite:
     arity = 1
     costly = True
 
-    def __init__(self, problem: Problem | str | os.PathLike[str], *, provider: Any = None,
+    def __init__(self, problem: Problem | str | os.PathLike[str], *, provider: Any | Sequence[Any] = None,
                  render: Callable[[Genome], str] | None = None, name: str = "llm-rewrite", inspirations: int = 2,
                  repairs: int = 2,
                  lessons: Callable[[Problem, Genome], list[str]] | None = None,
                  measured: Callable[[Genome], dict[str, Any]] | None = None, inputs: int | None = None) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
-        self.provider = provider if provider is not None else AnthropicProvider()
+        # several providers (models) are mixed by Thompson sampling on their gains per dollar
+        providers = list(provider) if isinstance(provider, (list, tuple)) else [provider or AnthropicProvider()]
+        self.providers = providers
+        self.provider = providers[0]
+        self._model_stats = [{"calls": 0, "gains": 0.0, "cost": 0.0} for _ in providers]
+        self._child_of: dict[str, tuple[int, float | None]] = {}  # child id -> (provider, parent latency)
         self.render, self.name, self.inspirations = render, name, inspirations
         self.lessons, self.measured, self.inputs = lessons, measured, inputs  # inputs: the problem's arity
         self.stats = _Stats()
@@ -369,6 +374,7 @@ class LLMRewrite:
         self._seen: dict[str, dict[str, Any]] = {}  # what was measured of each genome (for prompts)
 
     def reset(self) -> None:
+        self._child_of.clear()
         self._mine.clear()
         self._to_repair.clear()
         self._seen.clear()
@@ -379,12 +385,38 @@ class LLMRewrite:
             self._seen[genome.id] = {"latency_ms": result.latency_ms, "per_shape": dict(result.per_shape)}
         else:
             self._seen[genome.id] = {"status": result.status.value, "error": result.error[:800]}
+        origin = self._child_of.pop(genome.id, None)
+        if origin is not None:
+            which, parent_ms = origin
+            if result.is_ok and parent_ms and result.latency_ms < parent_ms:
+                self._model_stats[which]["gains"] += 1.0
         spent = self._mine.get(genome.id)
         if spent is not None and not result.is_ok and spent < self.repairs:
             self._to_repair.append((genome, f"{result.status.value}: {result.error[:1500]}", spent))
 
     def available(self) -> str | None:
-        return self.provider.available()
+        reasons = [p.available() for p in self.providers]
+        return None if any(r is None for r in reasons) else "; ".join(dict.fromkeys(r for r in reasons if r))
+
+    def _choose(self, rng: Any) -> int:
+        """The provider for this call: a Beta draw of its gain rate (gains / calls) per mean
+        dollar per call, so a cheap model that gains as often as a dear one wins; an unpriced
+        (local) model counts a cent per call."""
+        usable = [i for i, p in enumerate(self.providers) if p.available() is None]
+        if len(usable) == 1:
+            return usable[0]
+        best, pick = -1.0, usable[0]
+        for i in usable:
+            st = self._model_stats[i]
+            draw = rng.beta(1.0 + st["gains"], 1.0 + st["calls"] - st["gains"])
+            per_call = max(st["cost"] / st["calls"], 0.01) if st["calls"] else 0.01
+            if draw / per_call > best:
+                best, pick = draw / per_call, i
+        return pick
+
+    def model_stats(self) -> list[dict[str, Any]]:
+        return [{"model": getattr(p, "model", p.__class__.__name__), **st}
+                for p, st in zip(self.providers, self._model_stats)]
 
     # -- prompt --------------------------------------------------------------------------
     def _source(self, genome: Genome) -> str:
@@ -447,7 +479,11 @@ class LLMRewrite:
             self._drop(f"render failed: {type(exc).__name__}: {exc}")
             return None
         self.last_prompt = self.repair_prompt(parent, repair[1]) if repair else self.prompt(parent, ctx)
+        which = self._choose(ctx.rng)
+        self.provider = self.providers[which]
         reply = self.provider.complete(self.system(), self.last_prompt)
+        self._model_stats[which]["calls"] += 1
+        self._model_stats[which]["cost"] += reply.cost_usd
         st = self.stats
         st.calls += 1
         st.cost_usd += reply.cost_usd
@@ -474,6 +510,11 @@ class LLMRewrite:
         if repair:  # its parent is the failed genome it fixes, not the one the search offered
             child = child.with_lineage((parent.id,), self.name, ctx.generation)
         self._mine[child.id] = repair[2] + 1 if repair else 0
+        parent_ms = (self._seen.get(parent.id) or {}).get("latency_ms")
+        if parent_ms is None and not repair:
+            best = ctx.archive.best()
+            parent_ms = best.latency_ms if best is not None else None
+        self._child_of[child.id] = (which, parent_ms)
         if repair:
             st.repairs += 1
         return child

@@ -231,3 +231,22 @@ def test_an_openai_compatible_endpoint_plugs_in_the_same_way(names: list[str], o
             (1900 * 0.5 + (350 if names[-1] == "tool_call.json" else 360) * 1.5) / 1e6)
     else:
         assert rewrite.stats.dropped == {"truncated answer (max_tokens 8192 reached)": 1}
+
+
+def test_several_models_are_mixed_by_gains_per_dollar():
+    """Two models answer the same rewrites; the one charging a tenth as much per call gets
+    most of the later calls once both have been tried."""
+    dear, cheap = Recorded(*["success_tool_use.json"] * 40), Recorded(*["success_tool_use.json"] * 40)
+    providers = [provider(dear, prices=(30.0, 150.0, 37.5, 3.0)), provider(cheap, prices=(3.0, 15.0, 3.75, 0.3))]
+    rewrite = LLMRewrite(PROBLEM, provider=providers, render=lambda g: candidate_source(g.params))
+    from evokernel.result import Result
+
+    ctx = context()
+    for i in range(30):
+        parent = matmul_space().genome(dict(PARENT.params, num_stages=2 + i % 4))
+        rewrite.observe(parent, Result.ok(1.0))  # the parent as measured
+        child = rewrite.propose([parent], ctx)
+        if child is not None:  # every rewrite gains over its parent here
+            rewrite.observe(child, Result.ok(0.5))
+    calls = [m["calls"] for m in rewrite.model_stats()]
+    assert sum(calls) == 30 and calls[1] > 2 * calls[0], calls
