@@ -116,6 +116,14 @@ def _build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--seed", type=int, default=0, help="order of the points (shuffled by this seed)")
     sw.add_argument("--quiet", action="store_true", help="no progress display")
 
+    kd = sub.add_parser("kernels", help="query the kernel database: accepted kernels with their own source")
+    kd.add_argument("db", help="the search database (SQLite)")
+    kd.add_argument("--op", default=None, help="the problem's family (FAMILY) or name")
+    kd.add_argument("--gpu", default=None, help="GPU name as recorded")
+    kd.add_argument("--shape", default=None, help="e.g. M=64,N=4096: kernels tested on that shape")
+    kd.add_argument("--source", default=None, metavar="GENOME", help="print this kernel's source and diff")
+    kd.add_argument("--json", action="store_true")
+
     ex = sub.add_parser("export", help="write a database's winners where a serving engine reads them")
     ex.add_argument("format", choices=["sglang-moe"],
                     help="sglang-moe: fused-MoE configs as SGLang's tuned-config files (SGLANG_MOE_CONFIG_DIR)")
@@ -141,6 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "landscapes": _cmd_landscapes,
             "sweep": _cmd_sweep,
             "export": _cmd_export,
+            "kernels": _cmd_kernels,
         }[args.command](args)
     except EvaluatorError as exc:
         print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)",
@@ -589,6 +598,38 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     console.print(f"sweep: {report.measured} measured ({report.failed} failed) in {report.wall_s:.0f} s; "
                   f"{report.already + report.measured} of {report.points} points in {report.path}"
                   + (f"; {left} left (re-run to continue)" if left > 0 else ""), highlight=False)
+    return 0
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from .knowledge import kernels
+    from .store import SQLiteStore
+
+    if not os.path.exists(args.db):
+        raise ConfigError(f"no such database: {args.db}")
+    shape = None
+    if args.shape:
+        try:
+            shape = {k.strip(): int(v) for k, v in (part.split("=") for part in args.shape.split(","))}
+        except ValueError:
+            raise ConfigError(f"--shape takes NAME=INT,NAME=INT..., got {args.shape!r}") from None
+    rows = kernels(SQLiteStore(args.db, create=False), op=args.op, gpu=args.gpu, shape=shape)
+    if args.source:
+        row = next((r for r in rows if r["genome_id"].startswith(args.source)), None)
+        if row is None:
+            raise ConfigError(f"no kernel {args.source!r} in {args.db} (with these filters)")
+        print(row["source"] if not args.json else json.dumps(row))
+        if not args.json:
+            print(row["diff"], file=sys.stderr)
+        return 0
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for r in rows:
+        shapes = "; ".join(",".join(f"{k}={v}" for k, v in s.items()) for s in r["shapes"])
+        print(f"{r['genome_id']}  {r['latency_ms']:.5f} ms  {r['op']}  {r['gpu']}  [{shapes}]  run {r['run_id']}")
+    if not rows:
+        print("no kernels", file=sys.stderr)
     return 0
 
 

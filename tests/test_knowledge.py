@@ -55,6 +55,19 @@ def test_lessons_and_kernels_carry_over_to_the_next_run(tmp_path: Path):
     assert history[0].genome.lineage.operator == "archive" and history[0].genome.id == kernel["genome_id"]
     prompt = second.requests[0]["messages"][0]["content"]
     assert "Lessons from earlier attempts" in prompt and "[caveat]" in prompt and "[pattern]" in prompt
+    # the kernel database from the command line
+    import json
+    import subprocess
+    import sys
+
+    store.close()
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "kernels", str(tmp_path / "kb.db"), "--shape",
+                           "M=48,N=40,K=64", "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout)[0]["genome_id"] == kernel["genome_id"]
+    src = subprocess.run([sys.executable, "-m", "evokernel.cli", "kernels", str(tmp_path / "kb.db"), "--source",
+                          kernel["genome_id"][:8]], capture_output=True, text=True, timeout=120)
+    assert src.returncode == 0 and "torch.matmul(a, b)" in src.stdout and "+++ candidate.py" in src.stderr
+    store = SQLiteStore(tmp_path / "kb.db")
     # lessons learned under another toolchain are left out
     assert lessons_for(store, op=where["op"], gpu=where["gpu"], toolchain={"torch": "0.0-other"}) == [] or \
         "torch" not in where["toolchain"]
