@@ -62,15 +62,24 @@ def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple[torch.Ten
 
 def reference(x, w1, w2, topk_weights, topk_ids):
     M, H = x.shape
+    top_k = topk_ids.shape[1]
     inter = w2.shape[2]
     out = torch.zeros(M, H, device=x.device, dtype=torch.float32)
-    ids = topk_ids.long()
-    for e in torch.unique(ids).tolist():
-        rows, slots = (ids == e).nonzero(as_tuple=True)
+    flat = topk_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)  # the (token, slot) pairs, expert by expert
+    counts = torch.bincount(flat, minlength=w1.shape[0]).tolist()  # the one read-back to the host
+    weights = topk_weights.reshape(-1).float()
+    start = 0
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        pairs = order[start:start + n]
+        start += n
+        rows = pairs // top_k
         h = x[rows].float() @ w1[e].float().t()
         act = F.silu(h[:, :inter]) * h[:, inter:]
         y = act @ w2[e].float().t()
-        out.index_add_(0, rows, y * topk_weights[rows, slots].float()[:, None])
+        out.index_add_(0, rows, y * weights[pairs][:, None])
     return out.to(x.dtype)
 
 
