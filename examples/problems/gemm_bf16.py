@@ -86,23 +86,6 @@ def reference(a: torch.Tensor, b: torch.Tensor, *extra: torch.Tensor) -> torch.T
     return x.to(a.dtype)
 
 
-def baseline(a: torch.Tensor, b: torch.Tensor, *extra: torch.Tensor) -> torch.Tensor:
-    """What a user runs otherwise: torch.matmul (cuBLAS), then the epilogue in eager torch."""
-    x = torch.matmul(a, b)
-    rest = list(extra)
-    if BIAS:
-        x = x + rest.pop(0)
-    if ACTIVATION == "relu":
-        x = torch.relu(x)
-    elif ACTIVATION == "silu":
-        x = F.silu(x)
-    elif ACTIVATION == "gelu_tanh":
-        x = F.gelu(x, approximate="tanh")
-    if RESIDUAL:
-        x = x + rest.pop(0)
-    return x
-
-
 def flops(shape: dict) -> float:
     return 2.0 * shape["M"] * shape["N"] * shape["K"]
 
