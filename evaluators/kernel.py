@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from evokernel.candidate import bind_config
 from evokernel.env import toolchain
 from evokernel.errors import EvaluatorError
 from evokernel.gate import GateOptions, Judge, Verdict
@@ -53,9 +54,10 @@ def reference_source(problem_path: str) -> str:
 
 def _source_of(genome: Genome, render: Render) -> tuple[str, bool]:
     """The candidate's source, and whether it is trusted (rendered by the user's template
-    rather than carried by the genome)."""
+    rather than carried by the genome). A carried source gets the genome's parameters bound
+    into its `CONFIG`: the numeric mutators tune source kernels through them."""
     if genome.source and "def kernel" in genome.source:
-        return genome.source, False
+        return bind_config(genome.source, genome.params), False
     return render(genome), True
 
 

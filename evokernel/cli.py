@@ -124,6 +124,15 @@ def _build_parser() -> argparse.ArgumentParser:
     kd.add_argument("--source", default=None, metavar="GENOME", help="print this kernel's source and diff")
     kd.add_argument("--json", action="store_true")
 
+    ls = sub.add_parser("lessons", help="print the knowledge base: lessons of earlier runs (patterns, caveats, summaries)")
+    ls.add_argument("db", help="the search database (SQLite)")
+    ls.add_argument("--op", default=None, help="the problem's family (FAMILY) or name")
+    ls.add_argument("--gpu", default=None, help="GPU name as recorded")
+    ls.add_argument("--summarize", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
+                    help="ask an LLM (Anthropic API, ANTHROPIC_API_KEY) for a prose summary of the lessons of "
+                         "--op on --gpu, and store it")
+    ls.add_argument("--json", action="store_true")
+
     ex = sub.add_parser("export", help="write a database's winners where a serving engine reads them")
     ex.add_argument("format", choices=["sglang-moe"],
                     help="sglang-moe: fused-MoE configs as SGLang's tuned-config files (SGLANG_MOE_CONFIG_DIR)")
@@ -150,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sweep": _cmd_sweep,
             "export": _cmd_export,
             "kernels": _cmd_kernels,
+            "lessons": _cmd_lessons,
         }[args.command](args)
     except EvaluatorError as exc:
         print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)",
@@ -285,6 +295,8 @@ def _llm_operator(args: argparse.Namespace, what: dict[str, Any], store: Any = N
     if off is not None:
         print(f"evokernel: LLM operator off: {off}; searching without it", file=sys.stderr)
         return None
+    if knowledge is not None:  # the run ends with a prose summary of its op's lessons
+        knowledge.summarizer = op.provider
     return op
 
 
@@ -630,6 +642,37 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         print(f"{r['genome_id']}  {r['latency_ms']:.5f} ms  {r['op']}  {r['gpu']}  [{shapes}]  run {r['run_id']}")
     if not rows:
         print("no kernels", file=sys.stderr)
+    return 0
+
+
+def _cmd_lessons(args: argparse.Namespace) -> int:
+    from .store import SQLiteStore
+
+    if not os.path.exists(args.db):
+        raise ConfigError(f"no such database: {args.db}")
+    store = SQLiteStore(args.db, create=False)
+    if args.summarize:
+        if not (args.op and args.gpu):
+            raise ConfigError("--summarize needs --op and --gpu (the lessons of one operation on one GPU)")
+        from .knowledge import summarize
+        from evokernel.mutators.llm import AnthropicProvider
+
+        provider = AnthropicProvider(args.summarize)
+        off = provider.available()
+        if off is not None:
+            raise ConfigError(f"cannot summarize: {off}")
+        if summarize(store, provider, op=args.op, gpu=args.gpu) is None:
+            print("evokernel: no summary (no lessons, or the call failed: see the warning above)", file=sys.stderr)
+    found = sorted(store.lessons(op=args.op, gpu=args.gpu), key=lambda le: -le.created)
+    if args.json:
+        import msgspec
+
+        print(msgspec.json.encode(found).decode())
+        return 0
+    for le in found:
+        print(f"[{le.kind}] {le.op} {le.gpu}: {le.text}")
+    if not found:
+        print("no lessons", file=sys.stderr)
     return 0
 
 

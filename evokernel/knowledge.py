@@ -7,7 +7,12 @@ lessons, without an LLM:
   results, a crash, a timeout), with how many configurations hit it and examples;
 - a **pattern** per child that beat its parent by more than `min_gain` (and its noise): what
   changed (the parameters, or "a rewritten source" and its first docstring line) and by how
-  much, on which op, GPU and shapes.
+  much, on which op, GPU and shapes;
+- a **caveat** per child that lost to its parent by more than that: a regression, what
+  changed and by how much.
+
+An LLM may add a **summary** in prose over those lessons (`summarize`, or the recorder's
+`summarizer` at the end of a run); it is stored with the lessons it read as its evidence.
 
 Every lesson carries its evidence (genome ids, figures) and the toolchain it was learned
 under; `lessons_for` leaves out lessons from another GPU, op or toolchain (a new Triton or
@@ -34,15 +39,16 @@ from typing import Any
 
 import msgspec
 
+from .candidate import bind_config
 from .genome import Genome
 from .result import Status
 
-__all__ = ["Lesson", "KnowledgeRecorder", "lessons_for", "kernels", "failure_class"]
+__all__ = ["Lesson", "KnowledgeRecorder", "lessons_for", "kernels", "failure_class", "summarize"]
 
 
 class Lesson(msgspec.Struct, frozen=True, kw_only=True):
     id: str
-    kind: str  # "pattern" or "caveat"
+    kind: str  # "pattern", "caveat" or "summary"
     op: str  # the problem's family (or name)
     gpu: str
     toolchain: dict[str, Any]
@@ -87,8 +93,9 @@ class KnowledgeRecorder:
     reads them from a KernelEvaluator (`from_evaluator`)."""
 
     def __init__(self, store: Any, where: Mapping[str, Any], *, min_gain: float = 0.03,
-                 render: Callable[[Genome], str] | None = None) -> None:
+                 render: Callable[[Genome], str] | None = None, summarizer: Any = None) -> None:
         self.store, self.where, self.min_gain, self.render = store, dict(where), min_gain, render
+        self.summarizer = summarizer  # an LLM provider: a prose summary of the lessons when the run ends
         self.run_id = ""
         self._pending: list[Any] = []
         self._by_id: dict[str, Any] = {}
@@ -120,6 +127,9 @@ class KnowledgeRecorder:
 
     def on_finish(self, report: Any) -> None:
         self.flush()
+        if self.summarizer is not None:
+            summarize(self.store, self.summarizer, op=self.where["op"], gpu=self.where["gpu"],
+                      toolchain=self.where["toolchain"], run_id=self.run_id)
 
     # -- lessons --------------------------------------------------------------------------
     def flush(self) -> list[Lesson]:
@@ -145,7 +155,7 @@ class KnowledgeRecorder:
                 continue
             gain = parent.result.latency_ms / ind.result.latency_ms - 1
             noise = max(ind.result.noise, parent.result.noise)
-            if gain <= max(self.min_gain, 2 * noise):
+            if abs(gain) <= max(self.min_gain, 2 * noise):
                 continue
             if ind.genome.source and ind.genome.source != parent.genome.source:
                 what = f"a rewritten source ({_first_doc_line(ind.genome.source)})"
@@ -154,6 +164,15 @@ class KnowledgeRecorder:
                            if parent.genome.params.get(k) != v}
                 what = ", ".join(f"{k} {a}->{b}" for k, (a, b) in sorted(changed.items())) or "a new genome"
             shapes = ", ".join(ind.result.per_shape) or "its shapes"
+            if gain < 0:  # a regression: slower than its parent by more than the noise
+                lessons.append(_lesson(
+                    "caveat", op, gpu, tc,
+                    f"{what} (operator {lineage.operator}) regressed by {100 * (1 / (1 + gain) - 1):.1f}% on "
+                    f"{shapes} ({parent.result.latency_ms:.4g} -> {ind.result.latency_ms:.4g} ms)",
+                    {"genome": ind.genome.id, "parent": parent.genome.id, "class": "regression",
+                     "slowdown": 1 / (1 + gain) - 1, "latency_ms": ind.result.latency_ms,
+                     "parent_ms": parent.result.latency_ms}, run))
+                continue
             lessons.append(_lesson(
                 "pattern", op, gpu, tc,
                 f"{what} (operator {lineage.operator}) gained {100 * gain:.1f}% on {shapes} "
@@ -183,7 +202,7 @@ class KnowledgeRecorder:
             p = self._by_id.get(pid)
             if p is not None:
                 if p.genome.source and "def kernel" in p.genome.source:
-                    return p.genome.source
+                    return bind_config(p.genome.source, p.genome.params)
                 if self.render is not None:
                     try:
                         return self.render(p.genome)
@@ -193,12 +212,13 @@ class KnowledgeRecorder:
 
     def _save_kernel(self, ind: Any) -> None:
         base = self._parent_source(ind)
-        diff = "".join(difflib.unified_diff(base.splitlines(keepends=True), ind.genome.source.splitlines(keepends=True),
+        source = bind_config(ind.genome.source, ind.genome.params)  # what ran
+        diff = "".join(difflib.unified_diff(base.splitlines(keepends=True), source.splitlines(keepends=True),
                                             "parent/candidate.py", "candidate.py"))
         self.store.save_kernel({
             "genome_id": ind.genome.id, "op": self.where["op"], "gpu": self.where["gpu"],
             "toolchain": self.where["toolchain"], "shapes": self.where.get("shapes", []),
-            "source": ind.genome.source, "diff": diff, "latency_ms": ind.result.latency_ms,
+            "source": source, "diff": diff, "latency_ms": ind.result.latency_ms,
             "per_shape": dict(ind.result.per_shape), "run_id": self.run_id,
             "workload": {"gpu": self.where["gpu"], "toolchain": self.where["toolchain"],
                          "shapes": self.where.get("shapes", [])},
@@ -214,7 +234,8 @@ def lessons_for(store: Any, *, op: str, gpu: str, toolchain: Mapping[str, Any] |
     found.sort(key=lambda le: -le.created)
     caveats = [le for le in found if le.kind == "caveat"]
     patterns = [le for le in found if le.kind == "pattern"]
-    out: list[str] = []
+    summaries = [le for le in found if le.kind == "summary"]
+    out: list[str] = [f"[summary] {summaries[0].text}"] if summaries and limit > 0 else []
     while (caveats or patterns) and len(out) < limit:
         for group in (patterns, caveats):
             if group and len(out) < limit:
@@ -230,3 +251,44 @@ def kernels(store: Any, *, op: str | None = None, gpu: str | None = None,
     if shape is not None:
         rows = [r for r in rows if any(all(s.get(k) == v for k, v in shape.items()) for s in r["shapes"])]
     return sorted(rows, key=lambda r: r["latency_ms"])
+
+
+_SUMMARY_TOOL = {
+    "name": "submit_summary",
+    "description": "Submit the summary of the lessons.",
+    "input_schema": {"type": "object", "properties": {
+        "summary": {"type": "string", "description": "at most 120 words of prose"}}, "required": ["summary"]},
+}
+
+_SUMMARY_INSTRUCTIONS = """You summarise what kernel-tuning runs learned, for the engineer and the \
+model that will run the next search on the same operation and GPU. You are given lessons \
+(patterns: changes that made a kernel faster, with the gain; caveats: failures, regressions). \
+Write at most 120 words of prose: what to try first, what to avoid, and what is uncertain. \
+State only what the lessons support, with their figures. Submit it with submit_summary."""
+
+
+def summarize(store: Any, provider: Any, *, op: str, gpu: str, toolchain: Mapping[str, Any] | None = None,
+              run_id: str = "", limit: int = 40) -> Lesson | None:
+    """An LLM's prose summary of the lessons for this op and GPU, stored as a `summary`
+    lesson (its evidence: the lessons it read, the model, tokens and dollars), or None when
+    there is nothing to summarise or the call fails (the failure is logged, never raised)."""
+    import logging
+
+    log = logging.getLogger("evokernel.knowledge")
+    found = [le for le in store.lessons(op=op, gpu=gpu) if le.kind != "summary"
+             and (not toolchain or all(le.toolchain.get(k) == v for k, v in toolchain.items() if k in le.toolchain))]
+    found = sorted(found, key=lambda le: -le.created)[:limit]
+    if not found or provider is None or (hasattr(provider, "available") and provider.available() is not None):
+        return None
+    prompt = f"Operation {op} on {gpu}.\n\n" + "\n".join(f"- [{le.kind}] {le.text}" for le in found)
+    reply = provider.complete([{"type": "text", "text": _SUMMARY_INSTRUCTIONS}], prompt, tool=_SUMMARY_TOOL)
+    text = str(reply.fields.get("summary") or reply.fields.get("text") or "").strip() if not reply.error else ""
+    if not text:
+        log.warning("lesson summary dropped: %s", reply.error or "empty summary")
+        return None
+    lesson = _lesson("summary", op, gpu, dict(toolchain or found[0].toolchain), text[:2000],
+                     {"lessons": [le.id for le in found], "model": getattr(provider, "model", ""),
+                      "cost_usd": reply.cost_usd, "input_tokens": reply.input_tokens,
+                      "output_tokens": reply.output_tokens}, run_id)
+    store.save_lessons([lesson])
+    return lesson

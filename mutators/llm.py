@@ -28,16 +28,18 @@ import hashlib
 import logging
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evokernel.candidate import bind_config, config_of, space_of, why_space_invalid
 from evokernel.genome import Genome
 from evokernel.mutator import Context
 from evokernel.problem import Problem
 
-__all__ = ["LLMRewrite", "AnthropicProvider", "OpenAICompatibleProvider", "LLMReply", "validate_source", "PRICES"]
+__all__ = ["LLMRewrite", "AnthropicProvider", "OpenAICompatibleProvider", "LLMReply", "validate_source", "apply_edits",
+           "PRICES"]
 
 log = logging.getLogger("evokernel.llm")
 
@@ -56,10 +58,17 @@ _TOOL = {
     "input_schema": {
         "type": "object",
         "properties": {
-            "source": {"type": "string", "description": "the whole new module, ready to import"},
+            "source": {"type": "string", "description": "the whole new module, ready to import (or give edits)"},
+            "edits": {
+                "type": "array",
+                "description": "instead of source: search/replace edits applied in order to the candidate you were "
+                               "given; each search text must occur in it exactly once",
+                "items": {"type": "object", "properties": {"search": {"type": "string"}, "replace": {"type": "string"}},
+                          "required": ["search", "replace"]},
+            },
             "rationale": {"type": "string", "description": "one line: what changed and why it should be faster"},
         },
-        "required": ["source", "rationale"],
+        "required": ["rationale"],
     },
 }
 
@@ -69,14 +78,18 @@ candidate: a complete Python module that defines `kernel(*inputs)` returning exa
 reference returns (same shapes, dtypes, device), written with Triton and/or PyTorch. It is \
 checked against the reference on fresh random inputs, every call; then timed on the GPU. \
 Do not cache results, skip work, use other streams or threads, or touch the timing: such \
-kernels are rejected. If the candidate defines CONFIG (a dict of tunable parameters), keep \
-CONFIG with the same keys and read the tunables from it: a search tunes them afterwards. \
-Submit the module with the submit_kernel tool."""
+kernels are rejected. If the candidate defines CONFIG (a literal dict of tunable parameters), \
+keep CONFIG with at least the same keys and read the tunables from it: the search tunes them. \
+A new structure may bring tunables of its own: add them to CONFIG and declare the values worth \
+trying in a literal SPACE dict (e.g. SPACE = {"UNROLL": [1, 2, 4]}, with CONFIG's value among \
+them); the search tries them before it judges the structure. Submit the whole module \
+(`source`) or search/replace `edits` to the candidate, with the submit_kernel tool."""
 
 
 @dataclass
 class LLMReply:
     source: str = ""
+    edits: list[dict[str, str]] = field(default_factory=list)  # search/replace edits instead of a source
     rationale: str = ""
     stop_reason: str = ""
     input_tokens: int = 0
@@ -85,6 +98,7 @@ class LLMReply:
     cache_read_tokens: int = 0
     cost_usd: float = 0.0
     error: str = ""  # why there is no usable answer (the call failed, or the answer is unusable)
+    fields: dict[str, Any] = field(default_factory=dict)  # the arguments of a call to another tool than submit_kernel
 
 
 def _price(model: str) -> tuple[float, float, float, float]:
@@ -129,8 +143,12 @@ class AnthropicProvider:
                                                timeout=self.timeout_s)
         return self._client
 
-    def complete(self, system: list[dict[str, Any]], prompt: str) -> LLMReply:
+    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None) -> LLMReply:
+        """One answer through `tool` (default: submit_kernel; another tool's arguments come
+        back in `fields`)."""
         import anthropic
+
+        tool = tool or _TOOL
 
         kwargs: dict[str, Any] = {}
         accepted = _create_params(self.client)
@@ -145,8 +163,8 @@ class AnthropicProvider:
         try:
             msg = self.client.messages.create(
                 model=self.model, max_tokens=self.max_tokens, system=system,
-                messages=[{"role": "user", "content": prompt}], tools=[_TOOL],
-                tool_choice={"type": "tool", "name": "submit_kernel"}, **kwargs,
+                messages=[{"role": "user", "content": prompt}], tools=[tool],
+                tool_choice={"type": "tool", "name": tool["name"]}, **kwargs,
             )
         except anthropic.APIStatusError as exc:
             return LLMReply(error=f"API error {exc.status_code} after retries: {str(exc)[:200]}")
@@ -167,14 +185,15 @@ class AnthropicProvider:
         if reply.stop_reason == "max_tokens":
             reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
             return reply
-        tool = next((b for b in msg.content if getattr(b, "type", "") == "tool_use"
-                     and getattr(b, "name", "") == "submit_kernel"), None)
-        if tool is None or not isinstance(tool.input, dict) or not isinstance(tool.input.get("source"), str):
-            reply.error = "the answer holds no submit_kernel call with a source"
+        call = next((b for b in msg.content if getattr(b, "type", "") == "tool_use"
+                     and getattr(b, "name", "") == tool["name"]), None)
+        if call is None or not isinstance(call.input, dict):
+            reply.error = f"the answer holds no {tool['name']} call"
             return reply
-        reply.source = tool.input["source"]
-        reply.rationale = str(tool.input.get("rationale", ""))[:300]
-        return reply
+        if tool is not _TOOL:
+            reply.fields = dict(call.input)
+            return reply
+        return _answer(reply, call.input)
 
 
 class OpenAICompatibleProvider:
@@ -232,14 +251,15 @@ class OpenAICompatibleProvider:
                 time.sleep(wait)
         return None, f"{error} (after {self.max_retries} retries)"
 
-    def complete(self, system: list[dict[str, Any]], prompt: str) -> LLMReply:
+    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None) -> LLMReply:
         import json
 
-        tool = {"type": "function", "function": {"name": _TOOL["name"], "description": _TOOL["description"],
-                                                  "parameters": _TOOL["input_schema"]}}
+        spec = tool or _TOOL
+        fn_tool = {"type": "function", "function": {"name": spec["name"], "description": spec["description"],
+                                                     "parameters": spec["input_schema"]}}
         body: dict[str, Any] = {
-            "model": self.model, "max_tokens": self.max_tokens, "tools": [tool],
-            "tool_choice": {"type": "function", "function": {"name": _TOOL["name"]}},
+            "model": self.model, "max_tokens": self.max_tokens, "tools": [fn_tool],
+            "tool_choice": {"type": "function", "function": {"name": spec["name"]}},
             "messages": [{"role": "system", "content": "\n\n".join(b["text"] for b in system)},
                          {"role": "user", "content": prompt}],
         }
@@ -263,21 +283,69 @@ class OpenAICompatibleProvider:
             return reply
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
-            if fn.get("name") == _TOOL["name"]:
+            if fn.get("name") == spec["name"]:
                 try:
                     args = json.loads(fn.get("arguments") or "{}")
                 except ValueError:
-                    reply.error = "the submit_kernel call's arguments are not JSON"
+                    reply.error = f"the {spec['name']} call's arguments are not JSON"
                     return reply
-                if isinstance(args, dict) and isinstance(args.get("source"), str):
-                    reply.source, reply.rationale = args["source"], str(args.get("rationale", ""))[:300]
+                if spec is not _TOOL:
+                    reply.fields = args if isinstance(args, dict) else {}
                     return reply
+                if isinstance(args, dict) and (isinstance(args.get("source"), str) or args.get("edits")):
+                    return _answer(reply, args)
+        if spec is not _TOOL:  # a server without tool calling answered in prose
+            text = str(message.get("content") or "").strip()
+            if text:
+                reply.fields = {"text": text}
+            else:
+                reply.error = f"the answer holds no {spec['name']} call and no text"
+            return reply
         block = re.search(r"```(?:python)?\n(.*?)```", str(message.get("content") or ""), re.S)
         if block:
             reply.source, reply.rationale = block.group(1), "(from a fenced block)"
             return reply
         reply.error = "the answer holds no submit_kernel call and no Python block"
         return reply
+
+
+def _answer(reply: LLMReply, args: dict[str, Any]) -> LLMReply:
+    """Fills `reply` from a submit_kernel call's arguments: a source, or well-formed edits."""
+    reply.rationale = str(args.get("rationale", ""))[:300]
+    if isinstance(args.get("source"), str) and args["source"].strip():
+        reply.source = args["source"]
+        return reply
+    edits = args.get("edits")
+    if isinstance(edits, list) and edits and all(
+            isinstance(e, dict) and isinstance(e.get("search"), str) and isinstance(e.get("replace"), str)
+            for e in edits):
+        reply.edits = [{"search": e["search"], "replace": e["replace"]} for e in edits]
+        return reply
+    reply.error = "the submit_kernel call holds neither a source nor well-formed edits"
+    return reply
+
+
+def apply_edits(source: str, edits: Sequence[Mapping[str, str]]) -> tuple[str, str | None]:
+    r"""`source` with search/replace `edits` applied in order, and None; or the source
+    unchanged and why an edit cannot apply (its search text is missing, empty or ambiguous).
+
+    >>> apply_edits("a = 1\nb = 2\n", [{"search": "b = 2", "replace": "b = 3"}])
+    ('a = 1\nb = 3\n', None)
+    >>> apply_edits("a = 1\n", [{"search": "c = 1", "replace": "c = 2"}])[1]
+    'edit 1: its search text is not in the candidate'
+    """
+    out = source
+    for i, edit in enumerate(edits, 1):
+        search = edit.get("search", "")
+        if not search:
+            return source, f"edit {i}: empty search text"
+        found = out.count(search)
+        if found == 0:
+            return source, f"edit {i}: its search text is not in the candidate"
+        if found > 1:
+            return source, f"edit {i}: its search text occurs {found} times in the candidate"
+        out = out.replace(search, edit.get("replace", ""), 1)
+    return out, None
 
 
 def _create_params(client: Any) -> set[str]:
@@ -289,9 +357,12 @@ def _create_params(client: Any) -> set[str]:
         return set()
 
 
-def validate_source(source: str, *, arity: int | None = None, config_keys: Sequence[str] | None = None) -> str | None:
+def validate_source(source: str, *, arity: int | None = None, config_keys: Sequence[str] | None = None,
+                    known: Sequence[str] | None = None) -> str | None:
     """None if `source` may be judged, else why not: it must parse, define a top-level
-    `kernel` taking `arity` positional inputs, and keep `CONFIG` with `config_keys`."""
+    `kernel` taking `arity` positional inputs, keep `CONFIG` with (at least) `config_keys`,
+    and declare in `SPACE` every new `CONFIG` key that is not a parameter of the search
+    (`known`; None: no new keys are checked)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
@@ -311,8 +382,12 @@ def validate_source(source: str, *, arity: int | None = None, config_keys: Seque
         if config is None or not isinstance(config.value, ast.Dict):
             return "dropped its CONFIG dict (the tunable parameters)"
         keys = {k.value for k in config.value.keys if isinstance(k, ast.Constant)}
-        if keys != set(config_keys):
-            return f"CONFIG keys changed: {sorted(keys)} instead of {sorted(config_keys)}"
+        if not set(config_keys) <= keys:
+            return f"CONFIG keys dropped: {sorted(set(config_keys) - keys)}"
+    if known is not None:
+        why = why_space_invalid(source, known=list(known) + list(config_keys or ()))
+        if why is not None:
+            return why
     return None
 
 
@@ -333,6 +408,7 @@ class _Stats:
     calls: int = 0
     proposed: int = 0
     repairs: int = 0
+    tuned: int = 0  # variants of new structures' own tunables (SPACE), proposed without a call
     dropped: dict[str, int] = field(default_factory=dict)
     cost_usd: float = 0.0
     tokens: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cache_write": 0,
@@ -353,7 +429,8 @@ class LLMRewrite:
                  render: Callable[[Genome], str] | None = None, name: str = "llm-rewrite", inspirations: int = 2,
                  repairs: int = 2,
                  lessons: Callable[[Problem, Genome], list[str]] | None = None,
-                 measured: Callable[[Genome], dict[str, Any]] | None = None, inputs: int | None = None) -> None:
+                 measured: Callable[[Genome], dict[str, Any]] | None = None, inputs: int | None = None,
+                 tune: int = 6) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         # several providers (models) are mixed by Thompson sampling on their gains per dollar
         providers = list(provider) if isinstance(provider, (list, tuple)) else [provider or AnthropicProvider()]
@@ -372,8 +449,16 @@ class LLMRewrite:
         self._mine: dict[str, int] = {}  # genome id -> repairs already spent on its line
         self._to_repair: list[tuple[Genome, str, int]] = []
         self._seen: dict[str, dict[str, Any]] = {}  # what was measured of each genome (for prompts)
+        # a new structure with tunables of its own (SPACE) gets up to `tune` variants of them,
+        # proposed without a call once the structure passed the gate, so it is not judged on
+        # the one configuration the model happened to write
+        self.tune = tune
+        self._structures: dict[str, dict[str, list[Any]]] = {}  # child id -> its own SPACE
+        self._to_tune: list[Genome] = []
 
     def reset(self) -> None:
+        self._structures.clear()
+        self._to_tune.clear()
         self._child_of.clear()
         self._mine.clear()
         self._to_repair.clear()
@@ -390,6 +475,9 @@ class LLMRewrite:
             which, parent_ms = origin
             if result.is_ok and parent_ms and result.latency_ms < parent_ms:
                 self._model_stats[which]["gains"] += 1.0
+        own = self._structures.pop(genome.id, None)
+        if own and result.is_ok:
+            self._queue_variants(genome, own)
         spent = self._mine.get(genome.id)
         if spent is not None and not result.is_ok and spent < self.repairs:
             self._to_repair.append((genome, f"{result.status.value}: {result.error[:1500]}", spent))
@@ -418,10 +506,33 @@ class LLMRewrite:
         return [{"model": getattr(p, "model", p.__class__.__name__), **st}
                 for p, st in zip(self.providers, self._model_stats)]
 
+    def _queue_variants(self, genome: Genome, own: dict[str, list[Any]]) -> None:
+        """Up to `tune` other settings of a structure's own tunables, distinct, in a seeded
+        random order (one-at-a-time moves first: the nearest settings are the likeliest)."""
+        import itertools
+        import random
+
+        base = config_of(genome.source) or {}
+        keys = sorted(own)
+        singles = [{**{k: base.get(k) for k in keys}, key: v} for key in keys for v in own[key] if v != base.get(key)]
+        combos = [dict(zip(keys, vs)) for vs in itertools.islice(itertools.product(*(own[k] for k in keys)), 4096)]
+        rng = random.Random(genome.id)
+        rng.shuffle(singles)
+        rng.shuffle(combos)
+        seen, picked = {tuple(base.get(k) for k in keys)}, []
+        for values in singles + combos:
+            key = tuple(values[k] for k in keys)
+            if key not in seen and len(picked) < self.tune:
+                seen.add(key)
+                picked.append(values)
+        for values in picked:
+            child = Genome.of(dict(genome.params), source=bind_config(genome.source, values))
+            self._to_tune.append(child.with_lineage((genome.id,), self.name, genome.lineage.generation))
+
     # -- prompt --------------------------------------------------------------------------
     def _source(self, genome: Genome) -> str:
         if genome.source and "def kernel" in genome.source:
-            return genome.source
+            return bind_config(genome.source, genome.params)
         if self.render is None:
             raise ValueError("a genome without its own source needs `render`")
         return self.render(genome)
@@ -471,6 +582,9 @@ class LLMRewrite:
                 log.warning("%s is off: %s", self.name, off)
                 self._said_off = True
             return None
+        if self._to_tune:  # a variant of a new structure's own tunables: no call
+            self.stats.tuned += 1
+            return self._to_tune.pop(0)
         repair = self._to_repair.pop(0) if self._to_repair else None
         parent = repair[0] if repair else parents[0]
         try:
@@ -495,8 +609,15 @@ class LLMRewrite:
         if reply.error:
             self._drop(reply.error)
             return None
-        source = reply.source if reply.source.endswith("\n") else reply.source + "\n"
-        why = validate_source(source, config_keys=_config_keys(parent_source))
+        source = reply.source
+        if reply.edits:
+            source, why = apply_edits(parent_source, reply.edits)
+            if why is not None:
+                self._drop(f"malformed edit: {why}")
+                return None
+        source = source if source.endswith("\n") else source + "\n"
+        known = [p.name for p in ctx.space.params] if ctx.space is not None else None
+        why = validate_source(source, config_keys=_config_keys(parent_source), known=known)
         if why is None:
             why = self._check_arity(source)
         if why is not None:
@@ -506,7 +627,18 @@ class LLMRewrite:
         digest = hashlib.sha256(source.encode()).hexdigest()[:12]
         log.info("%s: %s %s: %s", self.name, "repair" if repair else "proposal", digest,
                  re.sub(r"\s+", " ", reply.rationale)[:120])
-        child = Genome.of(dict(parent.params), source=source)
+        # the search's own parameters start where the model set them in CONFIG (if that is a
+        # valid point of the space), else at the parent's
+        params = dict(parent.params)
+        config = config_of(source) or {}
+        if ctx.space is not None:
+            moved = {**params, **{k: v for k, v in config.items() if k in params}}
+            if moved != params and ctx.space.why_invalid(moved) is None:
+                params = moved
+        child = Genome.of(params, source=source)
+        own = {k: v for k, v in (space_of(source) or {}).items() if k not in params}
+        if own and self.tune > 0:
+            self._structures[child.id] = own
         if repair:  # its parent is the failed genome it fixes, not the one the search offered
             child = child.with_lineage((parent.id,), self.name, ctx.generation)
         self._mine[child.id] = repair[2] + 1 if repair else 0

@@ -77,3 +77,57 @@ def test_failure_classes():
     assert failure_class("compile_error", "OutOfResources: shared memory, Required: 262144") == "out of shared memory"
     assert failure_class("incorrect", "wrong result: output 0 ...") == "wrong results"
     assert failure_class("compile_error", "CompilationError: at 12:4") == "compile error (CompilationError)"
+
+
+def _ind(genome, result):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(genome=genome, result=result)
+
+
+def test_a_regression_is_a_caveat_with_its_figures_and_an_llm_summary_is_stored_with_its_evidence(tmp_path: Path):
+    from evokernel.knowledge import summarize
+    from evokernel.result import Result
+
+    store = SQLiteStore(tmp_path / "k.db")
+    where = {"op": "matmul_small", "gpu": "cpu", "toolchain": {"triton": "3.9"}, "shapes": []}
+    rec = KnowledgeRecorder(store, where)
+    space = matmul_space()
+    parent = space.genome(BM=32, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=2)
+    faster = space.genome(BM=64, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=2).with_lineage(
+        (parent.id,), "point", 1)
+    slower = space.genome(BM=32, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=4).with_lineage(
+        (parent.id,), "point", 1)
+    for g, ms in ((parent, 1.0), (faster, 0.8), (slower, 1.5)):
+        rec.on_evaluation(_ind(g, Result.ok(ms, per_shape={"M=256": ms})), None, 0)
+    texts = [le.text for le in rec.flush()]
+    assert any("BM 32->64" in t and "gained 25.0%" in t for t in texts)
+    assert any("num_stages 2->4" in t and "regressed by 50.0%" in t for t in texts)
+
+    rec_ = Recorded("summary_tool_use.json")
+    lesson = summarize(store, provider(rec_), op="matmul_small", gpu="cpu", toolchain={"triton": "3.9"})
+    assert lesson is not None and lesson.kind == "summary" and "shared memory" in lesson.text
+    assert len(lesson.evidence["lessons"]) == 2 and lesson.evidence["cost_usd"] > 0
+    body = rec_.requests[0]
+    assert body["tool_choice"] == {"type": "tool", "name": "submit_summary"} and "regressed by 50.0%" in \
+        body["messages"][0]["content"]
+    # the summary leads the lessons a prompt gets; under another toolchain neither is offered
+    assert lessons_for(store, op="matmul_small", gpu="cpu", toolchain={"triton": "3.9"})[0].startswith("[summary]")
+    assert lessons_for(store, op="matmul_small", gpu="cpu", toolchain={"triton": "4.0"}) == []
+    # a failed call is logged and nothing is stored
+    assert summarize(store, provider(Recorded("server_500.json"), max_retries=0), op="matmul_small", gpu="cpu") is None
+    assert sum(le.kind == "summary" for le in store.lessons(op="matmul_small")) == 1
+
+
+def test_the_lessons_command_prints_and_refuses_to_summarize_without_a_key(tmp_path: Path, capsys, monkeypatch):
+    from evokernel.cli import main
+    from evokernel.knowledge import _lesson
+
+    db = tmp_path / "k.db"
+    SQLiteStore(db).save_lessons([_lesson("caveat", "op", "cpu", {}, "BK=256 with 5 stages exceeds shared memory",
+                                          {}, "r")])
+    assert main(["lessons", str(db)]) == 0
+    assert "[caveat] op cpu: BK=256 with 5 stages" in capsys.readouterr().out
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert main(["lessons", str(db), "--op", "op", "--gpu", "cpu", "--summarize"]) == 2
+    assert "no ANTHROPIC_API_KEY" in capsys.readouterr().err

@@ -97,7 +97,8 @@ def test_errors_past_the_retries_drop_the_proposal_with_a_reason(caplog: pytest.
 
 
 @pytest.mark.parametrize("name, reason", [("truncated.json", "truncated answer"),
-                                          ("malformed_edit.json", "invalid source: does not parse"),
+                                          ("syntax_error.json", "invalid source: does not parse"),
+                                          ("malformed_edit.json", "malformed edit: edit 1: its search text is not"),
                                           ("dropped_config.json", "invalid source: dropped its CONFIG")])
 def test_truncated_and_malformed_answers_are_dropped(name: str, reason: str, caplog: pytest.LogCaptureFixture):
     rewrite = op(Recorded(name))
@@ -120,8 +121,43 @@ def test_source_validation():
     assert validate_source("def kernel(a, b):\n    return a\n", arity=2) is None
     assert "takes 1 inputs" in validate_source("def kernel(a):\n    return a\n", arity=2)
     assert "no top-level function" in validate_source("def kern(a, b):\n    return a\n")
-    assert "CONFIG keys changed" in validate_source("CONFIG = {'BM': 1}\ndef kernel(a, b):\n    return a\n",
-                                                    config_keys=["BM", "BN"])
+    assert "CONFIG keys dropped: ['BN']" in validate_source("CONFIG = {'BM': 1}\ndef kernel(a, b):\n    return a\n",
+                                                           config_keys=["BM", "BN"])
+    # a new tunable must be declared in SPACE, with CONFIG's value among its values
+    new = "CONFIG = {'BM': 1, 'U': 2}\ndef kernel(a, b):\n    return a\n"
+    assert "neither a parameter" in validate_source(new, config_keys=["BM"], known=["BM"])
+    assert validate_source(new + "SPACE = {'U': [1, 2]}\n", config_keys=["BM"], known=["BM"]) is None
+    assert "not among" in validate_source(new + "SPACE = {'U': [1, 4]}\n", config_keys=["BM"], known=["BM"])
+
+
+def test_edits_declaring_a_new_tunable_are_applied_and_its_values_tried_without_more_calls():
+    from evokernel.candidate import config_of, space_of
+    from evokernel.result import Result
+
+    rec = Recorded("edits_new_tunable.json")
+    rewrite = op(rec, max_retries=0)
+    ctx = context()
+    child = rewrite.propose([PARENT], ctx)
+    assert child is not None and config_of(child.source)["CHUNKS"] == 2 and space_of(child.source) == {"CHUNKS": [1, 2, 4]}
+    assert "torch.chunk" in child.source and child.params == PARENT.params
+    assert "search/replace" in rec.requests[0]["system"][0]["text"]
+    # once the structure passes the gate, its other CHUNKS values come next, without a call
+    rewrite.observe(child, Result.ok(0.5, per_shape={"s": 0.5}))
+    variants = [rewrite.propose([PARENT], ctx) for _ in range(2)]
+    assert sorted(config_of(v.source)["CHUNKS"] for v in variants) == [1, 4]
+    assert all(v.lineage.parents == (child.id,) for v in variants)
+    assert rewrite.stats.tuned == 2 and rewrite.stats.calls == 1 and len(rec.requests) == 1
+
+
+def test_the_evaluator_binds_a_source_genomes_parameters_into_its_config():
+    from evokernel.evaluators.kernel import _source_of
+    from evokernel.candidate import config_of
+
+    source = candidate_source(PARENT.params)
+    moved = Genome.of(dict(PARENT.params, BM=64), source=source)
+    bound, trusted = _source_of(moved, lambda g: "")
+    assert config_of(bound)["BM"] == 64 and not trusted
+    assert _source_of(Genome.of(dict(PARENT.params), source=source), lambda g: "")[0] == source
 
 
 def test_a_search_judges_llm_rewrites_and_a_dollar_cap_stops_the_calls_not_the_search():
