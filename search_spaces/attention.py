@@ -1,0 +1,161 @@
+"""The spaces of the attention templates: prefill (`triton_attention.py`) and paged decode
+(`triton_decode.py`).
+
+Constraints rule out, before anything compiles, what cannot fit an H200 or is known to be
+hopeless: shared memory for the pipelined K and V tiles, fp32 registers per thread for the
+accumulator and the scores, a query block split over more warps than it has rows of 16,
+the 256x256 tiles (ptxas ran for minutes on that class of tiles on the H200, and they spill
+anyway), warp specialisation without TMA, and points that only duplicate another (the KV
+order of a non-causal kernel, a reduction strategy with one split). What else fails (a
+warp-specialised loop this Triton cannot split, descriptors it cannot build) fails once and
+is learned by the search (`SearchOptions.learn_failures`).
+
+>>> space = attention_space(head_dim=128, causal=True)
+>>> len(space.params), space.size, space.is_valid(ATTENTION_DEFAULTS)
+(11, 23040, True)
+>>> space.why_invalid(dict(ATTENTION_DEFAULTS, BLOCK_M=256, BLOCK_N=128, num_stages=2))
+'registers: a 256x128 tile (fp32 accumulator 256x128, scores 256x128) is 320 registers per thread with 8 warps (at most 192)'
+>>> decode_space(head_dim=128, group=4).why_invalid(dict(DECODE_DEFAULTS, NUM_SPLITS=1, REDUCE=1))
+'reduce: one split writes the output itself (REDUCE=1 would duplicate REDUCE=0)'
+"""
+
+from __future__ import annotations
+
+from evokernel.genome import Genome
+from evokernel.search_spaces.triton_attention import DEFAULTS as ATTENTION_DEFAULTS
+from evokernel.search_spaces.triton_decode import DEFAULTS as DECODE_DEFAULTS
+from evokernel.space import (
+    H200_SHARED_MEMORY_BYTES,
+    Choice,
+    Constraint,
+    IntRange,
+    Ordinal,
+    Point,
+    PowerOfTwo,
+    SearchSpace,
+    thread_limit,
+)
+
+__all__ = ["attention_space", "attention_class", "decode_space", "decode_class", "ATTENTION_DEFAULTS",
+           "DECODE_DEFAULTS"]
+
+#: fp32 registers per thread allowed for the accumulator, the scores and the probabilities
+#: (kept at half width): 255 in all, minus addresses, row statistics and loop state.
+TILE_REGISTERS = 192
+
+
+def _flag(name: str) -> Choice:
+    return Choice(name, [0, 1])
+
+
+def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int = 2,
+                    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+    """Tiles, warps, stages and the structural genes of the prefill template for one
+    head_dim (the tile constraints depend on it) and masking (REVERSE_KV only when causal)."""
+    D = head_dim
+
+    def shared_memory(p: Point) -> str | None:
+        need = (p.BLOCK_M * D + 2 * p.num_stages * p.BLOCK_N * D) * elem_bytes
+        if need > shared_memory_bytes:
+            return (f"shared memory: (BLOCK_M*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
+                    f"> {shared_memory_bytes} B")
+        return None
+
+    def compile_time(p: Point) -> str | None:
+        if p.BLOCK_M * p.BLOCK_N >= 256 * 256:
+            return f"compile time: a {p.BLOCK_M}x{p.BLOCK_N} tile (ptxas ran for minutes on 256x256 tiles on the H200)"
+        return None
+
+    def registers(p: Point) -> str | None:
+        per_thread = (p.BLOCK_M * D + 3 * p.BLOCK_M * p.BLOCK_N // 2) // (32 * p.num_warps)
+        if per_thread > TILE_REGISTERS:
+            return (f"registers: a {p.BLOCK_M}x{p.BLOCK_N} tile (fp32 accumulator {p.BLOCK_M}x{D}, scores "
+                    f"{p.BLOCK_M}x{p.BLOCK_N}) is {per_thread} registers per thread with {p.num_warps} warps "
+                    f"(at most {TILE_REGISTERS})")
+        return None
+
+    def rows_per_warp(p: Point) -> str | None:
+        if p.BLOCK_M < 16 * p.num_warps:
+            return (f"warps: BLOCK_M={p.BLOCK_M} over {p.num_warps} warps is under 16 rows a warp "
+                    f"(the MMA's row block; the row softmax would cross warps)")
+        return None
+
+    def warp_spec(p: Point) -> str | None:
+        return "warp specialisation needs TMA loads" if p.WARP_SPEC and not p.TMA else None
+
+    def kv_order(p: Point) -> str | None:
+        if p.REVERSE_KV and not causal:
+            return "REVERSE_KV: the KV order matters only for causal attention (a duplicate of REVERSE_KV=0)"
+        return None
+
+    return SearchSpace(
+        [
+            PowerOfTwo("BLOCK_M", 64, 256),
+            PowerOfTwo("BLOCK_N", 32, 256),
+            PowerOfTwo("num_warps", 4, 16),
+            IntRange("num_stages", 1, 5),
+            _flag("CAUSAL_SKIP"),
+            _flag("EXP2"),
+            _flag("LAZY_RESCALE"),
+            _flag("PERSISTENT"),
+            _flag("TMA"),
+            _flag("WARP_SPEC"),
+            _flag("REVERSE_KV"),
+        ],
+        constraints=[Constraint(compile_time, "compile time"), Constraint(shared_memory, "shared memory"),
+                     thread_limit(), Constraint(registers, "registers"), Constraint(rows_per_warp, "warps"),
+                     Constraint(warp_spec, "warp specialisation"), Constraint(kv_order, "kv order")],
+        name=f"attention_prefill_d{D}_{'causal' if causal else 'full'}",
+    )
+
+
+def attention_class(genome: Genome) -> str:
+    """Niche in the elite archive: the tile, how the work is scheduled, how K/V are loaded."""
+    how = "persistent" if genome["PERSISTENT"] else "grid"
+    return f"{genome['BLOCK_M']}x{genome['BLOCK_N']}/{how}" + ("/tma" if genome["TMA"] else "")
+
+
+def decode_space(*, head_dim: int = 128, group: int = 4, elem_bytes: int = 2,
+                 shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+    """Splits, tile, warps, stages and the reduction of the paged decode template for one
+    head_dim and GQA group size (H_q / H_kv query heads share a program: at least 16 rows)."""
+    D = head_dim
+    rows = max(16, 1 << (max(1, group) - 1).bit_length())
+
+    def shared_memory(p: Point) -> str | None:
+        need = (rows * D + 2 * p.num_stages * p.BLOCK_N * D) * elem_bytes
+        if need > shared_memory_bytes:
+            return (f"shared memory: ({rows}*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
+                    f"> {shared_memory_bytes} B")
+        return None
+
+    def registers(p: Point) -> str | None:
+        per_thread = (rows * D + 3 * rows * p.BLOCK_N // 2) // (32 * p.num_warps)
+        if per_thread > TILE_REGISTERS:
+            return (f"registers: {rows} query rows x (D={D} + BLOCK_N={p.BLOCK_N} scores) is {per_thread} registers "
+                    f"per thread with {p.num_warps} warps (at most {TILE_REGISTERS})")
+        return None
+
+    def reduce(p: Point) -> str | None:
+        if p.NUM_SPLITS == 1 and p.REDUCE:
+            return "reduce: one split writes the output itself (REDUCE=1 would duplicate REDUCE=0)"
+        return None
+
+    return SearchSpace(
+        [
+            Ordinal("NUM_SPLITS", [0, 1, 2, 4, 8, 16, 32, 64], default=8),  # 0: auto (see triton_decode.auto_splits)
+            PowerOfTwo("BLOCK_N", 16, 128),
+            PowerOfTwo("num_warps", 1, 8),
+            IntRange("num_stages", 1, 4),
+            _flag("REDUCE"),
+        ],
+        constraints=[Constraint(shared_memory, "shared memory"), Constraint(registers, "registers"),
+                     Constraint(reduce, "reduce")],
+        name=f"attention_decode_d{D}_g{group}",
+    )
+
+
+def decode_class(genome: Genome) -> str:
+    """Niche in the elite archive: how the context is split and how the splits are combined."""
+    splits = genome["NUM_SPLITS"] or "auto"
+    return f"splits{splits}/n{genome['BLOCK_N']}" + ("/lastblock" if genome["REDUCE"] else "")

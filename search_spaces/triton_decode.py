@@ -1,0 +1,291 @@
+"""A Triton split-KV (flash-decoding) attention over a paged KV cache, as a template over its
+config.
+
+One new token per sequence attends to its whole context: q [B, H_q, D]; the caches
+k_cache and v_cache [num_pages, PAGE, H_kv, D] hold every sequence's keys and values in
+pages of PAGE tokens; `block_table` [B, max_pages] int32 names sequence b's pages in order
+(token t of b is slot t % PAGE of page block_table[b, t // PAGE]); `context_lens` [B] int32
+are the tokens each sequence attends to (>= 1). The output is [B, H_q, D] in q's dtype.
+H_q is a multiple of H_kv (grouped-query attention): one program handles all H_q / H_kv
+query heads of a KV head (padded to at least 16 rows, so the scores are one `tl.dot` and
+each K/V tile is read once for the whole group: the decode win on tensor-core GPUs).
+
+Two stages. Stage 1: each (split, KV head, sequence) program runs the online softmax over
+its share of the sequence's keys (the context cut into NUM_SPLITS ranges, each a multiple
+of BLOCK_N) and writes a partial output and its log-sum-exp (base 2) in fp32. Stage 2
+combines the splits of a (sequence, KV head) with the usual max-shifted weights.
+
+The genome (`PARAMS`):
+
+- NUM_SPLITS: 1, 2, 4, ..., 64 KV splits, or 0 for "auto": enough splits for about two
+  programs per SM given B x H_kv programs, at most one per 256 keys of the longest context
+  the block table can name, at most 64. One split writes the output directly (no stage 2);
+- BLOCK_N: keys per step of the KV loop; num_warps, num_stages: of stage 1;
+- REDUCE: how splits are combined. 0: a separate reduce kernel (one program per sequence and
+  KV head, launched after stage 1). 1: in stage 1 itself, by the last program of a
+  (sequence, KV head) to finish: each program bumps an atomic counter after writing its
+  partial (release), and the one that sees NUM_SPLITS - 1 (acquire) reads all partials,
+  writes the output and resets the counter (a buffer kept zeroed between calls, so no
+  memset either). No second launch; the price is the atomics and a serial tail.
+
+`decode(q, k_cache, v_cache, block_table, context_lens, **params)` runs one configuration;
+`candidate_source(params)` writes the candidate a search evaluates; `sglang_default_params()`
+is SGLang's Triton decode backend's default (8 KV splits, BLOCK_N 32, 4 warps, 2 stages, a
+separate reduce kernel); `sdpa_gathered_source()` the torch baseline. All of it runs in
+Triton's interpreter on the CPU too, which is how the tests check every path.
+
+>>> src = candidate_source(sglang_default_params())
+>>> "def kernel(q, k_cache, v_cache, block_table, context_lens):" in src and '"NUM_SPLITS": 8' in src
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from numbers import Integral
+
+import torch
+import triton
+import triton.language as tl
+
+from evokernel.search_spaces.triton_gemm import num_sms
+
+__all__ = ["PARAMS", "DEFAULTS", "decode", "auto_splits", "candidate_source", "sglang_default_params",
+           "sdpa_gathered_source"]
+
+PARAMS: tuple[str, ...] = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
+#: SGLang's Triton decode backend's defaults (`triton_attention_num_kv_splits` = 8; grouped
+#: stage 1 with BLOCK_N 32, 4 warps, 2 stages; a separate stage-2 kernel).
+DEFAULTS: dict[str, int] = {"NUM_SPLITS": 8, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "REDUCE": 0}
+
+
+def sglang_default_params() -> dict[str, int]:
+    """SGLang's Triton decode defaults as a point of the genome (a copy of DEFAULTS)."""
+    return dict(DEFAULTS)
+
+
+@triton.jit
+def _combine(b, kv_head, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, SPLITS: tl.constexpr,
+             VOLATILE: tl.constexpr):
+    """O of the query heads of one (sequence, KV head) from the SPLITS partial outputs and
+    their log-sum-exps (base 2; -inf for an empty split)."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, HEAD_DIM)
+    hmask = offs_h < GROUP
+    rows = (b * H + kv_head * GROUP + offs_h).to(tl.int64) * SPLITS
+    m = tl.full([BLOCK_H], -1.0e30, tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    for s in range(SPLITS):
+        lse = tl.load(part_lse_ptr + rows + s, mask=hmask, other=float("-inf"), volatile=VOLATILE)
+        part = tl.load(part_o_ptr + (rows + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=hmask[:, None],
+                       other=0.0, volatile=VOLATILE)
+        m_new = tl.maximum(m, lse)
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(lse - m_new)
+        acc = acc * alpha[:, None] + w[:, None] * part
+        l = l * alpha + w
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)[:, None]
+    o_ptrs = o_ptr + b * stride_ob + (kv_head * GROUP + offs_h)[:, None] * stride_oh + offs_d[None, :]
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=hmask[:, None])
+
+
+@triton.jit
+def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, part_o_ptr, part_lse_ptr, count_ptr, qk_scale,
+                  H, H_kv, stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
+                  stride_bt, stride_ob, stride_oh,
+                  GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
+                  BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, REDUCE: tl.constexpr,
+                  INPUT_PRECISION: tl.constexpr):
+    """Stage 1: the online softmax of one (split, KV head, sequence) over its keys."""
+    split = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    b = tl.program_id(2)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, HEAD_DIM)
+    hmask = offs_h < GROUP
+    heads = kv_head * GROUP + offs_h
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
+    length = tl.load(lens_ptr + b)
+    per_split = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    lo = split * per_split
+    hi = tl.minimum(length, lo + per_split)
+    m = tl.full([BLOCK_H], -1.0e30, tl.float32)
+    l = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    for n0 in tl.range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        nmask = offs_n < hi
+        page = tl.load(bt_ptr + b * stride_bt + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
+        slot = offs_n % PAGE
+        k = tl.load(k_ptr + (page * stride_kp + slot * stride_ks + kv_head * stride_kh)[:, None] + offs_d[None, :],
+                    mask=nmask[:, None], other=0.0)
+        v = tl.load(v_ptr + (page * stride_vp + slot * stride_vs + kv_head * stride_vh)[:, None] + offs_d[None, :],
+                    mask=nmask[:, None], other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+        qk = tl.where(nmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
+        m = m_new
+    if SPLITS == 1:
+        out = acc / tl.where(l > 0, l, 1.0)[:, None]
+        o_ptrs = o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
+        rows = (b * H + heads).to(tl.int64) * SPLITS + split
+        part = acc / tl.where(l > 0, l, 1.0)[:, None]
+        tl.store(part_o_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], part, mask=hmask[:, None])
+        tl.store(part_lse_ptr + rows, tl.where(l > 0, m + tl.log2(tl.where(l > 0, l, 1.0)), float("-inf")), mask=hmask)
+        if REDUCE == 1:
+            tl.debug_barrier()  # every thread's partial is written before the release below
+            done = tl.atomic_add(count_ptr + b * H_kv + kv_head, 1, sem="acq_rel")
+            if done == SPLITS - 1:
+                _combine(b, kv_head, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+                         GROUP, HEAD_DIM, BLOCK_H, SPLITS, True)
+                tl.atomic_xchg(count_ptr + b * H_kv + kv_head, 0)
+
+
+@triton.jit
+def _reduce_kernel(part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, SPLITS: tl.constexpr):
+    """Stage 2 as its own launch: one program per (KV head, sequence)."""
+    _combine(tl.program_id(1), tl.program_id(0), part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+             GROUP, HEAD_DIM, BLOCK_H, SPLITS, False)
+
+
+_COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    """A zeroed int32 buffer of at least n counters per device, kept between calls (the last
+    program of each group puts its counter back to zero)."""
+    key = (str(device), n)
+    if key not in _COUNTERS:
+        _COUNTERS[key] = torch.zeros(n, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
+
+
+def auto_splits(batch: int, kv_heads: int, max_context: int, sms: int) -> int:
+    """NUM_SPLITS=0: a power of two of splits giving about two programs per SM, at most one
+    split per 256 keys of `max_context`, at most 64.
+
+    >>> auto_splits(1, 8, 32768, 132), auto_splits(64, 8, 4096, 132), auto_splits(1, 8, 300, 132)
+    (32, 1, 1)
+    """
+    want = max(1, math.ceil(2 * sms / max(1, batch * kv_heads)))
+    cap = max(1, min(64, want, max_context // 256))
+    return 1 << (cap.bit_length() - 1)
+
+
+def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
+           context_lens: torch.Tensor, *, sm_scale: float | None = None, NUM_SPLITS: int, BLOCK_N: int,
+           num_warps: int, num_stages: int, REDUCE: int = 0) -> torch.Tensor:
+    """One decode step's attention over the paged cache with one configuration."""
+    assert q.ndim == 3 and k_cache.ndim == 4 and v_cache.shape == k_cache.shape, (
+        f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}")
+    B, H, D = q.shape
+    _, page, H_kv, Dk = k_cache.shape
+    assert Dk == D and H % H_kv == 0, "caches must be [pages, page_size, H_kv, D] with H_q % H_kv == 0"
+    assert D >= 16 and D & (D - 1) == 0, f"head_dim must be a power of two >= 16, got {D}"
+    assert k_cache.stride(3) == v_cache.stride(3) == q.stride(2) == 1
+    assert block_table.dtype == torch.int32 and block_table.shape[0] == B and context_lens.shape == (B,)
+    assert context_lens.dtype == torch.int32
+    o = torch.empty((B, H, D), device=q.device, dtype=q.dtype)
+    if B == 0:
+        return o
+    splits = NUM_SPLITS or auto_splits(B, H_kv, block_table.shape[1] * page, num_sms(q.device))
+    group = H // H_kv
+    block_h = max(16, triton.next_power_of_2(group))
+    if splits > 1:
+        part_o = torch.empty((B, H, splits, D), device=q.device, dtype=torch.float32)
+        part_lse = torch.empty((B, H, splits), device=q.device, dtype=torch.float32)
+    else:
+        part_o = part_lse = o
+    counts = _counters(q.device, B * H_kv) if (splits > 1 and REDUCE) else o
+    scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
+    consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
+    _split_kernel[(splits, H_kv, B)](
+        q, k_cache, v_cache, block_table, context_lens, o, part_o, part_lse, counts, scale, H, H_kv,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0), o.stride(0), o.stride(1),
+        PAGE=page, BLOCK_N=BLOCK_N, REDUCE=int(bool(REDUCE)),
+        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **consts,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    if splits > 1 and not REDUCE:
+        _reduce_kernel[(H_kv, B)](part_o, part_lse, o, H, o.stride(0), o.stride(1), **consts, num_warps=4)
+    return o
+
+
+_CANDIDATE = '''"""Candidate: the split-KV paged decode template at one configuration (generated)."""
+
+from evokernel.search_spaces.triton_decode import decode
+
+
+CONFIG = {config}
+
+
+def kernel(q, k_cache, v_cache, block_table, context_lens):
+    return decode(q, k_cache, v_cache, block_table, context_lens, **CONFIG)
+'''
+
+
+def candidate_source(params: Mapping[str, int]) -> str:
+    """The text of a candidate module running `decode` at `params`."""
+    if set(params) != set(PARAMS):
+        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
+    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
+    if bad:
+        raise ValueError(f"params must be integers, got {bad}")
+    config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
+    return _CANDIDATE.format(config="{" + config + "}")
+
+
+_SDPA_GATHERED = '''"""Baseline: gather the paged KV cache into contiguous K and V, then torch
+scaled_dot_product_attention{backend_note} (generated by
+evokernel.search_spaces.triton_decode.sdpa_gathered_source).
+
+The gather is part of what this baseline does, and is timed: every page the block table
+names (its full width, so no read-back of the lengths) is copied to [B, H_kv, N, D], and a
+boolean mask hides keys past each sequence's context length."""
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKEND = {backend!r}
+
+
+def kernel(q, k_cache, v_cache, block_table, context_lens):
+    b, hq, d = q.shape
+    page, hkv = k_cache.shape[1], k_cache.shape[2]
+    n = block_table.shape[1] * page
+    pages = block_table.long()
+    k = k_cache[pages].reshape(b, n, hkv, d).transpose(1, 2)
+    v = v_cache[pages].reshape(b, n, hkv, d).transpose(1, 2)
+    mask = (torch.arange(n, device=q.device)[None, :] < context_lens[:, None])[:, None, None, :]
+    args = (q[:, :, None, :], k, v)
+    if BACKEND is None:
+        o = F.scaled_dot_product_attention(*args, attn_mask=mask, enable_gqa=hq != hkv)
+    else:
+        with sdpa_kernel(getattr(SDPBackend, BACKEND)):
+            o = F.scaled_dot_product_attention(*args, attn_mask=mask, enable_gqa=hq != hkv)
+    return o[:, :, 0, :]
+'''
+
+
+def sdpa_gathered_source(backend: str | None = None) -> str:
+    """The baseline a user without a paged kernel would run: gather the cache, then torch SDPA
+    (backend None: torch's own choice; else an SDPBackend name such as "EFFICIENT_ATTENTION").
+
+    >>> "k_cache[pages]" in sdpa_gathered_source()
+    True
+    """
+    note = "" if backend is None else f" with backend {backend}"
+    return _SDPA_GATHERED.format(backend=backend, backend_note=note)
