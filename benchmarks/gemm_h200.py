@@ -93,7 +93,7 @@ def main() -> None:
 
     from evokernel import Budget, Genome, Search
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces import gemm_class, gemm_space
+    from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
@@ -118,7 +118,8 @@ def main() -> None:
         epi = dict(problem.module.EPILOGUE)
         ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
         shape = problem.shapes[0]
-        report = Search(space, ev, store=store, descriptor=gemm_class, name=f"gemm-{model}-{layer}-M{m}").run(
+        report = Search(space, ev, store=store, descriptor=gemm_class, name=f"gemm-{model}-{layer}-M{m}",
+                        seeds=gemm_seeds(m)).run(
             Budget(evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i))), seed=0)
         if report.best is None:
             doc["skipped"].append(f"{model}:{layer} M={m}: no candidate passed ({report.statuses})")

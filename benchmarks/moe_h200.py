@@ -109,14 +109,16 @@ def main() -> None:
         ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(g.params), device=args.device)
         shape = ev.problem.shapes[0]
         E, N = int(shape["E"]), int(shape["I"])
-        report = Search(space, ev, store=store, name=f"moe-{model}-M{m}").run(
+        base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
+        # the search starts from what SGLang would run, so it can only improve on it
+        seeds = [shared_params(c) for c in base.values() if c is not None]
+        report = Search(space, ev, store=store, name=f"moe-{model}-M{m}", seeds=seeds).run(
             Budget(evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job)), seed=0)
         if report.best is None:
             doc["skipped"].append(f"{model} M={m}: no candidate passed ({report.statuses})")
             write(out, doc)
             continue
         winner = report.best.genome
-        base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         genomes = [winner] + [Genome.of(shared_params(c)) for c in base.values() if c is not None]
         results = ev.remeasure(genomes, rounds=3)
         lat = [r.latency_ms if r.is_ok else None for r in results]

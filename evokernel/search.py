@@ -20,7 +20,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -163,7 +163,11 @@ class Search:
     """An evolutionary search of `space`, judged by `evaluator`, stored in `store`.
 
     mutators: the operators (default: the chosen strategy's); options: loop knobs;
-    descriptor: maps a genome to its niche in the elite archive (default: one niche)."""
+    descriptor: maps a genome to its niche in the elite archive (default: one niche);
+    seeds: known-good points (genomes or parameter dicts: a library's defaults, a serving
+    engine's tuned config) evaluated in the first generation, after earlier runs' elites,
+    so a search starts no worse than what the user would otherwise run (an invalid seed is
+    left out with a warning)."""
 
     def __init__(
         self,
@@ -177,6 +181,7 @@ class Search:
         descriptor: Descriptor | None = None,
         name: str | None = None,
         observers: Iterable[Observer] = (),
+        seeds: Iterable[Genome | Mapping[str, Any]] = (),
     ) -> None:
         from .strategies import get_strategy
 
@@ -197,6 +202,16 @@ class Search:
         self.descriptor = descriptor
         self.name = name or space.name
         self.observers = list(observers)
+        self.seeds: list[Genome] = []
+        for seed in seeds:
+            params = seed.params if isinstance(seed, Genome) else dict(seed)
+            reason = space.why_invalid(params)
+            if reason is not None:
+                log.warning("seed %s left out: %s", params, reason)
+                continue
+            g = Genome.of(space.canonical(params), seed.source if isinstance(seed, Genome) else None)
+            if all(g.id != h.id for h in self.seeds):
+                self.seeds.append(g)
 
     def config(self, seed: int) -> dict[str, Any]:
         """What defines the run (its id is a hash of this); budgets are not part of it."""
@@ -212,6 +227,8 @@ class Search:
         key = transfer_key(self.evaluator)
         if key is not None:
             config["transfer"] = key
+        if self.seeds:
+            config["seeds"] = [g.id for g in self.seeds]
         return config
 
     def run_id(self, seed: int) -> str:
@@ -513,6 +530,10 @@ class _Run:
                 first.append(Genome.of(s.space.canonical(e.genome.params), e.genome.source)
                              .with_lineage((), "archive", 0))
         taken = {g.id for g in first}
+        for g in s.seeds:
+            if g.id not in taken and len(first) < self._left():
+                first.append(g.with_lineage((), "seed", 0))
+                taken.add(g.id)
         key = transfer_key(s.evaluator)
         if key is not None and opt.transfer and len(first) < self._left():
             # the nearest shapes' best genomes: the first few open the run, the rest are offered

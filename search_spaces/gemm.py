@@ -13,6 +13,8 @@ once and is learned by the search (`SearchOptions.learn_failures`).
 'registers: a 256x256 fp32 accumulator is 512 registers per thread with 4 warps (at most 160)'
 >>> space.is_valid(DEFAULTS)
 True
+>>> all(space.is_valid(p) for m in (16, 4096) for p in gemm_seeds(m))
+True
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from evokernel.space import (
     thread_limit,
 )
 
-__all__ = ["gemm_space", "gemm_class", "DEFAULTS"]
+__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "DEFAULTS"]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
 #: loop state and the epilogue take.
@@ -81,3 +83,39 @@ def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
     how = "persistent" if genome["PERSISTENT"] else "grid"
     return f"{genome['BM']}x{genome['BN']}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
+
+
+def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
+    return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
+
+
+def gemm_seeds(m: int) -> list[dict[str, int]]:
+    """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
+    (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
+    Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
+    persistent TMA form of the persistent-matmul tutorial; its warp-specialised form), and for
+    skinny M, where the GEMM is a read of the weights, small-BM tiles with split-K to fill
+    the 132 SMs. Starting points, not answers: the search moves on from them."""
+    big = [
+        dict(DEFAULTS),
+        _point(128, 256, 64, 8, 3),
+        _point(256, 128, 64, 8, 3),
+        _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1),
+        _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1),
+        _point(128, 128, 64, 8, 4, TMA=1, WARP_SPEC=1),
+        _point(64, 256, 64, 4, 4),
+    ]
+    small = [
+        _point(16, 64, 128, 4, 4),
+        _point(16, 128, 128, 4, 4, SPLIT_K=2),
+        _point(32, 64, 128, 4, 5, SPLIT_K=4),
+        _point(16, 64, 128, 4, 4, SPLIT_K=4, TMA=1),
+        _point(64, 64, 128, 4, 4, SPLIT_K=2),
+        _point(64, 128, 64, 4, 4),
+        _point(64, 128, 128, 8, 3, TMA=1),
+    ]
+    if m <= 64:
+        return small + big[:2]
+    if m <= 512:
+        return small[-3:] + big
+    return big

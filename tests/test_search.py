@@ -367,3 +367,17 @@ def test_a_new_run_learns_the_failures_of_earlier_runs_before_proposing():
     assert event["learned"] > 0
     fresh = Search(ev.space, ev, strategy="random", store=SQLiteStore(":memory:")).run(Budget(evaluations=200), seed=4)
     assert second.statuses.get("compile_error", 0) < fresh.statuses.get("compile_error", 0)
+
+
+def test_seeds_open_the_first_generation_and_invalid_ones_are_left_out(small: Landscape, caplog):
+    ev = ReplayEvaluator(small)
+    valid = [dict(p) for p in ev.space.valid_points()[:2]]
+    bad = {k: -1 for k in valid[0]}
+    with caplog.at_level("WARNING", logger="evokernel.search"):
+        search = Search(ev.space, ev, seeds=[valid[0], bad, valid[1], valid[0]])
+    assert "seed" in caplog.text and "left out" in caplog.text and len(search.seeds) == 2
+    report = search.run(Budget(evaluations=10), seed=0)
+    first = [e for e in search.store.history(report.run_id) if e.kind == "eval"][:2]
+    assert [e.genome.params for e in first] == [ev.space.canonical(v) for v in valid]
+    assert all(e.genome.lineage.operator == "seed" for e in first)
+    assert search.run_id(0) != Search(ev.space, ev).run_id(0)  # the seeds are part of what defines the run
