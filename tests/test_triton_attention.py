@@ -1,0 +1,181 @@
+"""The flash-attention prefill template: every structural gene (masking split, exp2, lazy
+rescaling, persistent programs, TMA descriptors, warp specialisation, KV order) through
+Triton's interpreter, causal and not, GQA, uneven lengths; its space; the SDPA baselines;
+the problem module; and generated candidates through the real `evokernel check` on the CPU.
+
+Kernels run in a fresh interpreter process (see tests/test_triton_matmul.py for why); the
+interpreter does bf16 dots wrongly, so these checks use fp16 and fp32."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from evokernel.problem import Problem, load_module
+from evokernel.search_spaces import attention_class, attention_space
+from evokernel.search_spaces.triton_attention import DEFAULTS, PARAMS, candidate_source, sdpa_source
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
+
+# (config overrides, lengths, (H_q, H_kv, D), dtype, causal, spike); base config BLOCK_M=16,
+# BLOCK_N=16. "spike": one key late in each sequence aligned with every query, so running
+# maxima jump after the first blocks (the lazy rescale must then rescale).
+CASES = [
+    ({}, [37, 16, 50], (4, 2, 64), "float16", True, False),
+    ({}, [37, 16, 50], (4, 2, 64), "float16", False, False),
+    ({"CAUSAL_SKIP": 0}, [37, 16, 50], (4, 2, 64), "float32", True, False),
+    ({"CAUSAL_SKIP": 0}, [45, 3], (2, 2, 64), "float16", False, False),
+    ({"BLOCK_M": 32, "REVERSE_KV": 1}, [37, 70], (4, 1, 64), "float16", True, False),
+    ({"BLOCK_N": 32, "CAUSAL_SKIP": 0, "REVERSE_KV": 1}, [50, 9], (4, 2, 64), "float32", True, False),
+    ({"LAZY_RESCALE": 1}, [60, 33], (4, 2, 64), "float32", True, True),
+    ({"LAZY_RESCALE": 1, "EXP2": 0, "BLOCK_M": 32}, [60, 33], (4, 2, 64), "float16", False, True),
+    ({"EXP2": 0}, [37, 16, 50], (4, 2, 64), "float16", True, False),
+    ({"PERSISTENT": 1}, [21, 40, 1], (8, 2, 128), "float16", False, False),
+    ({"TMA": 1, "BLOCK_N": 32}, [37, 16, 50], (4, 2, 64), "float16", True, False),
+    ({"TMA": 1, "WARP_SPEC": 1}, [33, 20], (4, 4, 128), "float32", False, False),
+    ({"TMA": 1, "WARP_SPEC": 1, "PERSISTENT": 1, "BLOCK_M": 32}, [37, 16, 50], (4, 2, 64), "float16", True, False),
+    ({"CAUSAL_SKIP": 0, "REVERSE_KV": 1, "LAZY_RESCALE": 1, "EXP2": 0, "PERSISTENT": 1, "TMA": 1, "WARP_SPEC": 1},
+     [44, 29], (4, 2, 64), "float16", True, True),
+    ({}, [0, 33, 1, 0], (2, 1, 64), "float16", True, False),  # empty sequences and a one-token one
+    ({"BLOCK_M": 32, "BLOCK_N": 32}, [64, 32], (2, 1, 64), "float16", True, False),  # lengths on block edges
+]
+
+_SCRIPT = r'''
+import json, math, sys, torch
+from evokernel.search_spaces.triton_attention import DEFAULTS, attention
+out = []
+for over, lens, (hq, hkv, d), dtype, causal, spike in json.loads(sys.argv[1]):
+    dt = getattr(torch, dtype)
+    T = sum(lens)
+    g = torch.Generator().manual_seed(T * hq + d)
+    q = 1.5 * torch.randn(T, hq, d, generator=g)
+    k = 1.5 * torch.randn(T, hkv, d, generator=g)
+    v = torch.randn(T, hkv, d, generator=g)
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+    if spike:  # the last key of each sequence aligned with its queries: a late jump of the max
+        for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            if e > s:
+                k[e - 1] = 4.0 * q[s:e].mean(0).view(hkv, hq // hkv, d).mean(1)
+    q, k, v = q.to(dt), k.to(dt), v.to(dt)
+    want = torch.zeros(T, hq, d, dtype=torch.float64)
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        qs = q[s:e].double().transpose(0, 1)
+        ks = k[s:e].double().transpose(0, 1).repeat_interleave(hq // hkv, 0)
+        vs = v[s:e].double().transpose(0, 1).repeat_interleave(hq // hkv, 0)
+        sc = qs @ ks.transpose(1, 2) / math.sqrt(d)
+        if causal:
+            sc = sc.masked_fill(~torch.ones(e - s, e - s, dtype=torch.bool).tril(), float("-inf"))
+        want[s:e] = (sc.softmax(-1) @ vs).transpose(0, 1)
+    o = attention(q, k, v, cu, causal=causal, **{**DEFAULTS, "BLOCK_M": 16, "BLOCK_N": 16, **over})
+    err = ((o.double() - want).abs() / (want.abs() + 1)).max().item() if T else 0.0
+    out.append({"err": err, "dtype": str(o.dtype), "shape": list(o.shape), "finite": bool(o.isfinite().all())})
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) -> None:
+    over, lens, (hq, _, d), dtype, causal, _ = CASES[i]
+    got = interpreted[i]
+    assert got["shape"] == [sum(lens), hq, d] and got["dtype"] == f"torch.{dtype}" and got["finite"]
+    assert got["err"] < (2e-3 if dtype == "float16" else 1e-5), (over, causal, got)
+
+
+def test_space_rules_out_what_cannot_fit_and_renders_every_valid_point():
+    space = attention_space(head_dim=128, causal=True)
+    assert set(space.names) == set(PARAMS) and space.is_valid(DEFAULTS)
+    assert "warp specialisation needs TMA" in space.why_invalid(dict(DEFAULTS, WARP_SPEC=1))
+    assert "shared memory" in space.why_invalid(dict(DEFAULTS, BLOCK_N=256, num_stages=4))
+    assert "compile time" in space.why_invalid(dict(DEFAULTS, BLOCK_M=256, BLOCK_N=256, num_warps=16))
+    assert "registers" in space.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_warps=4, BLOCK_M=128))
+    assert "warps" in space.why_invalid(dict(DEFAULTS, BLOCK_M=64, num_warps=8))
+    assert space.is_valid(dict(DEFAULTS, REVERSE_KV=1))
+    assert "only for causal" in attention_space(causal=False).why_invalid(dict(DEFAULTS, REVERSE_KV=1))
+    # head_dim 64 halves the accumulator: a tile that spills at 128 fits at 64
+    wide = dict(DEFAULTS, BLOCK_M=128, BLOCK_N=64, num_warps=4)
+    assert not space.is_valid(wide) and attention_space(head_dim=64).is_valid(wide)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g = space.genome(space.sample(rng))
+        assert "def kernel(q, k, v, cu_seqlens):" in candidate_source(g.params, causal=True)
+        assert attention_class(g).startswith(f"{g['BLOCK_M']}x{g['BLOCK_N']}/")
+    with pytest.raises(ValueError, match="exactly"):
+        candidate_source({"BLOCK_M": 64}, causal=True)
+    with pytest.raises(ValueError, match="integers"):
+        candidate_source(dict(DEFAULTS, TMA=True), causal=True)
+
+
+def test_the_problem_reads_its_shape_from_the_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("EVOKERNEL_ATTN_MODEL", "qwen3-30b-a3b")
+    monkeypatch.setenv("EVOKERNEL_ATTN_SEQLENS", "1024")
+    monkeypatch.setenv("EVOKERNEL_ATTN_BATCH", "3")
+    p = Problem.load(PROBLEM)
+    assert p.shapes == [{"T": 3072, "B": 3, "Hq": 32, "Hkv": 4, "D": 128, "lens": "1024x3"}]
+    assert p.heldout[0]["lens"] == "517/1021" and p.family == "attention_prefill_bfloat16_d128_causal"
+    assert p.flops(p.shapes[0]) == 4 * 32 * 128 * 3 * (1024 * 1025 // 2)
+    monkeypatch.setenv("EVOKERNEL_ATTN_MODEL", "flux-dit")
+    monkeypatch.delenv("EVOKERNEL_ATTN_SEQLENS")
+    assert Problem.load(PROBLEM).shapes[0]["lens"] == "4608x3"  # BATCH repeats the model's single length
+    monkeypatch.delenv("EVOKERNEL_ATTN_BATCH")
+    p = Problem.load(PROBLEM)
+    assert p.shapes[0]["lens"] == "4608x1" and not p.module.CAUSAL and p.flops(p.shapes[0]) == 4 * 24 * 128 * 4608**2
+
+
+def _tiny_env(monkeypatch: pytest.MonkeyPatch, causal: int) -> Problem:
+    monkeypatch.setenv("EVOKERNEL_ATTN_MODEL", "tiny")
+    monkeypatch.setenv("EVOKERNEL_ATTN_DTYPE", "float32")
+    monkeypatch.setenv("EVOKERNEL_ATTN_CAUSAL", str(causal))
+    return Problem.load(PROBLEM)
+
+
+@pytest.mark.parametrize("causal", [1, 0])
+def test_sdpa_baselines_match_the_reference_on_equal_and_uneven_lengths(monkeypatch, tmp_path: Path, causal: int):
+    problem = _tiny_env(monkeypatch, causal)
+    path = tmp_path / "sdpa_math.py"
+    path.write_text(sdpa_source("math", causal=bool(causal)))
+    baseline = load_module(path, prefix="_sdpa_baseline")
+    equal = dict(problem.shapes[0], lens="24x3", T=72, B=3)
+    for shape in (problem.shapes[0], equal):  # a loop over sequences, and one call on views
+        inputs = problem.make_inputs(shape, 0, "cpu")
+        torch.testing.assert_close(baseline.kernel(*inputs), problem.reference(*inputs), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="backend"):
+        sdpa_source("flashinfer", causal=True)
+
+
+@pytest.mark.slow
+def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
+    env = {**os.environ, "EVOKERNEL_ATTN_MODEL": "tiny", "EVOKERNEL_ATTN_DTYPE": "float16"}
+    env.pop("TRITON_INTERPRET", None)
+
+    def check(source: str, *extra: str) -> tuple[int, dict]:
+        cand = tmp_path / "attention_candidate.py"
+        cand.write_text(source)
+        proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device",
+                               "cpu", "--json", *extra], env=env, capture_output=True, text=True, timeout=600,
+                              cwd=tmp_path)
+        return proc.returncode, json.loads(proc.stdout)
+
+    config = dict(DEFAULTS, BLOCK_M=16, BLOCK_N=32, num_warps=4, PERSISTENT=1, TMA=1, LAZY_RESCALE=1, REVERSE_KV=1)
+    rc, data = check(candidate_source(config, causal=True))
+    assert rc == 0 and data["accepted"], data["reason"]
+    assert [t["shape"] for t in data["timings"]] == ["T=121,B=3,Hq=4,Hkv=2,D=64,lens=37/64/20"]
+    # the same kernel without the causal mask is wrong for this problem, and the gate says so
+    rc, data = check(candidate_source(config, causal=False), "--no-time")
+    assert rc == 1 and not data["accepted"] and "off by more than tolerance" in data["reason"]

@@ -1,0 +1,171 @@
+"""The split-KV paged decode template: every split count (one, several, auto, more splits
+than pages), both reductions (a separate kernel, the last program through atomics, called
+twice so its counters must have been reset), page sizes of 1, 8 and 16, grouped-query and
+multi-head attention, through Triton's interpreter; its space; the gathered-SDPA baseline;
+the problem module; and generated candidates through the real `evokernel check` on the CPU.
+
+Kernels run in a fresh interpreter process (see tests/test_triton_matmul.py for why); the
+interpreter does bf16 dots wrongly, so these checks use fp16 and fp32."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from evokernel.problem import Problem, load_module
+from evokernel.search_spaces import decode_class, decode_space
+from evokernel.search_spaces.triton_decode import (
+    DEFAULTS,
+    PARAMS,
+    auto_splits,
+    candidate_source,
+    sdpa_gathered_source,
+    sglang_default_params,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
+
+# (config overrides, context lengths, (H_q, H_kv, D), page size, dtype, calls)
+CASES = [
+    ({}, [40, 7, 100], (4, 1, 64), 8, "float16", 1),  # SGLang's 8 splits: the 7-token sequence leaves 7 empty
+    ({"NUM_SPLITS": 1}, [40, 7, 100], (4, 1, 64), 8, "float16", 1),  # no second stage
+    ({"NUM_SPLITS": 0}, [300, 1], (8, 2, 64), 16, "float32", 1),  # auto: 2 splits on the interpreter's 4 "SMs"
+    ({"NUM_SPLITS": 16, "BLOCK_N": 16}, [40, 7], (4, 1, 64), 8, "float16", 1),  # more splits than pages
+    ({"NUM_SPLITS": 4, "REDUCE": 1}, [40, 7, 100], (4, 1, 64), 8, "float16", 2),  # the counters come back to zero
+    ({"NUM_SPLITS": 16, "REDUCE": 1, "BLOCK_N": 16}, [33, 2], (8, 1, 128), 16, "float32", 2),
+    ({"NUM_SPLITS": 2, "BLOCK_N": 16}, [19, 50], (4, 4, 64), 1, "float16", 1),  # page size 1, multi-head
+    ({"NUM_SPLITS": 4, "BLOCK_N": 64}, [70, 129], (4, 2, 64), 16, "float16", 1),  # a block spans pages
+]
+
+_SCRIPT = r'''
+import json, math, sys, torch
+from evokernel.search_spaces.triton_decode import DEFAULTS, decode
+out = []
+for over, lens, (hq, hkv, d), page, dtype, calls in json.loads(sys.argv[1]):
+    dt = getattr(torch, dtype)
+    b = len(lens)
+    g = torch.Generator().manual_seed(sum(lens) + hq)
+    per_seq = [math.ceil(n / page) for n in lens]
+    pages = sum(per_seq) + 2
+    q = (1.5 * torch.randn(b, hq, d, generator=g)).to(dt)
+    kc = (1.5 * torch.randn(pages, page, hkv, d, generator=g)).to(dt)
+    vc = torch.randn(pages, page, hkv, d, generator=g).to(dt)
+    perm = torch.randperm(pages, generator=g)
+    table = torch.full((b, max(per_seq) + 1), pages - 1, dtype=torch.int32)  # unused entries name a real page
+    used = 0
+    for i, n in enumerate(per_seq):
+        table[i, :n] = perm[used:used + n]
+        used += n
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    want = torch.zeros(b, hq, d, dtype=torch.float64)
+    for i, n in enumerate(lens):
+        rows = table[i, :per_seq[i]].long()
+        k = kc[rows].reshape(-1, hkv, d)[:n].double().repeat_interleave(hq // hkv, 1)
+        v = vc[rows].reshape(-1, hkv, d)[:n].double().repeat_interleave(hq // hkv, 1)
+        s = torch.einsum("hd,nhd->hn", q[i].double(), k) / math.sqrt(d)
+        want[i] = torch.einsum("hn,nhd->hd", s.softmax(-1), v)
+    errs = []
+    for _ in range(calls):
+        o = decode(q, kc, vc, table, ctx, **{**DEFAULTS, **over})
+        errs.append(((o.double() - want).abs() / (want.abs() + 1)).max().item())
+    out.append({"err": max(errs), "dtype": str(o.dtype), "shape": list(o.shape)})
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def interpreted() -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) -> None:
+    over, lens, (hq, _, d), _, dtype, _ = CASES[i]
+    got = interpreted[i]
+    assert got["shape"] == [len(lens), hq, d] and got["dtype"] == f"torch.{dtype}"
+    assert got["err"] < (2e-3 if dtype == "float16" else 1e-5), (over, got)
+
+
+def test_auto_splits_fill_the_gpu_without_splitting_short_contexts():
+    assert auto_splits(1, 8, 32768, 132) == 32  # 8 programs: 32 splits make 256 (two per SM)
+    assert auto_splits(256, 8, 32768, 132) == 1  # already 2048 programs
+    assert auto_splits(4, 8, 512, 132) == 2  # wants 8, but at most one split per 256 keys
+    assert auto_splits(1, 1, 1 << 20, 132) == 64  # the cap
+
+
+def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_point():
+    space = decode_space(head_dim=128, group=4)
+    assert set(space.names) == set(PARAMS) and space.is_valid(DEFAULTS) and sglang_default_params() == DEFAULTS
+    assert DEFAULTS["NUM_SPLITS"] == 8 and space["NUM_SPLITS"].default == 8
+    assert "duplicate" in space.why_invalid(dict(DEFAULTS, NUM_SPLITS=1, REDUCE=1))
+    assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
+    big = decode_space(head_dim=256, group=64, shared_memory_bytes=100 * 1024)
+    assert "shared memory" in big.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_stages=2))
+    many_heads = decode_space(head_dim=256, group=64)  # 64 query heads a program: 64x256 accumulators
+    assert "registers" in many_heads.why_invalid(dict(DEFAULTS, num_stages=1, num_warps=1))
+    assert many_heads.is_valid(dict(DEFAULTS, num_stages=1, num_warps=8, BLOCK_N=16))
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g = space.genome(space.sample(rng))
+        assert "def kernel(q, k_cache, v_cache, block_table, context_lens):" in candidate_source(g.params)
+        assert decode_class(g).startswith("splits")
+    assert decode_class(space.genome(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))) == "splitsauto/n32/lastblock"
+    with pytest.raises(ValueError, match="exactly"):
+        candidate_source({"NUM_SPLITS": 8})
+
+
+def test_the_problem_reads_its_shape_from_the_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("EVOKERNEL_DECODE_MODEL", "qwen3-30b-a3b")
+    monkeypatch.setenv("EVOKERNEL_DECODE_BATCH", "4")
+    monkeypatch.setenv("EVOKERNEL_DECODE_CONTEXT", "512,8000")
+    monkeypatch.setenv("EVOKERNEL_DECODE_PAGE", "64")
+    p = Problem.load(PROBLEM)
+    assert p.shapes == [{"B": 4, "C": 8000, "Hq": 32, "Hkv": 4, "D": 128, "P": 64, "lens": "512/8000/512/8000"}]
+    assert p.heldout[0]["lens"] == "263/7995/3" and p.family == "attention_decode_bfloat16_d128_g8_p64"
+    assert p.flops(p.shapes[0]) == 4 * 32 * 128 * 17024
+    q, kc, vc, table, ctx = p.make_inputs(p.heldout[0], 0, "cpu")
+    assert table.dtype == ctx.dtype == torch.int32 and table.shape == (3, 125) and kc.shape == (132, 64, 4, 128)
+    owned = torch.cat([table[0, :5], table[1, :125], table[2, :1]]).tolist()
+    assert len(set(owned)) == 131 and (table[0, 5:] == 0).all()  # no page shared; unused entries are 0
+
+
+def test_the_gathered_sdpa_baseline_matches_the_reference(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("EVOKERNEL_DECODE_MODEL", "tiny")
+    monkeypatch.setenv("EVOKERNEL_DECODE_DTYPE", "float32")
+    monkeypatch.setenv("EVOKERNEL_DECODE_BATCH", "3")
+    monkeypatch.setenv("EVOKERNEL_DECODE_CONTEXT", "40,7,100")
+    monkeypatch.setenv("EVOKERNEL_DECODE_PAGE", "8")
+    problem = Problem.load(PROBLEM)
+    path = tmp_path / "sdpa_gathered.py"
+    for backend in (None, "MATH"):
+        path.write_text(sdpa_gathered_source(backend))
+        baseline = load_module(path, prefix=f"_sdpa_gathered_{backend}")
+        for shape in problem.shapes + problem.heldout:
+            inputs = problem.make_inputs(shape, 1, "cpu")
+            torch.testing.assert_close(baseline.kernel(*inputs), problem.reference(*inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
+    env = {**os.environ, "EVOKERNEL_DECODE_MODEL": "tiny", "EVOKERNEL_DECODE_DTYPE": "float16",
+           "EVOKERNEL_DECODE_BATCH": "3", "EVOKERNEL_DECODE_CONTEXT": "40,7,100", "EVOKERNEL_DECODE_PAGE": "8"}
+    env.pop("TRITON_INTERPRET", None)
+    cand = tmp_path / "decode_candidate.py"
+    cand.write_text(candidate_source(dict(DEFAULTS, NUM_SPLITS=4, REDUCE=1, BLOCK_N=16)))
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
+                           "--json"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["accepted"], data["reason"]
+    assert [t["shape"] for t in data["timings"]] == ["B=3,C=100,Hq=4,Hkv=1,D=64,P=8,lens=40/7/100"]
