@@ -1,0 +1,215 @@
+"""Attention searches on the GPU against torch SDPA and the templates' defaults (issue 7).
+
+Prefill: for each model and set of sequence lengths, a search of the flash-attention
+template's space (`attention_space()`: tiles, warps, stages, masking split, exp2, lazy
+rescaling, persistent programs, TMA, warp specialisation, KV order) with the default
+strategy, judged by the sandboxed gate on `examples/problems/attention_prefill_bf16.py`;
+then the winner and the baselines re-measured together, interleaved, in fresh processes:
+
+- `triton_default`: the template at its plain default config (128x64, 8 warps, 3 stages);
+- `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn` (and any --sdpa extra, e.g. `varlen`): torch
+  scaled_dot_product_attention with that backend forced, on the [B, H, N, D] view (one call
+  for equal lengths, one per sequence otherwise; the lengths' read-back is timed; see
+  `triton_attention.sdpa_source`). A backend that cannot run the shape is a failed cell.
+
+Decode: for each model, batch and context, a search of the split-KV paged template's space
+(`decode_space()`) on `examples/problems/attention_decode_bf16.py`, then re-measured with:
+
+- `sglang_default`: the template at SGLang's Triton decode defaults (8 splits, BLOCK_N 32);
+- `sdpa_gathered`: the paged cache gathered to contiguous K/V, then torch SDPA (the gather is
+  timed: it is what this baseline does).
+
+Writes `attention.json` (device, date, command, rows, and `geomean`: kind -> baseline ->
+the winner's geometric-mean speedup over it, `best_sdpa` being the fastest SDPA backend of
+each row) and `attention.md` under --out after every row, and the search database
+`attention.db`. Shapes are given as MODEL or MODEL:LEN,LEN,... (prefill) and
+MODEL:BATCH:CONTEXT[,CONTEXT...] (decode); passing only --prefill or only --decode runs
+only that kind.
+
+    source benchmarks/device_setup.sh
+    python3 benchmarks/attention_h200.py --out $OUT/attn --prefill llama3-8b flux-dit \\
+        --decode llama3-8b:64:4096 --budget 25 --deadline 480
+    python3 benchmarks/attention_h200.py --device cpu --out /tmp/attn --prefill tiny \\
+        --decode tiny:3:40,7,100 --page 8 --budget 3     # a CPU check of this script
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
+DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
+DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]
+DEFAULT_DECODE = ["llama3-8b:1:32768", "llama3-8b:64:4096", "llama3-8b:256:1024", "qwen3-30b-a3b:32:8192"]
+
+
+def geomean(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x and math.isfinite(x) and x > 0]
+    return math.exp(sum(math.log(x) for x in ys) / len(ys)) if ys else None
+
+
+def short(kind: str, p: dict[str, int]) -> str:
+    if kind == "decode":
+        splits = p["NUM_SPLITS"] or "auto"
+        return f"splits{splits} n{p['BLOCK_N']} w{p['num_warps']} s{p['num_stages']}" + \
+            (" lastblock" if p["REDUCE"] else "")
+    flags = ["noskip" if not p["CAUSAL_SKIP"] else "", "exp" if not p["EXP2"] else "",
+             "lazy" if p["LAZY_RESCALE"] else "", "persistent" if p["PERSISTENT"] else "", "tma" if p["TMA"] else "",
+             "ws" if p["WARP_SPEC"] else "", "rev" if p["REVERSE_KV"] else ""]
+    return f"{p['BLOCK_M']}x{p['BLOCK_N']} w{p['num_warps']} s{p['num_stages']} " + " ".join(f for f in flags if f)
+
+
+def write(out: Path, doc: dict[str, Any]) -> None:
+    doc["geomean"] = {}
+    for kind in ("prefill", "decode"):
+        rows = [r for r in doc["rows"] if r["kind"] == kind]
+        if rows:
+            names = list(rows[0]["baselines"]) + (["best_sdpa"] if kind == "prefill" else [])
+            doc["geomean"][kind] = {b: geomean([r["speedup"].get(b) for r in rows]) for b in names}
+    (out / "attention.json").write_text(json.dumps(doc, indent=1))
+    lines = []
+    for kind, rate in (("prefill", "TFLOP/s"), ("decode", "GB/s")):
+        rows = [r for r in doc["rows"] if r["kind"] == kind]
+        if not rows:
+            continue
+        names = list(rows[0]["baselines"]) + (["best_sdpa"] if kind == "prefill" else [])
+        lines += [f"### {kind}", "", f"| model | shape | winner | winner ms | {rate} | " +
+                  " | ".join(f"{b} ms | speedup" for b in names) + " |", "|---" * (5 + 2 * len(names)) + "|"]
+        for r in rows:
+            won = f"{r['winner_ms']:.4f} | {r['rate']:.0f}" if r["winner_ms"] else "failed | -"
+            base = dict(r["baselines"], best_sdpa=r.get("best_sdpa_ms"))
+            cells = " | ".join(f"{base[b]:.4f} | {r['speedup'][b]:.3f}" if base.get(b) and r["speedup"].get(b)
+                               else "- | -" for b in names)
+            lines.append(f"| {r['model']} | {r['shape']} | {r['winner_short']} | {won} | {cells} |")
+        cells = ["**geomean**"] + [""] * 4
+        for b in names:
+            g = doc["geomean"][kind].get(b)
+            cells += ["", f"**{g:.3f}**" if g else "-"]
+        lines += ["| " + " | ".join(cells) + " |", ""]
+    if doc["skipped"]:
+        lines += ["skipped: " + "; ".join(doc["skipped"]), ""]
+    (out / "attention.md").write_text("\n".join(lines))
+
+
+def jobs_from(args: argparse.Namespace) -> list[tuple[str, str, dict[str, str]]]:
+    """(kind, label, environment) per search, from the shape arguments."""
+    prefill, decode = args.prefill, args.decode
+    if prefill is None and decode is None:
+        prefill, decode = DEFAULT_PREFILL, DEFAULT_DECODE
+    jobs = []
+    for spec in prefill or []:
+        model, _, lens = spec.partition(":")
+        env = {"EVOKERNEL_ATTN_MODEL": model, "EVOKERNEL_ATTN_SEQLENS": lens, "EVOKERNEL_ATTN_DTYPE": args.dtype}
+        jobs.append(("prefill", spec, env))
+    for spec in decode or []:
+        model, batch, context = (spec.split(":") + ["", ""])[:3]
+        env = {"EVOKERNEL_DECODE_MODEL": model, "EVOKERNEL_DECODE_BATCH": batch or "32",
+               "EVOKERNEL_DECODE_CONTEXT": context or "4096", "EVOKERNEL_DECODE_PAGE": str(args.page),
+               "EVOKERNEL_DECODE_DTYPE": args.dtype}
+        jobs.append(("decode", spec, env))
+    return jobs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "attention-out"))
+    ap.add_argument("--prefill", nargs="*", default=None, help="MODEL or MODEL:LEN,LEN,... (see the prefill problem)")
+    ap.add_argument("--decode", nargs="*", default=None, help="MODEL:BATCH:CONTEXT[,CONTEXT...]")
+    ap.add_argument("--page", type=int, default=16, help="decode page size (tokens)")
+    ap.add_argument("--sdpa", nargs="+", default=["flash", "efficient", "cudnn"],
+                    help="SDPA backends for prefill baselines (flash, efficient, cudnn, math, varlen)")
+    ap.add_argument("--budget", type=int, default=25, help="evaluations per search")
+    ap.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole script")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default=None, help="bfloat16 (default on cuda), float16 (default on cpu)")
+    args = ap.parse_args()
+    args.dtype = args.dtype or ("float16" if args.device == "cpu" else "bfloat16")  # no bf16 dots in the interpreter
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+
+    from evokernel import Budget, Genome, Search
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.problem import Problem
+    from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
+    from evokernel.search_spaces import triton_attention as prefill_t
+    from evokernel.search_spaces import triton_decode as decode_t
+    from evokernel.store import SQLiteStore
+
+    doc: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
+        "dtype": args.dtype, "rows": [], "geomean": {}, "skipped": [],
+    }
+    store = SQLiteStore(out / "attention.db")
+    jobs = jobs_from(args)
+    for i, (kind, spec, env) in enumerate(jobs):
+        left = args.deadline - (time.monotonic() - t0)
+        if left < 30:
+            doc["skipped"].append(f"{kind} {spec}: deadline")
+            continue
+        os.environ.update(env)
+        problem = Problem.load(PREFILL if kind == "prefill" else DECODE)
+        mod, shape = problem.module, problem.shapes[0]
+        if kind == "prefill":
+            causal = bool(mod.CAUSAL)
+            space = attention_space(head_dim=mod.D, causal=causal)
+            ev = KernelEvaluator(problem, lambda g, c=causal: prefill_t.candidate_source(g.params, causal=c),
+                                 device=args.device)
+            descriptor = attention_class
+            names = ["triton_default"] + [f"sdpa_{b}" for b in args.sdpa]
+            baselines = [Genome.of(dict(prefill_t.DEFAULTS))] + [
+                Genome.of({"baseline": f"sdpa_{b}"}, source=prefill_t.sdpa_source(b, causal=causal)) for b in args.sdpa]
+        else:
+            space = decode_space(head_dim=mod.D, group=mod.HQ // mod.HKV)
+            ev = KernelEvaluator(problem, lambda g: decode_t.candidate_source(g.params), device=args.device)
+            descriptor = decode_class
+            names = ["sglang_default", "sdpa_gathered"]
+            baselines = [Genome.of(decode_t.sglang_default_params()),
+                         Genome.of({"baseline": "sdpa_gathered"}, source=decode_t.sdpa_gathered_source())]
+        tag = spec.replace(":", "-").replace(",", "_")
+        report = Search(space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}").run(
+            Budget(evaluations=args.budget, wall_s=max(15.0, 0.7 * left / (len(jobs) - i))), seed=0)
+        if report.best is None:
+            doc["skipped"].append(f"{kind} {spec}: no candidate passed ({report.statuses})")
+            write(out, doc)
+            continue
+        winner = report.best.genome
+        results = ev.remeasure([winner, *baselines], rounds=3)
+        lat = [r.latency_ms if r.is_ok else None for r in results]
+        work = problem.flops(shape) if kind == "prefill" else problem.bytes(shape)
+        row: dict[str, Any] = {
+            "kind": kind, "model": mod.MODEL, "spec": spec,
+            "shape": ",".join(f"{k}={v}" for k, v in shape.items() if k in ("lens", "Hq", "Hkv", "D", "P")),
+            "winner": dict(winner.params), "winner_short": short(kind, winner.params), "winner_ms": lat[0],
+            "rate": (work or 0.0) / (lat[0] * 1e-3) / (1e12 if kind == "prefill" else 1e9) if lat[0] else None,
+            "search_ms": report.best.latency_ms, "evaluations": report.evaluations, "statuses": report.statuses,
+            "baselines": dict(zip(names, lat[1:])),
+            "speedup": {b: (x / lat[0]) if (x and lat[0]) else None for b, x in zip(names, lat[1:])},
+            "errors": {n: r.error[:300] for n, r in zip(["winner", *names], results) if not r.is_ok},
+        }
+        if kind == "prefill":
+            sdpa = [(x, n) for n, x in row["baselines"].items() if n.startswith("sdpa_") and x]
+            best = min(sdpa) if sdpa else (None, None)
+            row.update(best_sdpa=best[1], best_sdpa_ms=best[0])
+            row["speedup"]["best_sdpa"] = (best[0] / lat[0]) if (best[0] and lat[0]) else None
+        doc["rows"].append(row)
+        write(out, doc)
+        print(json.dumps({k: row[k] for k in ("kind", "spec", "winner_short", "winner_ms", "speedup")}), flush=True)
+    write(out, doc)
+
+
+if __name__ == "__main__":
+    main()
