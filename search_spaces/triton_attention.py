@@ -223,9 +223,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: tor
               REVERSE_KV: int = 0) -> torch.Tensor:
     """Attention over packed sequences with one configuration of the template.
     `max_seqlen` (optional, as flash-attention's varlen API takes it) only tightens the grid."""
-    assert q.ndim == 3 and k.ndim == 3 and v.shape == k.shape, f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    assert q.ndim == 3 and k.ndim == 3 and v.shape == k.shape, (
+        f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     total, H, D = q.shape
-    assert k.shape[0] == total and k.shape[2] == D and H % k.shape[1] == 0, "k/v must be [total, H_kv, D], H_q % H_kv == 0"
+    assert k.shape[0] == total and k.shape[2] == D and H % k.shape[1] == 0, (
+        "k/v must be [total, H_kv, D] with H_q % H_kv == 0")
     assert D >= 16 and D & (D - 1) == 0, f"head_dim must be a power of two >= 16, got {D}"
     assert q.dtype == k.dtype == v.dtype and q.stride(2) == k.stride(2) == v.stride(2) == 1
     assert cu_seqlens.dtype == torch.int32 and cu_seqlens.ndim == 1, "cu_seqlens must be int32 [B + 1]"
