@@ -61,6 +61,42 @@ def _source_of(genome: Genome, render: Render) -> tuple[str, bool]:
     return render(genome), True
 
 
+def _first_ready(queue: Sequence[tuple[int, Genome, Any]], *, wait_s: float) -> int:
+    """Index of the first queued candidate the judge can take without waiting: a failure
+    already known, or a started sandbox whose process has answered (ready or failed). If none
+    is, waits up to `wait_s` for one to answer (or to be started); then the oldest (the judge
+    waits on it, under its own timeout)."""
+    import time
+    from multiprocessing.connection import wait
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        conns: dict[int, int] = {}
+        for i, (_, _, item) in enumerate(queue):
+            if isinstance(item, Result):
+                return i
+            if not item.done():
+                continue
+            if item.exception() is not None:
+                return i  # starting it failed: the judge reports that at once
+            sandbox = item.result()
+            if sandbox.ready is not None or sandbox.outcome is not None or sandbox.conn is None:
+                return i
+            if sandbox.conn.poll(0):
+                return i
+            conns.setdefault(id(sandbox.conn), i)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return 0
+        started = [queue[i][2].result().conn for i in conns.values()]
+        # a sandbox still being started is not in `started`: look again soon
+        step = min(left, 0.05 if len(started) < len(queue) else left)
+        if started:
+            wait(started, timeout=step)
+        else:
+            time.sleep(step)
+
+
 class KernelEvaluator:
     """Evaluator protocol over the gate. `render` turns a genome into candidate source text
     (a genome carrying its own source that defines `kernel` is used as it is)."""
@@ -149,32 +185,52 @@ class KernelEvaluator:
             pending.append((genome, starter.submit(judge.sandbox, source, label=genome.id, trusted=trusted)))
             return True
 
+        done: dict[int, Result] = {}  # judged out of order, yielded in order
+        next_out = 0
+
+        def judge_one(item: Future[Sandbox] | Result) -> Result:
+            if isinstance(item, Result):
+                return item
+            sandbox = item.result()
+            keep = False
+            try:
+                verdict = judge.judge(sandbox, self.best)
+                keep = not verdict.fault and sandbox.reusable and sandbox.uses + 1 < self.reuse
+            finally:
+                if keep:
+                    idle.append(sandbox)
+                else:
+                    sandbox.close()
+            if verdict.fault:
+                self._health_check(verdict)
+            self._note_best(verdict)
+            return verdict.to_result()
+
+        order = 0
+        queue: deque[tuple[int, Genome, Future[Sandbox] | Result]] = deque()
         try:
             while len(pending) < self.workers and launch():
                 pass
-            while pending:
-                genome, item = pending.popleft()
-                if isinstance(item, Result):
-                    result = item
-                else:
-                    sandbox = item.result()
-                    keep = False
-                    try:
-                        verdict = judge.judge(sandbox, self.best)
-                        keep = not verdict.fault and sandbox.reusable and sandbox.uses + 1 < self.reuse
-                    finally:
-                        if keep:
-                            idle.append(sandbox)
-                        else:
-                            sandbox.close()
-                    if verdict.fault:
-                        self._health_check(verdict)
-                    self._note_best(verdict)
-                    result = verdict.to_result()
+            while pending or queue:
+                while pending:
+                    genome, item = pending.popleft()
+                    queue.append((order, genome, item))
+                    order += 1
+                # the judge takes the first candidate that is ready (compiled, or failed), not the
+                # oldest: one slow compile does not hold up the GPU; results still leave in order
+                pick = _first_ready(queue, wait_s=30.0 if len(queue) > 1 else 0.0)
+                idx, genome, item = queue[pick]
+                del queue[pick]
+                done[idx] = judge_one(item)
                 launch()
-                yield result
+                while next_out in done:
+                    yield done.pop(next_out)
+                    next_out += 1
         finally:
             for _, item in pending:
+                if isinstance(item, Future):
+                    item.add_done_callback(lambda f: f.exception() is None and f.result().close())
+            for _, _, item in queue:
                 if isinstance(item, Future):
                     item.add_done_callback(lambda f: f.exception() is None and f.result().close())
             starter.shutdown(wait=True)

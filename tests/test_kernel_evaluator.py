@@ -322,3 +322,22 @@ def test_trusted_candidates_share_a_process_untrusted_ones_never_and_a_crash_end
     assert all("r_fork" in r.meta["steps"] for r in ev.evaluate(own))
     no_reuse = KernelEvaluator(MATMUL, lambda g: sources[0], device="cpu", options=QUICK, workers=1, reuse=0)
     assert all("r_fork" in r.meta["steps"] for r in no_reuse.evaluate([Genome.of({"i": i}) for i in range(2)]))
+
+
+def test_the_judge_takes_the_first_ready_candidate_and_results_leave_in_order():
+    """A candidate that is slow to import does not hold up one that is ready behind it."""
+    slow = ("import time\ntime.sleep(4)\nimport torch\n\n\ndef kernel(a, b):\n    return (a.float() @ b.float()).to(a.dtype)\n")
+    fast = "import torch\n\n\ndef kernel(a, b):\n    return (a.float() @ b.float()).to(a.dtype)\n"
+    genomes = [Genome.of({"which": "slow"}, source=slow), Genome.of({"which": "fast"}, source=fast)]
+    ev = KernelEvaluator(MATMUL, lambda g: "", device="cpu", options=QUICK, workers=2)
+    judged: list[str] = []
+    real = ev.judge.judge
+
+    def recording(sandbox, best=None):
+        judged.append(sandbox.label)
+        return real(sandbox, best)
+
+    ev.judge.judge = recording
+    results = list(ev.evaluate(genomes))
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    assert judged == [genomes[1].id, genomes[0].id]  # the fast one first, then the slow one
