@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from evokernel.problem import Problem, load_module
-from evokernel.search_spaces import decode_class, decode_space
+from evokernel.search_spaces import decode_class, decode_space, triton_decode
 from evokernel.search_spaces.triton_decode import (
     DEFAULTS,
     PARAMS,
@@ -113,6 +113,7 @@ def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
     big = decode_space(head_dim=256, group=64, shared_memory_bytes=100 * 1024)
     assert "shared memory" in big.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_stages=2))
+    assert "registers" in space.why_invalid(dict(DEFAULTS, BLOCK_N=64, num_warps=1))  # spills on sm_90
     many_heads = decode_space(head_dim=256, group=64)  # 64 query heads a program: 64x256 accumulators
     assert "registers" in many_heads.why_invalid(dict(DEFAULTS, num_stages=1, num_warps=1))
     assert many_heads.is_valid(dict(DEFAULTS, num_stages=1, num_warps=8, BLOCK_N=16))
@@ -169,3 +170,29 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
     assert [t["shape"] for t in data["timings"]] == ["B=3,C=100,Hq=4,Hkv=1,D=64,P=8,lens=40/7/100"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("over", [{}, {"REDUCE": 1, "NUM_SPLITS": 16}, {"NUM_SPLITS": 1, "BLOCK_N": 64, "num_warps": 2},
+                                  {"BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "REDUCE": 1}])
+def test_variants_build_for_sm90(over: dict[str, int]):
+    """Stage 1 (with the atomics of the last-program reduction) and stage 2 compile to sm_90
+    cubins that pipeline their K/V gathers (async copies), without a GPU."""
+    from tests.test_triton_attention import compile_sm90
+
+    p = dict(DEFAULTS, **over)
+    ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32",
+            "lens_ptr": "*i32", "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "count_ptr": "*i32",
+            "qk_scale": "fp32"}
+    common = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": p["NUM_SPLITS"]}
+    consts = {**common, "PAGE": 16, "BLOCK_N": p["BLOCK_N"], "REDUCE": p["REDUCE"], "INPUT_PRECISION": "tf32"}
+    stage1 = compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"],
+                          num_stages=p["num_stages"])
+    assert decode_space().is_valid(p)
+    if p["num_stages"] > 1:
+        assert "async_copy_global_to_local" in stage1.asm["ttgir"]
+    if p["REDUCE"]:
+        assert "atom" in stage1.asm["ptx"]
+    parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
+    stage2 = compile_sm90(triton_decode._reduce_kernel, parts, common, num_warps=4, num_stages=1)
+    assert stage2.metadata.shared >= 0
