@@ -2,15 +2,18 @@
 
 Constraints rule out, before anything compiles, what cannot fit an H200: shared memory for
 the pipeline's stages, the accumulator's registers per thread (under `maxnreg` where set),
-and warp specialisation without TMA (its producer warps issue bulk copies). What else fails
+and warp specialisation without TMA (its producer warps issue bulk copies). One rule keeps
+duplicates out: the split-K fixup gene means something only with split-K. What else fails
 (a cluster shape Triton rejects, a warp-specialised loop this Triton cannot split) fails
 once and is learned by the search (`SearchOptions.learn_failures`).
 
 >>> space = gemm_space()
 >>> len(space.params), space.size
-(12, 245760)
+(13, 491520)
 >>> space.why_invalid(dict(DEFAULTS, BM=256, BN=256, num_warps=4))
 'registers: a 256x256 fp32 accumulator is 512 registers per thread with 4 warps (at most 160)'
+>>> space.why_invalid(dict(DEFAULTS, SPLITK_FIXUP=1))
+'split-K fixup: SPLITK_FIXUP=1 needs SPLIT_K > 1 (one split has no partials to sum)'
 >>> space.is_valid(DEFAULTS)
 True
 >>> all(space.is_valid(p) for m in (16, 4096) for p in gemm_seeds(m))
@@ -55,9 +58,16 @@ def _warp_spec(p: Point) -> str | None:
     return None
 
 
+def _fixup(p: Point) -> str | None:
+    if p["SPLITK_FIXUP"] and p["SPLIT_K"] == 1:
+        return "split-K fixup: SPLITK_FIXUP=1 needs SPLIT_K > 1 (one split has no partials to sum)"
+    return None
+
+
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
-    """Tiles, grouping, warps, stages, split-K, persistence, TMA, warp specialisation,
-    cluster size and a register cap of C = epilogue(A @ B)."""
+    """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
+    persistence, TMA, warp specialisation, cluster size and a register cap of
+    C = epilogue(A @ B)."""
     return SearchSpace(
         [
             PowerOfTwo("BM", 16, 256),
@@ -67,6 +77,7 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             PowerOfTwo("num_warps", 4, 8),
             IntRange("num_stages", 2, 5),
             Choice("SPLIT_K", [1, 2, 4, 8]),
+            Choice("SPLITK_FIXUP", [0, 1]),
             Choice("PERSISTENT", [0, 1]),
             Choice("TMA", [0, 1]),
             Choice("WARP_SPEC", [0, 1]),
@@ -74,7 +85,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             Choice("maxnreg", [0, 128, 168, 232]),
         ],
         constraints=[shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes), thread_limit(),
-                     Constraint(_registers, "registers"), Constraint(_warp_spec, "warp specialisation")],
+                     Constraint(_registers, "registers"), Constraint(_warp_spec, "warp specialisation"),
+                     Constraint(_fixup, "split-K fixup")],
         name="gemm_hopper",
     )
 
@@ -95,7 +107,9 @@ def gemm_seeds(m: int) -> list[dict[str, int]]:
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
     persistent TMA form of the persistent-matmul tutorial; its warp-specialised form), and for
     skinny M, where the GEMM is a read of the weights, small-BM tiles with split-K to fill
-    the 132 SMs. Starting points, not answers: the search moves on from them."""
+    the 132 SMs; at up to 64 tokens also with the split-K fixup, as a call there takes ~20 us
+    and the second kernel's launch and workspace pass cost a good part of split-K's gain.
+    Starting points, not answers: the search moves on from them."""
     big = [
         dict(DEFAULTS),
         _point(128, 256, 64, 8, 3),
@@ -114,8 +128,14 @@ def gemm_seeds(m: int) -> list[dict[str, int]]:
         _point(64, 128, 64, 4, 4),
         _point(64, 128, 128, 8, 3, TMA=1),
     ]
+    fixup = [
+        _point(16, 64, 128, 4, 4, SPLIT_K=4, SPLITK_FIXUP=1),
+        _point(16, 128, 128, 4, 5, SPLIT_K=2, SPLITK_FIXUP=1),
+        _point(16, 32, 128, 4, 5, SPLIT_K=8, SPLITK_FIXUP=1, TMA=1),
+        _point(32, 64, 128, 4, 4, SPLIT_K=4, SPLITK_FIXUP=1, TMA=1, PERSISTENT=1),
+    ]
     if m <= 64:
-        return small + big[:2]
+        return small + fixup + big[:2]
     if m <= 512:
         return small[-3:] + big
     return big

@@ -7,7 +7,11 @@ with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`)
 - BM, BN, BK: the tile; GROUP_M: grouped ordering of the tiles (neighbouring programs share
   tiles of A and B in L2); num_warps, num_stages: warps per program, software pipeline depth;
 - SPLIT_K: the K loop split over that many programs per tile, partial sums in an fp32
-  workspace, summed (with the epilogue) by a second kernel: parallelism for small M;
+  workspace: parallelism for small M;
+- SPLITK_FIXUP: how the partials are summed (with the epilogue). 0: by a second kernel;
+  1: in the same kernel, by the last of a tile's programs to finish (see below), which saves
+  the second launch and a pass over the workspace. No effect without split-K (the space
+  rules that point out);
 - PERSISTENT: one program per SM walking the tiles (the launch and tail costs of many small
   programs go away); otherwise one program per tile;
 - TMA: A and B read through tensor descriptors (Hopper's bulk copy engine) instead of
@@ -16,6 +20,20 @@ with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`)
   where this Triton supports it on this GPU (a compile error otherwise);
 - num_ctas: programs per cluster (Hopper thread-block clusters); maxnreg: a cap on
   registers per thread (0: none).
+
+The split-K fixup (SPLITK_FIXUP=1). Each program stores its fp32 partial tile in the
+workspace, then (after a barrier, so every thread's stores precede it) takes a ticket on its
+output tile's int32 counter with an acquire-release atomic add. Nobody waits: the program
+that draws the last ticket (SPLIT_K - 1) knows every other partial is written and visible
+(their releases precede its acquire), reads them past L1 (`.cg`, as L1 is not coherent
+across SMs), adds its own accumulator from registers in split order (so the result is
+bitwise that of the second kernel's fixed-order sum), applies the epilogue, writes C, and
+sets the counter back to 0. The counters live in one zeroed buffer per device and stream,
+grown when a call needs more and never cleared again: every call leaves each counter it
+used at 0 (all of a tile's tickets are drawn before its last program resets it), and the
+next call on the same stream starts after this kernel ends, so it finds them at 0. Calls on
+different streams use different buffers; a kernel killed half way (a fault) leaves counters
+set, but a fault loses the CUDA context and the buffer with it.
 
 `gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration;
 `candidate_source(params, epilogue=...)` writes the candidate module a search evaluates.
@@ -42,11 +60,12 @@ from evokernel.search_spaces.triton_matmul import grouped_tile
 
 __all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "torch_source", "num_sms"]
 
-PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "PERSISTENT", "TMA",
-                           "WARP_SPEC", "num_ctas", "maxnreg")
+PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "SPLITK_FIXUP",
+                           "PERSISTENT", "TMA", "WARP_SPEC", "num_ctas", "maxnreg")
 #: A sensible configuration (Triton's matmul tutorial's Hopper default, no extras).
 DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-                            "SPLIT_K": 1, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0}
+                            "SPLIT_K": 1, "SPLITK_FIXUP": 0, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0,
+                            "num_ctas": 1, "maxnreg": 0}
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 
 
@@ -72,13 +91,36 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn
 
 
 @triton.jit
-def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+def _fixup(acc, split, w_ptrs, counter_ptr, c_ptr, bias_ptr, res_ptr, offs_m, offs_n, mask,
+           M, N, stride_cm, stride_cn, stride_rm, stride_rn, SPLIT_K: tl.constexpr,
+           HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """After this split's partial is stored at w_ptrs: take a ticket on the tile's counter;
+    the last of its SPLIT_K programs sums the partials (its own from registers), applies the
+    epilogue, writes C and resets the counter (the module docstring says why that is safe)."""
+    tl.debug_barrier()  # all threads' partial stores come before the release of the ticket
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+    if ticket == SPLIT_K - 1:
+        total = tl.zeros(acc.shape, dtype=tl.float32)
+        for s in tl.static_range(SPLIT_K):  # split order, as the second kernel sums
+            rows = tl.where(split == s, 0, M)  # its own partial is not read: it is in acc
+            part = tl.load(w_ptrs + (s - split).to(tl.int64) * M * N,
+                           mask=(offs_m[:, None] < rows) & (offs_n[None, :] < N), other=0.0, cache_modifier=".cg")
+            total += tl.where(split == s, acc, part)
+        total = _epilogue(total, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn,
+                          HAS_BIAS, ACT, HAS_RES)
+        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+                 total.to(c_ptr.dtype.element_ty), mask=mask)
+        tl.store(counter_ptr, 0)
+
+
+@triton.jit
+def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
           M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
-          TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-          EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+          FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
-    partial sum into the workspace when K is split."""
+    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last)."""
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     split = tile % SPLIT_K
@@ -114,26 +156,29 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
     else:
         w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
         tl.store(w_ptrs, acc, mask=mask)
+        if FIXUP:
+            _fixup(acc, split, w_ptrs, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, offs_m, offs_n, mask,
+                   M, N, stride_cm, stride_cn, stride_rm, stride_rn, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
 
 
 @triton.jit
-def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                  M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
                  num_programs,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                 SPLIT_K: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr, WS_TILES: tl.constexpr,
-                 WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-                 EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 SPLIT_K: tl.constexpr, FIXUP: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
+                 WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                 HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if PERSISTENT:
         num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN) * SPLIT_K
         for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
-            _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+            _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                   M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-                  BM, BN, BK, GROUP_M, SPLIT_K, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
+                  BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
     else:
-        _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, bias_ptr, res_ptr,
+        _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
               M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-              BM, BN, BK, GROUP_M, SPLIT_K, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
+              BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
 
 
 @triton.jit
@@ -165,6 +210,21 @@ def num_sms(device: torch.device) -> int:
     return _SMS[index]
 
 
+_COUNTERS: dict[tuple[str, int | None, int], torch.Tensor] = {}
+
+
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """The split-K fixup's per-tile ticket counters on this device and stream: zeroed once,
+    left at zero by every call (see the module docstring)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device.type, device.index, stream)
+    counters = _COUNTERS.get(key)
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, 1024), device=device, dtype=torch.int32)
+        _COUNTERS[key] = counters
+    return counters
+
+
 def _fits_int32(t: torch.Tensor, rows: int, cols: int) -> bool:
     return (rows * abs(t.stride(0)) + cols * abs(t.stride(1))) < 2**31
 
@@ -176,7 +236,8 @@ def _tma_ok(t: torch.Tensor) -> bool:
 def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          residual: torch.Tensor | None = None, activation: str = "none",
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
-         PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1, maxnreg: int = 0) -> torch.Tensor:
+         SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
+         maxnreg: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
@@ -203,7 +264,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         a_desc = TensorDescriptor.from_tensor(a, [BM, BK])
         b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
     ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
+    fixup = SPLIT_K > 1 and bool(SPLITK_FIXUP)
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN) * SPLIT_K
+    counters = _tile_counters(a.device, tiles // SPLIT_K) if fixup else c
     programs = min(num_sms(a.device), tiles) if PERSISTENT else tiles
     res = residual if residual is not None else c
     launch = {"num_warps": num_warps, "num_stages": num_stages}
@@ -213,14 +276,14 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         launch["maxnreg"] = maxnreg
     epi = {"HAS_BIAS": bias is not None, "ACT": ACTIVATIONS[activation], "HAS_RES": residual is not None}
     _gemm_kernel[(programs,)](
-        a, b, c, a_desc, b_desc, ws, bias if bias is not None else c, res,
+        a, b, c, a_desc, b_desc, ws, counters, bias if bias is not None else c, res,
         M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         res.stride(0), res.stride(1), programs,
-        BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
+        BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, FIXUP=fixup, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
         WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
         EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", **epi, **launch,
     )
-    if SPLIT_K > 1:
+    if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128
         _splitk_reduce_kernel[(triton.cdiv(M, RB), triton.cdiv(N, RN))](
             ws, c, bias if bias is not None else c, res, M, N, c.stride(0), c.stride(1), res.stride(0), res.stride(1),

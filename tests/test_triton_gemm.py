@@ -1,6 +1,6 @@
-"""The Hopper GEMM template: every path (split-K, persistent, TMA descriptors, warp
-specialisation, each epilogue) through Triton's interpreter, its space, and a generated
-candidate through the real `evokernel check` on the CPU.
+"""The Hopper GEMM template: every path (split-K with either fixup, persistent, TMA
+descriptors, warp specialisation, each epilogue) through Triton's interpreter, its space,
+and a generated candidate through the real `evokernel check` on the CPU.
 
 Kernels run in a fresh interpreter process (see tests/test_triton_matmul.py for why); the
 interpreter does bf16 dots wrongly, so these checks use fp16 and fp32."""
@@ -72,10 +72,79 @@ def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) 
     assert got["err"] < (2e-3 if dtype == "float16" else 1e-5), (over, got)
 
 
+# The one-kernel split-K fixup: (config overrides, the shapes of successive calls, dtype,
+# epilogue). Each case calls the kernel again on the same shape or alternates shapes, which
+# only works if every call leaves the cached tile counters at zero. M is never a multiple of
+# BM=16, N never of BN=32; K=80 in 32-wide steps leaves the fourth of 4 splits empty.
+FIXUP_CASES = [
+    ({"SPLIT_K": 2}, [(33, 72, 80), (33, 72, 80)], "float32", (True, "silu", True)),
+    ({"SPLIT_K": 4, "PERSISTENT": 1}, [(33, 72, 80), (1, 40, 48), (33, 72, 80), (1, 40, 48)], "float16",
+     (False, "none", False)),
+    ({"SPLIT_K": 3, "PERSISTENT": 1}, [(40, 72, 72), (40, 72, 72)], "float16", (True, "relu", False)),
+    ({"SPLIT_K": 4, "TMA": 1}, [(33, 72, 80), (33, 72, 80)], "float16", (False, "gelu_tanh", True)),
+    ({"SPLIT_K": 8, "TMA": 1, "PERSISTENT": 1, "WARP_SPEC": 1, "BK": 16}, [(17, 40, 96), (33, 72, 80), (17, 40, 96)],
+     "float32", (True, "none", True)),
+]
+
+_FIXUP_SCRIPT = r'''
+import json, sys, torch, torch.nn.functional as F
+from evokernel.search_spaces import triton_gemm
+from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+out = []
+for over, shapes, dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
+    dt = getattr(torch, dtype)
+    case = {"err": 0.0, "same_as_two_kernels": True, "shapes": []}
+    for m, n, k in shapes:
+        g = torch.Generator().manual_seed(m * n + k)
+        a = (torch.randn(m, k, generator=g) / k ** 0.5).to(dt)
+        b = torch.randn(k, n, generator=g).to(dt)
+        bias = torch.randn(n, generator=g).to(dt) if has_bias else None
+        res = torch.randn(m, n, generator=g).to(dt) if has_res else None
+        x = a.double() @ b.double()
+        if bias is not None:
+            x = x + bias.double()
+        x = {"none": x, "relu": torch.relu(x), "silu": F.silu(x), "gelu_tanh": F.gelu(x, approximate="tanh")}[act]
+        if res is not None:
+            x = x + res.double()
+        params = {**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, **over}
+        c = gemm(a, b, bias=bias, residual=res, activation=act, **dict(params, SPLITK_FIXUP=1))
+        two = gemm(a, b, bias=bias, residual=res, activation=act, **params)
+        case["err"] = max(case["err"], ((c.double() - x).abs() / (x.abs() + 1)).max().item())
+        case["same_as_two_kernels"] &= torch.equal(c, two)
+        case["shapes"].append(list(c.shape))
+    case["counters_left"] = sum(int(t.abs().sum()) for t in triton_gemm._COUNTERS.values())
+    out.append(case)
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def fixup_interpreted() -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _FIXUP_SCRIPT, json.dumps(FIXUP_CASES)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(FIXUP_CASES)))
+def test_the_split_k_fixup_matches_the_reference_call_after_call(fixup_interpreted: list[dict], i: int) -> None:
+    over, shapes, dtype, _ = FIXUP_CASES[i]
+    got = fixup_interpreted[i]
+    assert got["shapes"] == [[m, n] for m, n, _ in shapes]
+    assert got["err"] < (2e-3 if dtype == "float16" else 1e-5), (over, got)
+    # the last program sums the partials in split order, its own from registers: bitwise
+    # what the second kernel computes
+    assert got["same_as_two_kernels"], (over, got)
+    assert got["counters_left"] == 0, "a call left tile counters set; the next call would be wrong"
+
+
 def test_space_rules_out_what_cannot_fit_and_renders_every_valid_point():
     space = gemm_space()
     assert set(space.names) == set(PARAMS) and space.is_valid(DEFAULTS)
     assert "warp specialisation needs TMA" in space.why_invalid(dict(DEFAULTS, WARP_SPEC=1))
+    assert "SPLITK_FIXUP=1 needs SPLIT_K > 1" in space.why_invalid(dict(DEFAULTS, SPLITK_FIXUP=1))
+    assert space.is_valid(dict(DEFAULTS, SPLIT_K=2, SPLITK_FIXUP=1))
     assert "shared memory" in space.why_invalid(dict(DEFAULTS, BM=256, BN=256, BK=128, num_stages=5))
     assert "at most 104" in space.why_invalid(dict(DEFAULTS, BM=128, BN=256, num_warps=8, maxnreg=168))
     import numpy as np
@@ -91,8 +160,9 @@ def test_space_rules_out_what_cannot_fit_and_renders_every_valid_point():
 
 def test_a_generated_candidate_with_an_epilogue_passes_the_gate_on_the_cpu(tmp_path: Path):
     cand = tmp_path / "gemm_candidate.py"
-    cand.write_text(candidate_source(dict(DEFAULTS, BM=16, BN=32, BK=32, SPLIT_K=2, PERSISTENT=1, TMA=1),
-                                     bias=True, residual=True, activation="gelu_tanh"))
+    # the one-kernel split-K fixup, called again and again by the gate's checks and timing
+    params = dict(DEFAULTS, BM=16, BN=32, BK=32, SPLIT_K=2, SPLITK_FIXUP=1, PERSISTENT=1, TMA=1)
+    cand.write_text(candidate_source(params, bias=True, residual=True, activation="gelu_tanh"))
     env = {**os.environ, "EVOKERNEL_GEMM_MODEL": "tiny", "EVOKERNEL_GEMM_DTYPE": "float16", "EVOKERNEL_GEMM_M": "40",
            "EVOKERNEL_GEMM_EPILOGUE": "bias+gelu_tanh+residual"}
     env.pop("TRITON_INTERPRET", None)
