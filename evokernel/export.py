@@ -31,7 +31,7 @@ from typing import Any
 from .errors import ConfigError
 from .store import Store
 
-__all__ = ["sglang_file_name", "sglang_moe", "MoeExport"]
+__all__ = ["sglang_file_name", "sglang_moe", "sglang_plugin_package", "MoeExport"]
 
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 _NO_DTYPE_PART = {"bfloat16", "float16"}
@@ -55,25 +55,23 @@ class MoeExport:
     skipped: list[str] = field(default_factory=list)  # runs left out, and why
 
 
-def _configs(params: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]] | str:
+def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str, int], dict[str, int]] | str:
     """(up, down) configs of a MoE genome, or why it cannot be exported."""
     if not all(k in params for k in GEMM_KEYS):
         return "not a fused-MoE genome"
     up = {k: int(params[k]) for k in GEMM_KEYS}
     down = {k: int(params.get(f"down_{k}", up[k])) for k in GEMM_KEYS}
-    if down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
+    if shared_m and down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
         return (f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
                 f"({up['BLOCK_SIZE_M']}); SGLang would override it")
     return up, down
 
 
-def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
-               triton_version: str | None = None) -> MoeExport:
-    """Write the best config per (E, N, GPU, Triton, batch size) found by the store's fused-MoE
-    runs. `device_name` / `triton_version` override what the runs recorded (a run on the CPU
-    records no GPU)."""
-    report = MoeExport()
-    best: dict[tuple[str, str, int], tuple[float, dict[str, int], dict[str, int], str]] = {}
+def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton_version: str | None,
+             shared_m: bool) -> dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]]:
+    """The best (up, down) per (Triton version dir, E, N, GPU, batch size) over the store's
+    fused-MoE runs: value (latency, up, down, run id)."""
+    best: dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]] = {}
     for run in store.runs():
         ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
         if not isinstance(ev, dict):
@@ -97,7 +95,7 @@ def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | 
             report.skipped.append(f"{run.id}: no elite")
             continue
         elite = elites[0]
-        got = _configs(elite.genome.params)
+        got = _configs(elite.genome.params, shared_m=shared_m)
         if isinstance(got, str):
             report.skipped.append(f"{run.id}: {got}")
             continue
@@ -105,12 +103,22 @@ def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | 
         E, N = int(shapes[0]["E"]), int(shapes[0]["I"])
         version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"
         for shape in shapes:
-            key = (version_dir, sglang_file_name(E, N, str(gpu)), int(shape["M"]))
+            key = (version_dir, E, N, str(gpu), int(shape["M"]))
             if key not in best or elite.latency_ms < best[key][0]:
                 best[key] = (elite.latency_ms, up, down, run.id)
+    return best
+
+
+def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
+               triton_version: str | None = None) -> MoeExport:
+    """Write the best config per (E, N, GPU, Triton, batch size) found by the store's fused-MoE
+    runs. `device_name` / `triton_version` override what the runs recorded (a run on the CPU
+    records no GPU)."""
+    report = MoeExport()
+    best = _winners(store, report, device_name=device_name, triton_version=triton_version, shared_m=True)
     by_file: dict[tuple[str, str], dict[int, tuple[float, dict[str, int], dict[str, int], str]]] = {}
-    for (version_dir, name, m), value in best.items():
-        by_file.setdefault((version_dir, name), {})[m] = value
+    for (version_dir, E, N, gpu, m), value in best.items():
+        by_file.setdefault((version_dir, sglang_file_name(E, N, gpu)), {})[m] = value
     for (version_dir, name), per_m in sorted(by_file.items()):
         folder = Path(out) / "configs" / version_dir
         folder.mkdir(parents=True, exist_ok=True)
@@ -135,3 +143,46 @@ def _read(path: Path) -> dict[int, dict[str, int]]:
         return {int(k): {key: int(v[key]) for key in GEMM_KEYS} for k, v in data.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{path} exists but is not an SGLang MoE config file ({exc}); move it away") from exc
+
+
+def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
+                          triton_version: str | None = None, kernel: bool = True) -> MoeExport:
+    """Write the package the SGLang plugin applies (`evokernel.sglang_plugin`): SGLang's config
+    files for its own fused-MoE kernel (winners whose two BLOCK_SIZE_M agree) under
+    `out/configs`, and, with `kernel`, the table of evokernel's fused-MoE template (every
+    winner, up and down BLOCK_SIZE_M free) under `out/kernels/fused_moe.json`, with
+    `out/manifest.json` naming both and where they came from."""
+    import datetime as dt
+
+    from .sglang_plugin import FORMAT, FUSED_EXPERTS, MoeTable
+
+    out = Path(out)
+    report = sglang_moe(store, out, device_name=device_name, triton_version=triton_version)
+    manifest: dict[str, Any] = {
+        "format": FORMAT, "configs": "configs" if report.files else None, "kernels": [],
+        "provenance": {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       "store": str(getattr(store, "path", "")), "configs": report.exported},
+    }
+    if kernel:
+        free = MoeExport()
+        best = _winners(store, free, device_name=device_name, triton_version=triton_version, shared_m=False)
+        entries: dict[tuple[int, int], dict[int, tuple[dict[str, int], dict[str, int]]]] = {}
+        for (_, E, N, _, m), (_, up, down, _) in sorted(best.items()):
+            entries.setdefault((E, N), {})[m] = (up, down)
+        if entries:
+            path = out / "kernels" / "fused_moe.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(MoeTable(entries).to_json(), indent=1) + "\n")
+            report.files.append(path)
+            manifest["kernels"].append({"op": "fused_moe", "target": FUSED_EXPERTS,
+                                        "table": "kernels/fused_moe.json"})
+            manifest["provenance"]["fused_moe"] = [
+                {"E": E, "N": N, "M": m, "latency_ms": lat, "run": run}
+                for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())]
+    if not report.files:
+        raise ConfigError("nothing to export: the store holds no fused-MoE run with an elite"
+                          + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    report.files.append(out / "manifest.json")
+    return report

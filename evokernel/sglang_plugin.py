@@ -1,0 +1,206 @@
+"""The SGLang plugin: what `evokernel export sglang-plugin` wrote, applied inside SGLang.
+
+SGLang (>= 0.5.11) calls every `sglang.srt.plugins` entry point from `load_plugins()` in
+each of its processes (the engine, and each spawned scheduler, where the model runs) before
+the model loads and before CUDA graphs are captured; evokernel registers `register` there
+(pyproject). It does nothing unless `EVOKERNEL_SGLANG_PACKAGE` names a package folder, so
+installing evokernel never changes an engine by itself. A package holds:
+
+    manifest.json        {"format": "evokernel-sglang/1", "configs": "configs" | null,
+                          "kernels": [{"op": "fused_moe", "target": ..., "table": "kernels/fused_moe.json"}],
+                          "provenance": {...}}
+    configs/triton_<v>/E=..,N=..,device_name=...json (+ _down.json)   SGLang's own MoE kernel configs
+    kernels/fused_moe.json   {"E=128,N=768": {"64": {"up": {...}, "down": {...}}, ...}}
+
+- `configs`: `SGLANG_MOE_CONFIG_DIR` is pointed at the package (unless the user set it), so
+  SGLang's own fused-MoE kernel runs the exported up and down configs;
+- `fused_moe`: an AROUND hook on SGLang's `fused_experts_impl` runs evokernel's fused-MoE
+  template (`search_spaces/triton_moe.py`) at the config tuned for the nearest batch size,
+  with the up and down GEMMs' BLOCK_SIZE_M free (SGLang's own kernel forces them equal).
+  Only the plain path is taken over: bf16/fp16, SiLU-gated, no quantisation, biases,
+  clamps or router weights on the input, and an (E, N) the package was tuned for; any other
+  call goes to SGLang's kernel unchanged. The template builds its alignment with device ops
+  only, so it is captured in SGLang's CUDA graphs like SGLang's own.
+
+What the evaluator measures (`evaluators/sglang.py`) is this same package, so what was
+measured is what ships.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register", "Package", "MoeTable", "fused_experts_hook", "PACKAGE_ENV", "FUSED_EXPERTS", "FORMAT"]
+
+log = logging.getLogger("evokernel.sglang")
+
+PACKAGE_ENV = "EVOKERNEL_SGLANG_PACKAGE"
+FORMAT = "evokernel-sglang/1"
+#: SGLang 0.5.17's fused-MoE entry (its Triton runner and `fused_moe` both call it).
+FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts_impl"
+GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+class PackageError(ValueError):
+    """A package folder that cannot be used, with the reason."""
+
+
+class MoeTable:
+    """Tuned (up, down) configs per (E, N) and batch size; the nearest batch size is used, as
+    SGLang picks its own configs (ties go to the smaller)."""
+
+    def __init__(self, entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]]]]):
+        self.entries = {k: dict(v) for k, v in entries.items()}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "the table") -> MoeTable:
+        if not isinstance(data, dict):
+            raise PackageError(f"{where}: expected an object of 'E=..,N=..' keys")
+        entries: dict[tuple[int, int], dict[int, tuple[dict[str, int], dict[str, int]]]] = {}
+        for key, per_m in data.items():
+            try:
+                parts = dict(p.split("=") for p in key.split(","))
+                en = (int(parts["E"]), int(parts["N"]))
+                entries[en] = {int(m): ({k: int(c["up"][k]) for k in GEMM_KEYS}, {k: int(c["down"][k]) for k in GEMM_KEYS})
+                               for m, c in per_m.items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise PackageError(f"{where}: entry {key!r} is malformed ({type(exc).__name__}: {exc})") from exc
+        return cls(entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f"E={e},N={n}": {str(m): {"up": up, "down": down} for m, (up, down) in sorted(per_m.items())}
+                for (e, n), per_m in sorted(self.entries.items())}
+
+    def lookup(self, E: int, N: int, M: int) -> tuple[dict[str, int], dict[str, int]] | None:
+        per_m = self.entries.get((E, N))
+        if not per_m:
+            return None
+        m = min(per_m, key=lambda k: (abs(k - M), k))
+        return per_m[m]
+
+
+class Package:
+    """An exported package folder (see the module's doc), validated on load."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], moe: MoeTable | None) -> None:
+        self.root, self.manifest, self.moe = root, manifest, moe
+
+    @property
+    def config_dir(self) -> Path | None:
+        sub = self.manifest.get("configs")
+        return (self.root / sub).parent if sub else None  # SGLANG_MOE_CONFIG_DIR holds configs/
+
+    @classmethod
+    def load(cls, root: str | os.PathLike[str]) -> Package:
+        root = Path(root)
+        path = root / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PackageError(f"{root} holds no manifest.json (write one with `evokernel export sglang-plugin`)") from None
+        except ValueError as exc:
+            raise PackageError(f"{path} is not JSON: {exc}") from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise PackageError(f"{path}: format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
+                               f"expected {FORMAT!r}")
+        configs = manifest.get("configs")
+        if configs and not (root / configs).is_dir():
+            raise PackageError(f"{path}: configs folder {configs!r} is missing")
+        moe = None
+        for kernel in manifest.get("kernels") or []:
+            if not isinstance(kernel, dict) or kernel.get("op") != "fused_moe":
+                raise PackageError(f"{path}: unknown kernel entry {kernel!r} (this evokernel ships 'fused_moe')")
+            table = root / str(kernel.get("table", ""))
+            try:
+                moe = MoeTable.from_json(json.loads(table.read_text()), str(table))
+            except FileNotFoundError:
+                raise PackageError(f"{path}: kernel table {table} is missing") from None
+            except ValueError as exc:
+                if isinstance(exc, PackageError):
+                    raise
+                raise PackageError(f"{table} is not JSON: {exc}") from exc
+        return cls(root, manifest, moe)
+
+
+_PLAIN_DEFAULTS = {  # fused_experts_impl arguments that must hold these values for the template to apply
+    "b1": None, "b2": None, "activation": "silu", "is_gated": True, "apply_router_weight_on_input": False,
+    "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False,
+    "per_channel_quant": False, "w1_scale": None, "w2_scale": None, "w1_zp": None, "w2_zp": None,
+    "a1_scale": None, "a2_scale": None, "block_shape": None, "no_combine": False, "gemm1_alpha": None,
+    "gemm1_limit": None, "swiglu_limit": None, "a1_q": None,
+}
+
+
+def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """An AROUND hook for `fused_experts_impl`: the template where `table` has a config for
+    the call's (E, N) and the call is on the plain path, else SGLang's own kernel."""
+    if run is None:
+        from evokernel.search_spaces.triton_moe import fused_moe as run
+    signatures: dict[Any, inspect.Signature] = {}
+    used: set[tuple[int, int, int]] = set()
+    stats = {"template": 0, "fallback": 0}
+
+    def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        sig = signatures.get(original)
+        if sig is None:
+            sig = signatures[original] = inspect.signature(original)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        x, w1, w2 = a["hidden_states"], a["w1"], a["w2"]
+        plain = all((a.get(k) is None) if v is None else (a.get(k, v) == v) for k, v in _PLAIN_DEFAULTS.items())
+        configs = None
+        if plain and str(x.dtype) in ("torch.bfloat16", "torch.float16") and x.dim() == 2 and w1.dim() == 3:
+            E, two_n, _ = w1.shape
+            configs = table.lookup(int(E), int(two_n) // 2, int(x.shape[0]))
+        if configs is None:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        up, down = configs
+        out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up=up, down=down)
+        factor = a.get("routed_scaling_factor")
+        if factor is not None and factor != 1.0:
+            out = out * factor
+        key = (int(w1.shape[0]), int(w1.shape[1]) // 2, int(x.shape[0]))
+        if key not in used:
+            used.add(key)
+            log.info("evokernel fused_moe at E=%d N=%d M=%d: up %s, down %s", *key, up, down)
+        stats["template"] += 1
+        if a.get("inplace"):
+            x.copy_(out)
+            return x
+        return out
+
+    hook.stats = stats  # type: ignore[attr-defined]
+    return hook
+
+
+def register() -> None:
+    """The `sglang.srt.plugins` entry point: applies the package named by
+    EVOKERNEL_SGLANG_PACKAGE in this SGLang process (nothing when it is unset)."""
+    where = os.environ.get(PACKAGE_ENV)
+    if not where:
+        return
+    try:
+        package = Package.load(where)
+    except PackageError as exc:
+        log.error("evokernel plugin: %s; SGLang runs unchanged", exc)
+        return
+    if package.config_dir is not None and "SGLANG_MOE_CONFIG_DIR" not in os.environ:
+        os.environ["SGLANG_MOE_CONFIG_DIR"] = str(package.config_dir)
+        log.info("evokernel plugin: SGLANG_MOE_CONFIG_DIR=%s", package.config_dir)
+    if package.moe is not None:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        HookRegistry.register(FUSED_EXPERTS, fused_experts_hook(package.moe), HookType.AROUND)
+        log.info("evokernel plugin: fused_moe hooked on %s (%d shapes)", FUSED_EXPERTS, len(package.moe.entries))

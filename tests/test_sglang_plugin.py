@@ -1,0 +1,137 @@
+"""The SGLang plugin's CPU parts: its entry point, the package `evokernel export
+sglang-plugin` writes and its validation, and the fused-MoE hook (evokernel's template in
+Triton's interpreter against the problem's torch reference; SGLang's kernel kept for every
+call off the plain path). Registration inside a real SGLang process is exercised on the GPU."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evokernel.sglang_plugin import FORMAT, FUSED_EXPERTS, MoeTable, Package, PackageError, fused_experts_hook, register
+
+from .test_export import ROOT, _search
+
+UP = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 2}
+DOWN = dict(UP, BLOCK_SIZE_M=32, BLOCK_SIZE_N=64)
+
+
+def test_the_entry_point_is_installed_and_does_nothing_without_a_package(monkeypatch: pytest.MonkeyPatch):
+    eps = [ep for ep in importlib.metadata.entry_points(group="sglang.srt.plugins") if ep.name == "evokernel"]
+    assert len(eps) == 1 and eps[0].value == "evokernel.sglang_plugin:register"
+    assert eps[0].load() is register
+    monkeypatch.delenv("EVOKERNEL_SGLANG_PACKAGE", raising=False)
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    register()  # no package: SGLang untouched (and sglang need not even be installed)
+    assert "SGLANG_MOE_CONFIG_DIR" not in os.environ
+
+
+def test_a_broken_package_is_reported_and_leaves_sglang_unchanged(tmp_path: Path, monkeypatch, caplog):
+    (tmp_path / "manifest.json").write_text('{"format": "something else"}')
+    monkeypatch.setenv("EVOKERNEL_SGLANG_PACKAGE", str(tmp_path))
+    monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
+    with caplog.at_level("ERROR", logger="evokernel.sglang"):
+        register()
+    assert "expected 'evokernel-sglang/1'" in caplog.text and "SGLang runs unchanged" in caplog.text
+    assert "SGLANG_MOE_CONFIG_DIR" not in os.environ
+    with pytest.raises(PackageError, match="no manifest.json"):
+        Package.load(tmp_path / "missing")
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": FORMAT, "kernels": [
+        {"op": "fused_moe", "table": "kernels/fused_moe.json"}]}))
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "fused_moe.json").write_text('{"E=4,N=32": {"8": {"up": {}}}}')
+    with pytest.raises(PackageError, match="entry 'E=4,N=32' is malformed"):
+        Package.load(tmp_path)
+
+
+def test_the_table_picks_the_nearest_batch_size_like_sglang():
+    table = MoeTable({(4, 32): {8: (UP, DOWN), 64: (DOWN, UP)}})
+    assert table.lookup(4, 32, 1) == (UP, DOWN) and table.lookup(4, 32, 36) == (UP, DOWN)  # tie -> smaller
+    assert table.lookup(4, 32, 37) == (DOWN, UP) and table.lookup(8, 32, 8) is None
+    assert MoeTable.from_json(table.to_json()).entries == table.entries
+
+
+def _inputs(m: int):
+    os.environ.setdefault("EVOKERNEL_MOE_MODEL", "tiny")
+    from evokernel.problem import Problem
+
+    problem = Problem.load(ROOT / "examples" / "problems" / "moe_bf16.py")
+    shape = dict(problem.shapes[0], M=m)
+    return problem, problem.make_inputs(shape, 0, "cpu")
+
+
+def sglang_fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, b1=None, b2=None, inplace=False,
+                              activation="silu", is_gated=True, apply_router_weight_on_input=False,
+                              use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
+                              per_channel_quant=False, w1_scale=None, w2_scale=None, w1_zp=None, w2_zp=None,
+                              a1_scale=None, a2_scale=None, block_shape=None, no_combine=False,
+                              routed_scaling_factor=None, gemm1_alpha=None, gemm1_limit=None, filter_expert=True,
+                              swiglu_limit=None, gate_up_interleaved=True, a1_q=None):
+    """SGLang 0.5.17's `fused_experts_impl` signature, computing in torch (the problem's reference)."""
+    from evokernel.problem import Problem
+
+    ref = Problem.load(ROOT / "examples" / "problems" / "moe_bf16.py").reference
+    out = ref(hidden_states, w1, w2, topk_weights, topk_ids)
+    sglang_fused_experts_impl.calls += 1
+    if inplace:
+        hidden_states.copy_(out)
+        return hidden_states
+    return out
+
+
+def test_the_hook_runs_the_template_on_the_plain_path_and_sglangs_kernel_otherwise(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("EVOKERNEL_MOE_MODEL", "tiny")
+    monkeypatch.setenv("EVOKERNEL_MOE_DTYPE", "float16")
+    code = r'''
+import os, sys
+sys.path.insert(0, os.environ["ROOT"])
+import torch
+from tests.test_sglang_plugin import UP, DOWN, _inputs, sglang_fused_experts_impl as impl
+from evokernel.sglang_plugin import MoeTable, fused_experts_hook
+impl.calls = 0
+problem, (x, w1, w2, tw, ti) = _inputs(11)
+E, two_n, _ = w1.shape
+hook = fused_experts_hook(MoeTable({(E, two_n // 2): {8: (UP, DOWN)}}))
+want = problem.reference(x, w1, w2, tw, ti).float()
+got = hook(impl, x, w1, w2, tw, ti)
+assert impl.calls == 0 and hook.stats == {"template": 1, "fallback": 0}
+assert torch.allclose(got.float(), want, rtol=5e-3, atol=5e-3), (got.float() - want).abs().max()
+y = x.clone()
+assert hook(impl, y, w1, w2, topk_weights=tw, topk_ids=ti, inplace=True) is y and torch.allclose(y.float(), want, rtol=5e-3, atol=5e-3)
+scaled = hook(impl, x, w1, w2, tw, ti, routed_scaling_factor=2.5)
+assert torch.allclose(scaled.float(), 2.5 * want, rtol=5e-3, atol=2e-2)
+# off the plain path (quantised, clamped, or an (E, N) the package was not tuned for): SGLang's kernel
+hook(impl, x, w1, w2, tw, ti, use_fp8_w8a8=True)
+hook(impl, x, w1, w2, tw, ti, gemm1_limit=7.0)
+hook(impl, x, w1[:, :16], w2[:, :, :8], tw, ti)
+assert impl.calls == 3 and hook.stats["fallback"] == 3
+print("ok")
+'''
+    env = dict(os.environ, ROOT=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    db = tmp_path / "moe.db"
+    _search(db, 8, monkeypatch)
+    out = tmp_path / "pkg"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_MOE")}
+    done = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-plugin", str(db), "--out", str(out),
+                           "--device-name", "NVIDIA H200", "--triton-version", "3.6.0"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "EVOKERNEL_SGLANG_PACKAGE=" in done.stdout
+    package = Package.load(out)
+    assert package.config_dir == out and (out / "configs" / "triton_3_6_0").is_dir()
+    assert package.moe is not None and package.moe.lookup(4, 32, 8) is not None
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kernels"] == [{"op": "fused_moe", "target": FUSED_EXPERTS, "table": "kernels/fused_moe.json"}]
+    assert manifest["provenance"]["fused_moe"][0]["M"] == 8
