@@ -126,6 +126,16 @@ CREATE TABLE IF NOT EXISTS kernels (
     latency_ms REAL NOT NULL,
     created REAL NOT NULL
 );
+-- workload profiles (evokernel.profile): the ranked opportunities of one profiled model or trace
+CREATE TABLE IF NOT EXISTS profiles (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    name TEXT NOT NULL,
+    device TEXT NOT NULL,
+    toolchain TEXT NOT NULL,
+    rows TEXT NOT NULL,
+    summary TEXT NOT NULL
+);
 """
 
 
@@ -445,6 +455,25 @@ class SQLiteStore:
                 sql += f" AND {clause}"
                 args.append(value)
         return [json.loads(r) for (r,) in self._db.execute(sql + " ORDER BY latency_ms", args)]
+
+    # -- workload profiles (evokernel.profile) ------------------------------------------------
+    def save_profile(self, record: dict[str, Any]) -> int:
+        """Store a profile (`Profile.to_dict()` plus `name` and `toolchain`); returns its id."""
+        summary = {k: v for k, v in record.items() if k not in ("name", "device_name", "toolchain", "rows")}
+        with self._tx() as db:
+            cur = db.execute("INSERT INTO profiles (created, name, device, toolchain, rows, summary)"
+                             " VALUES (?, ?, ?, ?, ?, ?)",
+                             (time.time(), record["name"], record.get("device_name") or record.get("device", ""),
+                              _json(record.get("toolchain", {})), _json(record["rows"]), _json(summary)))
+        return int(cur.lastrowid)  # type: ignore[arg-type]
+
+    def profiles(self, *, name: str | None = None) -> list[dict[str, Any]]:
+        """Stored profiles, oldest first: id, created, name, device, toolchain, rows, summary."""
+        sql, args = "SELECT id, created, name, device, toolchain, rows, summary FROM profiles", []
+        if name is not None:
+            sql, args = sql + " WHERE name = ?", [name]
+        return [{"id": i, "created": c, "name": n, "device": d, "toolchain": json.loads(t), "rows": json.loads(r),
+                 "summary": json.loads(s)} for i, c, n, d, t, r, s in self._db.execute(sql + " ORDER BY id", args)]
 
     def events(self, run_id: str) -> list[tuple[str, dict[str, Any], float]]:
         return [
