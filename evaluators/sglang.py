@@ -1,0 +1,296 @@
+"""End-to-end fitness: a real SGLang engine with a candidate package applied, timed against
+the unpatched engine in the same call (extra `sglang`).
+
+Every variant (the baseline, with no package, and each candidate package written by
+`evokernel export sglang-plugin`) is one engine in its own process
+(`python -m evokernel.sglang_bench`), all loaded side by side on the GPU with the same
+server arguments (`--load-format dummy` initialises the same weights in each: SGLang seeds
+its dummy loader). Each engine warms every (batch size, input length) of the plan before
+anything is timed. Then the plan is run `repeats` times, variant after variant for each
+point, the order rotated each round, so baseline and candidates see the same GPU state;
+the figures are medians with their spread (min, max). Numerics: each candidate's first-step
+logits and greedy tokens on fixed prompts are compared with the baseline's; a candidate
+whose logits differ beyond tolerance, or that produces non-finite values, fails.
+
+    ev = SGLangEvaluator(["--model-path", MODEL, "--load-format", "dummy", ...],
+                         batch_sizes=(1, 16, 64, 256), prefill_lens=(512, 2048))
+    report = ev.compare({"evokernel": Path("pkg")})      # an ABReport
+    report.to_json()["geomean"]["sglang_shipped"]        # decode throughput ratio
+
+`SGLangEvaluator.evaluate(genomes)` makes it an `Evaluator` for the last stage of a
+promotion cascade: `package(genome)` writes a genome's package, and its result's latency
+is the workload-weighted median decode latency.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evokernel.genome import Genome
+from evokernel.result import Result, Status
+
+__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise"]
+
+BASELINE = "sglang_shipped"
+
+
+def summarise(samples: Sequence[float]) -> dict[str, float]:
+    """Median and spread of repeated measurements."""
+    xs = sorted(float(x) for x in samples)
+    return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs),
+            "spread_pct": 100 * (xs[-1] - xs[0]) / statistics.median(xs) if xs[0] > 0 else 0.0}
+
+
+def compare_numerics(base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: float = 0.05,
+                     atol: float = 1e-3) -> dict[str, Any]:
+    """A candidate's first-step logits and greedy tokens against the baseline's: `ok` if its
+    logits are finite and within atol + rtol * max|baseline| everywhere sampled."""
+    a, b = base["logits_sample"], cand["logits_sample"]
+    if len(a) != len(b):
+        return {"ok": False, "reason": f"logits sample sizes differ ({len(a)} vs {len(b)})"}
+    diff = max((abs(x - y) for x, y in zip(a, b)), default=0.0)
+    bound = atol + rtol * float(base["logits_absmax"])
+    steps = list(zip(base["tokens"], cand["tokens"]))
+    same = sum(x == y for sa, sb in steps for x, y in zip(sa, sb))
+    total = sum(len(sa) for sa, _ in steps) or 1
+    first_diverge = next((i for i, (sa, sb) in enumerate(steps) if sa != sb), None)
+    ok = bool(cand.get("finite", True)) and diff <= bound
+    reason = "" if ok else ("non-finite logits" if not cand.get("finite", True)
+                            else f"logits differ by {diff:.3g} > {bound:.3g}")
+    return {"ok": ok, "reason": reason, "max_logit_diff": diff, "bound": bound, "token_agreement": same / total,
+            "first_divergent_step": first_diverge}
+
+
+@dataclass
+class ABReport:
+    """What one comparison measured: per variant and plan point, the samples; numerics."""
+
+    plan: dict[str, Any]
+    samples: dict[str, dict[str, list[dict[str, float]]]] = field(default_factory=dict)  # variant -> point -> runs
+    numerics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> list[dict[str, Any]]:
+        rows = []
+        for variant, points in self.samples.items():
+            for point, runs in points.items():
+                row: dict[str, Any] = {"variant": variant, "point": point}
+                for key in ("prefill_latency", "median_decode_latency", "median_decode_throughput"):
+                    vals = [r[key] for r in runs if key in r]
+                    if vals:
+                        row[key] = summarise(vals)
+                rows.append(row)
+        return rows
+
+    def ratios(self, key: str = "median_decode_throughput", *, higher_is_better: bool = True) -> dict[str, dict[str, float]]:
+        """variant -> point -> its median over the baseline's (a speedup either way)."""
+        base = self.samples.get(BASELINE, {})
+        out: dict[str, dict[str, float]] = {}
+        for variant, points in self.samples.items():
+            if variant == BASELINE:
+                continue
+            for point, runs in points.items():
+                mine = [r[key] for r in runs if key in r]
+                ref = [r[key] for r in base.get(point, []) if key in r]
+                if mine and ref:
+                    a, b = statistics.median(mine), statistics.median(ref)
+                    out.setdefault(variant, {})[point] = (a / b) if higher_is_better else (b / a)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        decode = self.ratios("median_decode_throughput")
+        prefill = self.ratios("prefill_latency", higher_is_better=False)
+
+        def gm(xs: Sequence[float]) -> float | None:
+            xs = [x for x in xs if x > 0]
+            return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+        decode_points = [p for p in self.plan.get("decode_points", [])]
+        geomean = {v: gm([r for p, r in per.items() if p in decode_points]) for v, per in decode.items()}
+        return {"plan": self.plan, "rows": self.table(), "decode_throughput_ratio": decode,
+                "prefill_speedup": prefill, "geomean": {BASELINE: geomean}, "numerics": self.numerics,
+                "errors": self.errors, "meta": self.meta}
+
+
+class _Engine:
+    """One `evokernel.sglang_bench` process and its command pipes."""
+
+    def __init__(self, name: str, argv: list[str], plan: dict[str, Any], env: dict[str, str], log: Path) -> None:
+        self.name = name
+        cmd_r, self.cmd_w = os.pipe()
+        self.reply_r, reply_w = os.pipe()
+        env = dict(env, EVOKERNEL_BENCH_FDS=f"{cmd_r},{reply_w}")
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "evokernel.sglang_bench", "--plan", json.dumps(plan), "--",
+                                      *argv], env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     pass_fds=(cmd_r, reply_w), start_new_session=True)
+        os.close(cmd_r)
+        os.close(reply_w)
+        self._buf = b""
+
+    def read(self, timeout_s: float) -> dict[str, Any]:
+        import select
+
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return {"error": f"no answer after {timeout_s:.0f} s"}
+            ready, _, _ = select.select([self.reply_r], [], [], left)
+            if ready:
+                chunk = os.read(self.reply_r, 1 << 16)
+                if not chunk:
+                    return {"error": f"the engine process ended (exit {self.proc.poll()}); see {self.log.name}"}
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def ask(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        try:
+            os.write(self.cmd_w, (json.dumps(msg) + "\n").encode())
+        except OSError as exc:
+            return {"error": f"the engine process is gone ({exc})"}
+        return self.read(timeout_s)
+
+    def close(self) -> None:
+        try:
+            os.write(self.cmd_w, b'{"cmd": "quit"}\n')
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            import signal
+
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for fd in (self.cmd_w, self.reply_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
+
+
+class SGLangEvaluator:
+    """See the module's doc. `server_argv`: SGLang server arguments shared by every variant
+    (give each engine a small `--mem-fraction-static`: they share the GPU)."""
+
+    name = "sglang"
+
+    def __init__(self, server_argv: Sequence[str], *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
+                 input_len: int = 512, output_len: int = 32, prefill_lens: Sequence[int] = (512, 2048),
+                 repeats: int = 3, weights: Mapping[int, float] | None = None,
+                 package: Callable[[Genome], Path] | None = None, log_dir: str | os.PathLike[str] = "sglang-logs",
+                 load_timeout_s: float = 600.0, run_timeout_s: float = 300.0, numerics_steps: int = 8,
+                 rtol: float = 0.05) -> None:
+        self.server_argv = list(server_argv)
+        self.batch_sizes, self.input_len, self.output_len = list(batch_sizes), input_len, output_len
+        self.prefill_lens, self.repeats = list(prefill_lens), repeats
+        self.weights = dict(weights) if weights else {b: 1.0 for b in self.batch_sizes}
+        self.package, self.log_dir = package, Path(log_dir)
+        self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
+        self.numerics_steps, self.rtol = numerics_steps, rtol
+
+    def plan(self) -> dict[str, Any]:
+        decode = [(b, self.input_len, self.output_len) for b in self.batch_sizes]
+        # a decode point's run times its prefill too: a prefill length already there is not run again
+        prefill = [(1, n, 2) for n in self.prefill_lens if (1, n) not in {(b, i) for b, i, _ in decode}]
+        points = decode + prefill
+        return {"points": [list(p) for p in points], "decode_points": [f"b{b}_i{i}_o{o}" for b, i, o in decode],
+                "warm": sorted({(b, i) for b, i, _ in points}), "max_batch": max(self.batch_sizes)}
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {"evaluator": "sglang", "server": self.server_argv, "plan": self.plan(), "repeats": self.repeats,
+                "weights": {str(k): v for k, v in sorted(self.weights.items())}}
+
+    def compare(self, packages: Mapping[str, str | os.PathLike[str] | None]) -> ABReport:
+        """The baseline and every package of `packages` (name -> folder), interleaved."""
+        plan = self.plan()
+        report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        variants = {BASELINE: None, **{k: v for k, v in packages.items() if k != BASELINE}}
+        engines: dict[str, _Engine] = {}
+        base_env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
+        try:
+            for name, pkg in variants.items():
+                env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
+                engines[name] = _Engine(name, self.server_argv, {"warm": plan["warm"], "max_batch": plan["max_batch"]},
+                                        env, self.log_dir / f"{name}.log")
+            for name, engine in list(engines.items()):
+                ready = engine.read(self.load_timeout_s)
+                report.meta.setdefault("ready", {})[name] = ready
+                if not ready.get("ready"):
+                    report.errors[name] = ready.get("error", "not ready")
+                    engine.close()
+                    del engines[name]
+            if BASELINE not in engines:
+                return report
+            names = list(engines)
+            for r in range(self.repeats):
+                for b, i, o in plan["points"]:
+                    point = f"b{b}_i{i}_o{o}"
+                    order = names[r % len(names):] + names[: r % len(names)]
+                    for name in order:
+                        got = engines[name].ask({"cmd": "run", "batch_size": b, "input_len": i, "output_len": o,
+                                                 "seed": r}, self.run_timeout_s)
+                        if "error" in got:
+                            report.errors.setdefault(name, f"{point}: {got['error']}")
+                        else:
+                            report.samples.setdefault(name, {}).setdefault(point, []).append(got)
+            probe = {"cmd": "logits", "batch_size": min(4, max(self.batch_sizes)), "input_len": 64,
+                     "steps": self.numerics_steps, "seed": 7}
+            logits = {name: engine.ask(probe, self.run_timeout_s) for name, engine in engines.items()}
+            for name, got in logits.items():
+                if name == BASELINE:
+                    continue
+                if "error" in got or "error" in logits[BASELINE]:
+                    report.numerics[name] = {"ok": False, "reason": got.get("error") or logits[BASELINE]["error"]}
+                else:
+                    report.numerics[name] = compare_numerics(logits[BASELINE], got, rtol=self.rtol)
+        finally:
+            for engine in engines.values():
+                engine.close()
+        return report
+
+    def evaluate(self, genomes: Sequence[Genome]) -> Iterator[Result]:
+        """Each genome's package against the baseline; latency = the workload-weighted median
+        decode latency (ms); a numerics failure or an engine error is a failed result."""
+        if self.package is None:
+            raise ValueError("SGLangEvaluator.evaluate needs `package` (a genome -> its package folder)")
+        for genome in genomes:
+            try:
+                folder = self.package(genome)
+            except Exception as exc:
+                yield Result.failed(Status.COMPILE_ERROR, f"package failed: {type(exc).__name__}: {exc}")
+                continue
+            report = self.compare({genome.id: folder})
+            if genome.id in report.errors:
+                yield Result.failed(Status.RUNTIME_ERROR, report.errors[genome.id][:2000])
+                continue
+            numerics = report.numerics.get(genome.id, {})
+            if not numerics.get("ok"):
+                yield Result.failed(Status.INCORRECT, f"end-to-end numerics: {numerics.get('reason', 'not checked')}")
+                continue
+            runs = report.samples.get(genome.id, {})
+            total = weight = 0.0
+            for b in self.batch_sizes:
+                lat = [x["median_decode_latency"] for x in runs.get(f"b{b}_i{self.input_len}_o{self.output_len}", [])]
+                if lat:
+                    total += self.weights.get(b, 0.0) * statistics.median(lat) * 1e3
+                    weight += self.weights.get(b, 0.0)
+            if not weight:
+                yield Result.failed(Status.RUNTIME_ERROR, "no decode point was measured")
+                continue
+            yield Result.ok(total / weight, meta={"sglang": report.to_json()})

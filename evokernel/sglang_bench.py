@@ -1,0 +1,152 @@
+"""One SGLang engine, held in one process, timed on command (run by `evaluators/sglang.py`).
+
+    python -m evokernel.sglang_bench --plan PLAN.json -- <SGLang server arguments>
+
+The process loads SGLang's model runner the way `sglang.benchmark.one_batch` does (same
+server arguments: `--model-path`, `--load-format dummy`, backends ...), after calling
+SGLang's own `load_plugins()`, so the evokernel plugin applies the package named by
+EVOKERNEL_SGLANG_PACKAGE exactly as it would in a served engine's scheduler. Then it warms
+every (batch size, input length) of the plan once (Triton compiles and autotunes outside
+any timed pass), says it is ready, and answers commands, one JSON object per line, on the
+file descriptors named by EVOKERNEL_BENCH_FDS ("<commands>,<replies>"), so SGLang's own
+prints on stdout never mix with them:
+
+- {"cmd": "run", "batch_size": B, "input_len": I, "output_len": O} -> prefill latency (s),
+  median decode latency (s) and throughput, as `one_batch` measures them (synchronised
+  wall clock around each step, decode in SGLang's CUDA graphs);
+- {"cmd": "logits", "batch_size": B, "input_len": I, "steps": S, "seed": K} -> greedy tokens
+  for S steps and the first step's logits (a few summary numbers and a sample of values)
+  on fixed prompts, for the numerics check against the unpatched engine;
+- {"cmd": "quit"}.
+
+Failures are replies ({"error": ...}), never a silent death: the parent reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _reply(fd: int, obj: dict[str, Any]) -> None:
+    os.write(fd, (json.dumps(obj) + "\n").encode())
+
+
+def _lines(fd: int):
+    buf = b""
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+
+
+def _engine(server_argv: list[str], max_batch: int) -> Any:
+    """SGLang's model runner as `one_batch` builds it, plugins loaded first."""
+    from sglang.benchmark import one_batch as ob
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import PortArgs, ServerArgs
+
+    load_plugins()
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    server_args = ServerArgs.from_cli_args(parser.parse_args(server_argv))
+    if server_args.cuda_graph_config is not None:
+        server_args.cuda_graph_config[ob.Phase.DECODE].max_bs = max_batch
+    ob._set_envs_and_config(server_args)
+    port_args = PortArgs.init_new(server_args)
+    ob.initialize_moe_config(server_args)
+    ob.initialize_fp8_gemm_config(server_args)
+    ob.initialize_fp4_gemm_config(server_args)
+    runner, _ = ob.load_model(server_args, port_args, 0, 0)
+    return runner
+
+
+def _run(runner: Any, batch_size: int, input_len: int, output_len: int, seed: int = 0) -> dict[str, Any] | None:
+    import numpy as np
+    from sglang.benchmark import one_batch as ob
+
+    np.random.seed(seed)
+    reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
+    return ob.latency_test_run_once("evokernel", runner, lambda *a, **k: None, reqs, batch_size, input_len,
+                                    output_len, 0, False, False, ("CPU", "GPU"), "", "all", 0)
+
+
+def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from sglang.benchmark import one_batch as ob
+
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, 10000, (batch_size, input_len), dtype=np.int32).tolist()
+    runner.clear()
+    reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len, prompts)
+    next_ids, logits, batch = runner.extend(reqs)
+    first = logits.float()
+    tokens = [next_ids.tolist()]
+    for _ in range(steps - 1):
+        next_ids, _ = runner.decode(next_ids, batch)
+        tokens.append(next_ids.tolist())
+    runner.cleanup(batch)
+    flat = first.reshape(-1)
+    idx = torch.linspace(0, flat.numel() - 1, steps=min(4096, flat.numel())).long().to(flat.device)
+    return {"tokens": tokens, "logits_sample": flat[idx].tolist(), "logits_absmax": float(flat.abs().max()),
+            "logits_std": float(flat.std()), "finite": bool(torch.isfinite(flat).all())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(prog="python -m evokernel.sglang_bench")
+    ap.add_argument("--plan", required=True, help="JSON: {'warm': [[batch, input_len], ...], 'max_batch': B}")
+    args = ap.parse_args(argv[:split])
+    fds = os.environ.get("EVOKERNEL_BENCH_FDS", "")
+    try:
+        cmd_fd, reply_fd = (int(x) for x in fds.split(","))
+    except ValueError:
+        print("evokernel.sglang_bench: EVOKERNEL_BENCH_FDS must be '<commands>,<replies>'", file=sys.stderr)
+        return 2
+    plan = json.loads(args.plan)
+    t0 = time.monotonic()
+    try:
+        runner = _engine(argv[split + 1:], int(plan.get("max_batch", 1)))
+        loaded = time.monotonic() - t0
+        for bs, il in plan.get("warm", []):
+            _run(runner, int(bs), int(il), 4)
+        _reply(reply_fd, {"ready": True, "load_s": round(loaded, 2), "warm_s": round(time.monotonic() - t0 - loaded, 2),
+                          "package": os.environ.get("EVOKERNEL_SGLANG_PACKAGE", "")})
+    except Exception as exc:  # the parent reports it as this variant's failure
+        _reply(reply_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc()[-4000:]})
+        return 1
+    for msg in _lines(cmd_fd):
+        try:
+            if msg.get("cmd") == "quit":
+                break
+            if msg.get("cmd") == "run":
+                got = _run(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
+                           int(msg.get("seed", 0)))
+                _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
+            elif msg.get("cmd") == "logits":
+                _reply(reply_fd, _logits(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["steps"]),
+                                         int(msg.get("seed", 0))))
+            else:
+                _reply(reply_fd, {"error": f"unknown command {msg!r}"})
+        except Exception as exc:
+            _reply(reply_fd, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

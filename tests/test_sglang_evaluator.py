@@ -1,0 +1,62 @@
+"""The SGLang evaluator's CPU parts: the A/B plan, medians and ratios over one_batch-shaped
+results, the numerics comparison, and the engine processes' error path (no SGLang here:
+each engine says so on its reply channel and the comparison reports it). Real engines run
+on the GPU (benchmarks/sglang_e2e_h200.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from evokernel.evaluators.sglang import BASELINE, ABReport, SGLangEvaluator, compare_numerics, summarise
+
+
+def _run(prefill: float, decode: float, bs: int) -> dict:
+    # the fields sglang.benchmark.one_batch's latency_test_run_once returns
+    return {"run_name": "evokernel", "batch_size": bs, "input_len": 512, "output_len": 32, "prefill_latency": prefill,
+            "prefill_throughput": 512 * bs / prefill, "median_decode_latency": decode,
+            "median_decode_throughput": bs / decode, "total_latency": prefill + 31 * decode,
+            "overall_throughput": 544 * bs / (prefill + 31 * decode)}
+
+
+def test_the_plan_warms_every_point_and_the_report_gives_medians_ratios_and_the_geomean():
+    ev = SGLangEvaluator(["--model-path", "m"], batch_sizes=(1, 16), prefill_lens=(512, 2048), repeats=3)
+    plan = ev.plan()
+    assert plan["points"] == [[1, 512, 32], [16, 512, 32], [1, 2048, 2]]  # (1, 512) decode also times its prefill
+    assert plan["warm"] == [(1, 512), (1, 2048), (16, 512)] and plan["decode_points"] == ["b1_i512_o32", "b16_i512_o32"]
+    report = ABReport(plan=plan)
+    for name, scale in ((BASELINE, 1.0), ("cand", 0.8)):
+        report.samples[name] = {
+            "b1_i512_o32": [_run(0.05, scale * x, 1) for x in (0.0010, 0.0011, 0.0009)],
+            "b16_i512_o32": [_run(0.2, scale * x, 16) for x in (0.0020, 0.0021, 0.0019)],
+            "b1_i2048_o2": [_run(scale * x, 0.001, 1) for x in (0.10, 0.11, 0.09)],
+        }
+    doc = report.to_json()
+    assert doc["decode_throughput_ratio"]["cand"]["b1_i512_o32"] == pytest.approx(1.25)
+    assert doc["prefill_speedup"]["cand"]["b1_i2048_o2"] == pytest.approx(1.25)
+    assert doc["geomean"][BASELINE]["cand"] == pytest.approx(1.25)  # over the decode points only
+    row = next(r for r in doc["rows"] if r["variant"] == "cand" and r["point"] == "b16_i512_o32")
+    assert row["median_decode_latency"]["median"] == pytest.approx(0.8 * 0.0020)
+    assert summarise([2.0, 1.0, 3.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3, "spread_pct": 100.0}
+
+
+def test_numerics_pass_within_tolerance_and_fail_beyond_it_or_on_non_finite_logits():
+    base = {"tokens": [[1, 2], [3, 4]], "logits_sample": [0.5, -1.0, 2.0], "logits_absmax": 2.0, "finite": True}
+    close = dict(base, logits_sample=[0.52, -1.01, 2.05], tokens=[[1, 2], [3, 5]])
+    got = compare_numerics(base, close, rtol=0.05)
+    assert got["ok"] and got["token_agreement"] == 0.75 and got["first_divergent_step"] == 1
+    far = dict(base, logits_sample=[0.5, -1.0, 2.5])
+    assert not compare_numerics(base, far, rtol=0.05)["ok"]
+    assert compare_numerics(base, dict(base, finite=False))["reason"] == "non-finite logits"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed: the GPU test covers it")
+def test_without_sglang_every_engine_reports_why_and_nothing_is_measured(tmp_path: Path):
+    ev = SGLangEvaluator(["--model-path", str(tmp_path)], batch_sizes=(1,), prefill_lens=(), repeats=1,
+                         log_dir=tmp_path / "logs", load_timeout_s=120)
+    report = ev.compare({"cand": tmp_path})
+    assert set(report.errors) == {BASELINE, "cand"}
+    assert "No module named 'sglang'" in report.errors[BASELINE] and not report.samples
+    assert report.to_json()["geomean"] == {BASELINE: {}}
