@@ -146,22 +146,44 @@ def _read(path: Path) -> dict[int, dict[str, int]]:
 
 
 def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
-                          triton_version: str | None = None, kernel: bool = True) -> MoeExport:
+                          triton_version: str | None = None, kernel: bool = True,
+                          seed_shipped: bool = True) -> MoeExport:
     """Write the package the SGLang plugin applies (`evokernel.sglang_plugin`): SGLang's config
     files for its own fused-MoE kernel (winners whose two BLOCK_SIZE_M agree) under
     `out/configs`, and, with `kernel`, the table of evokernel's fused-MoE template (every
     winner, up and down BLOCK_SIZE_M free) under `out/kernels/fused_moe.json`, with
-    `out/manifest.json` naming both and where they came from."""
+    `out/manifest.json` naming both and where they came from.
+
+    With `seed_shipped`, a config file SGLang ships for that (E, N, GPU) is copied in first
+    (as the up file, and as the down file, which is what SGLang runs for the down GEMM when
+    it ships none) and the tuned batch sizes are merged over it: the batch sizes the search
+    did not tune keep SGLang's configs instead of borrowing the nearest tuned one."""
     import datetime as dt
+
+    from evokernel.search_spaces.sglang import shipped_file
 
     from .sglang_plugin import FORMAT, FUSED_EXPERTS, MoeTable
 
     out = Path(out)
+    seeded: list[str] = []
+    if seed_shipped:
+        keys = _winners(store, MoeExport(), device_name=device_name, triton_version=triton_version, shared_m=True)
+        for version_dir, E, N, gpu in sorted({k[:4] for k in keys}):
+            shipped = shipped_file(E, N, gpu)
+            name = sglang_file_name(E, N, gpu)
+            folder = out / "configs" / version_dir
+            if shipped is None or (folder / name).exists():
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            for path in (folder / name, folder / (name.removesuffix(".json") + "_down.json")):
+                path.write_text(shipped.read_text())
+            seeded.append(str(shipped.name))
     report = sglang_moe(store, out, device_name=device_name, triton_version=triton_version)
     manifest: dict[str, Any] = {
         "format": FORMAT, "configs": "configs" if report.files else None, "kernels": [],
         "provenance": {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "store": str(getattr(store, "path", "")), "configs": report.exported},
+                       "store": str(getattr(store, "path", "")), "configs": report.exported,
+                       "seeded_from_sglang": seeded},
     }
     if kernel:
         free = MoeExport()

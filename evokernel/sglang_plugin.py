@@ -53,10 +53,13 @@ class PackageError(ValueError):
 
 class MoeTable:
     """Tuned (up, down) configs per (E, N) and batch size; the nearest batch size is used, as
-    SGLang picks its own configs (ties go to the smaller)."""
+    SGLang picks its own configs (ties go to the smaller), but only within `reach` (2x) of it:
+    a prefill of 2048 tokens does not run a config tuned for decode at 256."""
 
-    def __init__(self, entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]]]]):
+    def __init__(self, entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]]]],
+                 *, reach: float = 2.0):
         self.entries = {k: dict(v) for k, v in entries.items()}
+        self.reach = reach  # a tuned batch size serves batch sizes within this factor of it, no further
 
     @classmethod
     def from_json(cls, data: Any, where: str = "the table") -> MoeTable:
@@ -82,6 +85,8 @@ class MoeTable:
         if not per_m:
             return None
         m = min(per_m, key=lambda k: (abs(k - M), k))
+        if not m / self.reach <= M <= m * self.reach:
+            return None  # far from anything tuned: SGLang's own kernel and configs serve it
         return per_m[m]
 
 

@@ -52,8 +52,10 @@ def test_a_broken_package_is_reported_and_leaves_sglang_unchanged(tmp_path: Path
 
 def test_the_table_picks_the_nearest_batch_size_like_sglang():
     table = MoeTable({(4, 32): {8: (UP, DOWN), 64: (DOWN, UP)}})
-    assert table.lookup(4, 32, 1) == (UP, DOWN) and table.lookup(4, 32, 36) == (UP, DOWN)  # tie -> smaller
-    assert table.lookup(4, 32, 37) == (DOWN, UP) and table.lookup(8, 32, 8) is None
+    assert table.lookup(4, 32, 4) == (UP, DOWN) and table.lookup(4, 32, 16) == (UP, DOWN)
+    assert table.lookup(4, 32, 36) is None  # nearest is 8 (a tie goes to the smaller), but 36 is out of its reach
+    assert table.lookup(4, 32, 37) == (DOWN, UP) and table.lookup(4, 32, 128) == (DOWN, UP)
+    assert table.lookup(4, 32, 3) is None and table.lookup(4, 32, 129) is None and table.lookup(8, 32, 8) is None
     assert MoeTable.from_json(table.to_json()).entries == table.entries
 
 
@@ -131,7 +133,29 @@ def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: p
     assert "EVOKERNEL_SGLANG_PACKAGE=" in done.stdout
     package = Package.load(out)
     assert package.config_dir == out and (out / "configs" / "triton_3_6_0").is_dir()
+    assert json.loads((out / "manifest.json").read_text())["provenance"]["seeded_from_sglang"] == []  # none for E=4
     assert package.moe is not None and package.moe.lookup(4, 32, 8) is not None
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kernels"] == [{"op": "fused_moe", "target": FUSED_EXPERTS, "table": "kernels/fused_moe.json"}]
     assert manifest["provenance"]["fused_moe"][0]["M"] == 8
+
+
+def test_the_package_keeps_sglangs_shipped_configs_for_batch_sizes_not_tuned(tmp_path: Path, monkeypatch):
+    import evokernel.search_spaces.sglang as sglang_configs
+    from evokernel.export import sglang_plugin_package
+    from evokernel.store import SQLiteStore
+
+    db = tmp_path / "moe.db"
+    _search(db, 8, monkeypatch)
+    shipped = tmp_path / "E=4,N=32,device_name=NVIDIA_H200.json"
+    cfg = dict(UP, BLOCK_SIZE_M=64)
+    shipped.write_text(json.dumps({"1": cfg, "8": cfg, "4096": cfg}))
+    monkeypatch.setattr(sglang_configs, "shipped_file", lambda E, N, gpu: shipped if (E, N) == (4, 32) else None)
+    out = tmp_path / "pkg"
+    sglang_plugin_package(SQLiteStore(db, create=False), out, device_name="NVIDIA H200", triton_version="3.6.0")
+    folder = out / "configs" / "triton_3_6_0"
+    for name in ("E=4,N=32,device_name=NVIDIA_H200.json", "E=4,N=32,device_name=NVIDIA_H200_down.json"):
+        table = json.loads((folder / name).read_text())
+        assert sorted(table, key=int) == ["1", "8", "4096"]
+        assert table["1"] == cfg and table["4096"] == cfg and table["8"] != cfg  # M=8 is the tuned one
+    assert json.loads((out / "manifest.json").read_text())["provenance"]["seeded_from_sglang"] == [shipped.name]
