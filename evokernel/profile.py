@@ -35,8 +35,9 @@ its share times the fraction of its time that is headroom (all of a gap). Rows r
 a row without a roofline ranks by its share, the most its score could be.
 
 On the CPU (a trace with no GPU activity) each `cpu_op`'s self time (outside its child ops)
-stands for a kernel on its thread, gaps are the time between top-level ops, and the same
-pipeline runs; the notes say so.
+stands for a kernel on its thread (an op with a work formula stands for its whole time, child
+ops included), gaps are the time between top-level ops, and the same pipeline runs; the notes
+say so.
 
 >>> mm = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
 ...       "args": {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}}
@@ -409,6 +410,11 @@ class _Timeline:
             yield from ss
 
 
+def _is_work(s: _Span) -> bool:
+    """An op whose work formula counts: no op below it has one (aten::linear defers to its aten::addmm)."""
+    return s.name in _FORMULAS and not s.below_formula
+
+
 def _load(trace: dict[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
     if isinstance(trace, dict):
         return trace
@@ -503,7 +509,8 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
     else:
         device, device_name = "cpu", "cpu"
         notes.append("no GPU activity in the trace: each cpu_op's self time (outside its child ops) stands for a "
-                     "kernel, and gaps are the time between top-level ops (Python and framework overhead)")
+                     "kernel (an op with a work formula: its whole time), and gaps are the time between top-level "
+                     "ops (Python and framework overhead)")
         for thread, ss in op_line.by_thread.items():
             end = None
             for s in ss:
@@ -511,9 +518,14 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
                 if s.parent is None:
                     gap = max(0.0, s.start - end) if end is not None else 0.0
                     end = max(end or s.end, s.end)
+                up = s.parent
+                while up is not None and not _is_work(up):
+                    up = up.parent
+                if up is not None:
+                    continue  # inside a work op, which stands for its whole time
                 records.append({"name": s.name, "op": s, "scope": scope_line.at(thread, s.start),
-                                "stream": str(thread[1]), "start": s.start, "dur": max(0.0, s.dur - s.child_us),
-                                "gap": gap})
+                                "stream": str(thread[1]), "start": s.start,
+                                "dur": s.dur if _is_work(s) else max(0.0, s.dur - s.child_us), "gap": gap})
 
     if peaks is None and device == "cuda":
         peaks = PEAKS.get(device_name)
@@ -528,7 +540,7 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
         s = r["op"]
         while s is not None and s.name not in _FORMULAS:
             s = s.parent
-        if s is not None and not s.below_formula:
+        if s is not None and _is_work(s):
             units[id(s)].append(r)
             unit_ops[id(s)] = s
     for key, rs in units.items():
