@@ -137,19 +137,6 @@ def _build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--top", type=_positive_int, default=20, help="rows to print (default 20)")
     pr.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
-    pr = sub.add_parser("profile", help="profile a model: GPU time per kernel, op and module, ranked by roofline "
-                                        "headroom and gaps (evokernel.profile)")
-    pr.add_argument("target", nargs="?", default=None,
-                    help="a .py defining `model` (nn.Module or factory) and `example_inputs` (tuple or factory)")
-    pr.add_argument("--trace", default=None, help="read a saved Chrome trace (.json or .json.gz) instead")
-    pr.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when a GPU is present")
-    pr.add_argument("--iters", type=_positive_int, default=10, help="profiled calls (default 10)")
-    pr.add_argument("--warmup", type=int, default=3, help="calls before profiling (default 3)")
-    pr.add_argument("--save-trace", default=None, metavar="PATH", help="keep the Chrome trace here")
-    pr.add_argument("--db", default="evokernel.db", help="store the profile here (default: evokernel.db)")
-    pr.add_argument("--top", type=_positive_int, default=20, help="rows to print (default 20)")
-    pr.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-
     ls = sub.add_parser("lessons", help="print the knowledge base: lessons of earlier runs (patterns, caveats, summaries)")
     ls.add_argument("db", help="the search database (SQLite)")
     ls.add_argument("--op", default=None, help="the problem's family (FAMILY) or name")
@@ -188,7 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "export": _cmd_export,
             "kernels": _cmd_kernels,
             "lessons": _cmd_lessons,
-            "profile": _cmd_profile,
             "profile": _cmd_profile,
         }[args.command](args)
     except EvaluatorError as exc:
@@ -672,42 +658,6 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         print(f"{r['genome_id']}  {r['latency_ms']:.5f} ms  {r['op']}  {r['gpu']}  [{shapes}]  run {r['run_id']}")
     if not rows:
         print("no kernels", file=sys.stderr)
-    return 0
-
-
-def _cmd_profile(args: argparse.Namespace) -> int:
-    from .env import toolchain
-    from .profile import load_target, parse_trace, profile_module
-    from .store import SQLiteStore
-
-    if (args.target is None) == (args.trace is None):
-        raise ConfigError("profile takes a target file or --trace TRACE.json (one of them)")
-    if args.trace is not None:
-        if not os.path.isfile(args.trace):
-            raise ConfigError(f"no such trace: {args.trace}")
-        name = Path(args.trace).name.split(".")[0]
-        prof = parse_trace(args.trace, target=name)
-    else:
-        model, inputs, name = load_target(args.target)
-        try:
-            prof = profile_module(model, inputs, device=args.device, warmup=args.warmup, iters=args.iters,
-                                  target=name, trace_path=args.save_trace)
-        except EvokernelError:
-            raise
-        except Exception as exc:  # the model itself failed
-            raise ConfigError(f"{args.target}: running the model failed: {type(exc).__name__}: {exc}") from None
-    record = prof.to_dict()
-    record.update(name=name, toolchain={**toolchain(), "device_name": prof.device_name})
-    with SQLiteStore(args.db) as store:
-        profile_id = store.save_profile(record)
-    if args.json:
-        print(json.dumps({**prof.to_dict(top=args.top), "profile_id": profile_id, "db": args.db}))
-        return 0
-    console = _console()
-    console.print(prof.table(top=args.top))
-    for note in prof.notes:
-        console.print(f"note: {note}", highlight=False)
-    console.print(f"saved as profile {profile_id} in {args.db}", highlight=False)
     return 0
 
 
