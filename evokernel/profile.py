@@ -17,8 +17,9 @@ What `parse_trace` attributes to each GPU activity (trace categories `kernel`, `
   falls back to the `nn.Module: Name_i` events of `with_stack=True`, joined into a path;
   `(outside)` when none contains it;
 - its **work**: the innermost op above it (itself included) that has a formula, if no op
-  below that one has one (so `aten::linear` defers to its `aten::addmm`). FLOPs for the
-  matmul family and the attention ops (causal counts half), bytes for those and for
+  below that one has one (so `aten::linear` defers to its `aten::addmm`). FLOPs: the op's
+  `flops` argument where the trace has one, else formulas for the matmul family and the
+  attention ops (causal counts half; varlen inputs have none); bytes for those and for
   elementwise, normalisation, copy and gather ops: each operand read once, the output
   written once (a lower bound). A work op launching several kernels (split-K and its
   reduction) shares its work among them in proportion to their time.
@@ -30,7 +31,8 @@ a device without measured peaks the roofline columns stay empty and the notes sa
 
 Gaps: on each stream, the idle time between an activity and the one before it, charged
 to the module of the one after (launch overhead, host syncs, Python between launches).
-The total is kernel time plus gap time, so the rows' shares sum to 1; each row's score is
+The total is kernel time plus gap time, so the rows' shares sum to 1 (kernels on concurrent
+streams each count, so then the total exceeds the wall time); each row's score is
 its share times the fraction of its time that is headroom (all of a gap). Rows rank by score;
 a row without a roofline ranks by its share, the most its score could be.
 
@@ -548,6 +550,9 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
         work = _FORMULAS[s.name](s.args)
         if work is None:
             continue
+        given = s.args.get("flops")  # the profiler's own count, where a torch writes it into the trace
+        if isinstance(given, (int, float)) and given > 0:
+            work = _Work(float(given), work.bytes, work.dtype)
         time = sum(r["dur"] for r in rs)
         for r in rs:
             part = r["dur"] / time if time > 0 else 1.0 / len(rs)

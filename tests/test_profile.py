@@ -4,6 +4,7 @@ real CPU profile of the tiny decoder, and `evokernel profile` with its store."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import subprocess
 from pathlib import Path
@@ -132,6 +133,16 @@ def test_nn_module_events_stand_in_for_missing_scopes():
            "args": {"Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"]}}]
     p = parse_trace({"traceEvents": ev})
     assert [(k.op, k.module, k.flops) for k in p.kernels] == [("aten::mm", "Decoder_0.Linear_0", 2 * 4 * 8 * 16)]
+
+
+def test_the_trace_own_flops_count_and_gzip(tmp_path):
+    trace = _cpu_trace()
+    trace["traceEvents"][0]["args"]["flops"] = 1000
+    assert parse_trace(trace).kernels[0].flops == 1000  # the profiler's count wins over the formula
+    path = tmp_path / "gpu_small.json.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(TRACE.read_text())
+    assert len(parse_trace(path).kernels) == 7
 
 
 def test_cpu_profile_of_the_tiny_decoder():
