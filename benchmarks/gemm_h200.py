@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import geomean, pick  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
 
@@ -39,9 +41,6 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
     os.environ.setdefault("EVOKERNEL_GEMM_DTYPE", "float16")  # a CPU check of this script: no bf16 dots there
 
 
-def geomean(xs: list[float | None]) -> float | None:
-    ys = [x for x in xs if x and math.isfinite(x) and x > 0]
-    return math.exp(sum(math.log(x) for x in ys) / len(ys)) if ys else None
 
 
 def write(out: Path, doc: dict[str, Any]) -> None:
@@ -65,7 +64,7 @@ def write(out: Path, doc: dict[str, Any]) -> None:
 
 
 def short(p: dict[str, int]) -> str:
-    extra = [f"splitk{p['SPLIT_K']}" if p["SPLIT_K"] > 1 else "", "persistent" if p["PERSISTENT"] else "",
+    extra = [f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "", "persistent" if p["PERSISTENT"] else "",
              "tma" if p["TMA"] else "", "ws" if p["WARP_SPEC"] else "", f"ctas{p['num_ctas']}" if p["num_ctas"] > 1 else "",
              f"maxnreg{p['maxnreg']}" if p["maxnreg"] else ""]
     return f"{p['BM']}x{p['BN']}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
@@ -125,7 +124,7 @@ def main() -> None:
             doc["skipped"].append(f"{model}:{layer} M={m}: no candidate passed ({report.statuses})")
             write(out, doc)
             continue
-        winner = report.best.genome
+        winner, final = pick(ev, report)  # the top elites re-measured together; then, separately, vs baselines
         genomes = [winner, Genome.of({"baseline": "cublas"}, source=torch_source(**epi)), Genome.of(dict(DEFAULTS))]
         results = ev.remeasure(genomes, rounds=3)
         lat = [r.latency_ms if r.is_ok else None for r in results]
@@ -134,7 +133,7 @@ def main() -> None:
             "model": model, "layer": layer, "M": m, "N": int(shape["N"]), "K": int(shape["K"]),
             "winner": dict(winner.params), "winner_short": short(winner.params), "winner_ms": lat[0],
             "tflops": flops / (lat[0] * 1e-3) / 1e12 if lat[0] else None,
-            "search_ms": report.best.latency_ms, "evaluations": report.evaluations, "statuses": report.statuses,
+            "search_ms": report.best.latency_ms, "final_pick": final, "evaluations": report.evaluations, "statuses": report.statuses,
             "baselines": dict(zip(BASELINES, lat[1:])),
             "speedup": {b: (x / lat[0]) if (x and lat[0]) else None for b, x in zip(BASELINES, lat[1:])},
             "errors": [r.error[:200] for r in results if not r.is_ok],
