@@ -76,7 +76,9 @@ class Verdict(msgspec.Struct, kw_only=True):
     reason: str
     status: Status
     label: str = ""
-    latency_ms: float | None = None  # geometric mean of the tuning shapes' medians
+    # the tuning shapes' medians combined: with the problem's WEIGHTS their weighted arithmetic
+    # mean (the expected time per call under the workload), else their geometric mean
+    latency_ms: float | None = None
     noise: float = 0.0
     timings: list[ShapeTiming] = msgspec.field(default_factory=list)
     checks: int = 0
@@ -364,7 +366,9 @@ class _Run:
 
     def accepted(self) -> Verdict:
         timings: list[ShapeTiming] = []
-        for shape in self.judge.tuning:
+        weights: list[float] = []
+        given = self.judge.problem.weights
+        for i, shape in enumerate(self.judge.tuning):
             xs = self.samples.get(shape.key)
             if not xs:
                 continue
@@ -372,7 +376,13 @@ class _Run:
             if isinstance(got, Verdict):
                 return self._done(got)
             timings.append(got)
-        latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings)) if timings else None
+            weights.append(given[i] if given else 1.0)
+        if not timings:
+            latency = None
+        elif given:  # the expected time per call under the workload
+            latency = sum(w * t.median_ms for w, t in zip(weights, timings)) / sum(weights)
+        else:
+            latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings))
         noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
         return self._done(Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency,
                                   noise=noise, timings=timings))

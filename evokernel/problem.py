@@ -10,7 +10,10 @@ A problem is a Python module with:
   `flops(shape)` / `bytes(shape)` for roofline figures, and `PERTURB` (elements of each
   floating-point input the timing harness changes before every timed call, default 8; 0
   where such inputs carry structure), and `FAMILY` (the kernel this problem is one shape
-  of, default the module's name: searches on other shapes of a family seed each other).
+  of, default the module's name: searches on other shapes of a family seed each other),
+  and `WEIGHTS` (how much each tuning shape matters, e.g. its share of the traffic from
+  `evokernel.workload`: positive floats aligned with SHAPES, or a dict keyed by each shape's
+  `M`; with it a candidate's latency is the weighted mean of its shapes' medians).
 
 A candidate is a Python module with `kernel(*inputs)` returning the same structure.
 
@@ -112,6 +115,8 @@ class Problem:
         self.perturb = int(getattr(module, "PERTURB", 8))
         #: the kernel family for transfer across shapes (problems of one kernel on other shapes)
         self.family = str(getattr(module, "FAMILY", self.name))
+        #: relative weight of each tuning shape (aligned with `shapes`), None where unweighted
+        self.weights = self._weights(getattr(module, "WEIGHTS", None), self.shapes, where)
         self._flops = getattr(module, "flops", None)
         self._bytes = getattr(module, "bytes", None)
 
@@ -122,6 +127,35 @@ class Problem:
         if not isinstance(value, (list, tuple)) or not all(isinstance(s, Mapping) for s in value):
             raise ProblemError(f"{where}: {attr} must be a list of dicts")
         return [dict(s) for s in value]
+
+    @staticmethod
+    def _weights(value: Any, shapes: list[dict[str, Any]], where: str) -> list[float] | None:
+        if value is None:
+            return None
+        if isinstance(value, Mapping):
+            if not all("M" in s for s in shapes):
+                raise ProblemError(f"{where}: WEIGHTS is keyed by M, but not every shape has an M")
+            missing = [s["M"] for s in shapes if s["M"] not in value]
+            if missing:
+                raise ProblemError(f"{where}: WEIGHTS has no weight for M={missing[0]}")
+            extra = sorted(set(value) - {s["M"] for s in shapes}, key=str)
+            if extra:
+                raise ProblemError(f"{where}: WEIGHTS names M={extra[0]}, which no shape has")
+            value = [value[s["M"]] for s in shapes]
+        if not isinstance(value, (list, tuple)) or len(value) != len(shapes):
+            n = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
+            raise ProblemError(f"{where}: WEIGHTS must be {len(shapes)} numbers (one per shape) or a dict by M, "
+                               f"got {n}")
+        out = []
+        for i, w in enumerate(value):
+            try:
+                w = float(w)
+            except (TypeError, ValueError):
+                raise ProblemError(f"{where}: WEIGHTS[{i}] is not a number: {w!r}") from None
+            if not (w > 0 and math.isfinite(w)):
+                raise ProblemError(f"{where}: WEIGHTS[{i}] must be positive and finite, got {w}")
+            out.append(w)
+        return out
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Problem:
@@ -159,10 +193,15 @@ class Problem:
         return t * 1e3 if t > 0 and math.isfinite(t) else None
 
     def fingerprint(self) -> dict[str, Any]:
-        """What results depend on: the problem's source text and its shapes."""
+        """What results depend on: the problem's source text, its shapes and their weights."""
         src = Path(self.path).read_bytes() if self.path and os.path.exists(self.path) else b""
-        return {
+        fp = {
             "problem": self.name,
             "source": hashlib.sha256(src).hexdigest()[:16],
             "shapes": hashlib.sha256(canonical_json(self.shapes)).hexdigest()[:16],
         }
+        if self.weights is not None:  # absent when unweighted: older runs keep their identity
+            total = sum(self.weights)  # normalised: only the shares change a latency
+            shares = [round(w / total, 12) for w in self.weights]
+            fp["weights"] = hashlib.sha256(canonical_json(shares)).hexdigest()[:16]
+        return fp

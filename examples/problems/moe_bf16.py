@@ -12,6 +12,12 @@ The model and batch size come from the environment (read when the module is load
 EVOKERNEL_MOE_MODEL (default qwen3-30b-a3b; see MODELS), EVOKERNEL_MOE_M (default 64; a
 comma-separated list tunes one config for all), EVOKERNEL_MOE_DTYPE (bfloat16, or float16
 / float32, e.g. for the CPU, where Triton's interpreter cannot do bf16 dots).
+
+EVOKERNEL_MOE_TRACE (optional; a JSONL or CSV trace, see `evokernel.workload`) tunes for the
+traffic instead: the trace's decode batch sizes (a continuous-batching replay, at most 256
+running) are bucketed to SGLang's config grid (GRID, nearest), the buckets holding at least 1%
+of the decode steps become the SHAPES (the 6 heaviest at most) and their shares the WEIGHTS;
+EVOKERNEL_MOE_M is then ignored.
 """
 
 from __future__ import annotations
@@ -36,11 +42,28 @@ if MODEL not in MODELS:
     raise ValueError(f"EVOKERNEL_MOE_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 DTYPE = _DTYPES[os.environ.get("EVOKERNEL_MOE_DTYPE", "bfloat16")]
-_MS = [int(m) for m in os.environ.get("EVOKERNEL_MOE_M", "64").split(",") if m.strip()]
+#: the batch sizes SGLang ships fused-MoE configs for
+GRID = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
+TRACE = os.environ.get("EVOKERNEL_MOE_TRACE", "")
+if TRACE:
+    from evokernel.workload import Trace as _Trace, weights as _weights
+
+    _decode = _Trace.load(TRACE).decode_batches()
+    if not _decode:
+        raise ValueError(f"EVOKERNEL_MOE_TRACE={TRACE}: no decode steps (every request has output_len 1)")
+    _shares = _weights(_decode, GRID)
+    _heavy = sorted((m for m in GRID if _shares[m] >= 0.01), key=lambda m: (-_shares[m], m))[:6]
+    _MS = sorted(_heavy)
+    WEIGHTS = {m: _shares[m] for m in _MS}
+else:
+    _MS = [int(m) for m in os.environ.get("EVOKERNEL_MOE_M", "64").split(",") if m.strip()]
 
 FAMILY = f"moe_{MODEL}_{str(DTYPE).removeprefix('torch.')}"
 SHAPES = [{"M": m, **MODELS[MODEL]} for m in _MS]
-HELDOUT_SHAPES = [{"M": max(1, _MS[0] // 2 + 3), **MODELS[MODEL]}]  # an odd batch near the tuned one
+_HELD = max(1, _MS[0] // 2 + 3)  # an odd batch near the tuned one
+while _HELD in _MS:
+    _HELD += 1
+HELDOUT_SHAPES = [{"M": _HELD, **MODELS[MODEL]}]
 TOLERANCE = {
     "bfloat16": {"rtol": 2e-2, "atol": 2e-2},
     "float16": {"rtol": 5e-3, "atol": 5e-3},
