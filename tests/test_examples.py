@@ -26,3 +26,16 @@ def test_example_replays_without_a_gpu_and_prints_the_baseline_table(script: str
     speedups = [float(c) for ln in table for c in ln.strip("|").split("|")[-1:] if c.strip().strip("*")[:1].isdigit()
                 for c in [c.strip().strip("*")]]
     assert speedups and all(0.3 < s < 3.0 for s in speedups)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the search files time the real shapes")
+@pytest.mark.parametrize("script", ["attention_prefill.py", "attention_decode.py"])
+def test_attention_search_files_run_through_the_gate_in_the_interpreter(script: str, tmp_path: Path):
+    import json
+
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "search", str(ROOT / "examples" / script),
+                           "--budget", "2", "--db", str(tmp_path / "a.db"), "--json"], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["evaluations"] == 2 and report["statuses"].get("ok", 0) >= 1, report["statuses"]
