@@ -203,6 +203,21 @@ class SGLangEvaluator:
         self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
         self.numerics_steps, self.rtol = numerics_steps, rtol
 
+    @classmethod
+    def for_trace(cls, server_argv: Sequence[str], trace: Any, *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
+                  max_running: int = 256, **kw: Any) -> SGLangEvaluator:
+        """Weighted by a workload (`evokernel.workload.Trace`): each batch size's weight is the
+        share of the trace's decode steps nearest to it under continuous batching, and the
+        input and output lengths are the trace's medians."""
+        from evokernel.workload import weights
+
+        hist = trace.decode_batches(max_running=max_running)
+        ins = sorted(r.input_len for r in trace.requests)
+        outs = sorted(r.output_len for r in trace.requests)
+        kw.setdefault("input_len", ins[len(ins) // 2])
+        kw.setdefault("output_len", max(2, outs[len(outs) // 2]))
+        return cls(server_argv, batch_sizes=batch_sizes, weights=weights(hist, batch_sizes), **kw)
+
     def plan(self) -> dict[str, Any]:
         decode = [(b, self.input_len, self.output_len) for b in self.batch_sizes]
         # a decode point's run times its prefill too: a prefill length already there is not run again

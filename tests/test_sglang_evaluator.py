@@ -60,3 +60,14 @@ def test_without_sglang_every_engine_reports_why_and_nothing_is_measured(tmp_pat
     assert set(report.errors) == {BASELINE, "cand"}
     assert "No module named 'sglang'" in report.errors[BASELINE] and not report.samples
     assert report.to_json()["geomean"] == {BASELINE: {}}
+
+
+def test_a_trace_weights_the_batch_sizes_and_sets_the_lengths():
+    from evokernel.workload import Trace
+
+    trace = Trace.load(Path(__file__).parent / "recorded" / "traces" / "chat_small.jsonl")
+    ev = SGLangEvaluator.for_trace(["--model-path", "m"], trace, batch_sizes=(1, 16, 64))
+    assert sum(ev.weights.values()) == pytest.approx(1.0) and set(ev.weights) == {1, 16, 64}
+    ins = sorted(r.input_len for r in trace.requests)
+    assert ev.input_len == ins[len(ins) // 2] and ev.output_len >= 2
+    assert ev.fingerprint()["weights"] == {str(k): v for k, v in sorted(ev.weights.items())}
