@@ -134,7 +134,10 @@ class _Engine:
         self.log = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "evokernel.sglang_bench", "--plan", json.dumps(plan), "--",
                                       *argv], env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     pass_fds=(cmd_r, reply_w), start_new_session=True)
+                                     pass_fds=(cmd_r, reply_w), start_new_session=True,
+                                     # not the caller's folder: `python -m` puts it first on sys.path,
+                                     # and a source checkout there would shadow the installed package
+                                     cwd=str(log.parent))
         os.close(cmd_r)
         os.close(reply_w)
         self._buf = b""
