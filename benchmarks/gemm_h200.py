@@ -17,6 +17,10 @@ the search database `gemm.db`.
     source benchmarks/device_setup.sh
     python3 benchmarks/gemm_h200.py --out $OUT --shapes llama3-8b:qkv llama3-8b:down qwen3-30b-a3b:qkv \\
         --ms 16 256 2048 8192 --budget 40 --deadline 540 [--epilogue bias+silu]
+With --fp8 tensor|block: the fp8 e4m3 GEMM (examples/problems/gemm_fp8.py, per-tensor or
+per-block scales) in its own template and space, against torch._scaled_mm (cuBLASLt):
+
+    python3 benchmarks/gemm_h200.py --out $OUT/fp8 --fp8 tensor --shapes llama3-8b:qkv --ms 16 2048 --budget 16
 """
 
 from __future__ import annotations
@@ -64,11 +68,20 @@ def write(out: Path, doc: dict[str, Any]) -> None:
 
 
 def short(p: dict[str, int]) -> str:
-    extra = [f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "", "persistent" if p["PERSISTENT"] else "",
-             "tma" if p["TMA"] else "", "ws" if p["WARP_SPEC"] else "", f"ctas{p['num_ctas']}" if p["num_ctas"] > 1 else "",
-             f"maxnreg{p['maxnreg']}" if p["maxnreg"] else ""]
+    extra = [f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "",
+             "persistent" if p.get("PERSISTENT") else "", "tma" if p.get("TMA") else "", "ws" if p.get("WARP_SPEC") else "",
+             f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else ""]
     return f"{p['BM']}x{p['BN']}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
+
+
+def fp8_seeds(m: int, defaults: dict[str, int]) -> list[dict[str, int]]:
+    """Starting points for the fp8 template: its default, wide tiles for large M, small
+    tiles with split-K for skinny M (weights-bound)."""
+    big = [dict(defaults), dict(defaults, BN=256, num_stages=3), dict(defaults, BM=64, num_warps=4, num_stages=4)]
+    small = [dict(defaults, BM=16, BN=64, num_warps=4, num_stages=5, SPLIT_K=s) for s in (1, 2, 4)] + \
+        [dict(defaults, BM=32, BN=128, num_warps=4, num_stages=4, SPLIT_K=2)]
+    return small + big[:1] if m <= 64 else big + small[-1:] if m <= 512 else big
 
 
 def main() -> None:
@@ -81,6 +94,8 @@ def main() -> None:
     ap.add_argument("--epilogue", default="none", help="e.g. bias+silu (the baseline then runs it in eager torch)")
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
+    ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
+                    help="the fp8 e4m3 GEMM (examples/problems/gemm_fp8.py) with these scales, against torch._scaled_mm")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -96,6 +111,16 @@ def main() -> None:
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
+    problem_path = PROBLEM
+    if args.fp8:
+        from evokernel.search_spaces.gemm_fp8 import gemm_fp8_space
+        from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS as FP8_DEFAULTS
+        from evokernel.search_spaces.triton_gemm_fp8 import candidate_source as fp8_source
+        from evokernel.search_spaces.triton_gemm_fp8 import scaled_mm_source
+
+        os.environ["EVOKERNEL_FP8_SCALES"] = args.fp8
+        problem_path = ROOT / "examples" / "problems" / "gemm_fp8.py"
+
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -103,7 +128,7 @@ def main() -> None:
         "epilogue": args.epilogue, "rows": [], "geomean": {}, "skipped": [],
     }
     store = SQLiteStore(out / "gemm.db")
-    space = gemm_space()
+    space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else gemm_space()
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     for i, (model, layer, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
@@ -113,19 +138,29 @@ def main() -> None:
         os.environ.update(EVOKERNEL_GEMM_MODEL=model, EVOKERNEL_GEMM_LAYER=layer, EVOKERNEL_GEMM_M=str(m))
         from evokernel.problem import Problem
 
-        problem = Problem.load(PROBLEM)
-        epi = dict(problem.module.EPILOGUE)
-        ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
+        problem = Problem.load(problem_path)
+        if args.fp8:
+            epi = {}
+            ev = KernelEvaluator(problem, lambda g: fp8_source(g.params), device=args.device)
+            seeds = fp8_seeds(m, FP8_DEFAULTS)
+            descriptor = lambda g: f"{g['BM']}x{g['BN']}" + (f"/splitk{g['SPLIT_K']}" if g["SPLIT_K"] > 1 else "")  # noqa: E731
+        else:
+            epi = dict(problem.module.EPILOGUE)
+            ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
+            seeds, descriptor = gemm_seeds(m), gemm_class
         shape = problem.shapes[0]
-        report = Search(space, ev, store=store, descriptor=gemm_class, name=f"gemm-{model}-{layer}-M{m}",
-                        seeds=gemm_seeds(m)).run(
+        report = Search(space, ev, store=store, descriptor=descriptor,
+                        name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}", seeds=seeds).run(
             Budget(evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i))), seed=0)
         if report.best is None:
             doc["skipped"].append(f"{model}:{layer} M={m}: no candidate passed ({report.statuses})")
             write(out, doc)
             continue
         winner, final = pick(ev, report)  # the top elites re-measured together; then, separately, vs baselines
-        genomes = [winner, Genome.of({"baseline": "cublas"}, source=torch_source(**epi)), Genome.of(dict(DEFAULTS))]
+        if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
+            genomes = [winner, Genome.of({"baseline": "cublaslt"}, source=scaled_mm_source()), Genome.of(dict(FP8_DEFAULTS))]
+        else:
+            genomes = [winner, Genome.of({"baseline": "cublas"}, source=torch_source(**epi)), Genome.of(dict(DEFAULTS))]
         results = ev.remeasure(genomes, rounds=3)
         lat = [r.latency_ms if r.is_ok else None for r in results]
         flops = problem.flops(shape) or 0.0
