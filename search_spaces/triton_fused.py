@@ -18,7 +18,7 @@ chain of elementwise ops (`evokernel.model_level`): one pass over memory instead
 Both run in Triton's interpreter on the CPU (set TRITON_INTERPRET=1 before importing).
 
 >>> sorted(NORM_GENES), sorted(ROPE_GENES)
-['num_warps'], ['BLOCK_T', 'num_warps']
+(['num_warps'], ['BLOCK_T', 'num_warps'])
 """
 
 from __future__ import annotations
