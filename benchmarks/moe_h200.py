@@ -74,6 +74,7 @@ def main() -> None:
     ap.add_argument("--ms", nargs="+", type=int, default=[1, 16, 64, 256, 1024, 4096])
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
+    ap.add_argument("--no-gemv", action="store_true", help="leave the small-batch GEMV structure out of the space")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -96,7 +97,8 @@ def main() -> None:
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
         "baselines": ["sglang_default", "sglang_h200"], "rows": [], "geomean": {}, "skipped": [],
     }
-    space = moe_space()
+    gemv = not args.no_gemv
+    space = moe_space(gemv=gemv)
     jobs = [(model, m) for model in args.models for m in sorted(args.ms)]
     for i, (model, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
@@ -110,7 +112,12 @@ def main() -> None:
         E, N = int(shape["E"]), int(shape["I"])
         base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
-        seeds = [shared_params(c) for c in base.values() if c is not None]
+        seeds = [dict(shared_params(c), **({"GEMV": 0} if gemv else {})) for c in base.values() if c is not None]
+        if gemv and m <= 64:  # the small-batch structure, a few tile shapes
+            seeds += [{"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1, "num_warps": w,
+                       "num_stages": 2, "down_BLOCK_SIZE_N": dbn, "down_BLOCK_SIZE_K": dbk, "down_GROUP_SIZE_M": 1,
+                       "down_num_warps": w, "down_num_stages": 2, "GEMV": 1}
+                      for bn, bk, dbn, dbk, w in ((32, 128, 32, 128, 4), (16 * 2, 256, 64, 128, 8), (64, 64, 32, 256, 8))]
         report = Search(space, ev, store=store, name=f"moe-{model}-M{m}", seeds=seeds).run(
             Budget(evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job)), seed=0)
         if report.best is None:
@@ -125,7 +132,7 @@ def main() -> None:
         up, down = split_config(winner.params)
         row = {
             "model": model, "E": E, "N": N, "H": int(shape["H"]), "topk": int(shape["topk"]), "M": m,
-            "winner": {"up": up, "down": down}, "winner_short": f"{short(up)} / {short(down)}",
+            "winner": {"up": up, "down": down}, "winner_short": f"{short(up)} / {short(down)}" + (" gemv" if winner.params.get("GEMV") else ""),
             "winner_ms": lat[0], "search_ms": report.best.latency_ms, "final_pick": final, "evaluations": report.evaluations,
             "baselines": dict(zip(names, lat[1:])), "baseline_configs": base,
             "speedup": {n: (b / lat[0]) if (b and lat[0]) else None for n, b in zip(names, lat[1:])},

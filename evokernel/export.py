@@ -61,6 +61,10 @@ def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str
         return "not a fused-MoE genome"
     up = {k: int(params[k]) for k in GEMM_KEYS}
     down = {k: int(params.get(f"down_{k}", up[k])) for k in GEMM_KEYS}
+    if params.get("GEMV"):
+        if shared_m:
+            return "it takes evokernel's small-batch path (GEMV), which SGLang's kernel lacks (the plugin ships it)"
+        up["GEMV"] = 1
     if shared_m and down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
         return (f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
                 f"({up['BLOCK_SIZE_M']}); SGLang would override it")

@@ -16,7 +16,8 @@ installing evokernel never changes an engine by itself. A package holds:
   SGLang's own fused-MoE kernel runs the exported up and down configs;
 - `fused_moe`: an AROUND hook on SGLang's `fused_experts_impl` runs evokernel's fused-MoE
   template (`search_spaces/triton_moe.py`) at the config tuned for the nearest batch size,
-  with the up and down GEMMs' BLOCK_SIZE_M free (SGLang's own kernel forces them equal).
+  with the up and down GEMMs' BLOCK_SIZE_M free (SGLang's own kernel forces them equal),
+  and its small-batch GEMV path where the search chose it (SGLang's kernel has none).
   Only the plain path is taken over: bf16/fp16, SiLU-gated, no quantisation, biases,
   clamps or router weights on the input, and an (E, N) the package was tuned for; any other
   call goes to SGLang's kernel unchanged. The template builds its alignment with device ops
@@ -70,7 +71,8 @@ class MoeTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 en = (int(parts["E"]), int(parts["N"]))
-                entries[en] = {int(m): ({k: int(c["up"][k]) for k in GEMM_KEYS}, {k: int(c["down"][k]) for k in GEMM_KEYS})
+                entries[en] = {int(m): ({k: int(c["up"][k]) for k in (*GEMM_KEYS, "GEMV") if k in c["up"] or k != "GEMV"},
+                                        {k: int(c["down"][k]) for k in GEMM_KEYS})
                                for m, c in per_m.items()}
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise PackageError(f"{where}: entry {key!r} is malformed ({type(exc).__name__}: {exc})") from exc
@@ -172,7 +174,7 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
             stats["fallback"] += 1
             return original(*args, **kwargs)
         up, down = configs
-        out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up=up, down=down)
+        out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up=up, down=down, gemv=bool(up.get("GEMV")))
         factor = a.get("routed_scaling_factor")
         if factor is not None and factor != 1.0:
             out = out * factor

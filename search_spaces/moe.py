@@ -7,6 +7,8 @@ warps and stages (`search_spaces/triton_moe.py`).
 >>> g = space.genome(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=8, num_warps=4,
 ...                  num_stages=3, down_BLOCK_SIZE_N=128, down_BLOCK_SIZE_K=64,
 ...                  down_GROUP_SIZE_M=1, down_num_warps=4, down_num_stages=4)
+>>> moe_space(gemv=True).why_invalid(dict(g.params, GEMV=1))
+'GEMV: the small-batch path takes BLOCK_SIZE_M 16 and GROUP_SIZE_M 1 (it ignores them)'
 >>> sglang_config(g)
 ({'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 8, 'num_warps': 4, 'num_stages': 3}, {'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 4})
 """
@@ -31,8 +33,22 @@ def _smem(prefix: str, limit: int, elem_bytes: int):
     return check
 
 
+def _gemv(p: Point) -> str | None:
+    """The small-batch path: its tiles live in registers, and the M-side genes mean nothing."""
+    if not p.get("GEMV"):
+        return None
+    if p["BLOCK_SIZE_M"] != 16 or p["GROUP_SIZE_M"] != 1 or p["down_GROUP_SIZE_M"] != 1 \
+            or p.get("down_BLOCK_SIZE_M", 16) != 16:
+        return "GEMV: the small-batch path takes BLOCK_SIZE_M 16 and GROUP_SIZE_M 1 (it ignores them)"
+    for prefix, tiles in (("", 2), ("down_", 1)):
+        per_thread = tiles * p[f"{prefix}BLOCK_SIZE_N"] * p[f"{prefix}BLOCK_SIZE_K"] // (32 * p[f"{prefix}num_warps"])
+        if per_thread > 128:
+            return f"GEMV registers ({prefix or 'up '}): {per_thread} fp32 weights per thread > 128"
+    return None
+
+
 def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-              separate_block_m: bool = False) -> SearchSpace:
+              separate_block_m: bool = False, gemv: bool = False) -> SearchSpace:
     """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM.
 
     The down GEMM shares the up GEMM's BLOCK_SIZE_M unless `separate_block_m`: SGLang aligns
@@ -49,9 +65,13 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
             PowerOfTwo(f"{prefix}num_warps", 4, 8),
             IntRange(f"{prefix}num_stages", 2, 5),
         ]
-    space = SearchSpace(params, name="fused_moe")
+    if gemv:  # the small-batch structure (see search_spaces/triton_moe.py) as a gene
+        params.append(Ordinal("GEMV", [0, 1]))
+    space = SearchSpace(params, name="fused_moe" + ("_gemv" if gemv else ""))
     for prefix in ("", "down_"):
         space.add_constraint(_smem(prefix, shared_memory_bytes, elem_bytes), f"{prefix}shared_memory")
+    if gemv:
+        space.add_constraint(_gemv, "GEMV")
     return space
 
 

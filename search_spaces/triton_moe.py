@@ -22,6 +22,19 @@ The up and the down GEMM each have their own BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num
 and num_stages (`PARAMS`; the down GEMM's carry a `down_` prefix), as the issue's genome
 asks; when the two BLOCK_SIZE_M differ the pairs are aligned twice.
 
+A structural gene, `GEMV` (optional in every form; 0 when absent), takes the small-batch
+path instead: no alignment at all (the dozen small ops that sort and pad the pairs cost
+more than the GEMMs when a decode batch routes a few tokens), two kernels only:
+
+1'. up: one program per (pair, BLOCK_SIZE_N columns of I): gate and up rows of the pair's
+    expert against the token's x, reduced over H in BLOCK_SIZE_K steps, SiLU-and-multiply
+    in fp32 in registers -> act [M*top_k, I];
+2'. down: one program per (token, down_BLOCK_SIZE_N columns of H): the weighted sum over
+    the token's top_k experts of act[p] . W2[e_p], written once (no cache, no sum kernel).
+
+Every weight row is read once per pair that needs it, so it pays while pairs rarely share
+an expert (small M); BLOCK_SIZE_M and GROUP_SIZE_M mean nothing there.
+
 >>> sorted(PARAMS)[:3]
 ['BLOCK_SIZE_K', 'BLOCK_SIZE_M', 'BLOCK_SIZE_N']
 """
@@ -50,8 +63,8 @@ PARAMS: tuple[str, ...] = GEMM_KEYS + tuple(f"down_{k}" for k in GEMM_KEYS)
 #: The genome forms `candidate_source` takes: both GEMMs in full; the down GEMM without its
 #: own BLOCK_SIZE_M (it shares the up GEMM's, as in SGLang, where both GEMMs read one
 #: alignment of the pairs); one config for both.
-FORMS: tuple[frozenset[str], ...] = (frozenset(PARAMS), frozenset(PARAMS) - {"down_BLOCK_SIZE_M"},
-                                     frozenset(GEMM_KEYS))
+_BASE_FORMS = (frozenset(PARAMS), frozenset(PARAMS) - {"down_BLOCK_SIZE_M"}, frozenset(GEMM_KEYS))
+FORMS: tuple[frozenset[str], ...] = _BASE_FORMS + tuple(f | {"GEMV"} for f in _BASE_FORMS)
 
 
 def split_config(params: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
@@ -105,6 +118,88 @@ def _moe_gemm_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & mask_n[None, :])
 
 
+@triton.jit
+def _gemv_up_kernel(x_ptr, w1_ptr, act_ptr, ids_ptr, H, I, stride_xm, stride_we, stride_wn, stride_wk, stride_am,
+                    TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """act[p, n] = silu(Wg[e_p, n] . x[t_p]) * (Wu[e_p, n] . x[t_p]) for one pair p."""
+    p = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < I
+    expert = tl.load(ids_ptr + p).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + (p // TOP_K).to(tl.int64) * stride_xm
+    g_rows = w1_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
+    u_rows = g_rows + I * stride_wn
+    acc_g = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k in range(0, tl.cdiv(H, BLOCK_K)):
+        kk = k * BLOCK_K + offs_k
+        if EVEN_K:
+            x = tl.load(x_row + kk).to(tl.float32)
+            wmask = mask_n[:, None]
+        else:
+            x = tl.load(x_row + kk, mask=kk < H, other=0.0).to(tl.float32)
+            wmask = mask_n[:, None] & (kk[None, :] < H)
+        wg = tl.load(g_rows + kk[None, :] * stride_wk, mask=wmask, other=0.0).to(tl.float32)
+        wu = tl.load(u_rows + kk[None, :] * stride_wk, mask=wmask, other=0.0).to(tl.float32)
+        acc_g += tl.sum(wg * x[None, :], axis=1)
+        acc_u += tl.sum(wu * x[None, :], axis=1)
+    act = acc_g * tl.sigmoid(acc_g) * acc_u
+    tl.store(act_ptr + p.to(tl.int64) * stride_am + offs_n, act.to(act_ptr.dtype.element_ty), mask=mask_n)
+
+
+@triton.jit
+def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stride_am, stride_we, stride_wn,
+                      stride_wk, stride_om, TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      EVEN_K: tl.constexpr):
+    """out[t, n] = sum_j w_tj * (W2[e_tj, n] . act[t*top_k + j]) for one token t."""
+    t = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < H
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        p = t * TOP_K + j
+        expert = tl.load(ids_ptr + p).to(tl.int64)
+        weight = tl.load(weights_ptr + p)
+        a_row = act_ptr + p.to(tl.int64) * stride_am
+        w_rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
+        part = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for k in range(0, tl.cdiv(I, BLOCK_K)):
+            kk = k * BLOCK_K + offs_k
+            if EVEN_K:
+                a = tl.load(a_row + kk).to(tl.float32)
+                w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None], other=0.0).to(tl.float32)
+            else:
+                a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
+                w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
+                            other=0.0).to(tl.float32)
+            part += tl.sum(w * a[None, :], axis=1)
+        acc += weight * part
+    tl.store(out_ptr + t.to(tl.int64) * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
+
+
+def _fused_moe_gemv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
+                    topk_ids: torch.Tensor, up: Mapping[str, int], down: Mapping[str, int]) -> torch.Tensor:
+    M, H = x.shape
+    inter = w1.shape[1] // 2
+    top_k = topk_ids.shape[1]
+    ids = topk_ids.reshape(-1).contiguous()
+    act = torch.empty((M * top_k, inter), device=x.device, dtype=torch.float32)
+    bn, bk = up["BLOCK_SIZE_N"], up["BLOCK_SIZE_K"]
+    _gemv_up_kernel[(M * top_k, triton.cdiv(inter, bn))](
+        x, w1, act, ids, H, inter, x.stride(0), w1.stride(0), w1.stride(1), w1.stride(2), act.stride(0),
+        TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0,
+        num_warps=up["num_warps"], num_stages=up["num_stages"])
+    out = torch.empty((M, H), device=x.device, dtype=x.dtype)
+    bn, bk = down["BLOCK_SIZE_N"], down["BLOCK_SIZE_K"]
+    _gemv_down_kernel[(M, triton.cdiv(H, bn))](
+        act, w2, out, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2), out.stride(0),
+        TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
+        num_warps=down["num_warps"], num_stages=down["num_stages"])
+    return out
+
+
 def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sorted pair ids, expert of each block, number of padded pairs as a 1-element tensor).
@@ -152,8 +247,10 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tens
 
 
 def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-              topk_ids: torch.Tensor, *, up: Mapping[str, int], down: Mapping[str, int]) -> torch.Tensor:
-    """The MoE layer's output [M, H] in x's dtype, with the up and down GEMMs at their configs."""
+              topk_ids: torch.Tensor, *, up: Mapping[str, int], down: Mapping[str, int],
+              gemv: bool = False) -> torch.Tensor:
+    """The MoE layer's output [M, H] in x's dtype, with the up and down GEMMs at their configs
+    (`gemv`: the small-batch path, see the module's doc)."""
     M, H = x.shape
     E, two_i, H1 = w1.shape
     assert H1 == H and w2.shape == (E, H, two_i // 2), f"shapes: x {tuple(x.shape)} w1 {tuple(w1.shape)} w2 {tuple(w2.shape)}"
@@ -162,6 +259,8 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
     pairs = M * top_k
     inter = two_i // 2
     weights = topk_weights.reshape(-1).to(torch.float32)
+    if gemv:
+        return _fused_moe_gemv(x, w1, w2, weights, topk_ids, up, down)
     aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
     aligned_down = aligned_up if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"] else \
         align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
@@ -183,7 +282,7 @@ DOWN = {down}
 
 
 def kernel(x, w1, w2, topk_weights, topk_ids):
-    return fused_moe(x, w1, w2, topk_weights, topk_ids, up=UP, down=DOWN)
+    return fused_moe(x, w1, w2, topk_weights, topk_ids, up=UP, down=DOWN{gemv})
 '''
 
 
@@ -191,10 +290,10 @@ def candidate_source(params: Mapping[str, int]) -> str:
     """The text of a candidate module running `fused_moe` at `params`."""
     if frozenset(params) not in FORMS:
         raise ValueError(f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
-                         f"left out), got {sorted(params)}")
+                         f"left out; GEMV may be added), got {sorted(params)}")
     bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
     if bad:
         raise ValueError(f"params must be integers, got {bad}")
     up, down = split_config(params)
     fmt = lambda d: "{" + ", ".join(f'"{k}": {d[k]}' for k in GEMM_KEYS) + "}"  # noqa: E731
-    return _CANDIDATE.format(up=fmt(up), down=fmt(down))
+    return _CANDIDATE.format(up=fmt(up), down=fmt(down), gemv=", gemv=True" if params.get("GEMV") else "")

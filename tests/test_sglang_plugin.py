@@ -114,6 +114,9 @@ hook(impl, x, w1, w2, tw, ti, use_fp8_w8a8=True)
 hook(impl, x, w1, w2, tw, ti, gemm1_limit=7.0)
 hook(impl, x, w1[:, :16], w2[:, :, :8], tw, ti)
 assert impl.calls == 3 and hook.stats["fallback"] == 3
+# a table entry that chose the small-batch GEMV path runs it
+gemv = fused_experts_hook(MoeTable({(E, two_n // 2): {8: (dict(UP, GEMV=1), DOWN)}}))
+assert torch.allclose(gemv(impl, x, w1, w2, tw, ti).float(), want, rtol=5e-3, atol=5e-3) and impl.calls == 3
 print("ok")
 '''
     env = dict(os.environ, ROOT=str(ROOT))

@@ -34,6 +34,10 @@ CASES = [
     (gemm(16, 64, 32, 8), gemm(32, 32, 16, 1), 17, "float32"),
     (gemm(32, 32, 128, 16), gemm(16, 64, 32, 4, stages=3), 9, "float16"),
     (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 1, "float16"),
+    # the small-batch GEMV path: K both a multiple of BLOCK_SIZE_K and not, one token and several
+    (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 1, "float32", True),
+    (gemm(16, 64, 128, 1), gemm(16, 32, 128, 1), 9, "float16", True),
+    (gemm(16, 32, 64, 1, warps=8), gemm(16, 64, 16, 1), 17, "float32", True),
 ]
 
 
@@ -47,11 +51,11 @@ def _inputs(m: int, dtype: str, seed: int = 0):
     return problem, problem.make_inputs(shape, seed, "cpu")
 
 
-def _check_case(up: dict, down: dict, m: int, dtype: str) -> None:
+def _check_case(up: dict, down: dict, m: int, dtype: str, gemv: bool = False) -> None:
     from evokernel.search_spaces.triton_moe import fused_moe
 
     problem, inputs = _inputs(m, dtype)
-    got = fused_moe(*inputs, up=up, down=down)
+    got = fused_moe(*inputs, up=up, down=down, gemv=gemv)
     want = problem.reference(*inputs)
     torch.testing.assert_close(got, want, **problem.tolerance(dtype))
 
@@ -80,7 +84,7 @@ def interpreted() -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]['BLOCK_SIZE_M']}-{c[1]['BLOCK_SIZE_M']}-M{c[2]}-{c[3]}"
-                                                     for c in CASES])
+                                                     + ("-gemv" if c[4:] else "") for c in CASES])
 def test_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
     assert interpreted[str(i)] is None, interpreted[str(i)]
 
@@ -137,3 +141,12 @@ def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
     assert [t["shape"] for t in data["timings"]] == ["M=7,E=4,H=64,I=32,topk=2"]
+    # the small-batch path, a genome of the space with GEMV on
+    point = {k: v for k, v in params.items() if k != "down_BLOCK_SIZE_M"}
+    gemv = moe_space(gemv=True).genome(dict(point, BLOCK_SIZE_M=16, GROUP_SIZE_M=1, down_GROUP_SIZE_M=1, GEMV=1))
+    cand.write_text(candidate_source(gemv.params))
+    assert "gemv=True" in cand.read_text()
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
+                           "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["accepted"], data["reason"]
