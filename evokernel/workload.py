@@ -94,6 +94,25 @@ class Trace(msgspec.Struct, frozen=True):
         else:
             path.write_text("".join(msgspec.json.encode(r).decode() + "\n" for r in self.requests))
 
+    def to_mooncake(self, path: str | os.PathLike[str], *, tokens_per_block: int = 130,
+                    limit: int | None = None) -> int:
+        """Write the trace for SGLang's serving benchmark to replay with its arrival times
+        (`--dataset-name mooncake --dataset-path PATH`): one object per request with
+        `timestamp` (ms from the first arrival), `hash_ids` (the prompt, as blocks the
+        benchmark expands to ~`tokens_per_block` tokens each: lengths are kept to a block)
+        and `output_length`. Distinct requests get distinct blocks (no shared prefixes).
+        Returns the number of requests written."""
+        reqs = sorted(self.requests, key=lambda r: r.arrival_s)[:limit]
+        t0 = reqs[0].arrival_s if reqs else 0.0
+        lines, block = [], 0
+        for r in reqs:
+            n = max(1, round(r.input_len / tokens_per_block))
+            lines.append(json.dumps({"timestamp": int(round((r.arrival_s - t0) * 1000)),
+                                     "hash_ids": list(range(block, block + n)), "output_length": r.output_len}))
+            block += n
+        Path(path).write_text("".join(line + "\n" for line in lines))
+        return len(lines)
+
     # -- what kernels see ------------------------------------------------------------------
     def decode_batches(self, max_running: int = 256, max_tokens: int | None = None, *,
                        step_s: float = DEFAULT_STEP_S) -> dict[int, int]:

@@ -1,0 +1,182 @@
+"""Serving-level A/B: launched SGLang servers driven by SGLang's own serving benchmark on the
+user's request trace (extra `sglang`).
+
+One server per variant (the baseline, with no package, and each package written by
+`evokernel export sglang-plugin`, applied by evokernel's plugin inside the server's
+processes), all started with the same arguments on their own ports and left idle while
+another is driven. Each is warmed with a short run of the trace, then the trace is
+replayed against one server at a time (`python -m sglang.benchmark.serving --dataset-name
+mooncake`: the trace's arrival times, prompt lengths to a block, exact output lengths),
+`rounds` times, the order rotated each round. Reported per variant: TTFT, TPOT, end-to-end
+latency (median and p99) and output throughput, medians over the rounds with their spread,
+and their ratios to the baseline.
+
+    cmp = ServingComparison(["--model-path", MODEL, "--load-format", "dummy", ...], Trace.load("trace.jsonl"))
+    doc = cmp.compare({"evokernel": "pkg"})
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ServingComparison", "METRICS", "parse_result", "summarise_rounds"]
+
+BASELINE = "sglang_shipped"
+#: What is kept of each serving-benchmark run (lower is better except throughput).
+METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2e_latency_ms",
+           "p99_e2e_latency_ms", "output_throughput", "completed")
+
+
+def parse_result(path: str | os.PathLike[str]) -> dict[str, float]:
+    """The metrics of the last run in a serving-benchmark output file (one JSON per line)."""
+    lines = [ln for ln in Path(path).read_text().splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError(f"{path}: the serving benchmark wrote no result")
+    data = json.loads(lines[-1])
+    missing = [k for k in METRICS if k not in data]
+    if missing:
+        raise ValueError(f"{path}: no {missing} in the serving benchmark's result")
+    return {k: float(data[k]) for k in METRICS}
+
+
+def summarise_rounds(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[str, Any]:
+    """Per variant, each metric's median over the rounds (with min and max), and its ratio to
+    the baseline's oriented so that > 1 means better (faster, or more throughput)."""
+    out: dict[str, Any] = {"variants": {}, "vs_baseline": {}}
+    for name, rounds in runs.items():
+        out["variants"][name] = {k: {"median": statistics.median(r[k] for r in rounds),
+                                     "min": min(r[k] for r in rounds), "max": max(r[k] for r in rounds)}
+                                 for k in METRICS if rounds}
+    base = out["variants"].get(BASELINE)
+    for name, stats in out["variants"].items():
+        if name == BASELINE or not base:
+            continue
+        ratios = {}
+        for k in METRICS:
+            if k == "completed" or not stats.get(k) or not base.get(k) or not stats[k]["median"]:
+                continue
+            a, b = stats[k]["median"], base[k]["median"]
+            ratios[k] = a / b if k == "output_throughput" else b / a
+        out["vs_baseline"][name] = ratios
+    return out
+
+
+class _Server:
+    def __init__(self, name: str, argv: list[str], port: int, env: dict[str, str], log: Path) -> None:
+        self.name, self.port = name, port
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1",
+                                      "--port", str(port)], env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=str(log.parent))
+
+    def ready(self, timeout_s: float) -> str | None:
+        """None once the server answers /health, else why not."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return f"the server exited ({self.proc.returncode}); see {self.log.name}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return None
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(2)
+        return f"not healthy after {timeout_s:.0f} s"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.proc.wait()
+        self.log.close()
+
+
+class ServingComparison:
+    """See the module's doc. `server_argv` must name --model-path (and --tokenizer-path if
+    the model folder has none); each server gets --mem-fraction-static `mem` of its own."""
+
+    def __init__(self, server_argv: Sequence[str], trace: Any, *, rounds: int = 2, num_prompts: int | None = None,
+                 warm_prompts: int = 16, mem: float = 0.25, port: int = 31000, log_dir: str | os.PathLike[str] = "serving",
+                 load_timeout_s: float = 600.0, run_timeout_s: float = 600.0) -> None:
+        self.server_argv, self.trace, self.rounds = list(server_argv), trace, rounds
+        self.num_prompts = num_prompts or len(trace.requests)
+        self.warm_prompts, self.mem, self.port = warm_prompts, mem, port
+        self.log_dir = Path(log_dir)
+        self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
+
+    def _model(self) -> str:
+        argv = self.server_argv
+        return argv[argv.index("--model-path") + 1] if "--model-path" in argv else ""
+
+    def _bench(self, server: _Server, dataset: Path, prompts: int, out: Path) -> dict[str, float] | str:
+        cmd = [sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--host", "127.0.0.1",
+               "--port", str(server.port), "--dataset-name", "mooncake", "--dataset-path", str(dataset),
+               "--num-prompts", str(prompts), "--model", self._model(), "--output-file", str(out)]
+        out.unlink(missing_ok=True)
+        with open(self.log_dir / f"bench_{server.name}.log", "a") as log:
+            try:
+                done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=self.run_timeout_s,
+                                      cwd=str(self.log_dir))
+            except subprocess.TimeoutExpired:
+                return f"the serving benchmark ran past {self.run_timeout_s:.0f} s"
+        if done.returncode != 0:
+            return f"the serving benchmark failed (exit {done.returncode}); see bench_{server.name}.log"
+        try:
+            return parse_result(out)
+        except ValueError as exc:
+            return str(exc)
+
+    def compare(self, packages: Mapping[str, str | os.PathLike[str] | None]) -> dict[str, Any]:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        dataset = self.log_dir / "trace_mooncake.jsonl"
+        written = self.trace.to_mooncake(dataset, limit=self.num_prompts)
+        variants = {BASELINE: None, **{k: v for k, v in packages.items() if k != BASELINE}}
+        base_env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
+        argv = [*self.server_argv, "--mem-fraction-static", str(self.mem)]
+        servers: dict[str, _Server] = {}
+        errors: dict[str, str] = {}
+        runs: dict[str, list[dict[str, float]]] = {}
+        try:
+            for i, (name, pkg) in enumerate(variants.items()):
+                env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
+                servers[name] = _Server(name, argv, self.port + 10 * i, env, self.log_dir / f"server_{name}.log")
+            for name, server in list(servers.items()):
+                why = server.ready(self.load_timeout_s)
+                if why is None:
+                    got = self._bench(server, dataset, min(self.warm_prompts, written), self.log_dir / f"warm_{name}.jsonl")
+                    why = got if isinstance(got, str) else None
+                if why is not None:
+                    errors[name] = why
+                    server.stop()
+                    del servers[name]
+            names = list(servers)
+            for r in range(self.rounds):
+                for name in names[r % len(names):] + names[: r % len(names)] if names else []:
+                    got = self._bench(servers[name], dataset, written, self.log_dir / f"run_{name}_{r}.jsonl")
+                    if isinstance(got, str):
+                        errors.setdefault(name, got)
+                    else:
+                        runs.setdefault(name, []).append(got)
+        finally:
+            for server in servers.values():
+                server.stop()
+        return {"trace": {"name": getattr(self.trace, "name", ""), "requests": written}, "rounds": self.rounds,
+                "server": argv, "runs": runs, "errors": errors, **summarise_rounds(runs)}
