@@ -42,6 +42,10 @@ def main() -> None:
     ap.add_argument("--prefill", nargs="+", type=int, default=[512, 2048])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--mem", type=float, default=0.15, help="--mem-fraction-static of each engine")
+    ap.add_argument("--serving", default=None, metavar="TRACE",
+                    help="also replay this request trace (JSONL/CSV) through launched servers, one per variant")
+    ap.add_argument("--serving-prompts", type=int, default=100)
+    ap.add_argument("--skip-one-batch", action="store_true", help="only the serving comparison")
     ap.add_argument("--deadline", type=float, default=540.0)
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -89,6 +93,17 @@ def main() -> None:
             "--sampling-backend", "pytorch", "--moe-runner-backend", "triton", "--grammar-backend", "none",
             "--disable-flashinfer-autotune", "--cuda-graph-backend-prefill", "disabled",
             "--mem-fraction-static", str(args.mem)]
+    if args.serving:
+        from evokernel.evaluators.sglang_serving import ServingComparison
+        from evokernel.workload import Trace
+
+        serving = ServingComparison(argv, Trace.load(args.serving), rounds=2, num_prompts=args.serving_prompts,
+                                    log_dir=work / "serving", mem=args.mem)
+        sdoc = serving.compare(packages)
+        (out / "sglang_serving.json").write_text(json.dumps(sdoc, indent=1))
+        print(json.dumps({"serving": sdoc.get("vs_baseline"), "errors": sdoc.get("errors")}), flush=True)
+        if args.skip_one_batch:
+            return
     left = args.deadline - (time.monotonic() - t0)
     ev = SGLangEvaluator(argv, batch_sizes=args.batch_sizes, prefill_lens=args.prefill, repeats=args.repeats,
                          log_dir=work / "logs", load_timeout_s=max(60.0, left - 120), run_timeout_s=120)
