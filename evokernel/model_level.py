@@ -54,7 +54,7 @@ from .genome import Genome, Value
 from .space import Choice, Constraint, Param, Point, SearchSpace
 
 __all__ = ["Site", "KernelGenes", "Rewritable", "Plan", "model_space", "apply", "Applied", "SiteCheck",
-           "SiteVerdict", "judge", "TOLERANCE", "changed_sites", "rewritable_modules", "build", "describe_sites",
+           "SiteVerdict", "judge", "TOLERANCE", "changed_sites", "variant", "rewritable_modules", "build", "describe_sites",
            "launch_genes", "gemm_genes", "moe_genes"]
 
 #: Tolerance of `judge`: the largest |candidate - base| allowed, over the RMS of the base's
@@ -223,6 +223,11 @@ def model_space(model: nn.Module, *, name: str | None = None) -> SearchSpace:
     return SearchSpace(params, constraints, name=name or f"model:{type(model).__name__}")
 
 
+def variant(space: SearchSpace, changes: Mapping[str, Value] | None = None, /, **more: Value) -> Genome:
+    """The genome of the model as written with some genes changed (raises with the reason if invalid)."""
+    return space.genome({**space.default(), **dict(changes or {}), **more})
+
+
 def changed_sites(space: SearchSpace, params: Mapping[str, Value]) -> list[str]:
     """Sites (genes without a dot) whose choice differs from the module as written."""
     return [p.name for p in space.params if "." not in p.name and params.get(p.name, p.default) != p.default]
@@ -366,9 +371,7 @@ class SiteCheck:
         worst, tol = 0.0, 0.0
         try:
             cand = build(block, alone)
-            ref32 = None
-            if self.dtype in (torch.float16, torch.bfloat16):
-                ref32 = copy.deepcopy(block).float()
+            ref32 = copy.deepcopy(block).float() if self.dtype in (torch.float16, torch.bfloat16) else None
             with torch.inference_mode():
                 for seed in range(self.seeds):
                     inputs = block.sample_inputs(seed, self.dtype, self.device)  # type: ignore[attr-defined]
@@ -376,8 +379,11 @@ class SiteCheck:
                     got = cand(*inputs)
                     exact = None
                     if ref32 is not None:
-                        exact = ref32(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                                        for x in inputs))
+                        try:  # an fp32 copy may not run everywhere (grouped GEMMs want bf16): the fixed tolerance then
+                            exact = ref32(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                            for x in inputs))
+                        except Exception:
+                            ref32 = None
                     reason, err, tol = judge(want, got, self.dtype, ref32=exact)
                     worst = max(worst, err)
                     if reason is not None:

@@ -250,8 +250,9 @@ def model(size: str = "tiny") -> FluxStack:
     return m
 
 
-def example_inputs(size: str = "tiny") -> tuple[torch.Tensor, ...]:
-    """img [1, h*w, hidden], txt [1, txt, hidden], vec [1, hidden], cos and sin [txt + h*w, D/2]."""
+def example_inputs(size: str = "tiny", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    """img [1, h*w, hidden], txt [1, txt, hidden], vec [1, hidden] in `dtype`; cos and sin [txt + h*w, D/2]
+    in fp32."""
     cfg = SIZES[size]
     g = torch.Generator().manual_seed(1)
     h, w = cfg["img_hw"]
@@ -263,7 +264,7 @@ def example_inputs(size: str = "tiny") -> tuple[torch.Tensor, ...]:
     img_ids = torch.stack([torch.zeros_like(rows), rows, cols], dim=-1).reshape(-1, 3)
     ids = torch.cat([torch.zeros(n_txt, 3, dtype=torch.long), img_ids])
     cos, sin = rope_tables(ids, cfg["axes"])
-    return img, txt, vec, cos, sin
+    return img.to(dtype), txt.to(dtype), vec.to(dtype), cos, sin
 
 
 if __name__ == "__main__":

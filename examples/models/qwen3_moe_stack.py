@@ -210,12 +210,12 @@ def model(size: str = "tiny") -> Qwen3MoEStack:
     return m
 
 
-def example_inputs(size: str = "tiny") -> tuple[torch.Tensor, ...]:
-    """hidden states [1, tokens, hidden] and the rotary tables cos, sin [tokens, D/2]."""
+def example_inputs(size: str = "tiny", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+    """hidden states [1, tokens, hidden] in `dtype` and the rotary tables cos, sin [tokens, D/2] in fp32."""
     cfg = SIZES[size]
     x = torch.randn(1, cfg["tokens"], cfg["hidden"], generator=torch.Generator().manual_seed(1))
     cos, sin = rope_tables(cfg["tokens"], cfg["head_dim"])
-    return (x, cos, sin)
+    return (x.to(dtype), cos, sin)
 
 
 if __name__ == "__main__":
