@@ -294,7 +294,8 @@ class ModelEvaluator:
                 if self.device.startswith("cuda") and self.compile_mode == "max-autotune":
                     uncaptured.append("torch_compile")
             except Exception as exc:
-                failed["torch_compile"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                first = next((line for line in str(exc).splitlines() if line.strip()), "")
+                failed["torch_compile"] = f"{type(exc).__name__}: {first[:300]}"
         return self._time(modules, uncaptured), failed
 
 
