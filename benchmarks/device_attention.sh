@@ -11,8 +11,11 @@ L=benchmarks/results/landscapes; mkdir -p $L
 DEC=attention_decode_bf16_h200_llama3-8b_B1_C32768.csv
 PRE=attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv
 cp $L/$DEC $OUT/ 2>/dev/null; cp $L/$PRE $OUT/ 2>/dev/null
-EVOKERNEL_DECODE_BATCH=1 EVOKERNEL_DECODE_CONTEXT=32768 timeout 230 python3 -m evokernel.cli sweep \
-    examples/attention_decode.py --out $OUT/$DEC --wall-time 210 --quiet > $OUT/sweep_decode.log 2>&1
-timeout 290 python3 -m evokernel.cli sweep examples/attention_prefill.py --out $OUT/$PRE --wall-time 270 --quiet \
-    > $OUT/sweep_prefill.log 2>&1
+HERE=$(pwd)
+# from /tmp: `python -m` puts the working folder first on sys.path, and the checkout's
+# evokernel/ (without its package-dir mapping) would shadow the installed package
+(cd /tmp && EVOKERNEL_DECODE_BATCH=1 EVOKERNEL_DECODE_CONTEXT=32768 timeout 230 python3 -m evokernel.cli sweep \
+    "$HERE/examples/attention_decode.py" --out $OUT/$DEC --wall-time 210 --quiet > $OUT/sweep_decode.log 2>&1)
+(cd /tmp && timeout 290 python3 -m evokernel.cli sweep "$HERE/examples/attention_prefill.py" --out $OUT/$PRE \
+    --wall-time 270 --quiet > $OUT/sweep_prefill.log 2>&1)
 wc -l $OUT/*.csv; tail -3 $OUT/sweep_decode.log $OUT/sweep_prefill.log
