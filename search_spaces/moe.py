@@ -9,6 +9,11 @@ warps and stages (`search_spaces/triton_moe.py`).
 ...                  down_GROUP_SIZE_M=1, down_num_warps=4, down_num_stages=4)
 >>> moe_space(gemv=True).why_invalid(dict(g.params, GEMV=1))
 'GEMV: the small-batch path takes BLOCK_SIZE_M 16 and GROUP_SIZE_M 1 (it ignores them)'
+>>> fp8 = moe_space(fp8="block")
+>>> fp8.why_invalid(dict(g.params, down_BLOCK_SIZE_K=256))
+'scale groups: down_BLOCK_SIZE_K=256 does not divide the 128-wide scale groups'
+>>> moe_space(fp8="block", gemv=True).why_invalid(dict(g.params, GEMV=1))
+'GEMV: the small-batch path is bf16/fp16 only (fp8 weights take the GEMM path)'
 >>> sglang_config(g)
 ({'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 8, 'num_warps': 4, 'num_stages': 3}, {'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 4})
 """
@@ -16,6 +21,7 @@ warps and stages (`search_spaces/triton_moe.py`).
 from __future__ import annotations
 
 from evokernel.genome import Genome
+from evokernel.search_spaces.triton_gemm_fp8 import GROUP as FP8_GROUP
 from evokernel.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
 __all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config"]
@@ -47,14 +53,38 @@ def _gemv(p: Point) -> str | None:
     return None
 
 
+def _scale_groups(p: Point) -> str | None:
+    """fp8 block scales: each BLOCK_SIZE_K step must lie in one 128-wide scale group (any
+    BLOCK_SIZE_N works: the kernel looks a column's block scale up per column when the tile
+    spans several 128-row blocks, once per tile otherwise)."""
+    for prefix in ("", "down_"):
+        bk = p[f"{prefix}BLOCK_SIZE_K"]
+        if FP8_GROUP % bk:
+            return f"scale groups: {prefix}BLOCK_SIZE_K={bk} does not divide the {FP8_GROUP}-wide scale groups"
+    return None
+
+
+def _no_gemv(p: Point) -> str | None:
+    return "GEMV: the small-batch path is bf16/fp16 only (fp8 weights take the GEMM path)" if p.get("GEMV") else None
+
+
 def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-              separate_block_m: bool = False, gemv: bool = False) -> SearchSpace:
+              separate_block_m: bool = False, gemv: bool = False, fp8: str | None = None) -> SearchSpace:
     """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM.
 
     The down GEMM shares the up GEMM's BLOCK_SIZE_M unless `separate_block_m`: SGLang aligns
     the token-expert pairs once for both GEMMs and overrides a tuned down config's
     BLOCK_SIZE_M with the up one's, so only shared-M winners can be exported to it as they
-    were measured (the template aligns twice when they differ)."""
+    were measured (the template aligns twice when they differ).
+
+    `fp8` ("tensor" or "block"): the fp8 w8a8 template (e4m3 operands: 1-byte tiles in
+    shared memory, whatever `elem_bytes` says); with "block" (128x128 weight blocks, 1x128
+    activation groups) BLOCK_SIZE_K must divide 128. GEMV is bf16/fp16 only: with `gemv`
+    the gene stays, and the space never proposes it on."""
+    if fp8 not in (None, "tensor", "block"):
+        raise ValueError(f"fp8 must be None, 'tensor' or 'block', got {fp8!r}")
+    if fp8:
+        elem_bytes = 1
     params = []
     for prefix in ("", "down_"):
         params += [
@@ -67,11 +97,13 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
         ]
     if gemv:  # the small-batch structure (see search_spaces/triton_moe.py) as a gene
         params.append(Ordinal("GEMV", [0, 1]))
-    space = SearchSpace(params, name="fused_moe" + ("_gemv" if gemv else ""))
+    space = SearchSpace(params, name="fused_moe" + (f"_fp8_{fp8}" if fp8 else "") + ("_gemv" if gemv else ""))
     for prefix in ("", "down_"):
         space.add_constraint(_smem(prefix, shared_memory_bytes, elem_bytes), f"{prefix}shared_memory")
     if gemv:
-        space.add_constraint(_gemv, "GEMV")
+        space.add_constraint(_no_gemv if fp8 else _gemv, "GEMV")
+    if fp8 == "block":
+        space.add_constraint(_scale_groups, "scale groups")
     return space
 
 

@@ -35,6 +35,30 @@ more than the GEMMs when a decode batch routes a few tokens), two kernels only:
 Every weight row is read once per pair that needs it, so it pays while pairs rarely share
 an expert (small M); BLOCK_SIZE_M and GROUP_SIZE_M mean nothing there.
 
+fp8 w8a8 (e4m3), on when `w1.dtype` is `torch.float8_e4m3fn` (SGLang's `use_fp8_w8a8`, its
+semantics written here, not copied). x stays bf16/fp16/fp32; quantising the activations is
+part of the call, dynamically, in one of the two modes serving engines use:
+
+- per tensor (`block_shape=None`): `w1_scale`, `w2_scale` hold one fp32 scale per expert
+  ([E]); x gets one scale for the whole [M, H] tensor, s = max(amax|x|, 1e-12) / 448, computed
+  inside the call (an amax pass with an atomic max, then a quantise pass). The GEMM
+  accumulates q_x . q_w over all of K and multiplies by s_x * s_w[e] once at the end;
+- per block (`block_shape=[128, 128]`, DeepSeek-V3's scheme): the weights are quantised per
+  128x128 block (`w1_scale` [E, 2I/128, H/128], `w2_scale` [E, H/128, I/128]); x per token
+  and 128-column group (s [M, H/128], one pass). Each BLOCK_SIZE_K step's partial product
+  is scaled by its rows' and columns' (K-group) scales before it is added to the fp32
+  accumulator, so BLOCK_SIZE_K must divide 128 (a constraint of `moe_space(fp8="block")`);
+  any BLOCK_SIZE_N works (a column's block scale is looked up per column, or once per tile
+  when the tile lies in one 128-row block).
+
+Either way the up GEMM writes cache1 in x's dtype (as the bf16 path), SiLU-and-mul is fused
+with the re-quantisation of the intermediate (computed in fp32 from cache1, quantised the
+same way as x: per tensor over all M*top_k rows with a second pass, or per pair and
+128-column group of I), and the down GEMM reads the e4m3 intermediate. e4m3 rounding is
+done in fp32 arithmetic (round-to-nearest-even, then an exact conversion), so the CPU
+interpreter, whose fp32->fp8 cast mishandles mantissa carries, agrees with torch. The
+output is in x's dtype. The GEMV path is bf16/fp16/fp32 only (fp8 raises ValueError).
+
 >>> sorted(PARAMS)[:3]
 ['BLOCK_SIZE_K', 'BLOCK_SIZE_M', 'BLOCK_SIZE_N']
 """
@@ -49,9 +73,15 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "fused_moe", "align_block_size", "candidate_source", "split_config"]
+__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "FP8_MODES", "fused_moe", "align_block_size", "candidate_source",
+           "split_config"]
+
+#: fp8 scale modes: one scale per tensor (per expert for the weights), or DeepSeek-V3's blocks.
+FP8_MODES: tuple[str, ...] = ("tensor", "block")
+_EPS = 1e-12  # the smallest amax a scale is computed from (as `triton_gemm_fp8.quantize`)
 
 #: Per-GEMM config keys, as SGLang's tuned config files name them.
 GEMM_KEYS: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
@@ -76,14 +106,20 @@ def split_config(params: Mapping[str, int]) -> tuple[dict[str, int], dict[str, i
 
 @triton.jit
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, weights_ptr, sorted_ptr, expert_ptr, total_ptr,
+    a_ptr, b_ptr, c_ptr, weights_ptr, sorted_ptr, expert_ptr, total_ptr, as_ptr, bs_ptr,
     N, K, EM, num_valid,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
-    A_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr,
+    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
+    A_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr, QUANT: tl.constexpr, GROUP_N: tl.constexpr,
+    GROUP_K: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr, EVEN_K: tl.constexpr,
 ):
-    """C[p, :] = (w_p *) A[p // A_DIV, :] @ B[e_p]^T for the sorted pairs p of one block."""
+    """C[p, :] = (w_p *) A[p // A_DIV, :] @ B[e_p]^T for the sorted pairs p of one block.
+
+    QUANT 0: A and B in a 16/32-bit float; 1: e4m3 with one scale for A (as_ptr[0]) and one
+    per expert for B (bs_ptr[e]); 2: e4m3 with A scaled per row and GROUP_K columns, B per
+    GROUP_N x GROUP_K block (BLOCK_SIZE_K divides GROUP_K)."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(EM, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M)
 
     total = tl.load(total_ptr)
@@ -99,6 +135,13 @@ def _moe_gemm_kernel(
     a_ptrs = a_ptr + (pair // A_DIV).to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_k[:, None] * stride_bk + offs_n.to(tl.int64)[None, :] * stride_bn
 
+    if QUANT == 2:
+        as_row = as_ptr + (pair // A_DIV).to(tl.int64) * stride_asm
+        if BLOCK_SIZE_N > GROUP_N:  # the tile spans several weight blocks: a scale per column
+            bs_col = bs_ptr + expert * stride_bse + (offs_n // GROUP_N) * stride_bsn
+        else:  # the tile lies in one block
+            bs_col = bs_ptr + expert * stride_bse + (pid_n * BLOCK_SIZE_N // GROUP_N) * stride_bsn
+
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
         if EVEN_K:
@@ -108,14 +151,92 @@ def _moe_gemm_kernel(
             k_left = K - k * BLOCK_SIZE_K
             a = tl.load(a_ptrs, mask=valid[:, None] & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0.0)
-        acc = tl.dot(a, b, acc)
+        if QUANT == 2:
+            group = (k * BLOCK_SIZE_K) // GROUP_K
+            sa = tl.load(as_row + group * stride_ask, mask=valid, other=0.0)
+            if BLOCK_SIZE_N > GROUP_N:
+                sb = tl.load(bs_col + group * stride_bsk, mask=mask_n, other=0.0)
+                acc += tl.dot(a, b) * sa[:, None] * sb[None, :]
+            else:
+                sb = tl.load(bs_col + group * stride_bsk)
+                acc += tl.dot(a, b) * (sa[:, None] * sb)
+        else:
+            acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
+    if QUANT == 1:
+        acc = acc * (tl.load(as_ptr) * tl.load(bs_ptr + expert * stride_bse))
     if MUL_WEIGHT:
         w = tl.load(weights_ptr + pair, mask=valid, other=0.0)
         acc = acc * w[:, None]
     c_ptrs = c_ptr + pair.to(tl.int64)[:, None] * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _round_e4m3(v):
+    """v (fp32, within +-448) rounded to the nearest e4m3 value, ties to even, still in fp32:
+    3 mantissa bits for normal values (the carry may raise the exponent), multiples of 2^-9
+    below 2^-6 (e4m3's subnormals). Converting the result to e4m3 is then exact."""
+    bits = v.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576  # keep sign, exponent, 3 mantissa bits
+    normal = bits.to(tl.float32, bitcast=True)
+    tiny = (v + 24576.0) - 24576.0  # 1.5 * 2^14: its fp32 spacing is 2^-9
+    return tl.where(tl.abs(v) < 0.015625, tiny, normal)
+
+
+@triton.jit
+def _act_quant_kernel(src_ptr, q_ptr, s_ptr, amax_ptr, N, stride_src, stride_q, stride_sm,
+                      GATED: tl.constexpr, PASS: tl.constexpr, COLS: tl.constexpr,
+                      FP8: tl.constexpr, EPS: tl.constexpr):
+    """One row, COLS columns of an activation to e4m3, values v in fp32 (GATED: v =
+    silu(src[:, :N]) * src[:, N:], SiLU-and-mul fused in).
+
+    PASS 0: atomic max of |v| into amax_ptr[0]; 1: quantise with the tensor scale
+    max(amax, EPS) / FP8 (stored at s_ptr[0] by the first program); 2: quantise with this
+    row and column group's own scale, stored at s_ptr[row, group]."""
+    row = tl.program_id(0).to(tl.int64)
+    grp = tl.program_id(1)
+    cols = grp * COLS + tl.arange(0, COLS)
+    mask = cols < N
+    v = tl.load(src_ptr + row * stride_src + cols, mask=mask, other=0.0).to(tl.float32)
+    if GATED:
+        u = tl.load(src_ptr + row * stride_src + N + cols, mask=mask, other=0.0).to(tl.float32)
+        v = v * tl.sigmoid(v) * u
+    if PASS == 0:
+        tl.atomic_max(amax_ptr, tl.max(tl.abs(v), axis=0))
+    else:
+        if PASS == 1:
+            scale = tl.maximum(tl.load(amax_ptr), EPS) / FP8
+            if (row == 0) & (grp == 0):
+                tl.store(s_ptr, scale)
+        else:
+            scale = tl.maximum(tl.max(tl.abs(v), axis=0), EPS) / FP8
+            tl.store(s_ptr + row * stride_sm + grp, scale)
+        q = _round_e4m3(tl.clamp(tl.div_rn(v, scale), -FP8, FP8))
+        tl.store(q_ptr + row * stride_q + cols, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+def _quantize_act(a: torch.Tensor, block_k: int | None, gated: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 values, fp32 scales) of an activation [rows, N] (gated: of silu(a[:, :N/2]) *
+    a[:, N/2:]); scales of shape [1] (block_k None: per tensor, two passes) or [rows,
+    cdiv(N, block_k)]."""
+    rows, n = a.shape[0], a.shape[1] // 2 if gated else a.shape[1]
+    q = torch.empty((rows, n), device=a.device, dtype=torch.float8_e4m3fn)
+    if block_k is None:
+        cols = min(1024, triton.next_power_of_2(n))
+        amax = torch.zeros(1, device=a.device, dtype=torch.float32)
+        scale = torch.empty(1, device=a.device, dtype=torch.float32)
+        for pass_ in (0, 1):
+            _act_quant_kernel[(rows, triton.cdiv(n, cols))](
+                a, q, scale, amax, n, a.stride(0), q.stride(0), 0,
+                GATED=gated, PASS=pass_, COLS=cols, FP8=FP8_MAX, EPS=_EPS)
+        return q, scale
+    scale = torch.empty((rows, triton.cdiv(n, block_k)), device=a.device, dtype=torch.float32)
+    _act_quant_kernel[(rows, scale.shape[1])](
+        a, q, scale, scale, n, a.stride(0), q.stride(0), scale.stride(0),
+        GATED=gated, PASS=2, COLS=block_k, FP8=FP8_MAX, EPS=_EPS)
+    return q, scale
 
 
 @triton.jit
@@ -229,28 +350,68 @@ def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tensor, aligned: tuple,
-          a_div: int, mul_weight: bool, cfg: Mapping[str, int]) -> None:
+          a_div: int, mul_weight: bool, cfg: Mapping[str, int], a_scale: torch.Tensor | None = None,
+          b_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None) -> None:
     sorted_ids, expert_ids, total = aligned
     N, K = b.shape[1], b.shape[2]
     EM = sorted_ids.numel()
     bm, bn = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"]
     grid = (triton.cdiv(EM, bm) * triton.cdiv(N, bn),)
+    quant = 0 if a_scale is None else 1 if block_shape is None else 2
+    sa = a if a_scale is None else a_scale
+    sb = b if b_scale is None else b_scale
+    a_strides = (a_scale.stride(0), a_scale.stride(1)) if quant == 2 else (0, 0)
+    b_strides = (b_scale.stride(0), b_scale.stride(1), b_scale.stride(2)) if quant == 2 else \
+        (b_scale.stride(0), 0, 0) if quant == 1 else (0, 0, 0)
+    group_n, group_k = block_shape or (1, 1)
     _moe_gemm_kernel[grid](
-        a, b, c, weights, sorted_ids, expert_ids, total,
+        a, b, c, weights, sorted_ids, expert_ids, total, sa, sb,
         N, K, EM, c.shape[0],
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
-        A_DIV=a_div, MUL_WEIGHT=mul_weight,
+        *a_strides, *b_strides,
+        A_DIV=a_div, MUL_WEIGHT=mul_weight, QUANT=quant, GROUP_N=group_n, GROUP_K=group_k,
         BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"], GROUP_SIZE_M=cfg["GROUP_SIZE_M"],
         EVEN_K=K % cfg["BLOCK_SIZE_K"] == 0,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 
 
+def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None, w2_scale: torch.Tensor | None,
+               block_shape, up: Mapping[str, int], down: Mapping[str, int], gemv: bool) -> tuple[int, int] | None:
+    """The fp8 call's block shape (None: per tensor), or ValueError saying what is wrong."""
+    if gemv:
+        raise ValueError("fp8 weights take the GEMM path: the small-batch GEMV path is bf16/fp16/fp32 only "
+                         "(call with gemv=False)")
+    if w2.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"w1 is float8_e4m3fn but w2 is {w2.dtype}")
+    if w1_scale is None or w2_scale is None:
+        raise ValueError("fp8 weights need w1_scale and w2_scale")
+    E, two_i, H = w1.shape
+    if block_shape is None:
+        if w1_scale.numel() != E or w2_scale.numel() != E:
+            raise ValueError(f"per-tensor scales are one per expert ([{E}]), got w1_scale {tuple(w1_scale.shape)}, "
+                             f"w2_scale {tuple(w2_scale.shape)} (block scales need block_shape=[128, 128])")
+        return None
+    bn, bk = (int(v) for v in block_shape)
+    inter = two_i // 2
+    want1 = (E, triton.cdiv(two_i, bn), triton.cdiv(H, bk))
+    want2 = (E, triton.cdiv(H, bn), triton.cdiv(inter, bk))
+    if tuple(w1_scale.shape) != want1 or tuple(w2_scale.shape) != want2:
+        raise ValueError(f"block scales for block_shape [{bn}, {bk}]: w1_scale {want1}, w2_scale {want2}, got "
+                         f"{tuple(w1_scale.shape)}, {tuple(w2_scale.shape)}")
+    for name, cfg in (("up", up), ("down", down)):
+        if bk % cfg["BLOCK_SIZE_K"]:
+            raise ValueError(f"{name} BLOCK_SIZE_K={cfg['BLOCK_SIZE_K']} must divide the scale group {bk}")
+    return bn, bk
+
+
 def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
               topk_ids: torch.Tensor, *, up: Mapping[str, int], down: Mapping[str, int],
-              gemv: bool = False) -> torch.Tensor:
+              gemv: bool = False, w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
+              block_shape: tuple[int, int] | list[int] | None = None) -> torch.Tensor:
     """The MoE layer's output [M, H] in x's dtype, with the up and down GEMMs at their configs
-    (`gemv`: the small-batch path, see the module's doc)."""
+    (`gemv`: the small-batch path; e4m3 weights with their scales: fp8 w8a8, per tensor or,
+    with `block_shape`, per block; see the module's doc)."""
     M, H = x.shape
     E, two_i, H1 = w1.shape
     assert H1 == H and w2.shape == (E, H, two_i // 2), f"shapes: x {tuple(x.shape)} w1 {tuple(w1.shape)} w2 {tuple(w2.shape)}"
@@ -259,6 +420,12 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
     pairs = M * top_k
     inter = two_i // 2
     weights = topk_weights.reshape(-1).to(torch.float32)
+    if w1.dtype == torch.float8_e4m3fn:
+        block = _check_fp8(w1, w2, w1_scale, w2_scale, block_shape, up, down, gemv)
+        s1, s2 = w1_scale.to(torch.float32), w2_scale.to(torch.float32)
+        if block is None:
+            s1, s2 = s1.reshape(E), s2.reshape(E)
+        return _fused_moe_fp8(x, w1, w2, s1, s2, weights, topk_ids, up, down, block)
     if gemv:
         return _fused_moe_gemv(x, w1, w2, weights, topk_ids, up, down)
     aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
@@ -269,6 +436,26 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
     cache2 = F.silu(cache1[:, :inter]) * cache1[:, inter:]
     cache3 = torch.empty((pairs, H), device=x.device, dtype=x.dtype)
     _gemm(cache2, w2, cache3, weights, aligned_down, 1, True, down)
+    return cache3.view(M, top_k, H).sum(dim=1)
+
+
+def _fused_moe_fp8(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor,
+                   w2_scale: torch.Tensor, weights: torch.Tensor, topk_ids: torch.Tensor, up: Mapping[str, int],
+                   down: Mapping[str, int], block: tuple[int, int] | None) -> torch.Tensor:
+    M, H = x.shape
+    E, two_i, _ = w1.shape
+    top_k = topk_ids.shape[1]
+    pairs = M * top_k
+    group_k = None if block is None else block[1]
+    aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
+    aligned_down = aligned_up if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"] else \
+        align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
+    x_q, x_s = _quantize_act(x.contiguous(), group_k, gated=False)
+    cache1 = torch.empty((pairs, two_i), device=x.device, dtype=x.dtype)
+    _gemm(x_q, w1, cache1, weights, aligned_up, top_k, False, up, x_s, w1_scale, block)
+    act_q, act_s = _quantize_act(cache1, group_k, gated=True)  # SiLU-and-mul, then e4m3
+    cache3 = torch.empty((pairs, H), device=x.device, dtype=x.dtype)
+    _gemm(act_q, w2, cache3, weights, aligned_down, 1, True, down, act_s, w2_scale, block)
     return cache3.view(M, top_k, H).sum(dim=1)
 
 
@@ -286,8 +473,37 @@ def kernel(x, w1, w2, topk_weights, topk_ids):
 '''
 
 
-def candidate_source(params: Mapping[str, int]) -> str:
-    """The text of a candidate module running `fused_moe` at `params`."""
+_CANDIDATE_FP8 = '''"""Candidate: the fused-MoE template, fp8 w8a8 ({mode} scales), at one configuration of its
+two GEMMs (generated)."""
+
+from evokernel.search_spaces.triton_moe import fused_moe
+
+
+UP = {up}
+DOWN = {down}
+BLOCK_SHAPE = {block}
+
+
+def kernel(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids):
+    return fused_moe(x, w1, w2, topk_weights, topk_ids, up=UP, down=DOWN, w1_scale=w1_scale, w2_scale=w2_scale,
+                     block_shape=BLOCK_SHAPE)
+'''
+
+
+def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
+    """The text of a candidate module running `fused_moe` at `params`: `kernel(x, w1, w2,
+    topk_weights, topk_ids)`, or with `fp8` ("tensor" or "block": 128x128 blocks) `kernel(x,
+    w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)`, the inputs of
+    `examples/problems/moe_fp8.py`.
+
+    >>> src = candidate_source(dict.fromkeys(GEMM_KEYS, 64), fp8="block")
+    >>> "def kernel(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids):" in src, "BLOCK_SHAPE = [128, 128]" in src
+    (True, True)
+    """
+    if fp8 is not None and fp8 not in FP8_MODES:
+        raise ValueError(f"fp8 must be None or one of {FP8_MODES}, got {fp8!r}")
+    if fp8 is not None and params.get("GEMV"):
+        raise ValueError("fp8 candidates take the GEMM path: the GEMV structure is bf16/fp16/fp32 only")
     if frozenset(params) not in FORMS:
         raise ValueError(f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
                          f"left out; GEMV may be added), got {sorted(params)}")
@@ -296,4 +512,7 @@ def candidate_source(params: Mapping[str, int]) -> str:
         raise ValueError(f"params must be integers, got {bad}")
     up, down = split_config(params)
     fmt = lambda d: "{" + ", ".join(f'"{k}": {d[k]}' for k in GEMM_KEYS) + "}"  # noqa: E731
+    if fp8 is not None:
+        return _CANDIDATE_FP8.format(mode=fp8, up=fmt(up), down=fmt(down),
+                                     block=f"[{GROUP}, {GROUP}]" if fp8 == "block" else "None")
     return _CANDIDATE.format(up=fmt(up), down=fmt(down), gemv=", gemv=True" if params.get("GEMV") else "")
