@@ -5,7 +5,8 @@ For each genome: build the candidate (`evokernel.model_level.apply`: every chang
 checked against the unfused module first; a refusal is a failure value), run its forward
 on the evaluator's inputs and compare it with the unchanged model's (`judge`: max |diff|
 over the output's RMS, a tolerance per dtype; for half types at least twice the unchanged
-model's own error against an fp32 copy of it, where one runs), then time the baseline and
+model's own noise floor: its output's change under a one-rounding-step perturbation of its
+inputs and against an fp32 copy of it, where one runs; `noise_floor`), then time the baseline and
 the candidate together (`time_interleaved`): on CUDA each forward is captured in a CUDA
 graph (warmed on a side stream first, as torch's docs prescribe) and rounds of replays
 alternate A B B A ..., each round's calls between CUDA events; on the CPU there are no
@@ -34,7 +35,7 @@ import torch
 
 from evokernel.bench import relative_ci
 from evokernel.genome import Genome
-from evokernel.model_level import SiteCheck, apply, changed_sites, judge, model_space
+from evokernel.model_level import SiteCheck, apply, changed_sites, judge, model_space, noise_floor
 from evokernel.result import Result, Status
 from evokernel.space import SearchSpace
 
@@ -143,7 +144,10 @@ class ModelEvaluator:
         self.compile_mode = compile_mode or ("max-autotune" if device.startswith("cuda") else "default")
         with torch.inference_mode():
             self.base_out = self.model(*self.inputs)
-        self.ref32_out = self._reference32() if reference32 and dtype in (torch.float16, torch.bfloat16) else None
+        ref32 = self._reference32() if reference32 and dtype in (torch.float16, torch.bfloat16) else None
+        with torch.inference_mode():
+            self.floor = noise_floor(self.model, self.inputs, dtype, out=self.base_out, ref32=ref32)
+        del ref32
         self._compiled: Callable[[], Any] | None = None
 
     def _reference32(self) -> Any:
@@ -219,7 +223,7 @@ class ModelEvaluator:
                 torch.cuda.synchronize()
         except Exception as exc:
             return None, Result.failed(Status.RUNTIME_ERROR, f"forward: {type(exc).__name__}: {exc}", meta=meta), meta
-        reason, err, tol = judge(self.base_out, out, self.dtype, ref32=self.ref32_out)
+        reason, err, tol = judge(self.base_out, out, self.dtype, floor=self.floor)
         meta["numerics"] = {"error": err, "tolerance": tol}
         if reason is not None:
             return None, Result.failed(Status.INCORRECT, f"whole forward vs the unchanged model: {reason}",

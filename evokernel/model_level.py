@@ -19,7 +19,10 @@ rewritable module realised with the plan. Before it is returned, every site the 
 changes is checked against the unfused module (`SiteCheck`): the first block of each
 class that declares the site, alone with that change (and what it requires), against the
 same block as written, on random inputs (several seeds, the model's dtype), by a
-scale-aware comparison (`judge`); NaN or Inf is rejected. A failing site makes `apply`
+scale-aware comparison (`judge`: max and RMS of the difference over the output's RMS; in
+half precision the tolerance grows to twice the module's own noise floor, the change of its
+output under a one-rounding-step perturbation of its inputs and against an fp32 copy, so a
+routing decision near a tie is not mistaken for a bug); NaN or Inf is rejected. A failing site makes `apply`
 return a refusal (an `Applied` whose `module` is None, with the reason), never raise.
 
 >>> from torch import nn
@@ -54,12 +57,12 @@ from .genome import Genome, Value
 from .space import Choice, Constraint, Param, Point, SearchSpace
 
 __all__ = ["Site", "KernelGenes", "Rewritable", "Plan", "model_space", "apply", "Applied", "SiteCheck",
-           "SiteVerdict", "judge", "TOLERANCE", "changed_sites", "variant", "rewritable_modules", "build", "describe_sites",
+           "SiteVerdict", "judge", "noise_floor", "TOLERANCE", "changed_sites", "variant", "rewritable_modules", "build", "describe_sites",
            "launch_genes", "gemm_genes", "moe_genes"]
 
-#: Tolerance of `judge`: the largest |candidate - base| allowed, over the RMS of the base's
-#: output, per dtype (for half types also at least twice the base's own error against an
-#: fp32 copy of the module, when one is given).
+#: Tolerance of `judge`: the largest |candidate - base| (and RMS of the difference) allowed,
+#: over the RMS of the base's output, per dtype (for half types at least twice the base's own
+#: noise floor, `noise_floor`, when one is given).
 TOLERANCE: dict[torch.dtype, float] = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2,
                                        torch.bfloat16: 3e-2}
 
@@ -244,20 +247,50 @@ def _tensors(out: Any) -> list[torch.Tensor]:
     return []
 
 
-def _error(ref: torch.Tensor, out: torch.Tensor) -> float:
+def _errors(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
+    """(max |out - ref|, RMS(out - ref)), both over RMS(ref)."""
+    if not ref.numel():
+        return 0.0, 0.0
     r, o = ref.double(), out.double()
-    scale = float(r.square().mean().sqrt()) if r.numel() else 0.0
-    diff = float((o - r).abs().max()) if r.numel() else 0.0
-    return diff / scale if scale > 0 else diff
+    scale = float(r.square().mean().sqrt())
+    d = o - r
+    big, rms = float(d.abs().max()), float(d.square().mean().sqrt())
+    return (big / scale, rms / scale) if scale > 0 else (big, rms)
 
 
-def judge(base: Any, cand: Any, dtype: torch.dtype, *, ref32: Any = None, slack: float = 2.0
-          ) -> tuple[str | None, float, float]:
+#: Relative size of the input perturbation that measures a half-precision module's own
+#: sensitivity (`noise_floor`): one bf16 rounding step.
+PERTURB = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def noise_floor(fn: Callable[..., Any], inputs: Sequence[Any], dtype: torch.dtype, *, out: Any = None,
+                ref32: Any = None, seed: int = 0) -> tuple[float, float]:
+    """How far a half-precision module's output moves on its own: (max, RMS) error over
+    RMS of its output when its floating inputs of `dtype` are perturbed by one rounding
+    step (a routing decision near a tie flips, a chaotic path amplifies), and of its output
+    against `ref32` (the same module in fp32) when given; the larger of each. (0, 0) for
+    fp32 and fp64: their tolerance is fixed."""
+    if dtype not in PERTURB:
+        return 0.0, 0.0
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    moved = tuple(
+        (x.float() * (1 + PERTURB[dtype] * torch.randn(x.shape, generator=g).to(x.device))).to(dtype)
+        if isinstance(x, torch.Tensor) and x.dtype == dtype else x for x in inputs)
+    out = fn(*inputs) if out is None else out
+    pairs = list(zip(_tensors(out), _tensors(fn(*moved))))
+    if ref32 is not None:
+        pairs += [(b, r.to(b.dtype)) for b, r in zip(_tensors(out), _tensors(ref32))]
+    errs = [_errors(a.float(), b.float()) for a, b in pairs if a.shape == b.shape]
+    return max([0.0] + [e[0] for e in errs]), max([0.0] + [e[1] for e in errs])
+
+
+def judge(base: Any, cand: Any, dtype: torch.dtype, *, floor: tuple[float, float] = (0.0, 0.0),
+          slack: float = 2.0) -> tuple[str | None, float, float]:
     """(None or why not, error, tolerance): the candidate's outputs against the base's, as
-    max |cand - base| / RMS(base) per output, the worst one. The tolerance is
-    `TOLERANCE[dtype]`, or for half types `slack` times the base's own error against
-    `ref32` (the same module in fp32) if that is larger. NaN or Inf where the base has
-    none is rejected.
+    max |cand - base| and RMS(cand - base) over RMS(base), per output. Each must be within
+    `TOLERANCE[dtype]`, or `slack` times the base's own noise floor of that measure
+    (`noise_floor`) if that is larger; the error and tolerance returned are the max ones.
+    NaN or Inf where the base has none is rejected.
 
     >>> a = torch.ones(4)
     >>> judge(a, a + 1e-6, torch.float32)[0] is None
@@ -268,10 +301,8 @@ def judge(base: Any, cand: Any, dtype: torch.dtype, *, ref32: Any = None, slack:
     bs, cs = _tensors(base), _tensors(cand)
     if len(bs) != len(cs):
         return f"{len(cs)} outputs where the base has {len(bs)}", math.inf, 0.0
-    tol = TOLERANCE.get(dtype, 1e-4)
-    if ref32 is not None and dtype in (torch.float16, torch.bfloat16):
-        rs = _tensors(ref32)
-        tol = max([tol] + [slack * _error(r.to(b.dtype).float(), b.float()) for r, b in zip(rs, bs)])
+    tol = max(TOLERANCE.get(dtype, 1e-4), slack * floor[0])
+    tol_rms = max(TOLERANCE.get(dtype, 1e-4), slack * floor[1])
     worst = 0.0
     for i, (b, c) in enumerate(zip(bs, cs)):
         if b.shape != c.shape:
@@ -280,10 +311,12 @@ def judge(base: Any, cand: Any, dtype: torch.dtype, *, ref32: Any = None, slack:
         if bad_c > bad_b:
             return f"output {i}: {bad_c} NaN or Inf values where the base has {bad_b}", math.inf, tol
         keep = torch.isfinite(b)
-        err = _error(torch.where(keep, b, 0), torch.where(keep, c, 0))
+        err, rms = _errors(torch.where(keep, b, 0), torch.where(keep, c, 0))
         worst = max(worst, err)
         if err > tol:
             return f"output {i}: max |diff| is {err:.3g} of the output RMS (tolerance {tol:.3g})", err, tol
+        if rms > tol_rms:
+            return f"output {i}: RMS of the diff is {rms:.3g} of the output RMS (tolerance {tol_rms:.3g})", err, tol
     return None, worst, tol
 
 
@@ -379,12 +412,13 @@ class SiteCheck:
                     got = cand(*inputs)
                     exact = None
                     if ref32 is not None:
-                        try:  # an fp32 copy may not run everywhere (grouped GEMMs want bf16): the fixed tolerance then
+                        try:  # an fp32 copy may not run everywhere (grouped GEMMs want bf16): the perturbation then
                             exact = ref32(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                                             for x in inputs))
                         except Exception:
                             ref32 = None
-                    reason, err, tol = judge(want, got, self.dtype, ref32=exact)
+                    floor = noise_floor(block, inputs, self.dtype, out=want, ref32=exact, seed=seed)
+                    reason, err, tol = judge(want, got, self.dtype, floor=floor)
                     worst = max(worst, err)
                     if reason is not None:
                         return SiteVerdict(**head, ok=False, reason=f"seed {seed}: {reason}", error=err,
