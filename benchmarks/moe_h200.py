@@ -17,6 +17,24 @@ row, and the search database `moe.db` (`evokernel export sglang-moe moe.db --out
     source benchmarks/device_setup.sh
     python3 benchmarks/moe_h200.py --out $OUT --models qwen3-30b-a3b mixtral-8x7b --ms 1 16 64 256 1024 4096 \\
         --budget 40 --deadline 540
+
+`--fp8 tensor|block`: the same for fp8 w8a8 experts (`examples/problems/moe_fp8.py`, its
+EVOKERNEL_FP8_SCALES set to the mode; `moe_space(fp8=...)`, no GEMV: that path is bf16 only);
+files `moe_fp8_<mode>.json/.md/.db`. Baselines:
+
+- `sglang_default`: the template at SGLang's default fp8 config (`default_fp8_config`, from
+  its `get_default_config` for `fp8_w8a8` on a GPU with >= 128 KiB of shared memory per
+  block, as the H200): block scales 64x128x128 (BLOCK_SIZE_N, BLOCK_SIZE_K = the 128x128
+  block), GROUP_SIZE_M 32, 4 warps, 3 stages; per tensor 128x256x128 g32 w8 s4, or
+  64x128x128 g1 w4 s4 when M <= E;
+- `sglang_h200`: the shipped H200 fp8 file for that E and N (`...,dtype=fp8_w8a8[,block_shape=
+  [128, 128]].json`) where one is vendored in `search_spaces/sglang_configs/`. None is (the
+  vendored files are bf16): the row then says the baseline is absent. (SGLang 0.5.17 itself
+  ships H200 fp8 files for E=8,N=14336 per tensor and E=128,N=768 per block, none for
+  DeepSeek-V3 under EP8, E=32,N=2048.)
+
+    python3 benchmarks/moe_h200.py --fp8 block --out $OUT --models deepseek-v3-ep8 --ms 1 16 64 256 1024 4096 \\
+        --budget 40 --deadline 540
 """
 
 from __future__ import annotations
@@ -39,14 +57,45 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import geomean, pick  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
+PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
+_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+def default_fp8_config(M: int, E: int, block: bool) -> dict[str, int]:
+    """SGLang 0.5.17's fallback config for an fp8 w8a8 fused MoE without a tuned file, on a
+    GPU with >= 128 KiB of shared memory per block (the H200); block: 128x128 blocks."""
+    if block:
+        cfg = (64, 128, 128, 32, 4, 3)
+    elif M <= E:
+        cfg = (64, 128, 128, 1, 4, 4)
+    else:
+        cfg = (128, 256, 128, 32, 8, 4)
+    return dict(zip(_KEYS, cfg))
+
+
+def shipped_fp8_config(E: int, N: int, M: int, device_name: str, block: bool) -> dict[str, int] | None:
+    """The vendored SGLang fp8 config for this GPU, E and N at the batch size nearest M (newest
+    Triton folder first, as SGLang's loader), or None where no such file is vendored."""
+    from evokernel.search_spaces.sglang import CONFIG_DIR
+
+    name = (f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=fp8_w8a8"
+            + (",block_shape=[128, 128]" if block else "") + ".json")
+    folders = sorted((p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
+                     key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")), reverse=True)
+    for folder in folders:
+        if (folder / name).is_file():
+            table = {int(m): v for m, v in json.loads((folder / name).read_text()).items()}
+            got = table[min(table, key=lambda m: abs(m - M))]
+            return {k: int(got.get(k, {"num_warps": 4, "num_stages": 3}.get(k, 0))) for k in _KEYS}
+    return None
 
 
 
 
-def write(out: Path, doc: dict[str, Any]) -> None:
+def write(out: Path, doc: dict[str, Any], stem: str = "moe") -> None:
     for name in doc["baselines"]:
         doc["geomean"][name] = geomean([r["speedup"].get(name) for r in doc["rows"]])
-    (out / "moe.json").write_text(json.dumps(doc, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     lines = ["| model | E | N | M | winner (up / down) | winner ms | " +
              " | ".join(f"{b} ms | speedup" for b in doc["baselines"]) + " |",
              "|---" * (6 + 2 * len(doc["baselines"])) + "|"]
@@ -60,7 +109,10 @@ def write(out: Path, doc: dict[str, Any]) -> None:
     for b in doc["baselines"]:
         cells += ["", f"**{doc['geomean'][b]:.3f}**" if doc["geomean"].get(b) else "-"]
     lines.append("| " + " | ".join(cells) + " |")
-    (out / "moe.md").write_text("\n".join(lines) + "\n")
+    notes = [f"- {r['model']} M={r['M']}: {b}: {why}" for r in doc["rows"] for b, why in r.get("baseline_notes", {}).items()]
+    if notes:
+        lines += ["", *notes]
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
 
 
 def short(cfg: dict[str, int]) -> str:
@@ -75,6 +127,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--no-gemv", action="store_true", help="leave the small-batch GEMV structure out of the space")
+    ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
+                    help="fp8 w8a8 experts with per-tensor or 128x128 block scales (moe_fp8.py)")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -91,14 +145,18 @@ def main() -> None:
     from evokernel.store import SQLiteStore
 
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    store = SQLiteStore(out / "moe.db")
+    stem = f"moe_fp8_{args.fp8}" if args.fp8 else "moe"
+    problem = PROBLEM_FP8 if args.fp8 else PROBLEM
+    if args.fp8:
+        os.environ["EVOKERNEL_FP8_SCALES"] = args.fp8
+    store = SQLiteStore(out / f"{stem}.db")
     doc: dict[str, Any] = {
         "device": device_name, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
         "baselines": ["sglang_default", "sglang_h200"], "rows": [], "geomean": {}, "skipped": [],
     }
-    gemv = not args.no_gemv
-    space = moe_space(gemv=gemv)
+    gemv = not args.no_gemv and not args.fp8  # the GEMV path is bf16 only
+    space = moe_space(gemv=gemv, fp8=args.fp8)
     jobs = [(model, m) for model in args.models for m in sorted(args.ms)]
     for i, (model, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
@@ -107,10 +165,19 @@ def main() -> None:
             doc["skipped"].append(f"{model} M={m}: deadline")
             continue
         os.environ["EVOKERNEL_MOE_MODEL"], os.environ["EVOKERNEL_MOE_M"] = model, str(m)
-        ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(g.params), device=args.device)
+        ev = KernelEvaluator(problem, lambda g: candidate_source(g.params, fp8=args.fp8), device=args.device)
         shape = ev.problem.shapes[0]
         E, N = int(shape["E"]), int(shape["I"])
-        base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
+        notes = {}
+        if args.fp8:
+            block = args.fp8 == "block"
+            base = {"sglang_default": default_fp8_config(m, E, block),
+                    "sglang_h200": shipped_fp8_config(E, N, m, device_name, block)}
+            if base["sglang_h200"] is None:
+                notes["sglang_h200"] = (f"absent: no {device_name} fp8_w8a8{' block' if block else ''} config for E={E}, "
+                                        f"N={N} vendored in search_spaces/sglang_configs (bf16 files only)")
+        else:
+            base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
         seeds = [dict(shared_params(c), **({"GEMV": 0} if gemv else {})) for c in base.values() if c is not None]
         if gemv and m <= 64:  # the small-batch structure, a few tile shapes
@@ -118,11 +185,12 @@ def main() -> None:
                        "num_stages": 2, "down_BLOCK_SIZE_N": dbn, "down_BLOCK_SIZE_K": dbk, "down_GROUP_SIZE_M": 1,
                        "down_num_warps": w, "down_num_stages": 2, "GEMV": 1}
                       for bn, bk, dbn, dbk, w in ((32, 128, 32, 128, 4), (16 * 2, 256, 64, 128, 8), (64, 64, 32, 256, 8))]
-        report = Search(space, ev, store=store, name=f"moe-{model}-M{m}", seeds=seeds).run(
+        name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
+        report = Search(space, ev, store=store, name=name, seeds=seeds).run(
             Budget(evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job)), seed=0)
         if report.best is None:
             doc["skipped"].append(f"{model} M={m}: no candidate passed ({report.statuses})")
-            write(out, doc)
+            write(out, doc, stem)
             continue
         winner, final = pick(ev, report)  # the top elites re-measured together; then, separately, vs baselines
         genomes = [winner] + [Genome.of(shared_params(c)) for c in base.values() if c is not None]
@@ -137,12 +205,13 @@ def main() -> None:
             "baselines": dict(zip(names, lat[1:])), "baseline_configs": base,
             "speedup": {n: (b / lat[0]) if (b and lat[0]) else None for n, b in zip(names, lat[1:])},
             "errors": [r.error[:200] for r in results if not r.is_ok],
+            **({"fp8": args.fp8, "baseline_notes": notes} if args.fp8 else {}),
         }
         doc["rows"].append(row)
-        write(out, doc)
+        write(out, doc, stem)
         print(json.dumps({k: row[k] for k in ("model", "M", "winner_short", "winner_ms", "baselines", "speedup")}),
               flush=True)
-    write(out, doc)
+    write(out, doc, stem)
 
 
 if __name__ == "__main__":

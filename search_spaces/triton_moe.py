@@ -388,7 +388,7 @@ def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None
         raise ValueError("fp8 weights need w1_scale and w2_scale")
     E, two_i, H = w1.shape
     if block_shape is None:
-        if w1_scale.numel() != E or w2_scale.numel() != E:
+        if w1_scale.numel() != E or w2_scale.numel() != E or w1_scale.dim() == 3 or w2_scale.dim() == 3:
             raise ValueError(f"per-tensor scales are one per expert ([{E}]), got w1_scale {tuple(w1_scale.shape)}, "
                              f"w2_scale {tuple(w2_scale.shape)} (block scales need block_shape=[128, 128])")
         return None
