@@ -50,7 +50,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile-mode", default=None, help="torch.compile mode of the baseline (default max-autotune; "
                                                          "default on the CPU)")
     p.add_argument("--no-compile", action="store_true", help="leave the torch.compile baseline out")
-    p.add_argument("--no-compiled-sites", action="store_true", help="leave the torch.compile choice of sites out")
+    p.add_argument("--no-compiled-sites", action="store_true",
+                   help="leave out the choices that run torch.compile (segments, whole blocks)")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "model_level")
     p.add_argument("--db", type=Path, default=None, help="store (default OUT/model_level.db)")
     return p.parse_args(argv)
@@ -63,13 +64,18 @@ def load(path: Path):  # type: ignore[no-untyped-def]
     return mod
 
 
+def _compiles(site: str, value: object) -> bool:
+    """Whether a choice runs torch.compile (slow to build: --no-compiled-sites leaves them out)."""
+    return value == "compiled" or (site.endswith("_compile") and value == "on")
+
+
 def seeds_for(space, *, compiled_sites: bool):  # type: ignore[no-untyped-def]
     """The model as written, then each single change (with another site's choice where it requires one)."""
     sites = [p for p in space.params if "." not in p.name]
     out = [space.default()]
     for p in sites:
         for v in p.values[1:]:
-            if v == "compiled" and not compiled_sites:
+            if _compiles(p.name, v) and not compiled_sites:
                 continue
             point = {**space.default(), p.name: v}
             if space.why_invalid(point) is not None:
@@ -133,8 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         gpu = ev.fingerprint()["device"]
         seeds = seeds_for(ev.space, compiled_sites=not args.no_compiled_sites)
         if args.no_compiled_sites:
-            ev.space.add_constraint(lambda p: all(v != "compiled" for v in p.values()) or
-                                    "compiled sites left out (--no-compiled-sites)", "no compiled sites")
+            ev.space.add_constraint(lambda p: not any(_compiles(k, v) for k, v in p.items()) or
+                                    "torch.compile choices left out (--no-compiled-sites)", "no compiled sites")
         search = Search(ev.space, ev, store=store, seeds=seeds, name=f"model_level:{mod.name}",
                         options=SearchOptions(population=max(4, min(8, len(seeds))), report_elites=3))
         report = search.run(Budget(evaluations=args.budget, wall_s=args.deadline), seed=args.seed)
@@ -192,7 +198,7 @@ def markdown(doc: dict) -> str:  # type: ignore[type-arg]
              "|---|---|---|---|---|---|---|---|"]
     for name, m in doc["models"].items():
         changes = ", ".join(f"{k}={v}" for k, v in m["winner"].items() if "." not in k and
-                            v not in ("separate", "eager", "per_block", "grouped_mm")) or "(none)"
+                            v not in ("separate", "eager", "per_block", "grouped_mm", "off")) or "(none)"
         lines.append(f"| {name} | {m['timing']} | {fmt(m['winner_ms'], '.4g')} | {fmt(m['eager_cudagraph_ms'], '.4g')} | "
                      f"{fmt(m['torch_compile_ms'], '.4g')} | {fmt(m['speedup']['eager_cudagraph'])} | "
                      f"{fmt(m['speedup']['torch_compile'])} | {changes} |")

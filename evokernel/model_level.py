@@ -79,21 +79,22 @@ class KernelGenes:
 @dataclass(frozen=True)
 class Site:
     """One rewrite decision. `choices[0]` is the module as written. `requires` maps a
-    choice to the (site, choice) pairs it needs; `kernel` holds the genes of the template
-    the choices in `tuned` run."""
+    choice to the (site, choice) pairs it needs, `excludes` to those it cannot go with;
+    `kernel` holds the genes of the template the choices in `tuned` run."""
 
     name: str
     kind: str  # "merge", "fuse", "hoist" or "compile": what the rewrite does
     choices: tuple[str, ...]
     doc: str = ""
     requires: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    excludes: Mapping[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     kernel: KernelGenes | None = None
     tuned: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.choices) < 2 or len(set(self.choices)) != len(self.choices):
             raise ValueError(f"site {self.name!r} needs two or more distinct choices, got {self.choices}")
-        unknown = [c for c in (*self.requires, *self.tuned) if c not in self.choices]
+        unknown = [c for c in (*self.requires, *self.excludes, *self.tuned) if c not in self.choices]
         if unknown:
             raise ValueError(f"site {self.name!r}: {unknown} are not among its choices {self.choices}")
         if self.tuned and self.kernel is None:
@@ -175,6 +176,18 @@ def _requirement(site: Site, choice: str, needs: tuple[tuple[str, str], ...]) ->
     return Constraint(check, f"{site.name} requires")
 
 
+def _exclusion(site: Site, choice: str, bars: tuple[tuple[str, str], ...]) -> Constraint:
+    def check(p: Point) -> str | None:
+        if p[site.name] != choice:
+            return None
+        for other, value in bars:
+            if p[other] == value:
+                return f"{site.name}={choice} excludes {other}={value}"
+        return None
+
+    return Constraint(check, f"{site.name} excludes")
+
+
 def _unused_genes(site: Site) -> Constraint:
     names = [(site.gene(p.name), p.default) for p in site.kernel.params]  # type: ignore[union-attr]
 
@@ -216,6 +229,11 @@ def model_space(model: nn.Module, *, name: str | None = None) -> SearchSpace:
                 if other not in sites or value not in sites[other].choices:
                     raise ValueError(f"site {s.name!r} requires {other}={value}, which the model does not declare")
             constraints.append(_requirement(s, choice, needs))
+        for choice, bars in s.excludes.items():
+            for other, value in bars:
+                if other not in sites or value not in sites[other].choices:
+                    raise ValueError(f"site {s.name!r} excludes {other}={value}, which the model does not declare")
+            constraints.append(_exclusion(s, choice, bars))
         if s.kernel is not None:
             for p in s.kernel.params:
                 q = copy.copy(p)
@@ -472,6 +490,7 @@ def describe_sites(model: nn.Module) -> list[dict[str, Any]]:
     """The model's sites as data: name, kind, choices, requirements, kernel genes, doc."""
     return [{"site": s.name, "kind": s.kind, "choices": list(s.choices), "doc": s.doc,
              "requires": {c: [list(r) for r in rs] for c, rs in s.requires.items()},
+             "excludes": {c: [list(r) for r in rs] for c, rs in s.excludes.items()},
              "kernel_genes": [p.name for p in s.kernel.params] if s.kernel else [], "tuned": list(s.tuned)}
             for s in _sites(model).values()]
 

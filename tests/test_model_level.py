@@ -34,20 +34,23 @@ FAST = TimingOptions(rounds=2, reps=1, warmup=1)
 def test_the_space_of_a_model_is_data_with_reasons() -> None:
     flux = model_space(flux_dit.model())
     assert [p.name for p in flux.params if "." not in p.name] == [
-        "adaln_hoist", "qkv_merge", "qkv_epilogue", "norm_modulate", "mlp_act"]
-    assert len(flux.params) == 14 and flux.is_valid(flux.default())
+        "adaln_hoist", "qkv_merge", "qkv_epilogue", "norm_modulate", "mlp_act", "block_compile"]
+    assert len(flux.params) == 15 and flux.is_valid(flux.default())
     assert {p.name for p in flux.params if p.name.startswith("mlp_act.")} == {
         "mlp_act.BM", "mlp_act.BN", "mlp_act.BK", "mlp_act.GROUP_M", "mlp_act.num_warps", "mlp_act.num_stages"}
     d = flux.default()
     assert flux.why_invalid({**d, "qkv_epilogue": "triton"}) == "qkv_epilogue=triton needs qkv_merge=merged (got separate)"
     assert flux.why_invalid({**d, "qkv_epilogue": "triton", "qkv_merge": "merged"}) is None
+    assert flux.why_invalid({**d, "block_compile": "on", "qkv_epilogue": "compiled"}) == (
+        "block_compile=on excludes qkv_epilogue=compiled")
     assert "mlp_act.BM matter only when mlp_act is gemm_epilogue" in flux.why_invalid({**d, "mlp_act.BM": 64})
     big = {**d, "mlp_act": "gemm_epilogue", "mlp_act.BM": 256, "mlp_act.BN": 256, "mlp_act.BK": 128,
            "mlp_act.num_stages": 5}
     assert flux.why_invalid(big).startswith("mlp_act: shared memory")
     qwen = model_space(qwen3_moe_stack.model())
-    assert [p.name for p in qwen.params if "." not in p.name] == ["qkv_merge", "qkv_epilogue", "rmsnorm", "moe_impl"]
-    assert len(qwen.params) == 13
+    assert [p.name for p in qwen.params if "." not in p.name] == [
+        "qkv_merge", "qkv_epilogue", "rmsnorm", "moe_impl", "block_compile"]
+    assert len(qwen.params) == 14
     sites = {s["site"]: s for s in describe_sites(qwen3_moe_stack.model())}
     assert sites["moe_impl"]["kind"] == "fuse" and sites["qkv_epilogue"]["requires"] == {
         "triton": [["qkv_merge", "merged"]]}
@@ -85,7 +88,7 @@ out = []
 for mod, extra in ((flux_dit, [{"mlp_act": "gemm_epilogue", "mlp_act.BM": 32, "mlp_act.BN": 64, "mlp_act.BK": 32},
                                {"qkv_merge": "merged", "qkv_epilogue": "triton", "qkv_epilogue.BLOCK_T": 16},
                                {"adaln_hoist": "hoisted", "qkv_merge": "merged", "qkv_epilogue": "triton",
-                                "norm_modulate": "triton", "mlp_act": "gemm_epilogue"}]),
+                                "norm_modulate": "triton", "mlp_act": "gemm_epilogue", "block_compile": "on"}]),
                    (qwen3_moe_stack, [{"moe_impl": "triton_fused", "moe_impl.BLOCK_SIZE_M": 16,
                                        "moe_impl.BLOCK_SIZE_N": 32, "moe_impl.BLOCK_SIZE_K": 32},
                                       {"qkv_merge": "merged", "qkv_epilogue": "triton", "qkv_epilogue.BLOCK_T": 1},
@@ -124,6 +127,7 @@ def test_every_site_realisation_passes_its_check_against_the_unfused_module(site
     assert seen >= {("flux-dit", "adaln_hoist", "hoisted"), ("flux-dit", "qkv_merge", "merged"),
                     ("flux-dit", "qkv_epilogue", "triton"), ("flux-dit", "qkv_epilogue", "compiled"),
                     ("flux-dit", "norm_modulate", "triton"), ("flux-dit", "mlp_act", "gemm_epilogue"),
+                    ("flux-dit", "block_compile", "on"), ("qwen3-moe-stack", "block_compile", "on"),
                     ("qwen3-moe-stack", "qkv_merge", "merged"), ("qwen3-moe-stack", "qkv_epilogue", "triton"),
                     ("qwen3-moe-stack", "qkv_epilogue", "compiled"), ("qwen3-moe-stack", "rmsnorm", "triton"),
                     ("qwen3-moe-stack", "moe_impl", "triton_fused")}

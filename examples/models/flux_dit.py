@@ -15,7 +15,8 @@ Rewrite sites (`FluxStack.SITES`, `DoubleBlock.SITES`): adaln_hoist (every block
 modulation in one GEMM per forward), qkv_merge (Q/K/V as one GEMM), qkv_epilogue (QK-norm +
 RoPE + the joint layout in one Triton kernel, or torch.compile on that segment), norm_modulate
 (LayerNorm + modulation, and the gated residual add before the second one, in one Triton
-kernel), mlp_act (GELU in the epilogue of the Triton GEMM template).
+kernel), mlp_act (GELU in the epilogue of the Triton GEMM template), block_compile
+(torch.compile on each whole block, after the other rewrites).
 
     evokernel profile examples/models/flux_dit.py --device cpu --iters 3
 """
@@ -89,6 +90,10 @@ class DoubleBlock(Rewritable, nn.Module):
         Site("mlp_act", "fuse", ("eager", "gemm_epilogue"),
              "the MLP's up projection, bias and GELU(tanh) as the Triton GEMM template with its activation epilogue",
              kernel=gemm_genes(), tuned=("gemm_epilogue",)),
+        Site("block_compile", "compile", ("off", "on"),
+             "torch.compile (mode default, no CUDA graphs of its own) on the whole block after the other rewrites "
+             "(their Triton kernels traced as user kernels): the glue left between them fused",
+             excludes={"on": (("qkv_epilogue", "compiled"),)}),
     )
 
     def __init__(self, hidden: int, heads: int, mlp_ratio: int) -> None:
@@ -107,6 +112,8 @@ class DoubleBlock(Rewritable, nn.Module):
                 for s, st in (("img", self.img), ("txt", self.txt))}
         if self.choice("qkv_epilogue") == "compiled":
             self.__dict__["_compiled"] = torch.compile(self._prologue_eager, dynamic=False)
+        if self.choice("block_compile") == "on":
+            self.__dict__["_block"] = torch.compile(self._forward, dynamic=False)
 
     # -- pieces ---------------------------------------------------------------------------------
     def _modulated(self, x, shift, scale, stream=None, gate=None, y=None):  # type: ignore[no-untyped-def]
@@ -167,6 +174,11 @@ class DoubleBlock(Rewritable, nn.Module):
         return st.mlp_out(F.gelu(st.mlp_in(h), approximate="tanh"))
 
     def forward(self, img, txt, vec, cos, sin, mods=None):  # type: ignore[no-untyped-def]
+        if self.choice("block_compile") == "on":
+            return self.__dict__["_block"](img, txt, vec, cos, sin, mods=mods)
+        return self._forward(img, txt, vec, cos, sin, mods=mods)
+
+    def _forward(self, img, txt, vec, cos, sin, mods=None):  # type: ignore[no-untyped-def]
         if mods is None:
             v = F.silu(vec)
             mods = (self.img.mod(v).chunk(6, dim=-1), self.txt.mod(v).chunk(6, dim=-1))

@@ -14,7 +14,8 @@ residual add. Real sizes (`model("real")`, Qwen3-30B-A3B's layer): hidden 2048, 
 Rewrite sites (`DecoderLayer.SITES`): qkv_merge (Q/K/V as one GEMM), qkv_epilogue (QK-norm +
 RoPE + the head layout in one Triton kernel, or torch.compile on that segment), rmsnorm (both
 norms as one Triton kernel each, the residual add fused into the second), moe_impl (the
-experts as the fused-MoE Triton template of `search_spaces/triton_moe.py`, with its genes).
+experts as the fused-MoE Triton template of `search_spaces/triton_moe.py`, with its genes),
+block_compile (torch.compile on each whole layer, after the other rewrites).
 
     evokernel profile examples/models/qwen3_moe_stack.py --device cpu --iters 3
 """
@@ -63,7 +64,9 @@ def grouped_experts(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
     """sum_j w[t, j] * W2[e] (silu(Wg[e] x) * (Wu[e] x)) through two grouped GEMMs over the
     pairs sorted by expert; no host synchronisation (capturable)."""
     tokens, top_k = ids.shape
-    experts, two_i, _ = w1.shape
+    experts, two_i, hidden = w1.shape
+    if x.dtype != torch.bfloat16 and (x.device.type != "cpu" or torch.compiler.is_compiling()):
+        return _experts_fp32(x, w1, w2, weights, ids)
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     counts = torch.zeros(experts, dtype=torch.int32, device=x.device).scatter_add_(
@@ -77,6 +80,28 @@ def grouped_experts(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
     out = torch.empty_like(y)
     out[order] = y
     return out.view(tokens, top_k, -1).sum(dim=1)
+
+
+def _experts_fp32(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
+                  ids: torch.Tensor) -> torch.Tensor:
+    """The same experts where torch._grouped_mm does not run (it takes bf16 only on CUDA and
+    under torch.compile): each pair's expert weights gathered at small sizes (capturable), a
+    loop over experts otherwise (it reads the counts on the host: for fp32 references)."""
+    tokens, top_k = ids.shape
+    experts, two_i, hidden = w1.shape
+    flat = ids.reshape(-1)
+    xs = x.repeat_interleave(top_k, dim=0)
+    if flat.numel() * two_i * hidden <= 2**24:
+        h = torch.bmm(w1[flat], xs[:, :, None])[:, :, 0]
+        a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2:]
+        y = torch.bmm(w2[flat], a[:, :, None])[:, :, 0]
+    else:
+        y = x.new_empty(flat.numel(), w2.shape[1])
+        for e in range(experts):
+            rows = (flat == e).nonzero()[:, 0]
+            h = xs[rows] @ w1[e].t()
+            y[rows] = (F.silu(h[:, : two_i // 2]) * h[:, two_i // 2:]) @ w2[e].t()
+    return (y * weights.reshape(-1, 1).to(y.dtype)).view(tokens, top_k, -1).sum(dim=1)
 
 
 class DecoderLayer(Rewritable, nn.Module):
@@ -94,6 +119,10 @@ class DecoderLayer(Rewritable, nn.Module):
              "the experts as the fused-MoE Triton template (sorted, block-aligned pairs, SwiGLU between the two "
              "GEMMs, routing weights in the down GEMM) instead of torch._grouped_mm",
              kernel=moe_genes(), tuned=("triton_fused",)),
+        Site("block_compile", "compile", ("off", "on"),
+             "torch.compile (mode default, no CUDA graphs of its own) on the whole block after the other rewrites "
+             "(their Triton kernels traced as user kernels): the glue left between them fused",
+             excludes={"on": (("qkv_epilogue", "compiled"),)}),
     )
 
     def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, experts: int, top_k: int,
@@ -117,6 +146,8 @@ class DecoderLayer(Rewritable, nn.Module):
             self.__dict__["_qkv"] = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
         if self.choice("qkv_epilogue") == "compiled":
             self.__dict__["_compiled"] = torch.compile(self._prologue_eager, dynamic=False)
+        if self.choice("block_compile") == "on":
+            self.__dict__["_block"] = torch.compile(self._forward, dynamic=False)
 
     def _norm(self, x, weight, y=None):  # type: ignore[no-untyped-def]
         """(stream, h): stream = x + y when y is given, h = RMSNorm(stream)."""
@@ -166,6 +197,11 @@ class DecoderLayer(Rewritable, nn.Module):
         return grouped_experts(flat, self.w1, self.w2, weights, ids)
 
     def forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
+        if self.choice("block_compile") == "on":
+            return self.__dict__["_block"](x, cos, sin)
+        return self._forward(x, cos, sin)
+
+    def _forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
         b, s, _ = x.shape
         _, h = self._norm(x, self.input_norm)
         q, k, v = self._prologue(self._project(h), cos, sin)
