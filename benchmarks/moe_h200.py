@@ -109,7 +109,8 @@ def write(out: Path, doc: dict[str, Any], stem: str = "moe") -> None:
     for b in doc["baselines"]:
         cells += ["", f"**{doc['geomean'][b]:.3f}**" if doc["geomean"].get(b) else "-"]
     lines.append("| " + " | ".join(cells) + " |")
-    notes = [f"- {r['model']} M={r['M']}: {b}: {why}" for r in doc["rows"] for b, why in r.get("baseline_notes", {}).items()]
+    notes = [f"- {r['model']} M={r['M']}: {b}: {why}"
+             for r in doc["rows"] for b, why in r.get("baseline_notes", {}).items()]
     if notes:
         lines += ["", *notes]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
@@ -174,8 +175,8 @@ def main() -> None:
             base = {"sglang_default": default_fp8_config(m, E, block),
                     "sglang_h200": shipped_fp8_config(E, N, m, device_name, block)}
             if base["sglang_h200"] is None:
-                notes["sglang_h200"] = (f"absent: no {device_name} fp8_w8a8{' block' if block else ''} config for E={E}, "
-                                        f"N={N} vendored in search_spaces/sglang_configs (bf16 files only)")
+                notes["sglang_h200"] = (f"absent: no {device_name} fp8_w8a8{' block' if block else ''} config "
+                                        f"for E={E}, N={N} vendored in search_spaces/sglang_configs (bf16 only)")
         else:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it

@@ -393,6 +393,8 @@ def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None
                              f"w2_scale {tuple(w2_scale.shape)} (block scales need block_shape=[128, 128])")
         return None
     bn, bk = (int(v) for v in block_shape)
+    if bn <= 0 or bk <= 0 or bk & (bk - 1):
+        raise ValueError(f"block_shape [{bn}, {bk}]: both positive, the K group a power of two")
     inter = two_i // 2
     want1 = (E, triton.cdiv(two_i, bn), triton.cdiv(H, bk))
     want2 = (E, triton.cdiv(H, bn), triton.cdiv(inter, bk))

@@ -125,7 +125,8 @@ def test_in_kernel_activation_quantisation_matches_quantize(interpreted):
 
 
 def test_the_fp8_space_keeps_bk_within_the_scale_groups_and_never_proposes_gemv():
-    point = {**gemm(64, 128, 128, 32), **{f"down_{k}": v for k, v in gemm(64, 256, 64, 1).items() if k != "BLOCK_SIZE_M"}}
+    down = {f"down_{k}": v for k, v in gemm(64, 256, 64, 1).items() if k != "BLOCK_SIZE_M"}
+    point = {**gemm(64, 128, 128, 32), **down}
     block, tensor = moe_space(fp8="block"), moe_space(fp8="tensor")
     assert block.is_valid(point) and tensor.is_valid(point) and block.name == "fused_moe_fp8_block"
     assert block.why_invalid(dict(point, BLOCK_SIZE_K=256)) == \
