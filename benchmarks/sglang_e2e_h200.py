@@ -70,13 +70,21 @@ def main() -> None:
     from evokernel.store import SQLiteStore
 
     # 2. promotion: only batch sizes whose winner beat shipped by --promote in the micro A/B
-    promoted = [r["M"] for r in moe["rows"] if (r.get("speedup") or {}).get("sglang_h200", 0) >= 1 + args.promote]
-    cascade = {"stage": "micro -> end-to-end", "threshold_vs_shipped": 1 + args.promote,
-               "micro": {r["M"]: r.get("speedup") for r in moe["rows"]}, "promoted": promoted}
+    from evokernel.cascade import Promotion, record
+
+    store = SQLiteStore(moe_out / "moe.db")
+    runs = {r.name: r.id for r in store.runs()}
+    rows = [{"run": runs.get(f"moe-{args.moe_model}-M{r['M']}"), "M": r["M"], "what": r.get("winner_short", ""),
+             "gain": (r.get("speedup") or {}).get("sglang_h200")} for r in moe["rows"]]
+    rule = Promotion(min_gain=args.promote, max_promoted=len(rows))
+    chosen = rule.select(rows)
+    record(store, rows, rule, chosen, baseline="sglang_h200")
+    promoted = sorted(r["M"] for r in chosen)
+    cascade = {"rule": {"min_gain": rule.min_gain, "max_promoted": rule.max_promoted, "stage": rule.stage},
+               "micro": {r["M"]: r["gain"] for r in rows}, "promoted": promoted}
     print(json.dumps({"cascade": cascade}), flush=True)
 
     # 3. export the promoted runs only (a copy of the store holding just those runs' elites)
-    store = SQLiteStore(moe_out / "moe.db")
     keep = {f"moe-{args.moe_model}-M{m}" for m in promoted}
     packages = {}
     for name, kernel in (("evokernel_configs", False), ("evokernel_kernel", True)):
