@@ -3,7 +3,8 @@ the unpatched engine in the same call (extra `sglang`).
 
 Every variant (the baseline, with no package, and each candidate package written by
 `evokernel export sglang-plugin`) is one engine in its own process
-(`python -m evokernel.sglang_bench`), all loaded side by side on the GPU with the same
+(`python -m evokernel.sglang_bench`), loaded one after another (SGLang sizes its KV cache
+from the memory free when it starts), then kept side by side on the GPU with the same
 server arguments (`--load-format dummy` initialises the same weights in each: SGLang seeds
 its dummy loader). Each engine warms every (batch size, input length) of the plan before
 anything is timed. Then the plan is run `repeats` times, variant after variant for each
@@ -242,10 +243,20 @@ class SGLangEvaluator:
         engines: dict[str, _Engine] = {}
         base_env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
         try:
+            # one engine loads at a time: SGLang sizes its KV cache from the memory free when it
+            # starts, so engines loading together would each count the others' memory as theirs;
+            # an engine warms up (compiles) while the next one loads
             for name, pkg in variants.items():
                 env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
-                engines[name] = _Engine(name, self.server_argv, {"warm": plan["warm"], "max_batch": plan["max_batch"]},
-                                        env, self.log_dir / f"{name}.log")
+                engine = _Engine(name, self.server_argv, {"warm": plan["warm"], "max_batch": plan["max_batch"]},
+                                 env, self.log_dir / f"{name}.log")
+                loaded = engine.read(self.load_timeout_s)
+                report.meta.setdefault("loaded", {})[name] = loaded
+                if not loaded.get("loaded"):
+                    report.errors[name] = loaded.get("error", "not loaded")
+                    engine.close()
+                    continue
+                engines[name] = engine
             for name, engine in list(engines.items()):
                 ready = engine.read(self.load_timeout_s)
                 report.meta.setdefault("ready", {})[name] = ready

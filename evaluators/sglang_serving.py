@@ -155,10 +155,11 @@ class ServingComparison:
         errors: dict[str, str] = {}
         runs: dict[str, list[dict[str, float]]] = {}
         try:
+            # one server starts at a time (SGLang sizes its KV cache from the memory free when it
+            # starts: servers starting together would each count the others' memory as theirs)
             for i, (name, pkg) in enumerate(variants.items()):
                 env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
-                servers[name] = _Server(name, argv, self.port + 10 * i, env, self.log_dir / f"server_{name}.log")
-            for name, server in list(servers.items()):
+                server = servers[name] = _Server(name, argv, self.port + 10 * i, env, self.log_dir / f"server_{name}.log")
                 why = server.ready(self.load_timeout_s)
                 if why is None:
                     got = self._bench(server, dataset, min(self.warm_prompts, written), self.log_dir / f"warm_{name}.jsonl")

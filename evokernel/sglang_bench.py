@@ -7,7 +7,7 @@ server arguments: `--model-path`, `--load-format dummy`, backends ...), after ca
 SGLang's own `load_plugins()`, so the evokernel plugin applies the package named by
 EVOKERNEL_SGLANG_PACKAGE exactly as it would in a served engine's scheduler. Then it warms
 every (batch size, input length) of the plan once (Triton compiles and autotunes outside
-any timed pass), says it is ready, and answers commands, one JSON object per line, on the
+any timed pass), says it is loaded (before the warm-up) and ready (after), and answers commands, one JSON object per line, on the
 file descriptors named by EVOKERNEL_BENCH_FDS ("<commands>,<replies>"), so SGLang's own
 prints on stdout never mix with them:
 
@@ -122,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner = _engine(argv[split + 1:], int(plan.get("max_batch", 1)))
         loaded = time.monotonic() - t0
+        # the KV cache and CUDA graphs are allocated: the next engine may start loading now
+        # (SGLang sizes its KV cache from the memory free when it starts, so engines that
+        # load at the same time would each count the other's memory as their own)
+        _reply(reply_fd, {"loaded": True, "load_s": round(loaded, 2)})
         for bs, il in plan.get("warm", []):
             _run(runner, int(bs), int(il), 4)
         _reply(reply_fd, {"ready": True, "load_s": round(loaded, 2), "warm_s": round(time.monotonic() - t0 - loaded, 2),
