@@ -134,8 +134,16 @@ def gemm_seeds(m: int) -> list[dict[str, int]]:
         _point(16, 32, 128, 4, 5, SPLIT_K=8, SPLITK_FIXUP=1, TMA=1),
         _point(32, 64, 128, 4, 4, SPLIT_K=4, SPLITK_FIXUP=1, TMA=1, PERSISTENT=1),
     ]
+    # mid M (a few hundred tokens): too few output tiles to fill 132 SMs with wide tiles, too
+    # many K steps per tile to hide the latency; split-K in one kernel doubles the programs
+    # (call N/P: down M=256 at 0.50-0.69x cuBLAS with the seeds above alone)
+    mid = [
+        _point(128, 128, 64, 8, 4, SPLIT_K=2, SPLITK_FIXUP=1, TMA=1),
+        _point(64, 128, 64, 4, 4, SPLIT_K=2, SPLITK_FIXUP=1, TMA=1),
+        _point(128, 256, 64, 8, 3, SPLIT_K=4, SPLITK_FIXUP=1, TMA=1),
+    ]
     if m <= 64:
         return small + fixup + big[:2]
     if m <= 512:
-        return small[-3:] + big
+        return small[-3:] + mid + big
     return big
