@@ -16,7 +16,7 @@ once and is learned by the search (`SearchOptions.learn_failures`).
 'split-K fixup: SPLITK_FIXUP=1 needs SPLIT_K > 1 (one split has no partials to sum)'
 >>> space.is_valid(DEFAULTS)
 True
->>> all(space.is_valid(p) for m in (16, 4096) for p in gemm_seeds(m))
+>>> all(space.is_valid(p) for m in (16, 256, 4096) for p in gemm_seeds(m))
 True
 """
 
