@@ -42,6 +42,12 @@ def relative_ci(samples: Sequence[float]) -> float:
 Sampler = Callable[[int, Any, bool, Any], None]  # (rotation set, outputs, last call, perturbation) -> None
 
 
+def torch_uint8() -> Any:
+    import torch
+
+    return torch.uint8
+
+
 def perturbable(t: Any, k: int) -> bool:
     """Whether the harness changes `k` elements of this input before each timed call."""
     return k > 0 and t.is_floating_point() and t.numel() >= 2 * k and t.is_contiguous()
@@ -73,17 +79,26 @@ class Perturber:
     def _inputs(self, which: int) -> list[tuple[int, Any]]:
         return [(j, t) for j, t in enumerate(self.sets[which]) if perturbable(t, self.k)]
 
+    @staticmethod
+    def _flat(t: Any) -> Any:
+        """The input as a flat tensor of what is copied: one-byte floats (fp8) as their bytes,
+        since gathers and index writes on them are not kernels every build has."""
+        import torch
+
+        return t.view(torch.uint8).view(-1) if t.element_size() == 1 else t.view(-1)
+
     def _draw(self, which: int) -> None:
         """Positions and values for the next `batch` calls on set `which`: distinct positions
         within a call (k evenly spaced offsets from a random base), values copied from other
         random positions of the unperturbed set."""
         torch, plan = self.torch, []
         for j, t in self._inputs(which):
-            n, flat = t.numel(), t.view(-1)
+            n, flat = t.numel(), self._flat(t)
             ar = torch.arange(self.k, device=t.device) * (n // self.k)
             idx = (torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
             src = (torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
-            plan.append((j, idx, flat[src], flat[idx]))
+            # values are kept in the input's dtype (bytes reinterpreted for fp8: a view, no kernel)
+            plan.append((j, idx, flat[src].view(t.dtype), flat[idx].view(t.dtype)))
         self._plans[which] = plan
         self._next[which] = 0
 
@@ -94,13 +109,15 @@ class Perturber:
         self._next[which] = r + 1
         rec = []
         for j, idx, new, old in self._plans[which]:
-            self.sets[which][j].view(-1)[idx[r]] = new[r]
+            t = self.sets[which][j]
+            self._flat(t)[idx[r]] = new[r].view(torch_uint8()) if t.element_size() == 1 else new[r]
             rec.append((j, idx[r], new[r], old[r]))
         return rec
 
     def restore(self, rec: list[tuple[int, Any, Any, Any]], which: int) -> None:
         for j, idx, _, old in reversed(rec):
-            self.sets[which][j].view(-1)[idx] = old
+            t = self.sets[which][j]
+            self._flat(t)[idx] = old.view(torch_uint8()) if t.element_size() == 1 else old
 
     @staticmethod
     def report(rec: list[tuple[int, Any, Any, Any]]) -> list[tuple[int, list[int], list[float]]]:
@@ -115,7 +132,7 @@ class Perturber:
         if not parts:
             return [[] for _ in recs]
         positions = torch.cat([idx.reshape(-1) for _, idx, _ in parts]).tolist()
-        values = torch.cat([new.reshape(-1).double() for _, _, new in parts]).tolist()
+        values = torch.cat([new.reshape(-1).float().double() for _, _, new in parts]).tolist()
         out, at, it = [], 0, iter(parts)
         for rec in recs:
             calls = []

@@ -270,9 +270,13 @@ class _Shape:
                     or len(set(positions)) != k or not all(0 <= q < base[j].numel() for q in positions):
                 return f"malformed perturbation report for input {j}"
             seen.add(j)
-            flat = inputs[j].view(-1)
-            flat[torch.tensor(positions, device=flat.device)] = torch.tensor(values, dtype=flat.dtype,
-                                                                             device=flat.device)
+            t = inputs[j]
+            new = torch.tensor(values, dtype=torch.float64).to(t.dtype)  # exact: the values are t.dtype's
+            if t.element_size() == 1:  # fp8: written as bytes (index writes on fp8 are not in every build)
+                t.view(torch.uint8).view(-1)[torch.tensor(positions, device=t.device)] = \
+                    new.view(torch.uint8).to(t.device)
+            else:
+                t.view(-1)[torch.tensor(positions, device=t.device)] = new.to(t.device)
         if seen != expected:
             return "perturbation report misses inputs"
         return inputs
