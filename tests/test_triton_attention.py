@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from ._interpreter import run_interpreted
 import torch
 
 from evokernel.problem import Problem, load_module
@@ -86,11 +88,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def interpreted() -> list[dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(_SCRIPT, json.dumps(CASES))
 
 
 @pytest.mark.parametrize("i", range(len(CASES)))

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ._interpreter import run_interpreted
+
 from evokernel.search_spaces import gemm_class, gemm_space
 from evokernel.search_spaces.triton_gemm import DEFAULTS, PARAMS, candidate_source
 
@@ -57,11 +59,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def interpreted() -> list[dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(CASES)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(_SCRIPT, json.dumps(CASES))
 
 
 @pytest.mark.parametrize("i", range(len(CASES)))
