@@ -76,7 +76,8 @@ import triton.language as tl
 from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "FP8_MODES", "fused_moe", "align_block_size", "candidate_source",
+__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "FP8_MODES", "fused_moe", "align_block_size", "align_block_size_torch",
+           "candidate_source",
            "split_config"]
 
 #: fp8 scale modes: one scale per tensor (per expert for the weights), or DeepSeek-V3's blocks.
@@ -321,12 +322,94 @@ def _fused_moe_gemv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
     return out
 
 
+_ALIGN_CHUNK = 1024  # pairs (and buffer slots) one step of the alignment kernels handles
+
+
+@triton.jit
+def _align_count_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, total_ptr, cursor_ptr, pairs, upper,
+                        E: tl.constexpr, EP: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
+                        BLOCKS: tl.constexpr):
+    # one program: count the pairs per expert, pad each count to BLOCK_M, scan, then write
+    # each block's expert (-1 past the total), the total, each expert's first slot (the
+    # cursor the scatter kernel advances) and the padding id into every slot
+    experts = tl.arange(0, EP)
+    counts = tl.zeros([EP], dtype=tl.int32)
+    for start in range(0, pairs, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        e = tl.load(ids_ptr + offs, mask=offs < pairs, other=0).to(tl.int32)
+        counts += tl.histogram(e, EP)
+        # masked lanes were counted as expert 0: take them back (no histogram mask in every Triton)
+        counts -= tl.where(experts == 0, tl.maximum(start + CHUNK - pairs, 0), 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, 0)
+    tl.store(cursor_ptr + experts, ends - padded)
+    tl.store(total_ptr, tl.sum(padded, 0))
+    nblocks = upper // BLOCK_M
+    for b0 in range(0, nblocks, BLOCKS):
+        blocks = b0 + tl.arange(0, BLOCKS)
+        ex = tl.sum((ends[None, :] <= (blocks * BLOCK_M)[:, None]).to(tl.int32), axis=1)
+        tl.store(expert_ids_ptr + blocks, tl.where(ex < E, ex, -1), mask=blocks < nblocks)
+    for s0 in range(0, upper, CHUNK):
+        offs = s0 + tl.arange(0, CHUNK)
+        tl.store(sorted_ptr + offs, tl.zeros([CHUNK], dtype=tl.int32) + pairs, mask=offs < upper)
+
+
+@triton.jit
+def _align_scatter_kernel(ids_ptr, sorted_ptr, cursor_ptr, pairs, CHUNK: tl.constexpr):
+    # each pair takes the next slot of its expert's run (atomically: the order within a run is
+    # not fixed, and need not be: every row of a block is computed on its own)
+    offs = tl.program_id(0) * CHUNK + tl.arange(0, CHUNK)
+    m = offs < pairs
+    e = tl.load(ids_ptr + offs, mask=m, other=0).to(tl.int32)
+    pos = tl.atomic_add(cursor_ptr + e, 1, mask=m)
+    tl.store(sorted_ptr + pos, offs, mask=m)
+
+
+def _aligned_sizes(pairs: int, num_experts: int, block_m: int) -> int:
+    upper = pairs + num_experts * (block_m - 1)
+    return -(-upper // block_m) * block_m
+
+
 def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sorted pair ids, expert of each block, number of padded pairs as a 1-element tensor).
 
     Buffers are sized by the upper bound `pairs + E * (block_m - 1)`; blocks past the real
-    total hold expert -1 and padding ids, and the kernel skips them. No host sync."""
+    total hold expert -1 and padding ids, and the kernel skips them. No host sync. Two
+    Triton kernels (count, pad, scan and fill in one program; an atomic scatter of the pairs)
+    on a GPU or in Triton's interpreter; plain torch ops otherwise (`align_block_size_torch`,
+    where a pair's place within its expert's run is its order, not the scatter's)."""
+    if not (topk_ids.is_cuda or _interpreted()):
+        return align_block_size_torch(topk_ids, num_experts, block_m)
+    flat = topk_ids.reshape(-1)
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    pairs = flat.numel()
+    dev = flat.device
+    upper = _aligned_sizes(pairs, num_experts, block_m)
+    ep = triton.next_power_of_2(max(num_experts, 2))
+    sorted_ids = torch.empty((upper,), dtype=torch.int32, device=dev)
+    expert_ids = torch.empty((upper // block_m,), dtype=torch.int32, device=dev)
+    total = torch.empty((1,), dtype=torch.int32, device=dev)
+    cursor = torch.empty((ep,), dtype=torch.int32, device=dev)
+    blocks = max(16, min(128, 8192 // ep))
+    _align_count_kernel[(1,)](flat, sorted_ids, expert_ids, total, cursor, pairs, upper, E=num_experts, EP=ep,
+                              BLOCK_M=block_m, CHUNK=_ALIGN_CHUNK, BLOCKS=blocks, num_warps=4)
+    _align_scatter_kernel[(triton.cdiv(pairs, _ALIGN_CHUNK),)](flat, sorted_ids, cursor, pairs,
+                                                              CHUNK=_ALIGN_CHUNK, num_warps=4)
+    return sorted_ids, expert_ids, total
+
+
+def _interpreted() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def align_block_size_torch(topk_ids: torch.Tensor, num_experts: int, block_m: int
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`align_block_size` in plain torch ops (about 18 launches: what the template ran before
+    the two kernels; kept for CPU callers and as the kernels' reference in the tests)."""
     flat = topk_ids.reshape(-1).to(torch.int64)
     pairs = flat.numel()
     dev = flat.device
@@ -338,8 +421,7 @@ def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
     order = torch.argsort(flat, stable=True)
     experts = flat[order]
     position = starts[experts] + torch.arange(pairs, device=dev) - first[experts]
-    upper = pairs + num_experts * (block_m - 1)
-    upper = -(-upper // block_m) * block_m
+    upper = _aligned_sizes(pairs, num_experts, block_m)
     sorted_ids = torch.full((upper,), pairs, dtype=torch.int32, device=dev)
     sorted_ids[position] = order.to(torch.int32)
     block_starts = torch.arange(0, upper, block_m, device=dev)
@@ -347,6 +429,28 @@ def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
     expert_ids = torch.where(expert_ids < num_experts, expert_ids, -1).to(torch.int32)
     total = ends[-1:].to(torch.int32)
     return sorted_ids, expert_ids, total
+
+
+@triton.jit
+def _silu_mul_kernel(src_ptr, dst_ptr, I, stride_src, stride_dst, BLOCK: tl.constexpr):
+    # dst[p, :] = silu(src[p, :I]) * src[p, I:], in fp32, one program per (pair, BLOCK columns)
+    p = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < I
+    g = tl.load(src_ptr + p * stride_src + offs, mask=m, other=0.0).to(tl.float32)
+    u = tl.load(src_ptr + p * stride_src + I + offs, mask=m, other=0.0).to(tl.float32)
+    out = g / (1.0 + tl.exp(-g)) * u
+    tl.store(dst_ptr + p * stride_dst + offs, out.to(dst_ptr.dtype.element_ty), mask=m)
+
+
+def _silu_mul(cache1: torch.Tensor, inter: int) -> torch.Tensor:
+    """silu(cache1[:, :I]) * cache1[:, I:], one launch (torch takes two)."""
+    pairs = cache1.shape[0]
+    out = torch.empty((pairs, inter), device=cache1.device, dtype=cache1.dtype)
+    block = min(1024, triton.next_power_of_2(inter))
+    _silu_mul_kernel[(pairs, triton.cdiv(inter, block))](cache1, out, inter, cache1.stride(0), out.stride(0),
+                                                          BLOCK=block, num_warps=4)
+    return out
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tensor, aligned: tuple,
@@ -435,7 +539,8 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
         align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
     cache1 = torch.empty((pairs, two_i), device=x.device, dtype=x.dtype)
     _gemm(x, w1, cache1, weights, aligned_up, top_k, False, up)
-    cache2 = F.silu(cache1[:, :inter]) * cache1[:, inter:]
+    cache2 = _silu_mul(cache1, inter) if (x.is_cuda or _interpreted()) else \
+        F.silu(cache1[:, :inter]) * cache1[:, inter:]
     cache3 = torch.empty((pairs, H), device=x.device, dtype=x.dtype)
     _gemm(cache2, w2, cache3, weights, aligned_down, 1, True, down)
     return cache3.view(M, top_k, H).sum(dim=1)

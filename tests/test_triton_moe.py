@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from evokernel.search_spaces.moe import moe_shared_space, moe_space, sglang_config, shared_params
-from evokernel.search_spaces.triton_moe import GEMM_KEYS, PARAMS, align_block_size, candidate_source
+from evokernel.search_spaces.triton_moe import GEMM_KEYS, PARAMS, align_block_size, align_block_size_torch, candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
@@ -60,6 +60,33 @@ def _check_case(up: dict, down: dict, m: int, dtype: str, gemv: bool = False) ->
     torch.testing.assert_close(got, want, **problem.tolerance(dtype))
 
 
+# (tokens, top_k, experts, BLOCK_SIZE_M) for the two alignment kernels: one pair per block,
+# experts not a power of two, more pairs than one step of the kernels (1024), empty experts
+ALIGN_CASES = [(1, 8, 128, 16), (4, 2, 5, 4), (300, 8, 160, 64), (37, 6, 8, 128), (129, 8, 256, 16)]
+
+
+def _check_alignment(m: int, top_k: int, experts: int, block_m: int) -> None:
+    """The kernels' alignment against the torch one: same total, same expert per block, and
+    the same pairs in each expert's run (their order within a run may differ), padding after."""
+    gen = torch.Generator().manual_seed(m * 7 + experts)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(m)]).to(torch.int32)
+    got = align_block_size(ids, experts, block_m)
+    want = align_block_size_torch(ids, experts, block_m)
+    assert got[0].shape == want[0].shape and got[1].shape == want[1].shape
+    assert int(got[2]) == int(want[2]), (int(got[2]), int(want[2]))
+    assert torch.equal(got[1], want[1]), (got[1], want[1])
+    pairs = ids.numel()
+    counts = torch.bincount(ids.reshape(-1).long(), minlength=experts)
+    start = 0
+    for e in range(experts):
+        run = -(-int(counts[e]) // block_m) * block_m
+        g, w = got[0][start:start + run], want[0][start:start + run]
+        assert sorted(g.tolist()) == sorted(w.tolist()), e
+        assert (g[:int(counts[e])] < pairs).all() and (g[int(counts[e]):] == pairs).all(), e
+        start += run
+    assert (got[0][start:] == pairs).all()
+
+
 def _run_cases() -> None:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     verdicts: dict[str, Any] = {}
@@ -69,6 +96,12 @@ def _run_cases() -> None:
             verdicts[str(i)] = None
         except Exception:
             verdicts[str(i)] = traceback.format_exc(limit=-3)
+    for i, case in enumerate(ALIGN_CASES):
+        try:
+            _check_alignment(*case)
+            verdicts[f"align{i}"] = None
+        except Exception:
+            verdicts[f"align{i}"] = traceback.format_exc(limit=-3)
     print("VERDICTS " + json.dumps(verdicts))
 
 
@@ -87,6 +120,11 @@ def interpreted() -> dict[str, str | None]:
                                                      + ("-gemv" if c[4:] else "") for c in CASES])
 def test_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
     assert interpreted[str(i)] is None, interpreted[str(i)]
+
+
+@pytest.mark.parametrize("i", range(len(ALIGN_CASES)), ids=[f"M{c[0]}-top{c[1]}-E{c[2]}-bm{c[3]}" for c in ALIGN_CASES])
+def test_alignment_kernels_match_the_torch_alignment_in_the_interpreter(interpreted, i):
+    assert interpreted[f"align{i}"] is None, interpreted[f"align{i}"]
 
 
 def test_alignment_groups_pairs_by_expert_in_padded_blocks():
