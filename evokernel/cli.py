@@ -739,6 +739,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
                    triton_version=args.triton_version)
     for line in report.skipped:
         print(f"skipped run {line}", file=sys.stderr)
+    for line in getattr(report, "notes", ()):
+        print(f"run {line}", file=sys.stderr)
     if not report.files:
         raise ConfigError(f"{args.db} holds no fused-MoE run that can be exported")
     for row in report.exported:

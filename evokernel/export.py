@@ -53,6 +53,7 @@ class MoeExport:
     files: list[Path] = field(default_factory=list)
     exported: list[dict[str, Any]] = field(default_factory=list)  # one per (file key, M): run, latency
     skipped: list[str] = field(default_factory=list)  # runs left out, and why
+    notes: list[str] = field(default_factory=list)  # runs exported from an elite other than their best, and why
 
 
 def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str, int], dict[str, int]] | str:
@@ -98,11 +99,20 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
         if not elites:
             report.skipped.append(f"{run.id}: no elite")
             continue
-        elite = elites[0]
-        got = _configs(elite.genome.params, shared_m=shared_m)
+        # the best elite the target can run: SGLang's kernel cannot run the GEMV structure, so
+        # its files get the run's best GEMM-path elite (the plugin package ships the GEMV)
+        why: list[str] = []
+        for elite in elites:
+            got = _configs(elite.genome.params, shared_m=shared_m)
+            if not isinstance(got, str):
+                break
+            why.append(got)
         if isinstance(got, str):
-            report.skipped.append(f"{run.id}: {got}")
+            report.skipped.append(f"{run.id}: {'; '.join(dict.fromkeys(why))}")
             continue
+        if why:
+            report.notes.append(f"{run.id}: the best elite {why[0].removeprefix('it ')}; exported the best one "
+                                f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})")
         up, down = got
         E, N = int(shapes[0]["E"]), int(shapes[0]["I"])
         version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"

@@ -85,3 +85,24 @@ def test_runs_that_cannot_be_exported_say_why(tmp_path: Path, monkeypatch: pytes
     proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-moe", str(empty), "--out",
                            str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "no fused-MoE run" in proc.stderr
+
+
+def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from evokernel.archive import Elite
+    from evokernel.genome import Genome
+
+    db = tmp_path / "moe.db"
+    _search(db, 8, monkeypatch)
+    store = SQLiteStore(db)
+    run = store.runs()[0]
+    [gemm_path] = store.elites(run_id=run.id)[:1]
+    # the run's fastest elite takes the small-batch structure SGLang's kernel does not have
+    gemv = Genome.of(dict(shared_params(gemm_path.genome.params), BLOCK_SIZE_M=16, GEMV=1))
+    store.save_elites(run.id, run.archive_key, [gemm_path, Elite(niche="gemv", genome=gemv,
+                                                                    latency_ms=gemm_path.latency_ms / 2)])
+    assert store.elites(run_id=run.id)[0].genome.params.get("GEMV") == 1
+    report = sglang_moe(store, tmp_path / "out", device_name="NVIDIA H200", triton_version="3.6.0")
+    [up_file] = [p for p in report.files if not p.name.endswith("_down.json")]
+    up = json.loads(up_file.read_text())["8"]
+    assert up == {k: int(gemm_path.genome.params[k]) for k in GEMM_KEYS}
+    assert "GEMV" in report.notes[0] and "exported the best one SGLang's kernel runs" in report.notes[0]
