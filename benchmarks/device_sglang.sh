@@ -24,5 +24,5 @@ export SGLANG_DISABLED_MODEL_ARCHS
 if [ -z "${CUDA_HOME:-}" ]; then for c in /usr/local/cuda /usr/local/cuda-13.0; do [ -x "$c/bin/nvcc" ] && export CUDA_HOME=$c && break; done; fi
 export PATH="$(dirname "$(command -v python3)"):${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 python3 benchmarks/sglang_e2e_h200.py --out $OUT --model "$SGL/model" --ms 1 16 64 256 --budget ${BUDGET:-12} \
-    --search-deadline ${SEARCH_S:-170} --deadline ${DEADLINE:-540} > $OUT/e2e.log 2>&1
+    --search-deadline ${SEARCH_S:-170} --deadline ${DEADLINE:-540} --repeats ${REPEATS:-5} > $OUT/e2e.log 2>&1
 tail -30 $OUT/e2e.log
