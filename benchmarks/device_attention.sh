@@ -18,4 +18,4 @@ HERE=$(pwd)
     "$HERE/examples/attention_decode.py" --out $OUT/$DEC --wall-time 210 --quiet > $OUT/sweep_decode.log 2>&1)
 (cd /tmp && timeout 290 python3 -m evokernel.cli sweep "$HERE/examples/attention_prefill.py" --out $OUT/$PRE \
     --wall-time 270 --quiet > $OUT/sweep_prefill.log 2>&1)
-wc -l $OUT/*.csv; tail -3 $OUT/sweep_decode.log $OUT/sweep_prefill.log
+wc -l $OUT/*.csv; tail -n 3 $OUT/sweep_decode.log $OUT/sweep_prefill.log

@@ -19,6 +19,12 @@ wait
 for g in 0 1; do
   [ -d "$ROOT_OUT/g$g" ] || continue
   eval "cmd=\${JOB$g:-}"; echo "==== g$g: $cmd ===="; tail -40 "$ROOT_OUT/g$g/job.log"
+  # a call brings back files of 16 MiB at most: compiler caches stay, stores are gzipped,
+  # anything still over 4 MB is left out (and listed)
+  find "$ROOT_OUT/g$g" -type d -name '*_cache' -prune -exec rm -rf {} + 2>/dev/null
+  find "$ROOT_OUT/g$g" -type f -name '*.db' -exec gzip -f {} \; 2>/dev/null
+  find "$ROOT_OUT/g$g" -type f -size +4M -printf '%P %s\n' > "$ROOT_OUT/g$g/left_out.txt"
+  find "$ROOT_OUT/g$g" -type f -size +4M -delete
   tar -czf "$ROOT_OUT/g$g.tgz" -C "$ROOT_OUT" "g$g" && rm -rf "$ROOT_OUT/g$g"
 done
 ls -la "$ROOT_OUT"
