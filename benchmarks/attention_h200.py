@@ -47,9 +47,12 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, pick  # noqa: E402
+from _common import geomean, landscape_seeds, pick  # noqa: E402
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
+#: recorded H200 sweeps (benchmarks/device_attention.sh) whose fastest points seed the searches
+LANDSCAPES = {"prefill": ROOT / "benchmarks" / "results" / "landscapes" / "attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv",
+              "decode": ROOT / "benchmarks" / "results" / "landscapes" / "attention_decode_bf16_h200_llama3-8b_B1_C32768.csv"}
 DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]
 DEFAULT_DECODE = ["llama3-8b:1:32768", "llama3-8b:64:4096", "llama3-8b:256:1024", "qwen3-30b-a3b:32:8192"]
 
@@ -128,6 +131,7 @@ def main() -> None:
                     help="SDPA backends for prefill baselines (flash, efficient, cudnn, math, varlen)")
     ap.add_argument("--budget", type=int, default=25, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole script")
+    ap.add_argument("--no-seeds", action="store_true", help="start the searches unseeded (not from the landscapes)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default=None, help="bfloat16 (default on cuda), float16 (default on cpu)")
     args = ap.parse_args()
@@ -179,7 +183,11 @@ def main() -> None:
             baselines = [Genome.of(decode_t.sglang_default_params()),
                          Genome.of({"baseline": "sdpa_gathered"}, source=decode_t.sdpa_gathered_source())]
         tag = spec.replace(":", "-").replace(",", "_")
-        report = Search(space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}").run(
+        # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
+        # of it, usually): the search starts where the sweep found the fast region
+        seeds = landscape_seeds(LANDSCAPES[kind], space) if not args.no_seeds else []
+        report = Search(space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}",
+                        seeds=seeds).run(
             Budget(evaluations=args.budget, wall_s=max(15.0, 0.7 * left / (len(jobs) - i))), seed=0)
         if report.best is None:
             doc["skipped"].append(f"{kind} {spec}: no candidate passed ({report.statuses})")
