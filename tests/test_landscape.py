@@ -24,6 +24,8 @@ def test_shipped_landscapes_load():
     matmul = [n for n in names if n.startswith("matmul_")]
     moe = [n for n in names if n.startswith("moe_")]
     assert len(matmul) == 4 and len(moe) == 2
+    attention = [n for n in names if n.startswith("attention_")]
+    assert len(attention) == 2
     for name in matmul:
         ls = Landscape.load(builtin(name))
         assert len(ls) == 960 and ls.space.size == 960
@@ -38,6 +40,15 @@ def test_shipped_landscapes_load():
         assert set(ls.rows) <= set(valid) and all(r.latency_ms for r in ls.rows.values())
         # a point the sweep did not reach is not offered by the replayed space
         assert all(ls.space.is_valid(dict(zip(ls.space.names, p))) == (p in ls.rows) for p in valid)
+    from evokernel.search_spaces.attention import attention_space, decode_space
+
+    decode = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768"))
+    dspace = decode_space(head_dim=128, group=4)
+    assert decode.space.names == dspace.names and len(decode) == len(dspace.valid_points()) == 795
+    prefill = Landscape.load(builtin("attention_prefill_bf16_h200_llama3-8b_4x2048_causal"))
+    pspace = attention_space(head_dim=128, causal=True)
+    assert prefill.space.names == pspace.names and 700 <= len(prefill) < 3936  # partial: resumable
+    assert all(pspace.is_valid(dict(zip(pspace.names, p))) for p in prefill.rows)
 
 
 def test_replay_returns_recorded_rows_and_failures(small: Landscape):
