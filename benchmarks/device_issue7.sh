@@ -9,5 +9,5 @@ source benchmarks/device_setup.sh || exit 1
 python3 benchmarks/attention_h200.py --out $OUT/attn --prefill llama3-8b flux-dit \
     --decode llama3-8b:64:4096 llama3-8b:1:32768 llama3-8b:8:8192 --budget 16 --deadline ${DEADLINE:-500} \
     > $OUT/attention.log 2>&1
-rm -f $OUT/attn/*.db; gzip -f $OUT/attn/*.db 2>/dev/null
+gzip -f $OUT/attn/*.db 2>/dev/null
 cat $OUT/attn/*.md 2>/dev/null
