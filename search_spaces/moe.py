@@ -20,11 +20,13 @@ warps and stages (`search_spaces/triton_moe.py`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from evokernel.genome import Genome
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP as FP8_GROUP
 from evokernel.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
-__all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config"]
+__all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts"]
 
 
 def _smem(prefix: str, limit: int, elem_bytes: int):
@@ -138,3 +140,18 @@ def sglang_config(genome: Genome) -> tuple[dict[str, int], dict[str, int]]:
     from evokernel.search_spaces.triton_moe import split_config
 
     return split_config(genome.params)
+
+
+def distinct_experts(shape: Mapping[str, int]) -> float:
+    """A lower bound on the experts a batch's routing touches, for the gate's roofline floor.
+
+    Each token picks top_k distinct experts of E, so under this problem's random routing an
+    expert is touched by at least one of M tokens with probability p = 1 - (1 - top_k/E)^M:
+    E p experts on average, with a spread of about sqrt(E p (1 - p)). Five spreads (and two)
+    under the mean, never fewer than top_k, bounds what any seed's inputs touch.
+    `min(E, M * top_k)`, the most a batch can reach, is no floor: at M=16 on Qwen3-30B-A3B
+    (E=128, top 8) it counts 128 experts where ~82 are touched, and the gate rejected honest
+    GEMM-path kernels as faster than the roofline (call S)."""
+    E, k, M = shape["E"], shape["topk"], shape["M"]
+    p = 1.0 - (1.0 - k / E) ** M
+    return max(float(k), E * p - 5.0 * (E * p * (1.0 - p)) ** 0.5 - 2.0)

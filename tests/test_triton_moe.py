@@ -188,3 +188,20 @@ def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
                            "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
+
+
+@pytest.mark.parametrize("E,k", [(128, 8), (8, 2), (256, 8)])
+def test_the_roofline_floor_counts_no_more_experts_than_the_routing_touches(E: int, k: int):
+    # the gate rejects a time under the problem's roofline as impossible: its bytes must count a
+    # lower bound on the experts touched (call S: min(E, M*top_k) rejected honest kernels at M=16)
+    from evokernel.problem import Problem
+    from evokernel.search_spaces.moe import distinct_experts
+
+    problem = Problem.load(PROBLEM)
+    for m in (1, 4, 16, 64, 256):
+        shape = {"M": m, "E": E, "H": 8, "I": 8, "topk": k}
+        bound = distinct_experts(shape)
+        touched = [len(set(problem.make_inputs(shape, seed, "cpu")[4].reshape(-1).tolist())) for seed in range(60)]
+        assert k <= bound <= min(touched), (m, bound, min(touched))
+        if m >= 64:  # and not so low that the floor means nothing once most experts are touched
+            assert bound >= 0.8 * sum(touched) / len(touched), (m, bound)

@@ -28,6 +28,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from evokernel.search_spaces.moe import distinct_experts
+
 #: E experts, hidden size H, expert intermediate size I, experts per token.
 MODELS = {
     "qwen3-30b-a3b": {"E": 128, "H": 2048, "I": 768, "topk": 8},
@@ -112,7 +114,7 @@ def flops(shape: dict) -> float:
 
 
 def bytes(shape: dict) -> float:  # noqa: A001
-    """Weights of the experts the batch can reach, plus activations in and out."""
-    experts = min(shape["E"], shape["M"] * shape["topk"])
+    """Weights of (a lower bound on: `distinct_experts`) the experts the batch touches, plus activations in and out."""
+    experts = distinct_experts(shape)
     size = torch.tensor([], dtype=DTYPE).element_size()
     return size * (experts * 3 * shape["I"] * shape["H"] + 2 * shape["M"] * shape["H"])

@@ -38,6 +38,7 @@ import os
 
 import torch
 
+from evokernel.search_spaces.moe import distinct_experts
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
 
 #: E experts, hidden size H, expert intermediate size I, experts per token (as moe_bf16.py).
@@ -145,7 +146,8 @@ def flops(shape: dict) -> float:
 
 
 def bytes(shape: dict) -> float:  # noqa: A001
-    """e4m3 weights (1 byte) of the experts the batch can reach, plus x in and out in its dtype."""
-    experts = min(shape["E"], shape["M"] * shape["topk"])
+    """e4m3 weights (1 byte) of (a lower bound on) the experts the batch touches (see
+    evokernel.search_spaces.moe.distinct_experts), plus x in and out in its dtype."""
+    experts = distinct_experts(shape)
     size = torch.tensor([], dtype=DTYPE).element_size()
     return experts * 3 * shape["I"] * shape["H"] + size * 2 * shape["M"] * shape["H"]
