@@ -147,11 +147,11 @@ def distinct_experts(shape: Mapping[str, int]) -> float:
 
     Each token picks top_k distinct experts of E, so under this problem's random routing an
     expert is touched by at least one of M tokens with probability p = 1 - (1 - top_k/E)^M:
-    E p experts on average, with a spread of about sqrt(E p (1 - p)). Five spreads (and two)
+    E p experts on average, with a spread of about sqrt(E p (1 - p)). Five spreads (and one)
     under the mean, never fewer than top_k, bounds what any seed's inputs touch.
     `min(E, M * top_k)`, the most a batch can reach, is no floor: at M=16 on Qwen3-30B-A3B
     (E=128, top 8) it counts 128 experts where ~82 are touched, and the gate rejected honest
     GEMM-path kernels as faster than the roofline (call S)."""
     E, k, M = shape["E"], shape["topk"], shape["M"]
     p = 1.0 - (1.0 - k / E) ** M
-    return max(float(k), E * p - 5.0 * (E * p * (1.0 - p)) ** 0.5 - 2.0)
+    return max(float(k), E * p - 5.0 * (E * p * (1.0 - p)) ** 0.5 - 1.0)
