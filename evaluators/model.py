@@ -126,6 +126,20 @@ def _device_name(device: str) -> str:
     return f"cpu:{platform.processor() or platform.machine()}"
 
 
+def _allow_recompiles(limit: int = 256) -> None:
+    """Let dynamo compile one code object many times. Every candidate that compiles a block
+    compiles the same method (`Block._forward`) again, for its own instance; past dynamo's
+    recompile limit (8) it silently runs the rest *eagerly* (call S: "hit
+    config.recompile_limit (8)" in the FLUX search), and a search would judge later
+    candidates by their eager speed."""
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):  # the name since torch 2.7, and before
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(int(getattr(cfg, name)), limit))
+    if hasattr(cfg, "accumulated_recompile_limit"):
+        cfg.accumulated_recompile_limit = max(int(cfg.accumulated_recompile_limit), 4 * limit)
+
+
 class ModelEvaluator:
     """Evaluator of model-level genomes (`evokernel.model_level`) for one model and its inputs."""
 
@@ -142,6 +156,7 @@ class ModelEvaluator:
         self.space = space or model_space(self.model)
         self.checker = SiteCheck(self.model, seeds=seeds, dtype=dtype, device=device)
         self.compile_mode = compile_mode or ("max-autotune" if device.startswith("cuda") else "default")
+        _allow_recompiles()
         with torch.inference_mode():
             self.base_out = self.model(*self.inputs)
         ref32 = self._reference32() if reference32 and dtype in (torch.float16, torch.bfloat16) else None

@@ -180,6 +180,11 @@ def test_the_model_evaluator_on_the_cpu() -> None:
     assert merged.meta["sites"]["qkv_merge"] == "merged" and merged.meta["changed"] == ["qkv_merge"]
     assert merged.meta["checks"][0]["site"] == "qkv_merge" and merged.meta["checks"][0]["ok"]
     assert invalid.status is Status.INVALID and "needs qkv_merge=merged" in invalid.error
+    # candidates compiling the same block method must not fall back to eager after dynamo's
+    # default 8 recompiles (call S)
+    import torch
+
+    assert torch._dynamo.config.recompile_limit >= 256
     broken = ModelEvaluator(_broken(qwen3_moe_stack.model()), qwen3_moe_stack.example_inputs(), name="broken",
                             device="cpu", timing=FAST)
     [bad] = list(broken.evaluate([variant(broken.space, rmsnorm="triton")]))
