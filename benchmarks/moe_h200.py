@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--no-gemv", action="store_true", help="leave the small-batch GEMV structure out of the space")
+    ap.add_argument("--no-fuse-silu", action="store_true",
+                    help="leave the FUSE_SILU structure (SiLU in the up GEMM's epilogue) out of the space")
     ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
                     help="fp8 w8a8 experts with per-tensor or 128x128 block scales (moe_fp8.py)")
     ap.add_argument("--device", default="cuda")
@@ -157,7 +159,9 @@ def main() -> None:
         "baselines": ["sglang_default", "sglang_h200"], "rows": [], "geomean": {}, "skipped": [],
     }
     gemv = not args.no_gemv and not args.fp8  # the GEMV path is bf16 only
-    space = moe_space(gemv=gemv, fp8=args.fp8)
+    fuse = not args.no_fuse_silu and not args.fp8  # so is FUSE_SILU
+    space = moe_space(gemv=gemv, fp8=args.fp8, fuse_silu=fuse)
+    plain = {**({"GEMV": 0} if gemv else {}), **({"FUSE_SILU": 0} if fuse else {})}
     jobs = [(model, m) for model in args.models for m in sorted(args.ms)]
     for i, (model, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
@@ -180,11 +184,13 @@ def main() -> None:
         else:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
-        seeds = [dict(shared_params(c), **({"GEMV": 0} if gemv else {})) for c in base.values() if c is not None]
+        seeds = [dict(shared_params(c), **plain) for c in base.values() if c is not None]
+        if fuse:  # SGLang's own tiles with SiLU fused into the up GEMM (where they fit)
+            seeds += [p for p in (dict(s, FUSE_SILU=1) for s in seeds[:2]) if space.is_valid(p)]
         if gemv and m <= 64:  # the small-batch structure, a few tile shapes
             seeds += [{"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1, "num_warps": w,
                        "num_stages": 2, "down_BLOCK_SIZE_N": dbn, "down_BLOCK_SIZE_K": dbk, "down_GROUP_SIZE_M": 1,
-                       "down_num_warps": w, "down_num_stages": 2, "GEMV": 1}
+                       "down_num_warps": w, "down_num_stages": 2, **plain, "GEMV": 1}
                       for bn, bk, dbn, dbk, w in ((32, 128, 32, 128, 4), (16 * 2, 256, 64, 128, 8), (64, 64, 32, 256, 8))]
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
         report = Search(space, ev, store=store, name=name, seeds=seeds).run(
@@ -201,7 +207,8 @@ def main() -> None:
         up, down = split_config(winner.params)
         row = {
             "model": model, "E": E, "N": N, "H": int(shape["H"]), "topk": int(shape["topk"]), "M": m,
-            "winner": {"up": up, "down": down}, "winner_short": f"{short(up)} / {short(down)}" + (" gemv" if winner.params.get("GEMV") else ""),
+            "winner": {"up": up, "down": down}, "winner_short": f"{short(up)} / {short(down)}" + (" gemv" if winner.params.get("GEMV") else "")
+            + (" fused-silu" if winner.params.get("FUSE_SILU") else ""),
             "winner_ms": lat[0], "search_ms": report.best.latency_ms, "final_pick": final, "evaluations": report.evaluations,
             "baselines": dict(zip(names, lat[1:])), "baseline_configs": base,
             "speedup": {n: (b / lat[0]) if (b and lat[0]) else None for n, b in zip(names, lat[1:])},

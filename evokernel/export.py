@@ -66,6 +66,11 @@ def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str
         if shared_m:
             return "it takes evokernel's small-batch path (GEMV), which SGLang's kernel lacks (the plugin ships it)"
         up["GEMV"] = 1
+    if params.get("FUSE_SILU"):
+        if shared_m:
+            return ("it fuses SiLU-and-multiply into the up GEMM (FUSE_SILU), which SGLang's kernel does not "
+                    "(the plugin ships it)")
+        up["FUSE_SILU"] = 1
     if shared_m and down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
         return (f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
                 f"({up['BLOCK_SIZE_M']}); SGLang would override it")
@@ -99,8 +104,9 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
         if not elites:
             report.skipped.append(f"{run.id}: no elite")
             continue
-        # the best elite the target can run: SGLang's kernel cannot run the GEMV structure, so
-        # its files get the run's best GEMM-path elite (the plugin package ships the GEMV)
+        # the best elite the target can run: SGLang's kernel has neither the GEMV nor the
+        # FUSE_SILU structure, so its files get the run's best elite without them (the plugin
+        # package ships the structures)
         why: list[str] = []
         for elite in elites:
             got = _configs(elite.genome.params, shared_m=shared_m)

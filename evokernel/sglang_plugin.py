@@ -46,6 +46,7 @@ FORMAT = "evokernel-sglang/1"
 #: SGLang 0.5.17's fused-MoE entry (its Triton runner and `fused_moe` both call it).
 FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts_impl"
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+STRUCTURE = ("GEMV", "FUSE_SILU")  # the template's structural genes (search_spaces/triton_moe.py: STRUCTURE)
 
 
 class PackageError(ValueError):
@@ -71,7 +72,8 @@ class MoeTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 en = (int(parts["E"]), int(parts["N"]))
-                entries[en] = {int(m): ({k: int(c["up"][k]) for k in (*GEMM_KEYS, "GEMV") if k in c["up"] or k != "GEMV"},
+                entries[en] = {int(m): ({k: int(c["up"][k]) for k in (*GEMM_KEYS, *STRUCTURE)
+                                         if k in c["up"] or k not in STRUCTURE},
                                         {k: int(c["down"][k]) for k in GEMM_KEYS})
                                for m, c in per_m.items()}
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -174,7 +176,8 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
             stats["fallback"] += 1
             return original(*args, **kwargs)
         up, down = configs
-        out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up=up, down=down, gemv=bool(up.get("GEMV")))
+        out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up={k: up[k] for k in GEMM_KEYS}, down=down,
+                  gemv=bool(up.get("GEMV")), fuse_silu=bool(up.get("FUSE_SILU")))
         factor = a.get("routed_scaling_factor")
         if factor is not None and factor != 1.0:
             out = out * factor

@@ -33,7 +33,8 @@ def _smem(prefix: str, limit: int, elem_bytes: int):
     def check(p: Point) -> str | None:
         bm = p.get(f"{prefix}BLOCK_SIZE_M", p["BLOCK_SIZE_M"])
         bn, bk = p[f"{prefix}BLOCK_SIZE_N"], p[f"{prefix}BLOCK_SIZE_K"]
-        need = (bm * bk + bk * bn) * elem_bytes * p[f"{prefix}num_stages"]
+        gated = 2 if not prefix and p.get("FUSE_SILU") else 1  # the fused up GEMM loads gate and up tiles
+        need = (bm * bk + gated * bk * bn) * elem_bytes * p[f"{prefix}num_stages"]
         if need > limit:
             return f"shared memory ({prefix or 'up '}GEMM): {need} B > {limit} B"
         return None
@@ -66,12 +67,30 @@ def _scale_groups(p: Point) -> str | None:
     return None
 
 
+def _fuse_silu(p: Point) -> str | None:
+    """SiLU in the up GEMM's epilogue: a GEMM-path structure (the GEMV path fuses it already),
+    with two fp32 accumulators of BLOCK_SIZE_M x BLOCK_SIZE_N per program."""
+    if not p.get("FUSE_SILU"):
+        return None
+    if p.get("GEMV"):
+        return "FUSE_SILU: the GEMV path fuses SiLU already (one structure at a time)"
+    per_thread = 2 * p["BLOCK_SIZE_M"] * p["BLOCK_SIZE_N"] // (32 * p["num_warps"])
+    if per_thread > 256:
+        return f"FUSE_SILU registers: {per_thread} fp32 accumulators per thread > 256"
+    return None
+
+
+def _no_fuse_silu(p: Point) -> str | None:
+    return "FUSE_SILU: fp8 fuses SiLU with the re-quantisation (bf16/fp16 only)" if p.get("FUSE_SILU") else None
+
+
 def _no_gemv(p: Point) -> str | None:
     return "GEMV: the small-batch path is bf16/fp16 only (fp8 weights take the GEMM path)" if p.get("GEMV") else None
 
 
 def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-              separate_block_m: bool = False, gemv: bool = False, fp8: str | None = None) -> SearchSpace:
+              separate_block_m: bool = False, gemv: bool = False, fp8: str | None = None,
+              fuse_silu: bool = False) -> SearchSpace:
     """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM.
 
     The down GEMM shares the up GEMM's BLOCK_SIZE_M unless `separate_block_m`: SGLang aligns
@@ -82,7 +101,8 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
     `fp8` ("tensor" or "block"): the fp8 w8a8 template (e4m3 operands: 1-byte tiles in
     shared memory, whatever `elem_bytes` says); with "block" (128x128 weight blocks, 1x128
     activation groups) BLOCK_SIZE_K must divide 128. GEMV is bf16/fp16 only: with `gemv`
-    the gene stays, and the space never proposes it on."""
+    the gene stays, and the space never proposes it on. `fuse_silu` adds the FUSE_SILU gene
+    (SiLU-and-multiply in the up GEMM's epilogue; bf16/fp16, not with GEMV)."""
     if fp8 not in (None, "tensor", "block"):
         raise ValueError(f"fp8 must be None, 'tensor' or 'block', got {fp8!r}")
     if fp8:
@@ -99,11 +119,16 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
         ]
     if gemv:  # the small-batch structure (see search_spaces/triton_moe.py) as a gene
         params.append(Ordinal("GEMV", [0, 1]))
-    space = SearchSpace(params, name="fused_moe" + (f"_fp8_{fp8}" if fp8 else "") + ("_gemv" if gemv else ""))
+    if fuse_silu:  # SiLU-and-multiply fused into the up GEMM
+        params.append(Ordinal("FUSE_SILU", [0, 1]))
+    space = SearchSpace(params, name="fused_moe" + (f"_fp8_{fp8}" if fp8 else "") + ("_gemv" if gemv else "")
+                        + ("_fusesilu" if fuse_silu else ""))
     for prefix in ("", "down_"):
         space.add_constraint(_smem(prefix, shared_memory_bytes, elem_bytes), f"{prefix}shared_memory")
     if gemv:
         space.add_constraint(_no_gemv if fp8 else _gemv, "GEMV")
+    if fuse_silu:
+        space.add_constraint(_no_fuse_silu if fp8 else _fuse_silu, "FUSE_SILU")
     if fp8 == "block":
         space.add_constraint(_scale_groups, "scale groups")
     return space

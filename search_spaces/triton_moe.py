@@ -35,6 +35,14 @@ more than the GEMMs when a decode batch routes a few tokens), two kernels only:
 Every weight row is read once per pair that needs it, so it pays while pairs rarely share
 an expert (small M); BLOCK_SIZE_M and GROUP_SIZE_M mean nothing there.
 
+A second structural gene, `FUSE_SILU` (optional, 0 when absent; GEMM path, not fp8), fuses
+step 3 into step 2: a program of the up GEMM loads the gate rows and the up rows of its
+BLOCK_SIZE_N columns of I (two B tiles per K step, two fp32 accumulators) and stores
+silu(gate) * up, [M*top_k, I]; the [M*top_k, 2I] intermediate is never written, nor read
+back, and a launch is saved. It costs twice the B tile in shared memory and twice the
+accumulator registers (`moe_space(fuse_silu=True)` constrains both). SGLang's kernel has
+no such structure: a genome with it exports to the plugin package, not to SGLang's files.
+
 fp8 w8a8 (e4m3), on when `w1.dtype` is `torch.float8_e4m3fn` (SGLang's `use_fp8_w8a8`, its
 semantics written here, not copied). x stays bf16/fp16/fp32; quantising the activations is
 part of the call, dynamically, in one of the two modes serving engines use:
@@ -76,7 +84,7 @@ import triton.language as tl
 from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "FP8_MODES", "fused_moe", "align_block_size", "align_block_size_torch",
+__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe", "align_block_size", "align_block_size_torch",
            "candidate_source",
            "split_config"]
 
@@ -95,7 +103,12 @@ PARAMS: tuple[str, ...] = GEMM_KEYS + tuple(f"down_{k}" for k in GEMM_KEYS)
 #: own BLOCK_SIZE_M (it shares the up GEMM's, as in SGLang, where both GEMMs read one
 #: alignment of the pairs); one config for both.
 _BASE_FORMS = (frozenset(PARAMS), frozenset(PARAMS) - {"down_BLOCK_SIZE_M"}, frozenset(GEMM_KEYS))
-FORMS: tuple[frozenset[str], ...] = _BASE_FORMS + tuple(f | {"GEMV"} for f in _BASE_FORMS)
+#: Structural genes, each optional (0 when absent): GEMV (the small-batch path) and
+#: FUSE_SILU (SiLU-and-multiply in the up GEMM's epilogue).
+STRUCTURE: tuple[str, ...] = ("GEMV", "FUSE_SILU")
+FORMS: tuple[frozenset[str], ...] = tuple(f | extra for f in _BASE_FORMS
+                                          for extra in (frozenset(), frozenset({"GEMV"}), frozenset({"FUSE_SILU"}),
+                                                        frozenset(STRUCTURE)))
 
 
 def split_config(params: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
@@ -114,13 +127,18 @@ def _moe_gemm_kernel(
     A_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr, QUANT: tl.constexpr, GROUP_N: tl.constexpr,
     GROUP_K: tl.constexpr,
     BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr, EVEN_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr = False,
 ):
     """C[p, :] = (w_p *) A[p // A_DIV, :] @ B[e_p]^T for the sorted pairs p of one block.
 
     QUANT 0: A and B in a 16/32-bit float; 1: e4m3 with one scale for A (as_ptr[0]) and one
     per expert for B (bs_ptr[e]); 2: e4m3 with A scaled per row and GROUP_K columns, B per
-    GROUP_N x GROUP_K block (BLOCK_SIZE_K divides GROUP_K)."""
+    GROUP_N x GROUP_K block (BLOCK_SIZE_K divides GROUP_K).
+
+    GATED (QUANT 0 only): B holds 2N rows per expert, gate rows then up rows; a program
+    computes both halves of its N columns, A @ Bg^T and A @ Bu^T, and stores
+    silu(gate) * up (fp32 in registers): SiLU-and-multiply fused into the up GEMM, so the
+    [pairs, 2N] intermediate is never written or read back."""
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(EM, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M)
 
     total = tl.load(total_ptr)
@@ -144,15 +162,25 @@ def _moe_gemm_kernel(
             bs_col = bs_ptr + expert * stride_bse + (pid_n * BLOCK_SIZE_N // GROUP_N) * stride_bsn
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    if GATED:
+        acc_up = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        up_rows = N.to(tl.int64) * stride_bn  # the up half starts N rows after the gate half
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=valid[:, None], other=0.0)
             b = tl.load(b_ptrs, mask=mask_n[None, :], other=0.0)
+            if GATED:
+                b_up = tl.load(b_ptrs + up_rows, mask=mask_n[None, :], other=0.0)
         else:
             k_left = K - k * BLOCK_SIZE_K
             a = tl.load(a_ptrs, mask=valid[:, None] & (offs_k[None, :] < k_left), other=0.0)
             b = tl.load(b_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0.0)
-        if QUANT == 2:
+            if GATED:
+                b_up = tl.load(b_ptrs + up_rows, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0.0)
+        if GATED:
+            acc = tl.dot(a, b, acc)
+            acc_up = tl.dot(a, b_up, acc_up)
+        elif QUANT == 2:
             group = (k * BLOCK_SIZE_K) // GROUP_K
             sa = tl.load(as_row + group * stride_ask, mask=valid, other=0.0)
             if BLOCK_SIZE_N > GROUP_N:
@@ -167,6 +195,8 @@ def _moe_gemm_kernel(
         b_ptrs += BLOCK_SIZE_K * stride_bk
     if QUANT == 1:
         acc = acc * (tl.load(as_ptr) * tl.load(bs_ptr + expert * stride_bse))
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
     if MUL_WEIGHT:
         w = tl.load(weights_ptr + pair, mask=valid, other=0.0)
         acc = acc * w[:, None]
@@ -455,9 +485,10 @@ def _silu_mul(cache1: torch.Tensor, inter: int) -> torch.Tensor:
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tensor, aligned: tuple,
           a_div: int, mul_weight: bool, cfg: Mapping[str, int], a_scale: torch.Tensor | None = None,
-          b_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None) -> None:
+          b_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None,
+          gated: bool = False) -> None:
     sorted_ids, expert_ids, total = aligned
-    N, K = b.shape[1], b.shape[2]
+    N, K = b.shape[1] // (2 if gated else 1), b.shape[2]
     EM = sorted_ids.numel()
     bm, bn = cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"]
     grid = (triton.cdiv(EM, bm) * triton.cdiv(N, bn),)
@@ -475,7 +506,7 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tens
         *a_strides, *b_strides,
         A_DIV=a_div, MUL_WEIGHT=mul_weight, QUANT=quant, GROUP_N=group_n, GROUP_K=group_k,
         BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"], GROUP_SIZE_M=cfg["GROUP_SIZE_M"],
-        EVEN_K=K % cfg["BLOCK_SIZE_K"] == 0,
+        EVEN_K=K % cfg["BLOCK_SIZE_K"] == 0, GATED=gated,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 
@@ -514,10 +545,14 @@ def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None
 def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
               topk_ids: torch.Tensor, *, up: Mapping[str, int], down: Mapping[str, int],
               gemv: bool = False, w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
-              block_shape: tuple[int, int] | list[int] | None = None) -> torch.Tensor:
+              block_shape: tuple[int, int] | list[int] | None = None, fuse_silu: bool = False) -> torch.Tensor:
     """The MoE layer's output [M, H] in x's dtype, with the up and down GEMMs at their configs
-    (`gemv`: the small-batch path; e4m3 weights with their scales: fp8 w8a8, per tensor or,
-    with `block_shape`, per block; see the module's doc)."""
+    (`gemv`: the small-batch path; `fuse_silu`: SiLU-and-multiply in the up GEMM's epilogue;
+    e4m3 weights with their scales: fp8 w8a8, per tensor or, with `block_shape`, per block;
+    see the module's doc)."""
+    if fuse_silu and (gemv or w1.dtype == torch.float8_e4m3fn):
+        raise ValueError("fuse_silu is a structure of the bf16/fp16/fp32 GEMM path (the GEMV path fuses "
+                         "SiLU already; fp8 fuses it with the re-quantisation)")
     M, H = x.shape
     E, two_i, H1 = w1.shape
     assert H1 == H and w2.shape == (E, H, two_i // 2), f"shapes: x {tuple(x.shape)} w1 {tuple(w1.shape)} w2 {tuple(w2.shape)}"
@@ -537,10 +572,14 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
     aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
     aligned_down = aligned_up if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"] else \
         align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
-    cache1 = torch.empty((pairs, two_i), device=x.device, dtype=x.dtype)
-    _gemm(x, w1, cache1, weights, aligned_up, top_k, False, up)
-    cache2 = _silu_mul(cache1, inter) if (x.is_cuda or _interpreted()) else \
-        F.silu(cache1[:, :inter]) * cache1[:, inter:]
+    if fuse_silu:
+        cache2 = torch.empty((pairs, inter), device=x.device, dtype=x.dtype)
+        _gemm(x, w1, cache2, weights, aligned_up, top_k, False, up, gated=True)
+    else:
+        cache1 = torch.empty((pairs, two_i), device=x.device, dtype=x.dtype)
+        _gemm(x, w1, cache1, weights, aligned_up, top_k, False, up)
+        cache2 = _silu_mul(cache1, inter) if (x.is_cuda or _interpreted()) else \
+            F.silu(cache1[:, :inter]) * cache1[:, inter:]
     cache3 = torch.empty((pairs, H), device=x.device, dtype=x.dtype)
     _gemm(cache2, w2, cache3, weights, aligned_down, 1, True, down)
     return cache3.view(M, top_k, H).sum(dim=1)
@@ -611,9 +650,13 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
         raise ValueError(f"fp8 must be None or one of {FP8_MODES}, got {fp8!r}")
     if fp8 is not None and params.get("GEMV"):
         raise ValueError("fp8 candidates take the GEMM path: the GEMV structure is bf16/fp16/fp32 only")
+    if fp8 is not None and params.get("FUSE_SILU"):
+        raise ValueError("fp8 candidates fuse SiLU with the re-quantisation: FUSE_SILU is bf16/fp16/fp32 only")
+    if params.get("GEMV") and params.get("FUSE_SILU"):
+        raise ValueError("GEMV and FUSE_SILU are two structures: the GEMV path fuses SiLU already")
     if frozenset(params) not in FORMS:
         raise ValueError(f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
-                         f"left out; GEMV may be added), got {sorted(params)}")
+                         f"left out; GEMV and FUSE_SILU may be added), got {sorted(params)}")
     bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
     if bad:
         raise ValueError(f"params must be integers, got {bad}")
@@ -622,4 +665,5 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
     if fp8 is not None:
         return _CANDIDATE_FP8.format(mode=fp8, up=fmt(up), down=fmt(down),
                                      block=f"[{GROUP}, {GROUP}]" if fp8 == "block" else "None")
-    return _CANDIDATE.format(up=fmt(up), down=fmt(down), gemv=", gemv=True" if params.get("GEMV") else "")
+    flags = (", gemv=True" if params.get("GEMV") else "") + (", fuse_silu=True" if params.get("FUSE_SILU") else "")
+    return _CANDIDATE.format(up=fmt(up), down=fmt(down), gemv=flags)

@@ -38,6 +38,10 @@ CASES = [
     (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 1, "float32", True),
     (gemm(16, 64, 128, 1), gemm(16, 32, 128, 1), 9, "float16", True),
     (gemm(16, 32, 64, 1, warps=8), gemm(16, 64, 16, 1), 17, "float32", True),
+    # SiLU fused into the up GEMM: N tiles that divide I and do not, K masked, one token
+    (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 9, "float32", False, True),
+    (gemm(32, 64, 128, 8), gemm(16, 32, 32, 1), 17, "float16", False, True),
+    (gemm(16, 16, 32, 1), gemm(16, 32, 32, 1), 1, "float16", False, True),
 ]
 
 
@@ -51,11 +55,11 @@ def _inputs(m: int, dtype: str, seed: int = 0):
     return problem, problem.make_inputs(shape, seed, "cpu")
 
 
-def _check_case(up: dict, down: dict, m: int, dtype: str, gemv: bool = False) -> None:
+def _check_case(up: dict, down: dict, m: int, dtype: str, gemv: bool = False, fuse_silu: bool = False) -> None:
     from evokernel.search_spaces.triton_moe import fused_moe
 
     problem, inputs = _inputs(m, dtype)
-    got = fused_moe(*inputs, up=up, down=down, gemv=gemv)
+    got = fused_moe(*inputs, up=up, down=down, gemv=gemv, fuse_silu=fuse_silu)
     want = problem.reference(*inputs)
     torch.testing.assert_close(got, want, **problem.tolerance(dtype))
 
@@ -117,7 +121,8 @@ def interpreted() -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]['BLOCK_SIZE_M']}-{c[1]['BLOCK_SIZE_M']}-M{c[2]}-{c[3]}"
-                                                     + ("-gemv" if c[4:] else "") for c in CASES])
+                                                     + ("-gemv" if c[4:5] == (True,) else "")
+                                                     + ("-fusesilu" if c[5:] == (True,) else "") for c in CASES])
 def test_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
     assert interpreted[str(i)] is None, interpreted[str(i)]
 
@@ -188,6 +193,38 @@ def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
                            "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
+    # SiLU fused into the up GEMM, a genome of the space with FUSE_SILU on
+    fused = moe_space(fuse_silu=True).genome(dict(point, BLOCK_SIZE_M=16, GROUP_SIZE_M=1, FUSE_SILU=1))
+    cand.write_text(candidate_source(fused.params))
+    assert "fuse_silu=True" in cand.read_text()
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
+                           "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["accepted"], data["reason"]
+
+
+def test_the_fused_silu_gene_and_its_constraints():
+    space = moe_space(gemv=True, fuse_silu=True)
+    point = dict(space.default(), BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, num_warps=4, num_stages=3,
+                 GEMV=0, FUSE_SILU=1)
+    assert space.is_valid(point)
+    # the fused up GEMM loads two B tiles per stage: (64x128 + 2 x 128x128) bf16 x 4 stages > 227 KB
+    assert "shared memory (up GEMM)" in space.why_invalid(dict(point, BLOCK_SIZE_K=128, num_stages=4))
+    assert space.is_valid(dict(point, BLOCK_SIZE_K=128, num_stages=4, FUSE_SILU=0))
+    assert "registers" in space.why_invalid(dict(point, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=32,
+                                                 num_stages=2))
+    assert "GEMV path fuses SiLU already" in space.why_invalid(dict(point, GEMV=1, BLOCK_SIZE_M=16, GROUP_SIZE_M=1,
+                                                                   down_GROUP_SIZE_M=1))
+    assert "bf16/fp16 only" in moe_space(fp8="tensor", fuse_silu=True).why_invalid(
+        {k: v for k, v in point.items() if k != "GEMV"})
+    with pytest.raises(ValueError, match="FUSE_SILU"):
+        candidate_source({k: v for k, v in point.items() if k != "GEMV"}, fp8="tensor")
+    with pytest.raises(ValueError, match="two structures"):
+        candidate_source(dict(point, GEMV=1))
+    from evokernel.search_spaces.triton_moe import STRUCTURE
+    from evokernel.sglang_plugin import STRUCTURE as PLUGIN_STRUCTURE
+
+    assert PLUGIN_STRUCTURE == STRUCTURE  # the plugin reads every structural gene a table may hold
 
 
 @pytest.mark.parametrize("E,k", [(128, 8), (8, 2), (256, 8)])
