@@ -41,7 +41,8 @@ GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sgla
            "attention_prefill": ["best_sdpa", "sdpa_cudnn", "sdpa_flash", "triton_default"],
            "attention_decode": ["sglang_default", "sdpa_gathered"]}
 #: the issues' names for some baselines
-ALIAS = {"attention_decode": {"sglang_default": "split_kv_default", "sdpa_gathered": "sdpa"}}
+ALIAS = {"attention_decode": {"sglang_default": "split_kv_default", "sdpa_gathered": "sdpa"},
+         "attention_prefill": {"best_sdpa": "sdpa_best"}}
 
 
 def _key(kind: str, row: dict[str, Any]) -> tuple:
@@ -76,10 +77,12 @@ def collect(kind: str) -> dict[str, Any] | None:
     if not rows:
         return None
     kept = list(rows.values())
+    used = {r["call"] for r in kept}
+    sources = {c: v for c, v in sources.items() if c in used}  # the calls whose rows were kept
     alias = ALIAS.get(kind, {})
     gm = {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept]) for b in GEOMEAN[kind]}
     return {"device": device, "date": max(s["date"] or "" for s in sources.values()),
-            "command": {c: s["command"] for c, s in sources.items()}, "sources": sources,
+            "command": "; ".join(f"call {c}: {s['command']}" for c, s in sources.items()), "sources": sources,
             "note": "per row, the latest call that measured the shape; the winner and its baselines were measured "
                     "together in that call (benchmarks/collect_results.py)",
             "rows": kept, "geomean": gm}
