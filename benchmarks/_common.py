@@ -41,25 +41,7 @@ def pick(ev: Any, report: Any, *, finalists: int = 3, rounds: int = 2) -> tuple[
 
 
 def landscape_seeds(path: Any, space: Any, *, top: int = 6) -> list[dict[str, Any]]:
-    """The `top` fastest points of a recorded landscape (`evokernel sweep` CSV) that are valid
-    in `space`, as seeds: what a sweep of a neighbouring shape found starts the search (call
-    R's partial prefill sweep found 128x128 tiles 13% faster than call N's budget-16 winner).
-    A missing file gives no seeds."""
-    from pathlib import Path
+    """`evokernel.landscape.landscape_seeds` (the fastest recorded points valid in `space`)."""
+    from evokernel.landscape import landscape_seeds as seeds
 
-    from evokernel.landscape import Landscape
-
-    if not Path(path).exists():
-        return []
-    land = Landscape.load(path)
-    names = list(land.space.names)
-    ranked = sorted(((row.latency_ms, key) for key, row in land.rows.items() if row.latency_ms is not None),
-                    key=lambda t: t[0])
-    seeds: list[dict[str, Any]] = []
-    for _, key in ranked:
-        point = dict(zip(names, key))
-        if set(point) == set(space.names) and space.is_valid(point):
-            seeds.append(point)
-        if len(seeds) == top:
-            break
-    return seeds
+    return seeds(path, space, top=top)

@@ -202,7 +202,8 @@ def _load_module(path: Path) -> ModuleType:
 
 
 def _target(args: argparse.Namespace, target: str) -> dict[str, Any]:
-    """What to search: space, evaluator, and optionally descriptor, mutators, options, name."""
+    """What to search: space, evaluator, and optionally descriptor, mutators, options, name,
+    seeds (known-good points the first generation starts from)."""
     from .evaluator import Evaluator
     from .landscape import Landscape, builtin_names, resolve_landscape
     from .space import SearchSpace
@@ -226,6 +227,7 @@ def _target(args: argparse.Namespace, target: str) -> dict[str, Any]:
             "mutators": getattr(mod, "mutators", None),
             "options": getattr(mod, "options", None),
             "name": getattr(mod, "name", None),
+            "seeds": getattr(mod, "seeds", None) or (),
         }
     if path.suffix not in ("", ".csv"):
         raise ConfigError(f"{target}: expected a .py search file or a .csv landscape")
@@ -281,6 +283,7 @@ def _make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, obs
         descriptor=what.get("descriptor"),
         name=getattr(args, "name", None) or what.get("name"),
         observers=observers,
+        seeds=what.get("seeds") or (),
     )
 
 

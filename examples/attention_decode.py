@@ -22,6 +22,7 @@ if not GPU:
     os.environ.setdefault("EVOKERNEL_DECODE_PAGE", "8")
 
 from evokernel.evaluators import KernelEvaluator  # noqa: E402
+from evokernel.landscape import landscape_seeds  # noqa: E402
 from evokernel.problem import Problem  # noqa: E402
 from evokernel.search_spaces import decode_class, decode_space  # noqa: E402
 from evokernel.search_spaces.triton_decode import candidate_source  # noqa: E402
@@ -31,3 +32,6 @@ space = decode_space(head_dim=problem.module.D, group=problem.module.HQ // probl
 evaluator = KernelEvaluator(problem, lambda genome: candidate_source(genome.params))
 descriptor = decode_class
 name = f"attention-decode-{problem.module.MODEL}-" + ("gpu" if GPU else "interpreter")
+# the first generation starts from the fastest points of the recorded H200 decode landscape
+# (shipped with evokernel; points invalid in this shape's space are left out)
+seeds = landscape_seeds("attention_decode_bf16_h200_llama3-8b_B1_C32768", space) if GPU else []

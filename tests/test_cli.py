@@ -160,3 +160,27 @@ def test_sweep_writes_a_landscape_resumes_and_replay_reads_it(tmp_path, evokerne
     bad = run(evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(other), "--quiet")
     assert_one_line_error(bad, "has columns")
     assert other.read_text() == "a,b,latency_ms,error\n1,2,0.5,\n"
+
+
+def test_a_search_file_may_seed_its_first_generation_from_a_landscape(tmp_path, evokernel_cmd, cli_env):
+    # the attention examples start from the fastest recorded points (landscape_seeds); here a
+    # replay of the shipped decode landscape seeded from itself starts at its optimum
+    target = tmp_path / "seeded.py"
+    target.write_text(
+        "from evokernel.evaluators import ReplayEvaluator\n"
+        "from evokernel.landscape import builtin, landscape_seeds\n"
+        "evaluator = ReplayEvaluator(builtin('attention_decode_bf16_h200_llama3-8b_B1_C32768'))\n"
+        "space = evaluator.space\n"
+        "seeds = landscape_seeds('attention_decode_bf16_h200_llama3-8b_B1_C32768', space, top=3)\n"
+    )
+    db = tmp_path / "s.db"
+    out = run(evokernel_cmd, cli_env, "search", str(target), "--budget", "8", "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    from evokernel.landscape import Landscape
+    from evokernel.store import SQLiteStore
+
+    optimum = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768")).optimum()[1]
+    assert data["best"]["latency_ms"] == pytest.approx(optimum)
+    [info] = SQLiteStore(db, create=False).runs()
+    assert len(info.config["seeds"]) == 3
