@@ -90,3 +90,36 @@ def test_the_promotion_rule_and_its_decisions_are_recorded_in_the_store(tmp_path
     events = {rid: [p for k, p, _ in store.events(rid) if k == "promotion"] for rid in ids}
     assert events[ids[0]][0]["promoted"] and not events[ids[1]][0]["promoted"]
     assert events[ids[1]][0]["rule"] == {"min_gain": 0.01, "max_promoted": 4, "stage": "micro -> end-to-end"}
+
+
+def test_paired_ratios_see_through_drift_between_rounds():
+    # every engine slows down together from round to round (the host, the clocks): the
+    # unpaired medians' spreads hide a steady 5% gain that the per-round pairs show
+    plan = SGLangEvaluator(["--model-path", "m"], batch_sizes=(1,), prefill_lens=(), repeats=7).plan()
+    drift = (1.0, 1.3, 0.9, 1.5, 1.1, 1.2, 0.95)
+    report = ABReport(plan=plan)
+    report.samples[BASELINE] = {"b1_i512_o32": [_run(0.05, 0.001 * d, 1) for d in drift]}
+    report.samples["faster"] = {"b1_i512_o32": [_run(0.05, 0.001 * d / 1.05, 1) for d in drift]}
+    report.samples["same"] = {"b1_i512_o32": [_run(0.05, 0.001 * d * (1 + 0.01 * (-1) ** i), 1)
+                                              for i, d in enumerate(drift)]}
+    paired = report.to_json()["paired"]["decode_throughput"]
+    assert paired["faster"]["b1_i512_o32"]["median"] == pytest.approx(1.05)
+    assert paired["faster"]["b1_i512_o32"]["verdict"] == "faster" and paired["faster"]["geomean"]["verdict"] == "faster"
+    assert paired["same"]["b1_i512_o32"]["verdict"] == "within noise"
+    assert paired["same"]["b1_i512_o32"]["low"] < 1.0 < paired["same"]["b1_i512_o32"]["high"]
+
+
+def test_the_e2e_benchmark_table_shows_unpaired_and_paired_ratios():
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("sglang_e2e_h200", Path(__file__).resolve().parents[1] / "benchmarks" /
+                                      "sglang_e2e_h200.py")
+    bench = iu.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    plan = SGLangEvaluator(["--model-path", "m"], batch_sizes=(1,), prefill_lens=(2048,), repeats=3).plan()
+    report = ABReport(plan=plan)
+    report.samples[BASELINE] = {"b1_i512_o32": [_run(0.05, 0.001, 1)] * 3, "b1_i2048_o2": [_run(0.1, 0.001, 1)] * 3}
+    report.samples["cand"] = {"b1_i512_o32": [_run(0.05, 0.0009, 1)] * 3, "b1_i2048_o2": [_run(0.1, 0.001, 1)] * 3}
+    lines = bench.markdown(report.to_json())
+    assert "| cand | b1_i512_o32 | 50.000 | 0.900 (0.0%) | 1111 | 1.111 | 1.111 [1.111, 1.111] faster |" in lines
+    assert any(line.startswith("\npaired geomean") and "cand: 1.111" in line for line in lines)
