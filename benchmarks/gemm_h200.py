@@ -70,7 +70,8 @@ def write(out: Path, doc: dict[str, Any]) -> None:
 def short(p: dict[str, int]) -> str:
     extra = [f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "",
              "persistent" if p.get("PERSISTENT") else "", "tma" if p.get("TMA") else "", "ws" if p.get("WARP_SPEC") else "",
-             f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else ""]
+             f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
+             "swapab" if p.get("SWAP_AB") else ""]
     return f"{p['BM']}x{p['BN']}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
 
@@ -96,6 +97,7 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
                     help="the fp8 e4m3 GEMM (examples/problems/gemm_fp8.py) with these scales, against torch._scaled_mm")
+    ap.add_argument("--no-swap-ab", action="store_true", help="leave the SWAP_AB gene (B^T A^T tiles) out of the space")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -128,7 +130,8 @@ def main() -> None:
         "epilogue": args.epilogue, "rows": [], "geomean": {}, "skipped": [],
     }
     store = SQLiteStore(out / "gemm.db")
-    space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else gemm_space()
+    swap = not args.no_swap_ab and not args.fp8
+    space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else gemm_space(swap_ab=swap)
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     for i, (model, layer, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
@@ -147,7 +150,7 @@ def main() -> None:
         else:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
-            seeds, descriptor = gemm_seeds(m), gemm_class
+            seeds, descriptor = gemm_seeds(m, swap_ab=swap), gemm_class
         shape = problem.shapes[0]
         report = Search(space, ev, store=store, descriptor=descriptor,
                         name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}", seeds=seeds).run(

@@ -64,11 +64,23 @@ def _fixup(p: Point) -> str | None:
     return None
 
 
-def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+def _swap_ab(p: Point) -> str | None:
+    if p.get("SWAP_AB") and p["BN"] < 64:
+        return "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
+    return None
+
+
+def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+               swap_ab: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
-    C = epilogue(A @ B)."""
-    return SearchSpace(
+    C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
+    for few tokens: see search_spaces/triton_gemm.py).
+
+    >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
+    "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
+    """
+    space = SearchSpace(
         [
             PowerOfTwo("BM", 16, 256),
             PowerOfTwo("BN", 32, 256),
@@ -89,6 +101,10 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
                      Constraint(_fixup, "split-K fixup")],
         name="gemm_hopper",
     )
+    if swap_ab:
+        space = SearchSpace([*space.params, Choice("SWAP_AB", [0, 1])], constraints=[*space.constraints,
+                            Constraint(_swap_ab, "swap-AB")], name="gemm_hopper_swapab")
+    return space
 
 
 def gemm_class(genome: Genome) -> str:
@@ -101,7 +117,7 @@ def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str,
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
-def gemm_seeds(m: int) -> list[dict[str, int]]:
+def gemm_seeds(m: int, *, swap_ab: bool = False) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -134,6 +150,13 @@ def gemm_seeds(m: int) -> list[dict[str, int]]:
         _point(16, 32, 128, 4, 5, SPLIT_K=8, SPLITK_FIXUP=1, TMA=1),
         _point(32, 64, 128, 4, 4, SPLIT_K=4, SPLITK_FIXUP=1, TMA=1, PERSISTENT=1),
     ]
+    swapped = [  # the tokens as the MMA's columns (BM 16-64), the weights' rows as its rows
+        _point(16, 128, 128, 4, 4, SWAP_AB=1),
+        _point(32, 128, 128, 4, 4, SWAP_AB=1),
+        _point(64, 128, 64, 4, 4, SWAP_AB=1),
+        _point(16, 128, 128, 4, 4, SPLIT_K=2, SPLITK_FIXUP=1, TMA=1, SWAP_AB=1),
+        _point(32, 64, 128, 4, 4, SPLIT_K=4, SPLITK_FIXUP=1, SWAP_AB=1),
+    ]
     # mid M (a few hundred tokens): too few output tiles to fill 132 SMs with wide tiles, too
     # many K steps per tile to hide the latency; split-K in one kernel doubles the programs
     # (call N/P: down M=256 at 0.50-0.69x cuBLAS with the seeds above alone)
@@ -143,7 +166,12 @@ def gemm_seeds(m: int) -> list[dict[str, int]]:
         _point(128, 256, 64, 8, 3, SPLIT_K=4, SPLITK_FIXUP=1, TMA=1),
     ]
     if m <= 64:
-        return small + fixup + big[:2]
-    if m <= 512:
-        return small[-3:] + mid + big
-    return big
+        out = small + fixup + big[:2]
+    elif m <= 512:
+        out = small[-3:] + mid + big
+    else:
+        out = big
+    if not swap_ab:
+        return out
+    # the seeds carry SWAP_AB; at up to 64 tokens a few swapped tiles lead
+    return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=0) for p in out]

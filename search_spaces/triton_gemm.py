@@ -67,6 +67,8 @@ DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_w
                             "SPLIT_K": 1, "SPLITK_FIXUP": 0, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0,
                             "num_ctas": 1, "maxnreg": 0}
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
+#: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile.
+OPTIONAL: tuple[str, ...] = ("SWAP_AB",)
 
 
 @triton.jit
@@ -118,9 +120,15 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_p
           M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
           FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
     """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
-    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last)."""
+    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last).
+
+    SWAP_AB computes the tile transposed, C^T = B^T A^T: Hopper's warpgroup MMA takes 64 rows
+    or more on its first operand and as few as 8 columns on its second, so with few tokens (a
+    BM of 16-64) the weights' BN side fills the MMA's rows and the tokens its columns, instead
+    of padding BM up to 64 (the swap-AB of CUTLASS-style small-batch GEMMs). The accumulator
+    is transposed back before the epilogue."""
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     split = tile % SPLIT_K
@@ -132,7 +140,10 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_p
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    if SWAP_AB:
+        acc_t = tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
     for kt in tl.range(k_lo, k_hi, warp_specialize=WS_K):
         if TMA:
             a = a_desc.load([pid_m * BM, kt * BK])
@@ -147,7 +158,12 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_p
             else:
                 a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
                 b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        if SWAP_AB:
+            acc_t = tl.dot(tl.trans(b), tl.trans(a), acc_t, input_precision=INPUT_PRECISION)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    if SWAP_AB:
+        acc = tl.trans(acc_t)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if SPLIT_K == 1:
         acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
@@ -168,17 +184,20 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                  SPLIT_K: tl.constexpr, FIXUP: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
                  WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-                 HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                 HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                 SWAP_AB: tl.constexpr = False):
     if PERSISTENT:
         num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN) * SPLIT_K
         for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
             _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                   M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-                  BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
+                  BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
+                  SWAP_AB)
     else:
         _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
               M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-              BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION)
+              BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
+              SWAP_AB)
 
 
 @triton.jit
@@ -237,8 +256,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          residual: torch.Tensor | None = None, activation: str = "none",
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
          SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
-         maxnreg: int = 0) -> torch.Tensor:
-    """epilogue(a @ b) in a's dtype, with one configuration of the template."""
+         maxnreg: int = 0, SWAP_AB: int = 0) -> torch.Tensor:
+    """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
+    tile computed as B^T A^T, for few tokens; an optional gene, see `gemm_space(swap_ab=True)`)."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
     if activation not in ACTIVATIONS:
@@ -281,7 +301,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         res.stride(0), res.stride(1), programs,
         BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, FIXUP=fixup, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
         WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
-        EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", **epi, **launch,
+        EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
+        **epi, **launch,
     )
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128
@@ -309,8 +330,9 @@ def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual:
                      activation: str = "none") -> str:
     """The text of a candidate module running `gemm` at `params`, with the problem's
     epilogue (its inputs are a, b, then bias and residual where present)."""
-    if set(params) != set(PARAMS):
-        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
+    if set(params) - set(OPTIONAL) != set(PARAMS):
+        raise ValueError(f"params must be exactly {sorted(PARAMS)} (and optionally {list(OPTIONAL)}), "
+                         f"got {sorted(params)}")
     bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
     if bad:
         raise ValueError(f"params must be integers, got {bad}")

@@ -31,6 +31,10 @@ CASES = [
     ({"PERSISTENT": 1, "TMA": 1}, (33, 72, 80), "float16", (False, "gelu_tanh", True)),
     ({"SPLIT_K": 3, "PERSISTENT": 1, "TMA": 1, "WARP_SPEC": 1}, (50, 72, 72), "float16", (True, "none", True)),
     ({"TMA": 1, "WARP_SPEC": 1, "GROUP_M": 1}, (33, 72, 80), "float32", (False, "silu", False)),
+    # the tile computed transposed (B^T A^T): alone, with split-K and its fixup, with TMA
+    ({"SWAP_AB": 1}, (33, 72, 80), "float16", (True, "silu", True)),
+    ({"SWAP_AB": 1, "SPLIT_K": 2}, (17, 72, 72), "float32", (False, "none", True)),
+    ({"SWAP_AB": 1, "PERSISTENT": 1, "TMA": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
 ]
 
 _SCRIPT = r'''
@@ -175,3 +179,18 @@ def test_a_generated_candidate_with_an_epilogue_passes_the_gate_on_the_cpu(tmp_p
                            "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     data = json.loads(proc.stdout)
     assert proc.returncode == 1 and not data["accepted"]
+
+
+def test_the_swap_ab_gene_is_optional_and_its_seeds_are_valid():
+    from evokernel.search_spaces import gemm_seeds
+
+    space = gemm_space(swap_ab=True)
+    assert "SWAP_AB" in space.names and "SWAP_AB" not in gemm_space().names
+    for m in (16, 64, 256, 4096):
+        seeds = gemm_seeds(m, swap_ab=True)
+        assert all(space.is_valid(p) for p in seeds), m
+        assert any(p["SWAP_AB"] for p in seeds) == (m <= 64)
+    assert all("SWAP_AB" not in p for p in gemm_seeds(16))  # the plain space's seeds stay as they were
+    assert "SWAP_AB = " not in candidate_source(DEFAULTS) and '"SWAP_AB": 1' in candidate_source(dict(DEFAULTS, SWAP_AB=1))
+    with pytest.raises(ValueError, match="optionally"):
+        candidate_source(dict(DEFAULTS, SWAPAB=1))
