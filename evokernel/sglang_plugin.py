@@ -177,7 +177,7 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
             return original(*args, **kwargs)
         up, down = configs
         out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up={k: up[k] for k in GEMM_KEYS}, down=down,
-                  gemv=bool(up.get("GEMV")), fuse_silu=bool(up.get("FUSE_SILU")))
+                  gemv=int(up.get("GEMV", 0)), fuse_silu=bool(up.get("FUSE_SILU")))
         factor = a.get("routed_scaling_factor")
         if factor is not None and factor != 1.0:
             out = out * factor

@@ -118,7 +118,7 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
             IntRange(f"{prefix}num_stages", 2, 5),
         ]
     if gemv:  # the small-batch structure (see search_spaces/triton_moe.py) as a gene
-        params.append(Ordinal("GEMV", [0, 1]))
+        params.append(Ordinal("GEMV", [0, 1, 2]))  # 2: the down GEMV per pair, then a sum over the top_k
     if fuse_silu:  # SiLU-and-multiply fused into the up GEMM
         params.append(Ordinal("FUSE_SILU", [0, 1]))
     space = SearchSpace(params, name="fused_moe" + (f"_fp8_{fp8}" if fp8 else "") + ("_gemv" if gemv else "")

@@ -33,7 +33,10 @@ more than the GEMMs when a decode batch routes a few tokens), two kernels only:
     the token's top_k experts of act[p] . W2[e_p], written once (no cache, no sum kernel).
 
 Every weight row is read once per pair that needs it, so it pays while pairs rarely share
-an expert (small M); BLOCK_SIZE_M and GROUP_SIZE_M mean nothing there.
+an expert (small M); BLOCK_SIZE_M and GROUP_SIZE_M mean nothing there. `GEMV=2` runs step 2'
+per pair instead (one program per (pair, columns of H), top_k times the programs of a
+token's step 2', which at one token leaves most of the 132 SMs idle), writing w_p * W2[e_p]
+. act[p] in x's dtype, then sums over the top_k (three kernels).
 
 A second structural gene, `FUSE_SILU` (optional, 0 when absent; GEMM path, not fp8), fuses
 step 3 into step 2: a program of the up GEMM loads the gate rows and the up rows of its
@@ -331,8 +334,37 @@ def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stri
     tl.store(out_ptr + t.to(tl.int64) * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
+@triton.jit
+def _gemv_down_pairs_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stride_am, stride_we, stride_wn,
+                            stride_wk, stride_om, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """out[p, n] = w_p * (W2[e_p, n] . act[p]) for one pair p: the down GEMV spread over the
+    pairs as well as the columns (GEMV=2), so that one token's top_k experts run on top_k
+    times more programs; a sum over the top_k follows."""
+    p = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < H
+    offs_k = tl.arange(0, BLOCK_K)
+    expert = tl.load(ids_ptr + p).to(tl.int64)
+    a_row = act_ptr + p.to(tl.int64) * stride_am
+    w_rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k in range(0, tl.cdiv(I, BLOCK_K)):
+        kk = k * BLOCK_K + offs_k
+        if EVEN_K:
+            a = tl.load(a_row + kk).to(tl.float32)
+            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None], other=0.0).to(tl.float32)
+        else:
+            a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
+            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
+                        other=0.0).to(tl.float32)
+        acc += tl.sum(w * a[None, :], axis=1)
+    acc = acc * tl.load(weights_ptr + p)
+    tl.store(out_ptr + p.to(tl.int64) * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
+
+
 def _fused_moe_gemv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                    topk_ids: torch.Tensor, up: Mapping[str, int], down: Mapping[str, int]) -> torch.Tensor:
+                    topk_ids: torch.Tensor, up: Mapping[str, int], down: Mapping[str, int],
+                    per_pair: bool = False) -> torch.Tensor:
     M, H = x.shape
     inter = w1.shape[1] // 2
     top_k = topk_ids.shape[1]
@@ -343,8 +375,15 @@ def _fused_moe_gemv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
         x, w1, act, ids, H, inter, x.stride(0), w1.stride(0), w1.stride(1), w1.stride(2), act.stride(0),
         TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0,
         num_warps=up["num_warps"], num_stages=up["num_stages"])
-    out = torch.empty((M, H), device=x.device, dtype=x.dtype)
     bn, bk = down["BLOCK_SIZE_N"], down["BLOCK_SIZE_K"]
+    if per_pair:
+        parts = torch.empty((M * top_k, H), device=x.device, dtype=x.dtype)
+        _gemv_down_pairs_kernel[(M * top_k, triton.cdiv(H, bn))](
+            act, w2, parts, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2),
+            parts.stride(0), BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
+            num_warps=down["num_warps"], num_stages=down["num_stages"])
+        return parts.view(M, top_k, H).sum(dim=1)
+    out = torch.empty((M, H), device=x.device, dtype=x.dtype)
     _gemv_down_kernel[(M, triton.cdiv(H, bn))](
         act, w2, out, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2), out.stride(0),
         TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
@@ -544,10 +583,11 @@ def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None
 
 def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
               topk_ids: torch.Tensor, *, up: Mapping[str, int], down: Mapping[str, int],
-              gemv: bool = False, w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
+              gemv: bool | int = False, w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
               block_shape: tuple[int, int] | list[int] | None = None, fuse_silu: bool = False) -> torch.Tensor:
     """The MoE layer's output [M, H] in x's dtype, with the up and down GEMMs at their configs
-    (`gemv`: the small-batch path; `fuse_silu`: SiLU-and-multiply in the up GEMM's epilogue;
+    (`gemv`: the small-batch path, 1 or True with the down GEMV per token, 2 per pair then a
+    sum over the top_k; `fuse_silu`: SiLU-and-multiply in the up GEMM's epilogue;
     e4m3 weights with their scales: fp8 w8a8, per tensor or, with `block_shape`, per block;
     see the module's doc)."""
     if fuse_silu and (gemv or w1.dtype == torch.float8_e4m3fn):
@@ -568,7 +608,7 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
             s1, s2 = s1.reshape(E), s2.reshape(E)
         return _fused_moe_fp8(x, w1, w2, s1, s2, weights, topk_ids, up, down, block)
     if gemv:
-        return _fused_moe_gemv(x, w1, w2, weights, topk_ids, up, down)
+        return _fused_moe_gemv(x, w1, w2, weights, topk_ids, up, down, per_pair=int(gemv) == 2)
     aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
     aligned_down = aligned_up if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"] else \
         align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
@@ -665,5 +705,5 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
     if fp8 is not None:
         return _CANDIDATE_FP8.format(mode=fp8, up=fmt(up), down=fmt(down),
                                      block=f"[{GROUP}, {GROUP}]" if fp8 == "block" else "None")
-    flags = (", gemv=True" if params.get("GEMV") else "") + (", fuse_silu=True" if params.get("FUSE_SILU") else "")
+    flags = ({0: "", 1: ", gemv=True", 2: ", gemv=2"}[int(params.get("GEMV", 0))]) + (", fuse_silu=True" if params.get("FUSE_SILU") else "")
     return _CANDIDATE.format(up=fmt(up), down=fmt(down), gemv=flags)

@@ -117,6 +117,9 @@ assert impl.calls == 3 and hook.stats["fallback"] == 3
 # a table entry that chose the small-batch GEMV path runs it
 gemv = fused_experts_hook(MoeTable({(E, two_n // 2): {8: (dict(UP, GEMV=1), DOWN)}}))
 assert torch.allclose(gemv(impl, x, w1, w2, tw, ti).float(), want, rtol=5e-3, atol=5e-3) and impl.calls == 3
+# the GEMV path with its down GEMV per pair
+pairs = fused_experts_hook(MoeTable({(E, two_n // 2): {8: (dict(UP, GEMV=2), DOWN)}}))
+assert torch.allclose(pairs(impl, x, w1, w2, tw, ti).float(), want, rtol=5e-3, atol=5e-3) and impl.calls == 3
 # and one that fused SiLU into the up GEMM runs that structure
 fused = fused_experts_hook(MoeTable({(E, two_n // 2): {8: (dict(UP, FUSE_SILU=1), DOWN)}}))
 assert torch.allclose(fused(impl, x, w1, w2, tw, ti).float(), want, rtol=5e-3, atol=5e-3) and impl.calls == 3

@@ -38,6 +38,9 @@ CASES = [
     (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 1, "float32", True),
     (gemm(16, 64, 128, 1), gemm(16, 32, 128, 1), 9, "float16", True),
     (gemm(16, 32, 64, 1, warps=8), gemm(16, 64, 16, 1), 17, "float32", True),
+    # the GEMV path with the down GEMV per pair (GEMV=2)
+    (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 1, "float32", 2),
+    (gemm(16, 64, 128, 1), gemm(16, 32, 16, 1), 9, "float16", 2),
     # SiLU fused into the up GEMM: N tiles that divide I and do not, K masked, one token
     (gemm(16, 32, 32, 1), gemm(16, 32, 32, 1), 9, "float32", False, True),
     (gemm(32, 64, 128, 8), gemm(16, 32, 32, 1), 17, "float16", False, True),
@@ -121,7 +124,7 @@ def interpreted() -> dict[str, str | None]:
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]['BLOCK_SIZE_M']}-{c[1]['BLOCK_SIZE_M']}-M{c[2]}-{c[3]}"
-                                                     + ("-gemv" if c[4:5] == (True,) else "")
+                                                     + ({True: "-gemv", 2: "-gemv2"}.get(c[4], "") if c[4:5] else "")
                                                      + ("-fusesilu" if c[5:] == (True,) else "") for c in CASES])
 def test_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
     assert interpreted[str(i)] is None, interpreted[str(i)]
