@@ -331,11 +331,33 @@ def _linear(args: dict[str, Any]) -> _Work | None:
     return _mm(x, _T(tuple(reversed(w.shape)), w.type), extra=ops[2:3])
 
 
+def _grouped_mm(args: dict[str, Any]) -> _Work | None:
+    """torch._grouped_mm: x [T, K] against w [G, K, N] with offs (each row meets its group's
+    weight once: 2 T K N), or batched [G, M, K] @ [G, K, N]; other forms are not counted."""
+    ops = _operands(args)
+    if len(ops) < 2 or ops[0] is None or ops[1] is None:
+        return None
+    x, w = ops[0], ops[1]
+    assert x is not None and w is not None
+    if len(x.shape) == 2 and len(w.shape) == 3 and x.shape[1] == w.shape[1]:
+        t, k, n = x.shape[0], x.shape[1], w.shape[2]
+        flops = 2.0 * t * k * n
+        out = t * n * _SIZES[x.type]
+    elif len(x.shape) == 3 and len(w.shape) == 3 and x.shape[0] == w.shape[0] and x.shape[2] == w.shape[1]:
+        g, m, k, n = x.shape[0], x.shape[1], x.shape[2], w.shape[2]
+        flops = 2.0 * g * m * k * n
+        out = g * m * n * _SIZES[x.type]
+    else:
+        return None
+    return _Work(flops, float(x.nbytes + w.nbytes + out), _DTYPES.get(x.type, x.type))
+
+
 _FORMULAS: dict[str, Callable[[dict[str, Any]], _Work | None]] = {
     "aten::mm": _matmul_args(0), "aten::bmm": _matmul_args(0), "aten::matmul": _matmul_args(0),
     "aten::addmm": _matmul_args(1), "aten::baddbmm": _matmul_args(1), "aten::linear": _linear,
     # fp8: the output dtype is an argument the trace does not type; one byte per element is a lower bound
     "aten::_scaled_mm": _matmul_args(0),
+    "aten::_grouped_mm": _grouped_mm,
     "aten::scaled_dot_product_attention": lambda a: _attention(a, 5, False),
     "aten::_scaled_dot_product_flash_attention": lambda a: _attention(a, 4, False),
     "aten::_scaled_dot_product_flash_attention_for_cpu": lambda a: _attention(a, 4, False),

@@ -135,6 +135,16 @@ def test_nn_module_events_stand_in_for_missing_scopes():
     assert [(k.op, k.module, k.flops) for k in p.kernels] == [("aten::mm", "Decoder_0.Linear_0", 2 * 4 * 8 * 16)]
 
 
+def test_grouped_mm_counts_each_row_against_its_groups_weight():
+    # the MoE experts of examples/models/qwen3_moe_stack.py run as torch._grouped_mm (call S:
+    # 6.7% of the Qwen3-MoE step per layer, with no roofline until this formula)
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::_grouped_mm", "pid": 1, "tid": 1, "ts": 20, "dur": 30,
+           "args": {"Input Dims": [[12, 16], [3, 16, 8], [3], [], []],
+                    "Input type": ["c10::BFloat16", "c10::BFloat16", "int", "", ""]}}]
+    [k] = parse_trace({"traceEvents": ev}).kernels
+    assert k.flops == 2 * 12 * 16 * 8 and k.bytes == 2 * (12 * 16 + 3 * 16 * 8 + 12 * 8)
+
+
 def test_the_trace_own_flops_count_and_gzip(tmp_path):
     trace = _cpu_trace()
     trace["traceEvents"][0]["args"]["flops"] = 1000
