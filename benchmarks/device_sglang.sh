@@ -7,6 +7,9 @@
 #     decode at batch 1/16/64/256 and prefill at 512/2048 tokens; numerics vs shipped.
 # Needs carry [".whl", ".sgl"] (see ../shared/sglang-offline/README.md for .sgl).
 #   bash benchmarks/device_sglang.sh
+# SERVING=examples/workloads/chat_poisson.jsonl adds the serving comparison (a launched server
+# per variant replaying the trace through SGLang's serving benchmark: TTFT, TPOT, end-to-end
+# percentiles); ONLY_SERVING=1 leaves the one-batch A/B out.
 set -u
 source benchmarks/device_setup.sh || exit 1
 ROOT="$(pwd)"; SGL="$ROOT/.sgl"; SITE=/tmp/sgl_site
@@ -24,5 +27,7 @@ export SGLANG_DISABLED_MODEL_ARCHS
 if [ -z "${CUDA_HOME:-}" ]; then for c in /usr/local/cuda /usr/local/cuda-13.0; do [ -x "$c/bin/nvcc" ] && export CUDA_HOME=$c && break; done; fi
 export PATH="$(dirname "$(command -v python3)"):${CUDA_HOME:-/usr/local/cuda}/bin:$PATH"
 python3 benchmarks/sglang_e2e_h200.py --out $OUT --model "$SGL/model" --ms 1 16 64 256 --budget ${BUDGET:-12} \
-    --search-deadline ${SEARCH_S:-170} --deadline ${DEADLINE:-540} --repeats ${REPEATS:-5} > $OUT/e2e.log 2>&1
+    --search-deadline ${SEARCH_S:-170} --deadline ${DEADLINE:-540} --repeats ${REPEATS:-5} \
+    ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-100}} ${ONLY_SERVING:+--skip-one-batch} \
+    > $OUT/e2e.log 2>&1
 tail -30 $OUT/e2e.log
