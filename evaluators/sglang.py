@@ -40,7 +40,7 @@ from typing import Any
 from evokernel.genome import Genome
 from evokernel.result import Result, Status
 
-__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise"]
+__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise", "profile_engine"]
 
 BASELINE = "sglang_shipped"
 
@@ -374,3 +374,40 @@ class SGLangEvaluator:
                 yield Result.failed(Status.RUNTIME_ERROR, "no decode point was measured")
                 continue
             yield Result.ok(total / weight, meta={"sglang": report.to_json()})
+
+
+def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len: int = 512, output_len: int = 8,
+                   package: str | os.PathLike[str] | None = None, trace_path: str | os.PathLike[str],
+                   log_dir: str | os.PathLike[str] = "sglang-profile", load_timeout_s: float = 900.0,
+                   run_timeout_s: float = 300.0) -> Any:
+    """An SGLang engine's prefill and decode steps under torch.profiler, as an
+    `evokernel.profile.Profile`: the engine is loaded as the A/B evaluator loads it (plugins
+    first; `package` is an evokernel export to apply), warmed at the point, then one
+    `one_batch` run of (batch_size, input_len, output_len) is profiled and its trace parsed.
+    Decode steps replayed from CUDA graphs show their kernels without the ops and modules
+    that launched them (a graph replay has no per-op CPU events); prefill is fully
+    attributed. Raises ConfigError with the engine's own error when it cannot start."""
+    from evokernel.errors import ConfigError
+    from evokernel.profile import parse_trace
+
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
+    if package is not None:
+        env["EVOKERNEL_SGLANG_PACKAGE"] = str(Path(package).resolve())
+    plan = {"warm": [[batch_size, input_len]], "max_batch": batch_size}
+    engine = _Engine("profile", list(server_argv), plan, env, log_dir / "profile.log")
+    try:
+        for stage in ("loaded", "ready"):
+            got = engine.read(load_timeout_s)
+            if not got.get(stage):
+                raise ConfigError(f"the SGLang engine did not start: {got.get('error', 'no answer')} "
+                                  f"(its log: {log_dir / 'profile.log'})")
+        got = engine.ask({"cmd": "profile", "batch_size": batch_size, "input_len": input_len,
+                          "output_len": output_len, "path": str(Path(trace_path).resolve())}, run_timeout_s)
+        if "error" in got:
+            raise ConfigError(f"profiling the SGLang engine failed: {got['error']}")
+    finally:
+        engine.close()
+    name = f"sglang-b{batch_size}-i{input_len}-o{output_len}"
+    return parse_trace(trace_path, iterations=1, target=name)

@@ -129,6 +129,16 @@ def _build_parser() -> argparse.ArgumentParser:
     pr.add_argument("target", nargs="?", default=None,
                     help="a .py defining `model` (nn.Module or factory) and `example_inputs` (tuple or factory)")
     pr.add_argument("--trace", default=None, help="read a saved Chrome trace (.json or .json.gz) instead")
+    pr.add_argument("--sglang", default=None, metavar="MODEL",
+                    help="profile an SGLang engine serving MODEL (a model folder; needs sglang installed): one "
+                         "one_batch run of --batch-size/--input-len/--output-len under torch.profiler")
+    pr.add_argument("--batch-size", type=_positive_int, default=1, help="with --sglang (default 1)")
+    pr.add_argument("--input-len", type=_positive_int, default=512, help="with --sglang (default 512)")
+    pr.add_argument("--output-len", type=_positive_int, default=8, help="with --sglang (default 8)")
+    pr.add_argument("--package", default=None, help="with --sglang: an `evokernel export sglang-plugin` folder to apply")
+    pr.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="with --sglang: one more SGLang server argument (repeatable), e.g. "
+                         "--server-arg=--attention-backend=triton")
     pr.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when a GPU is present")
     pr.add_argument("--iters", type=_positive_int, default=10, help="profiled calls (default 10)")
     pr.add_argument("--warmup", type=int, default=3, help="calls before profiling (default 3)")
@@ -669,9 +679,22 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     from .profile import load_target, parse_trace, profile_module
     from .store import SQLiteStore
 
-    if (args.target is None) == (args.trace is None):
-        raise ConfigError("profile takes a target file or --trace TRACE.json (one of them)")
-    if args.trace is not None:
+    if sum(x is not None for x in (args.target, args.trace, args.sglang)) != 1:
+        raise ConfigError("profile takes a target file, --trace TRACE.json or --sglang MODEL (one of them)")
+    if args.sglang is not None:
+        import importlib.util
+        import tempfile
+
+        from .evaluators.sglang import profile_engine
+
+        if importlib.util.find_spec("sglang") is None:
+            raise ConfigError("--sglang needs SGLang installed (pip install 'evokernel[sglang]')")
+        argv = ["--model-path", args.sglang, *[a for arg in args.server_arg for a in arg.split("=", 1)]]
+        trace = args.save_trace or os.path.join(tempfile.mkdtemp(prefix="evokernel-sglang-"), "trace.json")
+        prof = profile_engine(argv, batch_size=args.batch_size, input_len=args.input_len, output_len=args.output_len,
+                              package=args.package, trace_path=trace)
+        name = prof.target
+    elif args.trace is not None:
         if not os.path.isfile(args.trace):
             raise ConfigError(f"no such trace: {args.trace}")
         name = Path(args.trace).name.split(".")[0]

@@ -17,6 +17,10 @@ prints on stdout never mix with them:
 - {"cmd": "logits", "batch_size": B, "input_len": I, "steps": S, "seed": K} -> greedy tokens
   for S steps and the first step's logits (a few summary numbers and a sample of values)
   on fixed prompts, for the numerics check against the unpatched engine;
+- {"cmd": "profile", "batch_size": B, "input_len": I, "output_len": O, "path": P} -> one such
+  run under torch.profiler (CPU and CUDA activity, shapes, FLOPs, a record_function scope
+  per module of the model, as `evokernel.profile.profile_module` opens them), its Chrome
+  trace written to P, and the run's figures (`evokernel profile --sglang` reads the trace);
 - {"cmd": "quit"}.
 
 Failures are replies ({"error": ...}), never a silent death: the parent reads them.
@@ -83,6 +87,26 @@ def _run(runner: Any, batch_size: int, input_len: int, output_len: int, seed: in
                                     output_len, 0, False, False, ("CPU", "GPU"), "", "all", 0)
 
 
+def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path: str, seed: int = 0
+             ) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from evokernel.profile import _scopes
+
+    handles = _scopes(runner.model)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                     with_flops=True) as prof:
+            got = _run(runner, batch_size, input_len, output_len, seed)
+            torch.cuda.synchronize()
+    finally:
+        for h in handles:
+            h.remove()
+    prof.export_chrome_trace(path)
+    return {"trace": path, **(got or {"error": "batch does not fit the KV cache"})}
+
+
 def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -142,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
                 got = _run(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
                            int(msg.get("seed", 0)))
                 _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
+            elif msg.get("cmd") == "profile":
+                _reply(reply_fd, _profile(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
+                                          str(msg["path"]), int(msg.get("seed", 0))))
             elif msg.get("cmd") == "logits":
                 _reply(reply_fd, _logits(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["steps"]),
                                          int(msg.get("seed", 0))))

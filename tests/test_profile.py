@@ -223,3 +223,30 @@ def test_cli_profile_usage_errors(evokernel_cmd, cli_env, tmp_path):
         out = _run(evokernel_cmd, cli_env, "profile", *args, "--db", str(tmp_path / "x.db"), cwd=tmp_path)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.strip().splitlines()[-1].startswith("evokernel: error:") and text in out.stderr
+
+
+def test_profiling_an_sglang_engine_without_sglang_says_so(tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("SGLang is installed: the device run covers it")
+    out = subprocess.run([sys.executable, "-m", "evokernel.cli", "profile", "--sglang", str(tmp_path),
+                          "--db", str(tmp_path / "p.db")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--sglang needs SGLang installed" in out.stderr and "Traceback" not in out.stderr
+    both = subprocess.run([sys.executable, "-m", "evokernel.cli", "profile", "--sglang", str(tmp_path), "--trace",
+                           "t.json"], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 2 and "one of them" in both.stderr
+
+
+def test_the_engine_profile_reports_an_engine_that_cannot_start(tmp_path):
+    # the engine driver runs (python -m evokernel.sglang_bench) and answers with why it could
+    # not load; profile_engine turns that into a clear error naming the engine's log
+    from evokernel.errors import ConfigError
+    from evokernel.evaluators.sglang import profile_engine
+
+    with pytest.raises(ConfigError, match="the SGLang engine did not start") as err:
+        profile_engine(["--model-path", str(tmp_path)], trace_path=tmp_path / "t.json", log_dir=tmp_path / "logs",
+                       load_timeout_s=120)
+    assert "profile.log" in str(err.value)

@@ -23,6 +23,7 @@ kernel), mlp_act (GELU in the epilogue of the Triton GEMM template), block_compi
 
 from __future__ import annotations
 
+import os
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -244,8 +245,18 @@ class FluxStack(Rewritable, nn.Module):
         return self.blocks[0].sample_inputs(seed, dtype, device)
 
 
-def model(size: str = "tiny") -> FluxStack:
+def _size(size: str | None) -> str:
+    """The size asked for, else EVOKERNEL_MODEL_SIZE (tiny or real; what `evokernel profile` on
+    this file builds: `EVOKERNEL_MODEL_SIZE=real evokernel profile examples/models/flux_dit.py`)."""
+    size = size or os.environ.get("EVOKERNEL_MODEL_SIZE", "tiny")
+    if size not in SIZES:
+        raise ValueError(f"EVOKERNEL_MODEL_SIZE must be one of {sorted(SIZES)}, got {size!r}")
+    return size
+
+
+def model(size: str | None = None) -> FluxStack:
     """The stack with dummy weights (seeded; scaled like a trained model's: O(1) activations)."""
+    size = _size(size)
     torch.manual_seed(0)
     cfg = SIZES[size]
     m = FluxStack(cfg["hidden"], cfg["heads"], cfg["mlp_ratio"], cfg["blocks"])
@@ -259,12 +270,14 @@ def model(size: str = "tiny") -> FluxStack:
         img_tokens = cfg["img_hw"][0] * cfg["img_hw"][1]
         for b in m.blocks:
             b.sample_tokens = (min(img_tokens, 1024), min(cfg["txt"], 256))
-    return m
+    return m.to(torch.bfloat16) if size == "real" else m  # real sizes run in bf16, as the benchmarks do
 
 
-def example_inputs(size: str = "tiny", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+def example_inputs(size: str | None = None, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """img [1, h*w, hidden], txt [1, txt, hidden], vec [1, hidden] in `dtype`; cos and sin [txt + h*w, D/2]
     in fp32."""
+    size = _size(size)
+    dtype = dtype or (torch.bfloat16 if size == "real" else torch.float32)
     cfg = SIZES[size]
     g = torch.Generator().manual_seed(1)
     h, w = cfg["img_hw"]

@@ -22,6 +22,7 @@ block_compile (torch.compile on each whole layer, after the other rewrites).
 
 from __future__ import annotations
 
+import os
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -233,8 +234,18 @@ class Qwen3MoEStack(nn.Module):
         return x
 
 
-def model(size: str = "tiny") -> Qwen3MoEStack:
+def _size(size: str | None) -> str:
+    """The size asked for, else EVOKERNEL_MODEL_SIZE (tiny or real; what `evokernel profile` on
+    this file builds: `EVOKERNEL_MODEL_SIZE=real evokernel profile examples/models/qwen3_moe_stack.py`)."""
+    size = size or os.environ.get("EVOKERNEL_MODEL_SIZE", "tiny")
+    if size not in SIZES:
+        raise ValueError(f"EVOKERNEL_MODEL_SIZE must be one of {sorted(SIZES)}, got {size!r}")
+    return size
+
+
+def model(size: str | None = None) -> Qwen3MoEStack:
     """The stack with dummy weights (seeded; QK-norm and norm weights off 1 so they matter)."""
+    size = _size(size)
     torch.manual_seed(0)
     m = Qwen3MoEStack(**SIZES[size])
     with torch.no_grad():
@@ -243,11 +254,13 @@ def model(size: str = "tiny") -> Qwen3MoEStack:
                 w.uniform_(0.5, 1.5)
             if size == "real":
                 layer.sample_tokens = 512
-    return m
+    return m.to(torch.bfloat16) if size == "real" else m  # real sizes run in bf16, as the benchmarks do
 
 
-def example_inputs(size: str = "tiny", dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+def example_inputs(size: str | None = None, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """hidden states [1, tokens, hidden] in `dtype` and the rotary tables cos, sin [tokens, D/2] in fp32."""
+    size = _size(size)
+    dtype = dtype or (torch.bfloat16 if size == "real" else torch.float32)
     cfg = SIZES[size]
     x = torch.randn(1, cfg["tokens"], cfg["hidden"], generator=torch.Generator().manual_seed(1))
     cos, sin = rope_tables(cfg["tokens"], cfg["head_dim"])
