@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["geomean", "pick", "landscape_seeds"]
+__all__ = ["geomean", "pick", "landscape_seeds", "search_and_measure"]
 
 
 def geomean(xs: list[float | None]) -> float | None:
@@ -45,3 +45,33 @@ def landscape_seeds(path: Any, space: Any, *, top: int = 6) -> list[dict[str, An
     from evokernel.landscape import landscape_seeds as seeds
 
     return seeds(path, space, top=top)
+
+
+def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluations: int, wall_s: float,
+                       baselines: dict[str, Any], seeds: Any = (), descriptor: Any = None, rounds: int = 3,
+                       ) -> tuple[dict[str, Any] | None, Any]:
+    """One benchmark job: a search (seeded), the final pick (`pick`), then the winner and the
+    `baselines` (name -> Genome) re-measured together, interleaved, in fresh processes.
+
+    Returns (the row's measured part, the search report); the part is None when no candidate
+    passed the gate. The part: winner (params), winner_ms, search_ms, final_pick,
+    evaluations, statuses, baselines (name -> ms, None where a baseline failed), speedup
+    (name -> baseline ms / winner ms), errors (of the re-measurement)."""
+    from evokernel import Budget, Search
+
+    report = Search(space, ev, store=store, descriptor=descriptor, name=name, seeds=seeds).run(
+        Budget(evaluations=evaluations, wall_s=wall_s), seed=0)
+    if report.best is None:
+        return None, report
+    winner, final = pick(ev, report)
+    names = list(baselines)
+    results = ev.remeasure([winner, *baselines.values()], rounds=rounds)
+    lat = [r.latency_ms if r.is_ok else None for r in results]
+    part = {
+        "winner": dict(winner.params), "winner_ms": lat[0], "search_ms": report.best.latency_ms,
+        "final_pick": final, "evaluations": report.evaluations, "statuses": report.statuses,
+        "baselines": dict(zip(names, lat[1:])),
+        "speedup": {n: (x / lat[0]) if (x and lat[0]) else None for n, x in zip(names, lat[1:])},
+        "errors": {n: r.error[:300] for n, r in zip(["winner", *names], results) if not r.is_ok},
+    }
+    return part, report

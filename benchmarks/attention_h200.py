@@ -47,7 +47,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, landscape_seeds, pick  # noqa: E402
+from _common import geomean, landscape_seeds, search_and_measure  # noqa: E402
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
 #: recorded H200 sweeps (benchmarks/device_attention.sh) whose fastest points seed the searches
@@ -142,7 +142,7 @@ def main() -> None:
 
     import torch
 
-    from evokernel import Budget, Genome, Search
+    from evokernel import Genome
     from evokernel.evaluators import KernelEvaluator
     from evokernel.problem import Problem
     from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
@@ -186,32 +186,27 @@ def main() -> None:
         # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
         # of it, usually): the search starts where the sweep found the fast region
         seeds = landscape_seeds(LANDSCAPES[kind], space) if not args.no_seeds else []
-        report = Search(space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}",
-                        seeds=seeds).run(
-            Budget(evaluations=args.budget, wall_s=max(15.0, 0.7 * left / (len(jobs) - i))), seed=0)
-        if report.best is None:
+        part, report = search_and_measure(
+            space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}", seeds=seeds,
+            baselines=dict(zip(names, baselines)), evaluations=args.budget,
+            wall_s=max(15.0, 0.7 * left / (len(jobs) - i)))
+        if part is None:
             doc["skipped"].append(f"{kind} {spec}: no candidate passed ({report.statuses})")
             write(out, doc)
             continue
-        winner, final = pick(ev, report)  # the top elites re-measured together; then, separately, vs baselines
-        results = ev.remeasure([winner, *baselines], rounds=3)
-        lat = [r.latency_ms if r.is_ok else None for r in results]
+        ms = part["winner_ms"]
         work = problem.flops(shape) if kind == "prefill" else problem.bytes(shape)
         row: dict[str, Any] = {
             "kind": kind, "model": mod.MODEL, "spec": spec,
             "shape": ",".join(f"{k}={v}" for k, v in shape.items() if k in ("lens", "Hq", "Hkv", "D", "P")),
-            "winner": dict(winner.params), "winner_short": short(kind, winner.params), "winner_ms": lat[0],
-            "rate": (work or 0.0) / (lat[0] * 1e-3) / (1e12 if kind == "prefill" else 1e9) if lat[0] else None,
-            "search_ms": report.best.latency_ms, "final_pick": final, "evaluations": report.evaluations, "statuses": report.statuses,
-            "baselines": dict(zip(names, lat[1:])),
-            "speedup": {b: (x / lat[0]) if (x and lat[0]) else None for b, x in zip(names, lat[1:])},
-            "errors": {n: r.error[:300] for n, r in zip(["winner", *names], results) if not r.is_ok},
+            "winner_short": short(kind, part["winner"]),
+            "rate": (work or 0.0) / (ms * 1e-3) / (1e12 if kind == "prefill" else 1e9) if ms else None, **part,
         }
         if kind == "prefill":
             sdpa = [(x, n) for n, x in row["baselines"].items() if n.startswith("sdpa_") and x]
             best = min(sdpa) if sdpa else (None, None)
             row.update(best_sdpa=best[1], best_sdpa_ms=best[0])
-            row["speedup"]["best_sdpa"] = (best[0] / lat[0]) if (best[0] and lat[0]) else None
+            row["speedup"]["best_sdpa"] = (best[0] / ms) if (best[0] and ms) else None
         doc["rows"].append(row)
         write(out, doc)
         print(json.dumps({k: row[k] for k in ("kind", "spec", "winner_short", "winner_ms", "speedup")}), flush=True)

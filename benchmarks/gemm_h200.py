@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, pick  # noqa: E402
+from _common import geomean, search_and_measure  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
 
@@ -107,7 +107,7 @@ def main() -> None:
 
     import torch
 
-    from evokernel import Budget, Genome, Search
+    from evokernel import Genome
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
@@ -152,30 +152,25 @@ def main() -> None:
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
             seeds, descriptor = gemm_seeds(m, swap_ab=swap), gemm_class
         shape = problem.shapes[0]
-        report = Search(space, ev, store=store, descriptor=descriptor,
-                        name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}", seeds=seeds).run(
-            Budget(evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i))), seed=0)
-        if report.best is None:
+        if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
+            # (under the name "cublas", as gemm.json's geomean names cuBLAS's figure: here cuBLASLt's fp8 GEMM)
+            baselines = {"cublas": Genome.of({"baseline": "cublaslt"}, source=scaled_mm_source()),
+                         "triton_default": Genome.of(dict(FP8_DEFAULTS))}
+        else:
+            baselines = {"cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
+                         "triton_default": Genome.of(dict(DEFAULTS))}
+        part, report = search_and_measure(
+            space, ev, store=store, descriptor=descriptor, seeds=seeds, baselines=baselines,
+            name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}",
+            evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i)))
+        if part is None:
             doc["skipped"].append(f"{model}:{layer} M={m}: no candidate passed ({report.statuses})")
             write(out, doc)
             continue
-        winner, final = pick(ev, report)  # the top elites re-measured together; then, separately, vs baselines
-        if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
-            genomes = [winner, Genome.of({"baseline": "cublaslt"}, source=scaled_mm_source()), Genome.of(dict(FP8_DEFAULTS))]
-        else:
-            genomes = [winner, Genome.of({"baseline": "cublas"}, source=torch_source(**epi)), Genome.of(dict(DEFAULTS))]
-        results = ev.remeasure(genomes, rounds=3)
-        lat = [r.latency_ms if r.is_ok else None for r in results]
         flops = problem.flops(shape) or 0.0
-        row = {
-            "model": model, "layer": layer, "M": m, "N": int(shape["N"]), "K": int(shape["K"]),
-            "winner": dict(winner.params), "winner_short": short(winner.params), "winner_ms": lat[0],
-            "tflops": flops / (lat[0] * 1e-3) / 1e12 if lat[0] else None,
-            "search_ms": report.best.latency_ms, "final_pick": final, "evaluations": report.evaluations, "statuses": report.statuses,
-            "baselines": dict(zip(BASELINES, lat[1:])),
-            "speedup": {b: (x / lat[0]) if (x and lat[0]) else None for b, x in zip(BASELINES, lat[1:])},
-            "errors": [r.error[:200] for r in results if not r.is_ok],
-        }
+        ms = part["winner_ms"]
+        row = {"model": model, "layer": layer, "M": m, "N": int(shape["N"]), "K": int(shape["K"]),
+               "winner_short": short(part["winner"]), "tflops": flops / (ms * 1e-3) / 1e12 if ms else None, **part}
         doc["rows"].append(row)
         write(out, doc)
         print(json.dumps({k: row[k] for k in ("model", "layer", "M", "winner_short", "winner_ms", "speedup")}),

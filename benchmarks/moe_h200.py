@@ -55,7 +55,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, pick  # noqa: E402
+from _common import geomean, search_and_measure  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
 PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -140,7 +140,7 @@ def main() -> None:
 
     import torch
 
-    from evokernel import Budget, Genome, Search
+    from evokernel import Genome
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import moe_space, shared_params
     from evokernel.search_spaces.sglang import default_config, shipped_config
@@ -195,26 +195,22 @@ def main() -> None:
             if m <= 8:  # the down GEMV per pair: top_k times the programs at one token
                 seeds += [dict(seeds[-3], GEMV=2), dict(seeds[-1], GEMV=2)]
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
-        report = Search(space, ev, store=store, name=name, seeds=seeds).run(
-            Budget(evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job)), seed=0)
-        if report.best is None:
+        baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
+        part, report = search_and_measure(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
+                                          evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
+        if part is None:
             doc["skipped"].append(f"{model} M={m}: no candidate passed ({report.statuses})")
             write(out, doc, stem)
             continue
-        winner, final = pick(ev, report)  # the top elites re-measured together; then, separately, vs baselines
-        genomes = [winner] + [Genome.of(shared_params(c)) for c in base.values() if c is not None]
-        results = ev.remeasure(genomes, rounds=3)
-        lat = [r.latency_ms if r.is_ok else None for r in results]
-        names = [n for n, c in base.items() if c is not None]
-        up, down = split_config(winner.params)
+        params = part["winner"]
+        up, down = split_config(params)
+        structure = {k: int(params[k]) for k in ("GEMV", "FUSE_SILU") if params.get(k)}
         row = {
-            "model": model, "E": E, "N": N, "H": int(shape["H"]), "topk": int(shape["topk"]), "M": m,
-            "winner": {"up": up, "down": down}, "winner_short": f"{short(up)} / {short(down)}" + {0: "", 1: " gemv", 2: " gemv-pairs"}[int(winner.params.get("GEMV", 0))]
-            + (" fused-silu" if winner.params.get("FUSE_SILU") else ""),
-            "winner_ms": lat[0], "search_ms": report.best.latency_ms, "final_pick": final, "evaluations": report.evaluations,
-            "baselines": dict(zip(names, lat[1:])), "baseline_configs": base,
-            "speedup": {n: (b / lat[0]) if (b and lat[0]) else None for n, b in zip(names, lat[1:])},
-            "errors": [r.error[:200] for r in results if not r.is_ok],
+            "model": model, "E": E, "N": N, "H": int(shape["H"]), "topk": int(shape["topk"]), "M": m, **part,
+            "winner": {"up": up, "down": down, **structure}, "params": params,
+            "winner_short": f"{short(up)} / {short(down)}" + {0: "", 1: " gemv", 2: " gemv-pairs"}[structure.get("GEMV", 0)]
+            + (" fused-silu" if structure.get("FUSE_SILU") else ""),
+            "baseline_configs": base,
             **({"fp8": args.fp8, "baseline_notes": notes} if args.fp8 else {}),
         }
         doc["rows"].append(row)
