@@ -27,6 +27,7 @@ from _common import geomean  # noqa: E402
 SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
     "gemm": [("M", "callM/gemm.json", None), ("N", "callN/gemm/gemm.json", None), ("P", "callP/gemm/gemm.json", None)],
     "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None)],
+    # (a later call adds its files here, oldest first: e.g. ("U", "callU/g0/moe_qwen.json", None))
     "attention_prefill": [("N", "callN/attn/attention.json", "prefill"), ("O", "callO/attn/attention.json", "prefill"),
                           ("T", "callT/g0/attn/attention.json", "prefill")],
     "attention_decode": [("N", "callN/attn/attention.json", "decode"), ("O", "callO/attn/attention.json", "decode"),
