@@ -94,7 +94,8 @@ def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path
 
     from evokernel.profile import _scopes
 
-    handles = _scopes(runner.model)
+    model = getattr(runner, "model", None)  # SGLang's ModelRunner holds the nn.Module as .model
+    handles = _scopes(model) if model is not None and hasattr(model, "named_modules") else []
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
                      with_flops=True) as prof:
