@@ -94,7 +94,8 @@ def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path
 
     from evokernel.profile import _scopes
 
-    model = getattr(runner, "model", None)  # SGLang's ModelRunner holds the nn.Module as .model
+    # one_batch wraps SGLang's ModelRunner (its nn.Module is .model) in a bench runner (.torch_runner)
+    model = getattr(runner, "model", None) or getattr(getattr(runner, "torch_runner", None), "model", None)
     handles = _scopes(model) if model is not None and hasattr(model, "named_modules") else []
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
