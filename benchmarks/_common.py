@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["geomean", "pick", "landscape_seeds", "search_and_measure"]
+__all__ = ["geomean", "pick", "landscape_seeds", "search_and_measure", "prior_seeds"]
 
 
 def geomean(xs: list[float | None]) -> float | None:
@@ -75,3 +75,35 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
         "errors": {n: r.error[:300] for n, r in zip(["winner", *names], results) if not r.is_ok},
     }
     return part, report
+
+
+def prior_seeds(path: Any, space: Any, **match: Any) -> list[dict[str, Any]]:
+    """The winners of earlier calls for this job, as seeds: rows of a results JSON
+    (`benchmarks/results/gemm.json` and the like) whose fields equal `match` (e.g. model=,
+    layer=, M=). A gene the space has and the row lacks (one added since) takes its first
+    value (the structure off); rows not valid in the space are left out. No file, no seeds."""
+    import json
+    from pathlib import Path
+
+    if not path or not Path(path).exists():
+        return []
+    rows = json.loads(Path(path).read_text()).get("rows", [])
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        if any(row.get(k) != v for k, v in match.items()):
+            continue
+        params = row.get("params") or row.get("winner")
+        if isinstance(params, dict) and isinstance(params.get("up"), dict):  # an MoE row's (up, down) form
+            params = {**params["up"], **{f"down_{k}": v for k, v in params.get("down", {}).items()},
+                      **{k: v for k, v in params.items() if k not in ("up", "down")}}
+        if not isinstance(params, dict):
+            continue
+        point = {p.name: params.get(p.name, p.values[0]) for p in space.params}
+        missing = [p.name for p in space.params if p.name not in params and p.name not in OPTIONAL_GENES]
+        if not missing and space.is_valid(point) and point not in out:
+            out.append(point)
+    return out
+
+
+#: genes added to spaces after results were recorded: absent from an old row means off
+OPTIONAL_GENES = ("SWAP_AB", "GEMV", "FUSE_SILU")

@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, search_and_measure  # noqa: E402
+from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
 
@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
                     help="the fp8 e4m3 GEMM (examples/problems/gemm_fp8.py) with these scales, against torch._scaled_mm")
+    ap.add_argument("--prior", default=str(ROOT / "benchmarks" / "results" / "gemm.json"),
+                    help="a results JSON whose winners for the same shape seed the search too ('' for none)")
     ap.add_argument("--no-swap-ab", action="store_true", help="leave the SWAP_AB gene (B^T A^T tiles) out of the space")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
@@ -151,6 +153,7 @@ def main() -> None:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
             seeds, descriptor = gemm_seeds(m, swap_ab=swap), gemm_class
+            seeds = prior_seeds(args.prior, space, model=model, layer=layer, M=m) + seeds
         shape = problem.shapes[0]
         if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
             # (under the name "cublas", as gemm.json's geomean names cuBLAS's figure: here cuBLASLt's fp8 GEMM)

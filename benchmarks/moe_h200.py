@@ -55,7 +55,7 @@ if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, search_and_measure  # noqa: E402
+from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
 PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -128,6 +128,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--no-gemv", action="store_true", help="leave the small-batch GEMV structure out of the space")
+    ap.add_argument("--prior", default=str(ROOT / "benchmarks" / "results" / "moe.json"),
+                    help="a results JSON whose winners for the same model and M seed the search too ('' for none)")
     ap.add_argument("--no-fuse-silu", action="store_true",
                     help="leave the FUSE_SILU structure (SiLU in the up GEMM's epilogue) out of the space")
     ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
@@ -185,6 +187,7 @@ def main() -> None:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
         seeds = [dict(shared_params(c), **plain) for c in base.values() if c is not None]
+        seeds = prior_seeds(args.prior if not args.fp8 else "", space, model=model, M=m) + seeds
         if fuse:  # SGLang's own tiles with SiLU fused into the up GEMM (where they fit)
             seeds += [p for p in (dict(s, FUSE_SILU=1) for s in seeds[:2]) if space.is_valid(p)]
         if gemv and m <= 64:  # the small-batch structure, a few tile shapes

@@ -1,0 +1,31 @@
+"""The device benchmarks' shared helpers (benchmarks/_common.py), on the recorded results."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import geomean, landscape_seeds, prior_seeds  # noqa: E402
+
+from evokernel.search_spaces import gemm_space, moe_space  # noqa: E402
+from evokernel.search_spaces.attention import decode_space  # noqa: E402
+
+
+def test_earlier_winners_seed_the_same_job_in_a_grown_space():
+    results = ROOT / "benchmarks" / "results"
+    gemm = prior_seeds(results / "gemm.json", gemm_space(swap_ab=True), model="llama3-8b", layer="down", M=256)
+    assert len(gemm) == 1 and gemm[0]["SWAP_AB"] == 0  # recorded before the gene existed: off
+    # an MoE row keeps its winner as (up, down) configs; the structure genes default to off
+    moe = prior_seeds(results / "moe.json", moe_space(gemv=True, fuse_silu=True), model="qwen3-30b-a3b", M=256)
+    assert len(moe) == 1 and moe[0]["BLOCK_SIZE_M"] == 32 and moe[0]["FUSE_SILU"] == 0 and moe[0]["GEMV"] == 0
+    assert prior_seeds(results / "moe.json", moe_space(), model="qwen3-30b-a3b", M=3) == []
+    assert prior_seeds("", gemm_space(), model="x") == [] and prior_seeds(results / "none.json", gemm_space()) == []
+
+
+def test_landscape_seeds_and_geomean():
+    seeds = landscape_seeds("attention_decode_bf16_h200_llama3-8b_B1_C32768", decode_space(head_dim=128, group=4), top=2)
+    assert len(seeds) == 2 and seeds[0]["BLOCK_N"] == 128
+    assert geomean([1.0, 4.0, None, 0.0]) == 2.0 and geomean([]) is None
