@@ -93,7 +93,11 @@ for mod, extra in ((flux_dit, [{"mlp_act": "gemm_epilogue", "mlp_act.BM": 32, "m
                                        "moe_impl.BLOCK_SIZE_N": 32, "moe_impl.BLOCK_SIZE_K": 32},
                                       {"qkv_merge": "merged", "qkv_epilogue": "triton", "qkv_epilogue.BLOCK_T": 1},
                                       {"qkv_merge": "merged", "qkv_epilogue": "triton", "rmsnorm": "triton",
-                                       "moe_impl": "triton_fused"}])):
+                                       "moe_impl": "triton_fused"},
+                                      # the fused MoE as a custom op inside a compiled layer
+                                      {"moe_impl": "triton_fused", "moe_impl.BLOCK_SIZE_M": 16,
+                                       "moe_impl.BLOCK_SIZE_N": 32, "moe_impl.BLOCK_SIZE_K": 32,
+                                       "block_compile": "on"}])):
     base = mod.model()
     space = model_space(base)
     checker = SiteCheck(base, seeds=3)

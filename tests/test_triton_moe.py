@@ -94,6 +94,22 @@ def _check_alignment(m: int, top_k: int, experts: int, block_m: int) -> None:
     assert (got[0][start:] == pairs).all()
 
 
+def _check_compiled_op() -> None:
+    """torch.ops.evokernel.fused_moe inside torch.compile(fullgraph=True): one opaque op, no
+    graph break, the same result as the reference (what a compiled decoder layer relies on)."""
+    import torch.nn.functional as F
+
+    problem, (x, w1, w2, tw, ti) = _inputs(9, "float32")
+    cfg = [16, 32, 32, 1, 4, 2]
+
+    def layer(x, w1, w2, tw, ti):  # type: ignore[no-untyped-def]
+        return torch.ops.evokernel.fused_moe(F.silu(x) * 2, w1, w2, tw, ti, cfg, cfg, 0, True) + 1
+
+    got = torch.compile(layer, fullgraph=True)(x, w1, w2, tw, ti)
+    want = problem.reference(F.silu(x) * 2, w1, w2, tw, ti) + 1
+    torch.testing.assert_close(got, want, **problem.tolerance("float32"))
+
+
 def _run_cases() -> None:
     assert os.environ.get("TRITON_INTERPRET") == "1"
     verdicts: dict[str, Any] = {}
@@ -103,6 +119,11 @@ def _run_cases() -> None:
             verdicts[str(i)] = None
         except Exception:
             verdicts[str(i)] = traceback.format_exc(limit=-3)
+    try:
+        _check_compiled_op()
+        verdicts["compiled_op"] = None
+    except Exception:
+        verdicts["compiled_op"] = traceback.format_exc(limit=-3)
     for i, case in enumerate(ALIGN_CASES):
         try:
             _check_alignment(*case)
@@ -133,6 +154,10 @@ def test_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
 @pytest.mark.parametrize("i", range(len(ALIGN_CASES)), ids=[f"M{c[0]}-top{c[1]}-E{c[2]}-bm{c[3]}" for c in ALIGN_CASES])
 def test_alignment_kernels_match_the_torch_alignment_in_the_interpreter(interpreted, i):
     assert interpreted[f"align{i}"] is None, interpreted[f"align{i}"]
+
+
+def test_the_custom_op_compiles_inside_a_graph_without_a_break(interpreted):
+    assert interpreted["compiled_op"] is None, interpreted["compiled_op"]
 
 
 def test_alignment_groups_pairs_by_expert_in_padded_blocks():

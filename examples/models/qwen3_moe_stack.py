@@ -191,10 +191,14 @@ class DecoderLayer(Rewritable, nn.Module):
 
     def _experts(self, flat: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         if self.choice("moe_impl") == "triton_fused":
-            from evokernel.search_spaces.triton_moe import fused_moe
+            from evokernel.search_spaces.triton_moe import GEMM_KEYS
 
-            cfg = {k: int(v) for k, v in self.genes("moe_impl").items()}
-            return fused_moe(flat, self.w1, self.w2, weights, ids, up=cfg, down=cfg)
+            genes = self.genes("moe_impl")
+            cfg = [int(genes[k]) for k in GEMM_KEYS]
+            # the custom op (torch.ops.evokernel.fused_moe): opaque to torch.compile, so a
+            # compiled layer (block_compile=on) keeps this kernel inside, without graph breaks
+            return torch.ops.evokernel.fused_moe(flat, self.w1, self.w2, weights, ids, cfg, cfg,
+                                                 int(genes.get("GEMV", 0)), bool(genes.get("FUSE_SILU", 0)))
         return grouped_experts(flat, self.w1, self.w2, weights, ids)
 
     def forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
