@@ -304,6 +304,26 @@ def _gemv_up_kernel(x_ptr, w1_ptr, act_ptr, ids_ptr, H, I, stride_xm, stride_we,
 
 
 @triton.jit
+def _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              EVEN_K: tl.constexpr):
+    """W2[e, n] . act[p] for BLOCK_N rows n of one expert (w_rows) and one pair's act (a_row),
+    reduced over I in BLOCK_K steps, in fp32: the body of both down GEMVs."""
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k in range(0, tl.cdiv(I, BLOCK_K)):
+        kk = k * BLOCK_K + offs_k
+        if EVEN_K:
+            a = tl.load(a_row + kk).to(tl.float32)
+            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None], other=0.0).to(tl.float32)
+        else:
+            a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
+            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
+                        other=0.0).to(tl.float32)
+        acc += tl.sum(w * a[None, :], axis=1)
+    return acc
+
+
+@triton.jit
 def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stride_am, stride_we, stride_wn,
                       stride_wk, stride_om, TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       EVEN_K: tl.constexpr):
@@ -311,7 +331,6 @@ def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stri
     t = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < H
-    offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     for j in tl.static_range(TOP_K):
         p = t * TOP_K + j
@@ -319,18 +338,7 @@ def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stri
         weight = tl.load(weights_ptr + p)
         a_row = act_ptr + p.to(tl.int64) * stride_am
         w_rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
-        part = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for k in range(0, tl.cdiv(I, BLOCK_K)):
-            kk = k * BLOCK_K + offs_k
-            if EVEN_K:
-                a = tl.load(a_row + kk).to(tl.float32)
-                w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None], other=0.0).to(tl.float32)
-            else:
-                a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
-                w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
-                            other=0.0).to(tl.float32)
-            part += tl.sum(w * a[None, :], axis=1)
-        acc += weight * part
+        acc += weight * _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N, BLOCK_K, EVEN_K)
     tl.store(out_ptr + t.to(tl.int64) * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
@@ -343,22 +351,10 @@ def _gemv_down_pairs_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I
     p = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_n = offs_n < H
-    offs_k = tl.arange(0, BLOCK_K)
     expert = tl.load(ids_ptr + p).to(tl.int64)
     a_row = act_ptr + p.to(tl.int64) * stride_am
     w_rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for k in range(0, tl.cdiv(I, BLOCK_K)):
-        kk = k * BLOCK_K + offs_k
-        if EVEN_K:
-            a = tl.load(a_row + kk).to(tl.float32)
-            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None], other=0.0).to(tl.float32)
-        else:
-            a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
-            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
-                        other=0.0).to(tl.float32)
-        acc += tl.sum(w * a[None, :], axis=1)
-    acc = acc * tl.load(weights_ptr + p)
+    acc = tl.load(weights_ptr + p) * _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N, BLOCK_K, EVEN_K)
     tl.store(out_ptr + p.to(tl.int64) * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
