@@ -26,7 +26,19 @@ from evokernel.genome import Genome
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP as FP8_GROUP
 from evokernel.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
-__all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts"]
+__all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts", "MOE_MODELS"]
+
+
+#: The MoE layers the problems (examples/problems/moe_bf16.py, moe_fp8.py) take by name:
+#: E experts, hidden size H, expert intermediate size I, experts per token.
+MOE_MODELS: dict[str, dict[str, int]] = {
+    "qwen3-30b-a3b": {"E": 128, "H": 2048, "I": 768, "topk": 8},
+    "mixtral-8x7b": {"E": 8, "H": 4096, "I": 14336, "topk": 2},
+    # DeepSeek-V3's routed experts (256 of them, hidden 7168, intermediate 2048, top 8), one
+    # GPU's share under 8-way expert parallelism: 32 experts
+    "deepseek-v3-ep8": {"E": 32, "H": 7168, "I": 2048, "topk": 8},
+    "tiny": {"E": 4, "H": 64, "I": 32, "topk": 2},  # tests
+}
 
 
 def _smem(prefix: str, limit: int, elem_bytes: int):

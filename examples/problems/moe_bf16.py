@@ -28,17 +28,10 @@ import os
 import torch
 import torch.nn.functional as F
 
-from evokernel.search_spaces.moe import distinct_experts
+from evokernel.search_spaces.moe import MOE_MODELS, distinct_experts
 
-#: E experts, hidden size H, expert intermediate size I, experts per token.
-MODELS = {
-    "qwen3-30b-a3b": {"E": 128, "H": 2048, "I": 768, "topk": 8},
-    "mixtral-8x7b": {"E": 8, "H": 4096, "I": 14336, "topk": 2},
-    # DeepSeek-V3's routed experts (256 of them, hidden 7168, intermediate 2048, top 8), one
-    # GPU's share under 8-way expert parallelism: 32 experts
-    "deepseek-v3-ep8": {"E": 32, "H": 7168, "I": 2048, "topk": 8},
-    "tiny": {"E": 4, "H": 64, "I": 32, "topk": 2},  # tests
-}
+#: E experts, hidden size H, expert intermediate size I, experts per token (the shared table).
+MODELS = MOE_MODELS
 MODEL = os.environ.get("EVOKERNEL_MOE_MODEL", "qwen3-30b-a3b")
 if MODEL not in MODELS:
     raise ValueError(f"EVOKERNEL_MOE_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
