@@ -21,9 +21,10 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Iterable, Mapping
+from numbers import Integral
 from typing import Any
 
-__all__ = ["config_of", "space_of", "bind_config", "why_space_invalid"]
+__all__ = ["config_of", "space_of", "bind_config", "why_space_invalid", "check_params", "check_integers"]
 
 Scalar = int | float | bool | str
 
@@ -120,3 +121,20 @@ def why_space_invalid(source: str, *, known: Iterable[str] = ()) -> str | None:
     if extra:
         return f"SPACE declares {sorted(extra)} that CONFIG does not hold"
     return None
+
+
+def check_integers(params: Mapping[str, Any]) -> None:
+    """ValueError unless every value of a template's params is an integer (not a bool)."""
+    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
+    if bad:
+        raise ValueError(f"params must be integers, got {bad}")
+
+
+def check_params(params: Mapping[str, Any], names: Iterable[str], *, optional: Iterable[str] = ()) -> None:
+    """ValueError unless `params` holds exactly `names` (and any of `optional`), all integers:
+    what every template's `candidate_source` asks of the genome it renders."""
+    names, optional = list(names), list(optional)
+    if set(params) - set(optional) != set(names):
+        extra = f" (and optionally {optional})" if optional else ""
+        raise ValueError(f"params must be exactly {sorted(names)}{extra}, got {sorted(params)}")
+    check_integers(params)

@@ -52,12 +52,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from numbers import Integral
 
 import torch
 import triton
 import triton.language as tl
 
+from evokernel.candidate import check_params
 from evokernel.search_spaces.triton_gemm import num_sms
 
 __all__ = ["PARAMS", "DEFAULTS", "SDPA_BACKENDS", "attention", "candidate_source", "sdpa_source"]
@@ -278,11 +278,7 @@ def kernel(q, k, v, cu_seqlens):
 
 def candidate_source(params: Mapping[str, int], *, causal: bool) -> str:
     """The text of a candidate module running `attention` at `params` (inputs q, k, v, cu_seqlens)."""
-    if set(params) != set(PARAMS):
-        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
-    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
-    if bad:
-        raise ValueError(f"params must be integers, got {bad}")
+    check_params(params, PARAMS)
     config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
     return _CANDIDATE.format(config="{" + config + "}", causal=bool(causal))
 

@@ -50,12 +50,12 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from numbers import Integral
 
 import torch
 import triton
 import triton.language as tl
 
+from evokernel.candidate import check_params
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
 __all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "torch_source", "num_sms"]
@@ -330,12 +330,7 @@ def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual:
                      activation: str = "none") -> str:
     """The text of a candidate module running `gemm` at `params`, with the problem's
     epilogue (its inputs are a, b, then bias and residual where present)."""
-    if set(params) - set(OPTIONAL) != set(PARAMS):
-        raise ValueError(f"params must be exactly {sorted(PARAMS)} (and optionally {list(OPTIONAL)}), "
-                         f"got {sorted(params)}")
-    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
-    if bad:
-        raise ValueError(f"params must be integers, got {bad}")
+    check_params(params, PARAMS, optional=OPTIONAL)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     args = ["a", "b"] + (["bias"] if bias else []) + (["residual"] if residual else [])

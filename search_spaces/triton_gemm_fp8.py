@@ -21,12 +21,12 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
-from numbers import Integral
 
 import torch
 import triton
 import triton.language as tl
 
+from evokernel.candidate import check_params
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
 __all__ = ["PARAMS", "DEFAULTS", "GROUP", "gemm_fp8", "candidate_source", "scaled_mm_source", "quantize"]
@@ -149,11 +149,7 @@ def kernel(a, b, a_scale, b_scale):
 
 def candidate_source(params: Mapping[str, int]) -> str:
     """The text of a candidate module running `gemm_fp8` at `params`."""
-    if set(params) != set(PARAMS):
-        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
-    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
-    if bad:
-        raise ValueError(f"params must be integers, got {bad}")
+    check_params(params, PARAMS)
     return _CANDIDATE.format(config="{" + ", ".join(f'"{k}": {int(params[k])}' for k in PARAMS) + "}")
 
 

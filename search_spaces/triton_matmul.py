@@ -23,11 +23,12 @@ CONFIG = {"BK": 64, "BM": 64, "BN": 128, "GROUP_M": 8, "num_stages": 3, "num_war
 from __future__ import annotations
 
 from collections.abc import Mapping
-from numbers import Integral
 
 import torch
 import triton
 import triton.language as tl
+
+from evokernel.candidate import check_params
 
 __all__ = ["PARAMS", "matmul", "candidate_source"]
 
@@ -132,10 +133,6 @@ def kernel(a, b):
 
 def candidate_source(params: Mapping[str, int]) -> str:
     """The text of a candidate module running `matmul` at `params` (same params, same text)."""
-    if set(params) != set(PARAMS):
-        raise ValueError(f"params must be exactly {sorted(PARAMS)}, got {sorted(params)}")
-    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
-    if bad:
-        raise ValueError(f"params must be integers, got {bad}")
+    check_params(params, PARAMS)
     config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
     return _CANDIDATE.format(config="{" + config + "}")

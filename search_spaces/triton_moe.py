@@ -77,13 +77,13 @@ output is in x's dtype. The GEMV path is bf16/fp16/fp32 only (fp8 raises ValueEr
 from __future__ import annotations
 
 from collections.abc import Mapping
-from numbers import Integral
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from evokernel.candidate import check_integers
 from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
@@ -719,9 +719,7 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
     if frozenset(params) not in FORMS:
         raise ValueError(f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
                          f"left out; GEMV and FUSE_SILU may be added), got {sorted(params)}")
-    bad = {k: v for k, v in params.items() if isinstance(v, bool) or not isinstance(v, Integral)}
-    if bad:
-        raise ValueError(f"params must be integers, got {bad}")
+    check_integers(params)
     up, down = split_config(params)
     fmt = lambda d: "{" + ", ".join(f'"{k}": {d[k]}' for k in GEMM_KEYS) + "}"  # noqa: E731
     if fp8 is not None:
