@@ -200,35 +200,34 @@ def test_shared_space_renders_one_config_for_both_gemms():
     assert "UP = {" in candidate_source(shared_params(points[0]))
 
 
+def _cli_check(cand: Path, source: str, cwd: Path, *flags: str) -> dict[str, Any]:
+    """`evokernel check` of `source` (written to `cand`) on the tiny fp32 model at M=7, as a
+    user runs it: its own process, its sandbox, Triton through the interpreter."""
+    cand.write_text(source)
+    env = {**os.environ, "EVOKERNEL_MOE_MODEL": "tiny", "EVOKERNEL_MOE_DTYPE": "float32", "EVOKERNEL_MOE_M": "7"}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
+                           "--json", *flags], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+    data = json.loads(proc.stdout)
+    assert proc.returncode == 0 and data["accepted"], data["reason"]
+    return data
+
+
 def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
     """The real CLI, in its sandbox, Triton through the interpreter, fp32 tiny model."""
     params = {**gemm(16, 32, 32, 4), **{f"down_{k}": v for k, v in gemm(32, 32, 32, 1).items()}}
     cand = tmp_path / "moe_candidate.py"
-    cand.write_text(candidate_source(params))
-    env = {**os.environ, "EVOKERNEL_MOE_MODEL": "tiny", "EVOKERNEL_MOE_DTYPE": "float32", "EVOKERNEL_MOE_M": "7"}
-    env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    data = json.loads(proc.stdout)
-    assert proc.returncode == 0 and data["accepted"], data["reason"]
+    data = _cli_check(cand, candidate_source(params), tmp_path)
     assert [t["shape"] for t in data["timings"]] == ["M=7,E=4,H=64,I=32,topk=2"]
     # the small-batch path, a genome of the space with GEMV on
     point = {k: v for k, v in params.items() if k != "down_BLOCK_SIZE_M"}
     gemv = moe_space(gemv=True).genome(dict(point, BLOCK_SIZE_M=16, GROUP_SIZE_M=1, down_GROUP_SIZE_M=1, GEMV=1))
-    cand.write_text(candidate_source(gemv.params))
-    assert "gemv=True" in cand.read_text()
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    data = json.loads(proc.stdout)
-    assert proc.returncode == 0 and data["accepted"], data["reason"]
+    assert "gemv=True" in candidate_source(gemv.params)
+    _cli_check(cand, candidate_source(gemv.params), tmp_path, "--no-time")
     # SiLU fused into the up GEMM, a genome of the space with FUSE_SILU on
     fused = moe_space(fuse_silu=True).genome(dict(point, BLOCK_SIZE_M=16, GROUP_SIZE_M=1, FUSE_SILU=1))
-    cand.write_text(candidate_source(fused.params))
-    assert "fuse_silu=True" in cand.read_text()
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    data = json.loads(proc.stdout)
-    assert proc.returncode == 0 and data["accepted"], data["reason"]
+    assert "fuse_silu=True" in candidate_source(fused.params)
+    _cli_check(cand, candidate_source(fused.params), tmp_path, "--no-time")
 
 
 def test_the_fused_silu_gene_and_its_constraints():
