@@ -76,6 +76,20 @@ def short(p: dict[str, int]) -> str:
         " ".join(e for e in extra if e)
 
 
+def matmul_landscape_seeds(m: int, space, *, fill: dict[str, int], top: int = 3) -> list[dict[str, int]]:
+    """The fastest points of the shipped plain-matmul sweep nearest in M (log scale), the
+    missing genes filled in: e.g. at M=256 the sweep's 64x128x128 w4 s4 (0.058 ms on down
+    256x4096x14336), which a budget-16 search of the larger space had missed (0.077 ms)."""
+    from evokernel.landscape import builtin_names, landscape_seeds
+
+    names = [n for n in builtin_names() if n.startswith("matmul_bf16_h200_M")]
+    if not names:
+        return []
+    size = lambda n: int(n.split("_M")[1].split("_")[0])  # noqa: E731
+    nearest = min(names, key=lambda n: abs(math.log(size(n)) - math.log(max(m, 1))))
+    return landscape_seeds(nearest, space, top=top, fill=fill)
+
+
 def fp8_seeds(m: int, defaults: dict[str, int]) -> list[dict[str, int]]:
     """Starting points for the fp8 template: its default, wide tiles for large M, small
     tiles with split-K for skinny M (weights-bound)."""
@@ -153,7 +167,9 @@ def main() -> None:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
             seeds, descriptor = gemm_seeds(m, swap_ab=swap), gemm_class
-            seeds = prior_seeds(args.prior, space, model=model, layer=layer, M=m) + seeds
+            seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m)
+                     + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **({"SWAP_AB": 0} if swap else {})))
+                     + seeds)
         shape = problem.shapes[0]
         if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
             # (under the name "cublas", as gemm.json's geomean names cuBLAS's figure: here cuBLASLt's fp8 GEMM)

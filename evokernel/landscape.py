@@ -192,11 +192,16 @@ def resolve_landscape(target: str) -> str:
     return target
 
 
-def landscape_seeds(target: str | os.PathLike[str], space: Any, *, top: int = 6) -> list[dict[str, Value]]:
+def landscape_seeds(target: str | os.PathLike[str], space: Any, *, top: int = 6,
+                    fill: Mapping[str, Value] | None = None) -> list[dict[str, Value]]:
     """The `top` fastest points of a recorded landscape (a CSV path or a shipped landscape's
     name) that are valid in `space`, as `Search(seeds=...)`: what a sweep of a neighbouring
     shape found starts the search there (issue 7: a partial prefill sweep held a point 13%
-    faster than a budget-16 unseeded search's winner). A missing landscape gives no seeds."""
+    faster than a budget-16 unseeded search's winner). A missing landscape gives no seeds.
+
+    `fill` gives the genes a landscape of a smaller space lacks (the plain matmul sweeps have
+    no split-K, TMA, ... genes: filled with the GEMM template's defaults, they are points of
+    `gemm_space`); a landscape gene `space` lacks makes its points not seeds."""
     path = resolve_landscape(str(target))
     if not os.path.exists(path):
         return []
@@ -206,7 +211,7 @@ def landscape_seeds(target: str | os.PathLike[str], space: Any, *, top: int = 6)
                     key=lambda t: t[0])
     seeds: list[dict[str, Value]] = []
     for _, key in ranked:
-        point = dict(zip(names, key))
+        point = {**(fill or {}), **dict(zip(names, key))}
         if set(point) == set(space.names) and space.is_valid(point):
             seeds.append(point)
         if len(seeds) == top:

@@ -29,3 +29,19 @@ def test_landscape_seeds_and_geomean():
     seeds = landscape_seeds("attention_decode_bf16_h200_llama3-8b_B1_C32768", decode_space(head_dim=128, group=4), top=2)
     assert len(seeds) == 2 and seeds[0]["BLOCK_N"] == 128
     assert geomean([1.0, 4.0, None, 0.0]) == 2.0 and geomean([]) is None
+
+
+def test_plain_matmul_sweeps_seed_the_gemm_space_with_the_missing_genes_filled():
+    from gemm_h200 import matmul_landscape_seeds
+
+    from evokernel.search_spaces.triton_gemm import DEFAULTS
+
+    space = gemm_space(swap_ab=True)
+    # the plain sweep's points lack split-K, TMA, SWAP_AB...: without `fill` none is a point of the space
+    assert landscape_seeds("matmul_bf16_h200_M256_N4096_K14336", space) == []
+    seeds = matmul_landscape_seeds(300, space, fill=dict(DEFAULTS, SWAP_AB=0))
+    assert len(seeds) == 3 and all(space.is_valid(s) for s in seeds)
+    # the nearest sweep in M is M=256's; its fastest point is 64x128x128, 4 warps, 4 stages
+    best = seeds[0]
+    assert (best["BM"], best["BN"], best["BK"], best["num_warps"], best["num_stages"]) == (64, 128, 128, 4, 4)
+    assert best["SPLIT_K"] == 1 and best["SWAP_AB"] == 0 and best["TMA"] == 0
