@@ -82,7 +82,10 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
         # the pick kept a baseline (nothing the search found was faster when re-measured)
         "winner_is_baseline": next((n for n, g in baselines.items() if g.id == winner.id), None),
         "baselines": dict(zip(names, lat[1:])),
-        "speedup": {n: (x / lat[0]) if (x and lat[0]) else None for n, x in zip(names, lat[1:])},
+        # a baseline the pick kept is the winner itself: 1.0 against it, whatever its two
+        # readings in the re-measurement say (their gap is noise)
+        "speedup": {n: 1.0 if g.id == winner.id and x and lat[0] else (x / lat[0]) if (x and lat[0]) else None
+                    for (n, g), x in zip(baselines.items(), lat[1:])},
         "errors": {n: r.error[:300] for n, r in zip(["winner", *names], results) if not r.is_ok},
     }
     return part, report

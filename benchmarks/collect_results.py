@@ -26,8 +26,9 @@ from _common import geomean  # noqa: E402
 #: output -> [(call, file under benchmarks/results, row filter)], oldest call first
 SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
     "gemm": [("M", "callM/gemm.json", None), ("N", "callN/gemm/gemm.json", None), ("P", "callP/gemm/gemm.json", None)],
-    "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None)],
-    # (a later call adds its files here, oldest first: e.g. ("U", "callU/g0/moe_qwen.json", None))
+    "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None),
+            ("U", "callU/g0/moe_qwen.json", None), ("U", "callU/g0/moe_mixtral.json", None)],
+    # (a later call adds its files here, oldest first)
     "attention_prefill": [("N", "callN/attn/attention.json", "prefill"), ("O", "callO/attn/attention.json", "prefill"),
                           ("T", "callT/g0/attn/attention.json", "prefill")],
     "attention_decode": [("N", "callN/attn/attention.json", "decode"), ("O", "callO/attn/attention.json", "decode"),
@@ -74,6 +75,9 @@ def collect(kind: str) -> dict[str, Any] | None:
                 continue
             if not row.get("winner_ms") or not any(row.get("speedup", {}).values()):
                 continue  # a row whose baselines failed says nothing about the target
+            same = row.get("winner_is_baseline")
+            if same and row["speedup"].get(same):  # the winner is that baseline: 1.0 (older rows kept the noise)
+                row = dict(row, speedup=dict(row["speedup"], **{same: 1.0}))
             rows[_key(kind, row)] = dict(row, call=call)
     if not rows:
         return None

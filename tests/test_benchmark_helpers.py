@@ -45,3 +45,27 @@ def test_plain_matmul_sweeps_seed_the_gemm_space_with_the_missing_genes_filled()
     best = seeds[0]
     assert (best["BM"], best["BN"], best["BK"], best["num_warps"], best["num_stages"]) == (64, 128, 128, 4, 4)
     assert best["SPLIT_K"] == 1 and best["SWAP_AB"] == 0 and best["TMA"] == 0
+
+
+def test_a_winner_that_is_a_baseline_reports_one_against_it_not_its_noise(tmp_path):
+    """The pick may keep a baseline (nothing faster found); its two readings in the final
+    re-measurement differ by noise, which is not a speedup (call U's Mixtral M=1024 row
+    read 1.017x against the very config it had kept)."""
+    from _common import search_and_measure
+
+    from evokernel.genome import Genome
+    from evokernel.landscape import builtin
+    from evokernel.store import SQLiteStore
+    from evaluators.replay import ReplayEvaluator
+
+    ev = ReplayEvaluator(builtin("matmul_bf16_h200_M256_N4096_K14336"), noise=0.05, seed=3)
+    best = dict(BM=64, BN=128, BK=128, GROUP_M=8, num_warps=4, num_stages=4)  # the landscape's optimum
+    other = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
+    baselines = {"tuned": Genome.of(best), "default": Genome.of(other)}
+    part, report = search_and_measure(ev.space, ev, store=SQLiteStore(tmp_path / "s.db"), name="t",
+                                      evaluations=6, wall_s=30, baselines=baselines, seeds=[other])
+    assert part is not None and report.evaluations >= 1
+    assert part["winner_is_baseline"] == "tuned" and part["winner"] == best
+    assert part["speedup"]["tuned"] == 1.0  # the same config: 1.0, not the ratio of two noisy readings
+    assert part["baselines"]["tuned"] != part["winner_ms"]  # ... which did differ
+    assert part["speedup"]["default"] == part["baselines"]["default"] / part["winner_ms"] > 1.0
