@@ -285,8 +285,10 @@ def _gemv_up_kernel(x_ptr, w1_ptr, act_ptr, ids_ptr, H, I, stride_xm, stride_we,
     x_row = x_ptr + (p // TOP_K).to(tl.int64) * stride_xm
     g_rows = w1_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None] * stride_wn
     u_rows = g_rows + I * stride_wn
-    acc_g = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    # per-lane partial products, reduced across the tile's K lanes once after the loop (a
+    # reduction per step puts a shuffle tree between consecutive loads of the weights)
+    acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k in range(0, tl.cdiv(H, BLOCK_K)):
         kk = k * BLOCK_K + offs_k
         if EVEN_K:
@@ -297,9 +299,10 @@ def _gemv_up_kernel(x_ptr, w1_ptr, act_ptr, ids_ptr, H, I, stride_xm, stride_we,
             wmask = mask_n[:, None] & (kk[None, :] < H)
         wg = tl.load(g_rows + kk[None, :] * stride_wk, mask=wmask, other=0.0).to(tl.float32)
         wu = tl.load(u_rows + kk[None, :] * stride_wk, mask=wmask, other=0.0).to(tl.float32)
-        acc_g += tl.sum(wg * x[None, :], axis=1)
-        acc_u += tl.sum(wu * x[None, :], axis=1)
-    act = acc_g * tl.sigmoid(acc_g) * acc_u
+        acc_g += wg * x[None, :]
+        acc_u += wu * x[None, :]
+    g = tl.sum(acc_g, axis=1)
+    act = g * tl.sigmoid(g) * tl.sum(acc_u, axis=1)
     tl.store(act_ptr + p.to(tl.int64) * stride_am + offs_n, act.to(act_ptr.dtype.element_ty), mask=mask_n)
 
 
@@ -309,7 +312,7 @@ def _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N: tl.constexpr, BLOCK_
     """W2[e, n] . act[p] for BLOCK_N rows n of one expert (w_rows) and one pair's act (a_row),
     reduced over I in BLOCK_K steps, in fp32: the body of both down GEMVs."""
     offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # reduced once, after the loop
     for k in range(0, tl.cdiv(I, BLOCK_K)):
         kk = k * BLOCK_K + offs_k
         if EVEN_K:
@@ -319,8 +322,8 @@ def _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N: tl.constexpr, BLOCK_
             a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
             w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
                         other=0.0).to(tl.float32)
-        acc += tl.sum(w * a[None, :], axis=1)
-    return acc
+        acc += w * a[None, :]
+    return tl.sum(acc, axis=1)
 
 
 @triton.jit

@@ -241,7 +241,8 @@ def test_the_fused_silu_gene_and_its_constraints():
     assert "registers" in space.why_invalid(dict(point, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=32,
                                                  num_stages=2))
     assert "GEMV path fuses SiLU already" in space.why_invalid(dict(point, GEMV=1, BLOCK_SIZE_M=16, GROUP_SIZE_M=1,
-                                                                   down_GROUP_SIZE_M=1))
+                                                                   down_GROUP_SIZE_M=1, BLOCK_SIZE_N=32,
+                                                                   down_BLOCK_SIZE_N=32, down_BLOCK_SIZE_K=64))
     assert "bf16/fp16 only" in moe_space(fp8="tensor", fuse_silu=True).why_invalid(
         {k: v for k, v in point.items() if k != "GEMV"})
     with pytest.raises(ValueError, match="FUSE_SILU"):
