@@ -106,3 +106,27 @@ def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Pa
     up = json.loads(up_file.read_text())["8"]
     assert up == {k: int(gemm_path.genome.params[k]) for k in GEMM_KEYS}
     assert "GEMV" in report.notes[0] and "exported the best one SGLang's kernel runs" in report.notes[0]
+
+
+def test_when_every_elite_has_a_structure_the_runs_fastest_plain_candidate_is_exported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Call V: FUSE_SILU won every niche by ~1%, so no elite was a config SGLang's kernel runs
+    and the configs package was not exported at all; the run's history still held the plain
+    candidates it had measured."""
+    from evokernel.archive import Elite
+    from evokernel.genome import Genome
+
+    db = tmp_path / "moe.db"
+    _search(db, 8, monkeypatch)
+    store = SQLiteStore(db)
+    run = store.runs()[0]
+    plain = sorted((e for e in store.history(run.id) if e.result.is_ok), key=lambda e: e.result.latency_ms)[0]
+    # every niche's elite replaced by a fused twin (faster, as on the H200)
+    store.save_elites(run.id, run.archive_key, [
+        Elite(niche=e.niche, genome=Genome.of(dict(e.genome.params, FUSE_SILU=1)), latency_ms=e.latency_ms / 2)
+        for e in store.elites(run_id=run.id)])
+    assert all(e.genome.params.get("FUSE_SILU") for e in store.elites(run_id=run.id))
+    report = sglang_moe(store, tmp_path / "out", device_name="NVIDIA H200", triton_version="3.6.0")
+    [up_file] = [p for p in report.files if not p.name.endswith("_down.json")]
+    assert json.loads(up_file.read_text())["8"] == {k: int(plain.genome.params[k]) for k in GEMM_KEYS}
+    assert "FUSE_SILU" in report.notes[0] and "fastest candidate of the run SGLang's kernel runs" in report.notes[0]
