@@ -9,7 +9,9 @@ server arguments (`--load-format dummy` initialises the same weights in each: SG
 its dummy loader). Each engine warms every (batch size, input length) of the plan before
 anything is timed. Then the plan is run `repeats` times, variant after variant for each
 point, the order rotated each round, so baseline and candidates see the same GPU state;
-the figures are medians with their spread (min, max). Numerics: each candidate's first-step
+each timed run follows an untimed run of a few steps of the same batch (`prerun_steps`: the
+CPU's and GPU's clocks come up after the other engines' turns), and each engine runs on its
+own share of the CPUs (`pin_cpus`); the figures are medians with their spread (min, max). Numerics: each candidate's first-step
 logits and greedy tokens on fixed prompts are compared with the baseline's; a candidate
 whose logits differ beyond tolerance, or that produces non-finite values, fails.
 
@@ -175,6 +177,24 @@ class ABReport:
                 "samples": self.samples}  # every run, in round order: what a later analysis re-reads
 
 
+def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
+    """`n` disjoint CPU sets, one per engine, from the CPUs this process may use: each engine's
+    host work (a decode step of a small model is mostly that) stays on its own cores instead of
+    migrating among the others'. Call V measured one engine's decode step at b1 in two states,
+    0.85-0.95 ms and 1.12-1.24 ms, round after round. Fewer CPUs than engines: no pinning.
+
+    >>> cpu_sets(3, range(16))
+    [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
+    >>> cpu_sets(3, [0, 1])
+    [[], [], []]
+    """
+    cpus = sorted(available if available is not None else os.sched_getaffinity(0))
+    per = len(cpus) // max(n, 1)
+    if per < 1:
+        return [[] for _ in range(n)]
+    return [cpus[i * per:(i + 1) * per] for i in range(n)]
+
+
 class _Engine:
     """One `evokernel.sglang_bench` process and its command pipes."""
 
@@ -249,7 +269,7 @@ class SGLangEvaluator:
                  repeats: int = 3, weights: Mapping[int, float] | None = None,
                  package: Callable[[Genome], Path] | None = None, log_dir: str | os.PathLike[str] = "sglang-logs",
                  load_timeout_s: float = 600.0, run_timeout_s: float = 300.0, numerics_steps: int = 8,
-                 rtol: float = 0.05) -> None:
+                 rtol: float = 0.05, prerun_steps: int = 8, pin_cpus: bool = True) -> None:
         self.server_argv = list(server_argv)
         self.batch_sizes, self.input_len, self.output_len = list(batch_sizes), input_len, output_len
         self.prefill_lens, self.repeats = list(prefill_lens), repeats
@@ -257,6 +277,7 @@ class SGLangEvaluator:
         self.package, self.log_dir = package, Path(log_dir)
         self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
         self.numerics_steps, self.rtol = numerics_steps, rtol
+        self.prerun_steps, self.pin_cpus = prerun_steps, pin_cpus
 
     @classmethod
     def for_trace(cls, server_argv: Sequence[str], trace: Any, *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
@@ -291,14 +312,17 @@ class SGLangEvaluator:
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
         variants = {BASELINE: None, **{k: v for k, v in packages.items() if k != BASELINE}}
+        cpus = cpu_sets(len(variants)) if self.pin_cpus else [[] for _ in variants]
+        report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
         engines: dict[str, _Engine] = {}
         base_env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
         try:
             # one engine loads at a time: SGLang sizes its KV cache from the memory free when it
             # starts, so engines loading together would each count the others' memory as theirs;
             # an engine warms up (compiles) while the next one loads
-            for name, pkg in variants.items():
-                env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
+            for (name, pkg), mine in zip(variants.items(), cpus):
+                env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}),
+                           **({"EVOKERNEL_BENCH_CPUS": ",".join(map(str, mine))} if mine else {}))
                 engine = _Engine(name, self.server_argv, {"warm": plan["warm"], "max_batch": plan["max_batch"]},
                                  env, self.log_dir / f"{name}.log")
                 loaded = engine.read(self.load_timeout_s)
@@ -324,7 +348,7 @@ class SGLangEvaluator:
                     order = names[r % len(names):] + names[: r % len(names)]
                     for name in order:
                         got = engines[name].ask({"cmd": "run", "batch_size": b, "input_len": i, "output_len": o,
-                                                 "seed": r}, self.run_timeout_s)
+                                                 "seed": r, "prerun_steps": self.prerun_steps}, self.run_timeout_s)
                         if "error" in got:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:

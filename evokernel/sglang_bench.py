@@ -11,9 +11,12 @@ any timed pass), says it is loaded (before the warm-up) and ready (after), and a
 file descriptors named by EVOKERNEL_BENCH_FDS ("<commands>,<replies>"), so SGLang's own
 prints on stdout never mix with them:
 
-- {"cmd": "run", "batch_size": B, "input_len": I, "output_len": O} -> prefill latency (s),
-  median decode latency (s) and throughput, as `one_batch` measures them (synchronised
-  wall clock around each step, decode in SGLang's CUDA graphs);
+- {"cmd": "run", "batch_size": B, "input_len": I, "output_len": O, "prerun_steps": P} ->
+  prefill latency (s), median decode latency (s) and throughput, as `one_batch` measures them
+  (synchronised wall clock around each step, decode in SGLang's CUDA graphs); with P > 0 an
+  untimed run of P steps of the same batch comes first, right before the timed one;
+
+EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to those CPUs.
 - {"cmd": "logits", "batch_size": B, "input_len": I, "steps": S, "seed": K} -> greedy tokens
   for S steps and the first step's logits (a few summary numbers and a sample of values)
   on fixed prompts, for the numerics check against the unpatched engine;
@@ -144,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         print("evokernel.sglang_bench: EVOKERNEL_BENCH_FDS must be '<commands>,<replies>'", file=sys.stderr)
         return 2
     plan = json.loads(args.plan)
+    cpus = os.environ.get("EVOKERNEL_BENCH_CPUS", "")
+    if cpus and hasattr(os, "sched_setaffinity"):  # before any thread starts: they all inherit it
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     t0 = time.monotonic()
     try:
         runner = _engine(argv[split + 1:], int(plan.get("max_batch", 1)))
@@ -165,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             if msg.get("cmd") == "quit":
                 break
             if msg.get("cmd") == "run":
+                if int(msg.get("prerun_steps", 0)) > 0:  # clocks up (CPU and GPU) after the other engines' turns
+                    _run(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["prerun_steps"]),
+                         int(msg.get("seed", 0)))
                 got = _run(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
                            int(msg.get("seed", 0)))
                 _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})

@@ -60,6 +60,9 @@ def test_without_sglang_every_engine_reports_why_and_nothing_is_measured(tmp_pat
     assert set(report.errors) == {BASELINE, "cand"}
     assert "No module named 'sglang'" in report.errors[BASELINE] and not report.samples
     assert report.to_json()["geomean"] == {BASELINE: {}}
+    # each engine had its own CPUs (disjoint), where the machine has enough of them
+    sets = [set(c) for c in report.meta["cpus"].values()]
+    assert len(sets) == 2 and not (sets[0] & sets[1])
 
 
 def test_a_trace_weights_the_batch_sizes_and_sets_the_lengths():
