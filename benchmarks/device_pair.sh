@@ -8,12 +8,19 @@
 set -u
 source benchmarks/device_setup.sh || exit 1
 ROOT_OUT=$OUT
+# each job on its own half of the CPUs (compile workers of one job stay off the other's cores:
+# a small model's decode step is host-bound)
+read -r CPUS0 CPUS1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); h = len(c) // 2
+print(*(",".join(map(str, x)) for x in (c[:h], c[h:2 * h])) if h >= 2 else "")')
+PIN=""; command -v taskset > /dev/null && [ -n "${CPUS1:-}" ] && PIN=1
 for g in 0 1; do
   eval "cmd=\${JOB$g:-}"
   [ -z "$cmd" ] && continue
   mkdir -p "$ROOT_OUT/g$g"
+  cpus=""; [ -n "$PIN" ] && eval "cpus=\${CPUS$g}"
   ( export CUDA_VISIBLE_DEVICES=$g OUT="$ROOT_OUT/g$g"; cd "$(pwd)" && \
-    timeout -k 10 "${JOB_S:-540}" bash -c "$cmd" > "$ROOT_OUT/g$g/job.log" 2>&1; echo "job $g exit $?" >> "$ROOT_OUT/g$g/job.log" ) &
+    timeout -k 10 "${JOB_S:-540}" ${PIN:+taskset -c $cpus} bash -c "$cmd" > "$ROOT_OUT/g$g/job.log" 2>&1; \
+    echo "job $g exit $? (cpus ${cpus:-all})" >> "$ROOT_OUT/g$g/job.log" ) &
 done
 wait
 for g in 0 1; do

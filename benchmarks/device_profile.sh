@@ -6,26 +6,27 @@
 #     kernels from SGLang's CUDA graphs.
 # Needs carry [".whl", ".sgl"]; writes profile JSONs and the store under $OUT.
 #   bash benchmarks/device_profile.sh
+#   SGL_BATCHES=64 bash benchmarks/device_profile.sh     (PROFILE_MODELS, SGL_BATCHES: what to profile; "" skips)
 set -u
 source benchmarks/device_setup.sh || exit 1
 source benchmarks/device_sglang_env.sh || exit 2
 HERE=$(pwd)
 cd /tmp  # `python -m` puts the working folder first on sys.path: not the checkout's evokernel/
-for m in flux_dit qwen3_moe_stack; do
+for m in ${PROFILE_MODELS-flux_dit qwen3_moe_stack}; do
   EVOKERNEL_MODEL_SIZE=real timeout 150 python3 -m evokernel.cli profile "$HERE/examples/models/$m.py" --iters 5 \
-      --db $OUT/profile.db --json > $OUT/profile_$m.json 2> $OUT/profile_$m.log
+      --db ${PROFILE_DB:-$OUT/profile.db} --json > $OUT/profile_$m.json 2> $OUT/profile_$m.log
   echo "$m: exit $?"
 done
 SARGS=(--server-arg=--load-format=dummy --server-arg=--tp-size=1 --server-arg=--attention-backend=triton
        --server-arg=--sampling-backend=pytorch --server-arg=--moe-runner-backend=triton
        --server-arg=--grammar-backend=none --server-arg=--disable-flashinfer-autotune
        --server-arg=--cuda-graph-backend-prefill=disabled --server-arg=--mem-fraction-static=0.5)
-for b in 1 64; do
+for b in ${SGL_BATCHES-1 64}; do
   timeout 240 python3 -m evokernel.cli profile --sglang "$SGL/model" --batch-size $b --input-len 512 --output-len 8 \
-      "${SARGS[@]}" --db $OUT/profile.db --json > $OUT/profile_sglang_b$b.json 2> $OUT/profile_sglang_b$b.log
+      "${SARGS[@]}" --db ${PROFILE_DB:-$OUT/profile.db} --json > $OUT/profile_sglang_b$b.json 2> $OUT/profile_sglang_b$b.log
   echo "sglang b$b: exit $?"
 done
-gzip -f $OUT/profile.db
+gzip -f ${PROFILE_DB:-$OUT/profile.db}
 python3 - "$OUT" <<'PY'
 import json, sys, pathlib
 for f in sorted(pathlib.Path(sys.argv[1]).glob("profile_*.json")):
