@@ -9,9 +9,10 @@ server arguments (`--load-format dummy` initialises the same weights in each: SG
 its dummy loader). Each engine warms every (batch size, input length) of the plan before
 anything is timed. Then the plan is run `repeats` times, variant after variant for each
 point, the order rotated each round, so baseline and candidates see the same GPU state;
-each timed run follows an untimed run of a few steps of the same batch (`prerun_steps`: the
-CPU's and GPU's clocks come up after the other engines' turns), and each engine runs on its
-own share of the CPUs (`pin_cpus`); the figures are medians with their spread (min, max). Numerics: each candidate's first-step
+each timed run follows untimed runs of the same batch for `prerun_s` seconds (the GPU's
+clocks come up after the other engines' turns; each sample records the SM clock before and
+after), and each engine runs on its own share of the CPUs (`pin_cpus`); the figures are
+medians with their spread (min, max). Numerics: each candidate's first-step
 logits and greedy tokens on fixed prompts are compared with the baseline's; a candidate
 whose logits differ beyond tolerance, or that produces non-finite values, fails.
 
@@ -269,7 +270,7 @@ class SGLangEvaluator:
                  repeats: int = 3, weights: Mapping[int, float] | None = None,
                  package: Callable[[Genome], Path] | None = None, log_dir: str | os.PathLike[str] = "sglang-logs",
                  load_timeout_s: float = 600.0, run_timeout_s: float = 300.0, numerics_steps: int = 8,
-                 rtol: float = 0.05, prerun_steps: int = 8, pin_cpus: bool = True) -> None:
+                 rtol: float = 0.05, prerun_s: float = 0.3, pin_cpus: bool = True) -> None:
         self.server_argv = list(server_argv)
         self.batch_sizes, self.input_len, self.output_len = list(batch_sizes), input_len, output_len
         self.prefill_lens, self.repeats = list(prefill_lens), repeats
@@ -277,7 +278,7 @@ class SGLangEvaluator:
         self.package, self.log_dir = package, Path(log_dir)
         self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
         self.numerics_steps, self.rtol = numerics_steps, rtol
-        self.prerun_steps, self.pin_cpus = prerun_steps, pin_cpus
+        self.prerun_s, self.pin_cpus = prerun_s, pin_cpus
 
     @classmethod
     def for_trace(cls, server_argv: Sequence[str], trace: Any, *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
@@ -348,7 +349,7 @@ class SGLangEvaluator:
                     order = names[r % len(names):] + names[: r % len(names)]
                     for name in order:
                         got = engines[name].ask({"cmd": "run", "batch_size": b, "input_len": i, "output_len": o,
-                                                 "seed": r, "prerun_steps": self.prerun_steps}, self.run_timeout_s)
+                                                 "seed": r, "prerun_s": self.prerun_s}, self.run_timeout_s)
                         if "error" in got:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:

@@ -11,10 +11,11 @@ any timed pass), says it is loaded (before the warm-up) and ready (after), and a
 file descriptors named by EVOKERNEL_BENCH_FDS ("<commands>,<replies>"), so SGLang's own
 prints on stdout never mix with them:
 
-- {"cmd": "run", "batch_size": B, "input_len": I, "output_len": O, "prerun_steps": P} ->
+- {"cmd": "run", "batch_size": B, "input_len": I, "output_len": O, "prerun_s": P} ->
   prefill latency (s), median decode latency (s) and throughput, as `one_batch` measures them
-  (synchronised wall clock around each step, decode in SGLang's CUDA graphs); with P > 0 an
-  untimed run of P steps of the same batch comes first, right before the timed one;
+  (synchronised wall clock around each step, decode in SGLang's CUDA graphs), and the SM
+  clock (MHz) before and after the timed run; with P > 0, untimed 8-step runs of the same
+  batch for P seconds come first, right before the timed one;
 
 EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to those CPUs.
 - {"cmd": "logits", "batch_size": B, "input_len": I, "steps": S, "seed": K} -> greedy tokens
@@ -88,6 +89,16 @@ def _run(runner: Any, batch_size: int, input_len: int, output_len: int, seed: in
     reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
     return ob.latency_test_run_once("evokernel", runner, lambda *a, **k: None, reqs, batch_size, input_len,
                                     output_len, 0, False, False, ("CPU", "GPU"), "", "all", 0)
+
+
+def _sm_clock() -> int | None:
+    """The GPU's SM clock now (MHz, through NVML), or None where it cannot be read."""
+    try:
+        import torch
+
+        return int(torch.cuda.clock_rate())
+    except Exception:
+        return None
 
 
 def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path: str, seed: int = 0
@@ -171,11 +182,16 @@ def main(argv: list[str] | None = None) -> int:
             if msg.get("cmd") == "quit":
                 break
             if msg.get("cmd") == "run":
-                if int(msg.get("prerun_steps", 0)) > 0:  # clocks up (CPU and GPU) after the other engines' turns
-                    _run(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["prerun_steps"]),
-                         int(msg.get("seed", 0)))
-                got = _run(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
-                           int(msg.get("seed", 0)))
+                b, i, seed = int(msg["batch_size"]), int(msg["input_len"]), int(msg.get("seed", 0))
+                # the GPU's clocks up (from ~345 MHz idle to ~1980) after the other engines' turns:
+                # short untimed runs of the same batch for prerun_s seconds
+                start = time.monotonic()
+                while time.monotonic() - start < float(msg.get("prerun_s", 0)):
+                    _run(runner, b, i, 8, seed)
+                before = _sm_clock()
+                got = _run(runner, b, i, int(msg["output_len"]), seed)
+                if got is not None:
+                    got = dict(got, sm_clock_mhz=[before, _sm_clock()])
                 _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
             elif msg.get("cmd") == "profile":
                 _reply(reply_fd, _profile(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
