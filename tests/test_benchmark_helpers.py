@@ -69,3 +69,17 @@ def test_a_winner_that_is_a_baseline_reports_one_against_it_not_its_noise(tmp_pa
     assert part["speedup"]["tuned"] == 1.0  # the same config: 1.0, not the ratio of two noisy readings
     assert part["baselines"]["tuned"] != part["winner_ms"]  # ... which did differ
     assert part["speedup"]["default"] == part["baselines"]["default"] / part["winner_ms"] > 1.0
+
+
+def test_rows_recorded_before_a_gene_existed_still_seed(tmp_path):
+    """Call N's GEMM rows predate SPLITK_FIXUP: they were dropped as seeds, so calls W and X
+    searched M=512 without call N's winner and measured a slower one (down 0.91 -> 0.84)."""
+    import json
+
+    row = {"model": "llama3-8b", "layer": "down", "M": 512,
+           "winner": {"BK": 64, "BM": 128, "BN": 128, "GROUP_M": 8, "PERSISTENT": 0, "SPLIT_K": 1, "TMA": 1,
+                      "WARP_SPEC": 1, "maxnreg": 0, "num_ctas": 1, "num_stages": 4, "num_warps": 8}}
+    path = tmp_path / "gemm.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    [seed] = prior_seeds(path, gemm_space(swap_ab=True), model="llama3-8b", layer="down", M=512)
+    assert seed["SPLITK_FIXUP"] == 0 and seed["SWAP_AB"] == 0 and seed["WARP_SPEC"] == 1 and seed["BM"] == 128
