@@ -150,6 +150,9 @@ def markdown(doc: dict) -> list[str]:  # type: ignore[type-arg]
                      f"{f'{ratio:.3f}' if ratio else '-'} | {pair(row['variant'], row['point'])} |")
     lines.append("\npaired geomean (decode, rounds resampled): "
                  + "; ".join(f"{v}: {pair(v, 'geomean')}" for v in paired))
+    if doc.get("control_geomean"):
+        lines.append(f"\nA/A control (a second shipped engine) vs shipped, geomean: {doc['control_geomean']:.3f}: "
+                     "what noise alone reads; verdicts above are called only beyond its intervals")
     lines.append(f"\ngeomean decode throughput vs shipped: {doc['geomean']}; numerics: "
                  f"{ {k: v.get('ok') for k, v in doc['numerics'].items()} }; errors: {doc['errors']}")
     return lines

@@ -12,7 +12,9 @@ point, the order rotated each round, so baseline and candidates see the same GPU
 each timed run follows untimed runs of the same batch for `prerun_s` seconds (the GPU's
 clocks come up after the other engines' turns; each sample records the SM clock before and
 after), and each engine runs on its own share of the CPUs (`pin_cpus`); the figures are
-medians with their spread (min, max). Numerics: each candidate's first-step
+medians with their spread (min, max). With `control` (the default) a second shipped engine
+runs as an A/A control: its paired ratios to the baseline are what noise alone reads, and a
+variant is called faster or slower only beyond them. Numerics: each candidate's first-step
 logits and greedy tokens on fixed prompts are compared with the baseline's; a candidate
 whose logits differ beyond tolerance, or that produces non-finite values, fails.
 
@@ -43,9 +45,12 @@ from typing import Any
 from evokernel.genome import Genome
 from evokernel.result import Result, Status
 
-__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise", "profile_engine"]
+__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise", "profile_engine", "BASELINE", "CONTROL"]
 
 BASELINE = "sglang_shipped"
+#: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
+#: the measurement's noise alone reads as a gain or a loss
+CONTROL = "sglang_shipped_control"
 
 
 def summarise(samples: Sequence[float]) -> dict[str, float]:
@@ -75,10 +80,22 @@ def compare_numerics(base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: 
             "first_divergent_step": first_diverge}
 
 
-def _verdict(median: float, boots: Sequence[float], n: int) -> dict[str, Any]:
+def _verdict(median: float, boots: Sequence[float], n: int, control: Mapping[str, Any] | None = None
+             ) -> dict[str, Any]:
+    """The interval and verdict of one variant at one point. With the A/A control's interval
+    at that point, "faster" needs the variant's whole interval above the control's as well as
+    above 1.0 (and "slower" below both): the control is the same engine as the baseline, so
+    what its interval covers is noise by construction (call X: an A/A pair read "slower",
+    [0.838, 0.997], on a bootstrap over 7 rounds of a bimodal step time)."""
     low, high = boots[int(0.025 * (len(boots) - 1))], boots[int(0.975 * (len(boots) - 1))]
-    verdict = "faster" if low > 1.0 else "slower" if high < 1.0 else "within noise"
-    return {"median": median, "low": low, "high": high, "rounds": n, "verdict": verdict}
+    up, down = 1.0, 1.0
+    if control is not None:
+        up, down = max(1.0, control["high"]), min(1.0, control["low"])
+    verdict = "faster" if low > up else "slower" if high < down else "within noise"
+    out = {"median": median, "low": low, "high": high, "rounds": n, "verdict": verdict}
+    if control is not None:
+        out["control"] = [control["low"], control["high"]]
+    return out
 
 
 @dataclass
@@ -134,9 +151,11 @@ class ABReport:
         rng = random.Random(seed)
         out: dict[str, dict[str, dict[str, Any]]] = {}
         decode_points = set(self.plan.get("decode_points", []))
-        for variant, points in self.samples.items():
-            if variant == BASELINE:
-                continue
+        # the A/A control first: its intervals are every other variant's noise floor
+        variants = sorted((v for v in self.samples if v != BASELINE), key=lambda v: v != CONTROL)
+        for variant in variants:
+            points = self.samples[variant]
+            control = out.get(CONTROL, {}) if variant != CONTROL else {}
             per_point: dict[str, list[float]] = {}
             for point, runs in points.items():
                 ref = base.get(point, [])
@@ -147,7 +166,7 @@ class ABReport:
             res: dict[str, dict[str, Any]] = {}
             for point, ratios in per_point.items():
                 boots = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
-                res[point] = _verdict(statistics.median(ratios), boots, len(ratios))
+                res[point] = _verdict(statistics.median(ratios), boots, len(ratios), control.get(point))
             gm_points = [p for p in per_point if p in decode_points and key == "median_decode_throughput"]
             n = min((len(per_point[p]) for p in gm_points), default=0)
             if gm_points and n:
@@ -156,7 +175,7 @@ class ABReport:
                                         for p in gm_points) / len(gm_points))
 
                 boots = sorted(gmean(rng.choices(range(n), k=n)) for _ in range(resamples))
-                res["geomean"] = _verdict(gmean(list(range(n))), boots, n)
+                res["geomean"] = _verdict(gmean(list(range(n))), boots, n, control.get("geomean"))
             out[variant] = res
         return out
 
@@ -169,9 +188,13 @@ class ABReport:
             return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
         decode_points = [p for p in self.plan.get("decode_points", [])]
-        geomean = {v: gm([r for p, r in per.items() if p in decode_points]) for v, per in decode.items()}
+        # the headline is evokernel's variants over shipped; the A/A control's own ratio is
+        # reported beside it (what noise alone reads), not as a variant
+        geomean = {v: gm([r for p, r in per.items() if p in decode_points]) for v, per in decode.items()
+                   if v != CONTROL}
         return {"plan": self.plan, "rows": self.table(), "decode_throughput_ratio": decode,
                 "prefill_speedup": prefill, "geomean": {BASELINE: geomean},
+                "control_geomean": gm([r for p, r in decode.get(CONTROL, {}).items() if p in decode_points]),
                 "paired": {"decode_throughput": self.paired("median_decode_throughput"),
                            "prefill_speedup": self.paired("prefill_latency", higher_is_better=False)},
                 "numerics": self.numerics, "errors": self.errors, "meta": self.meta,
@@ -270,7 +293,7 @@ class SGLangEvaluator:
                  repeats: int = 3, weights: Mapping[int, float] | None = None,
                  package: Callable[[Genome], Path] | None = None, log_dir: str | os.PathLike[str] = "sglang-logs",
                  load_timeout_s: float = 600.0, run_timeout_s: float = 300.0, numerics_steps: int = 8,
-                 rtol: float = 0.05, prerun_s: float = 0.3, pin_cpus: bool = True) -> None:
+                 rtol: float = 0.05, prerun_s: float = 0.3, pin_cpus: bool = True, control: bool = True) -> None:
         self.server_argv = list(server_argv)
         self.batch_sizes, self.input_len, self.output_len = list(batch_sizes), input_len, output_len
         self.prefill_lens, self.repeats = list(prefill_lens), repeats
@@ -278,7 +301,7 @@ class SGLangEvaluator:
         self.package, self.log_dir = package, Path(log_dir)
         self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
         self.numerics_steps, self.rtol = numerics_steps, rtol
-        self.prerun_s, self.pin_cpus = prerun_s, pin_cpus
+        self.prerun_s, self.pin_cpus, self.control = prerun_s, pin_cpus, control
 
     @classmethod
     def for_trace(cls, server_argv: Sequence[str], trace: Any, *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
@@ -312,7 +335,8 @@ class SGLangEvaluator:
         plan = self.plan()
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        variants = {BASELINE: None, **{k: v for k, v in packages.items() if k != BASELINE}}
+        variants = {BASELINE: None, **({CONTROL: None} if self.control else {}),
+                    **{k: v for k, v in packages.items() if k not in (BASELINE, CONTROL)}}
         cpus = cpu_sets(len(variants)) if self.pin_cpus else [[] for _ in variants]
         report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
         engines: dict[str, _Engine] = {}
