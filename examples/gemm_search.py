@@ -3,7 +3,8 @@
     python examples/gemm_search.py [--budget 40] [--ms 16 256 2048 8192] [--epilogue bias+silu]
 
 On a GPU: a search per shape of the Hopper GEMM template (tiles, split-K, persistent tiles,
-TMA, warp specialisation, clusters, register cap; judged by the sandboxed gate), then the
+stream-K, swap-AB, TMA, warp specialisation, clusters, register cap; judged by the
+sandboxed gate), then the
 winner, torch.matmul (cuBLAS) and the template's default config re-measured together
 (`benchmarks/gemm_h200.py`, which this runs); the table of winners against the baselines is
 printed at the end.

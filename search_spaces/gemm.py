@@ -64,6 +64,12 @@ def _fixup(p: Point) -> str | None:
     return None
 
 
+def _stream_k(p: Point) -> str | None:
+    if p.get("STREAM_K") and not (p["PERSISTENT"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]):
+        return "stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation"
+    return None
+
+
 def _swap_ab(p: Point) -> str | None:
     if p.get("SWAP_AB") and p["BN"] < 64:
         return "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -71,14 +77,20 @@ def _swap_ab(p: Point) -> str | None:
 
 
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-               swap_ab: bool = False) -> SearchSpace:
+               swap_ab: bool = False, stream_k: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
-    for few tokens: see search_spaces/triton_gemm.py).
+    for few tokens), with `stream_k` the STREAM_K gene (the persistent kernel's last tiles
+    split by K steps evenly over the SMs: no partly idle last wave); see
+    search_spaces/triton_gemm.py.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
     "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
+    >>> gemm_space(stream_k=True).why_invalid(dict(DEFAULTS, STREAM_K=1))
+    'stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation'
+    >>> gemm_space(stream_k=True).is_valid(dict(DEFAULTS, STREAM_K=1, PERSISTENT=1))
+    True
     """
     space = SearchSpace(
         [
@@ -104,12 +116,15 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     if swap_ab:
         space = SearchSpace([*space.params, Choice("SWAP_AB", [0, 1])], constraints=[*space.constraints,
                             Constraint(_swap_ab, "swap-AB")], name="gemm_hopper_swapab")
+    if stream_k:
+        space = SearchSpace([*space.params, Choice("STREAM_K", [0, 1])], constraints=[*space.constraints,
+                            Constraint(_stream_k, "stream-K")], name=space.name + "_streamk")
     return space
 
 
 def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
-    how = "persistent" if genome["PERSISTENT"] else "grid"
+    how = ("streamk" if genome.params.get("STREAM_K") else "persistent") if genome["PERSISTENT"] else "grid"
     return f"{genome['BM']}x{genome['BN']}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
 
 
@@ -117,7 +132,7 @@ def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str,
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
-def gemm_seeds(m: int, *, swap_ab: bool = False) -> list[dict[str, int]]:
+def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -171,7 +186,16 @@ def gemm_seeds(m: int, *, swap_ab: bool = False) -> list[dict[str, int]]:
         out = small[-3:] + mid + big
     else:
         out = big
+    if stream_k:
+        # from a few hundred tokens up, the persistent TMA tiles with the last wave dealt out
+        # by K steps (M=512 x N=6144 in 128x256 tiles is 96 tiles: 36 of 132 SMs idle)
+        streamed = [_point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1, STREAM_K=1),
+                    _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1, STREAM_K=1),
+                    _point(64, 128, 128, 4, 4, PERSISTENT=1, STREAM_K=1)]
+        out = ((streamed if m >= 128 else []) + out)
+        out = [dict(p, STREAM_K=p.get("STREAM_K", 0)) for p in out]
     if not swap_ab:
         return out
     # the seeds carry SWAP_AB; at up to 64 tokens a few swapped tiles lead
+    swapped = [dict(p, STREAM_K=0) if stream_k else p for p in swapped]
     return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=0) for p in out]

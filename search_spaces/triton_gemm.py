@@ -16,6 +16,13 @@ with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`)
   programs go away); otherwise one program per tile;
 - TMA: A and B read through tensor descriptors (Hopper's bulk copy engine) instead of
   pointer loads; needs 16-byte aligned rows (else the call raises, a failure for the search);
+- STREAM_K (optional gene, with PERSISTENT and without split-K): the persistent schedule
+  takes whole tiles for as many full waves as it can, then deals the K steps of the rest
+  (`stream_k_tiles`: the last partial wave plus one full wave, or every tile when there are
+  no more than SMs) out evenly over all programs, so no SM idles through a partial last
+  wave. A program's segment that covers a whole tile writes C; a partial one goes to the
+  program's workspace slot and the tile's last contributor sums the slots in program
+  order (the ticket scheme of the split-K fixup below), so results do not depend on timing;
 - WARP_SPEC: Triton's warp specialisation of the main loop (producer and consumer warps),
   where this Triton supports it on this GPU (a compile error otherwise);
 - num_ctas: programs per cluster (Hopper thread-block clusters); maxnreg: a cap on
@@ -58,7 +65,8 @@ import triton.language as tl
 from evokernel.candidate import check_params
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "torch_source", "num_sms"]
+__all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "torch_source", "num_sms",
+           "stream_k_tiles"]
 
 PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "SPLITK_FIXUP",
                            "PERSISTENT", "TMA", "WARP_SPEC", "num_ctas", "maxnreg")
@@ -67,8 +75,9 @@ DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_w
                             "SPLIT_K": 1, "SPLITK_FIXUP": 0, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0,
                             "num_ctas": 1, "maxnreg": 0}
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
-#: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile.
-OPTIONAL: tuple[str, ...] = ("SWAP_AB",)
+#: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile;
+#: STREAM_K, the persistent schedule's last tiles split by K steps.
+OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K")
 
 
 @triton.jit
@@ -116,27 +125,16 @@ def _fixup(acc, split, w_ptrs, counter_ptr, c_ptr, bias_ptr, res_ptr, offs_m, of
 
 
 @triton.jit
-def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
-          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
-          FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
-    """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
-    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last).
+def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr,
+         EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+    """The fp32 sum over K steps [k_lo, k_hi) of the output tile (pid_m, pid_n).
 
     SWAP_AB computes the tile transposed, C^T = B^T A^T: Hopper's warpgroup MMA takes 64 rows
     or more on its first operand and as few as 8 columns on its second, so with few tokens (a
     BM of 16-64) the weights' BN side fills the MMA's rows and the tokens its columns, instead
     of padding BM up to 64 (the swap-AB of CUTLASS-style small-batch GEMMs). The accumulator
-    is transposed back before the epilogue."""
-    tiles_m = tl.cdiv(M, BM)
-    tiles_n = tl.cdiv(N, BN)
-    split = tile % SPLIT_K
-    pid_m, pid_n = grouped_tile(tile // SPLIT_K, tiles_m, tiles_n, GROUP_M)
-    k_tiles = tl.cdiv(K, BK)
-    per_split = tl.cdiv(k_tiles, SPLIT_K)
-    k_lo = split * per_split
-    k_hi = tl.minimum(k_lo + per_split, k_tiles)
+    is transposed back before it is returned."""
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
@@ -164,17 +162,100 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_p
             acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
     if SWAP_AB:
         acc = tl.trans(acc_t)
+    return acc
+
+
+@triton.jit
+def _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+           BM: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """C[tile] = epilogue(acc)."""
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
+          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
+          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
+          FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+    """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
+    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last)."""
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    split = tile % SPLIT_K
+    pid_m, pid_n = grouped_tile(tile // SPLIT_K, tiles_m, tiles_n, GROUP_M)
+    k_tiles = tl.cdiv(K, BK)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    k_lo = split * per_split
+    k_hi = tl.minimum(k_lo + per_split, k_tiles)
+    acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+               stride_bn, BM, BN, BK, TMA, WS_K, EVEN_K, INPUT_PRECISION, SWAP_AB)
     if SPLIT_K == 1:
-        acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
-        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+        _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+               BM, BN, HAS_BIAS, ACT, HAS_RES)
     else:
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
         tl.store(w_ptrs, acc, mask=mask)
         if FIXUP:
             _fixup(acc, split, w_ptrs, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, offs_m, offs_n, mask,
                    M, N, stride_cm, stride_cn, stride_rm, stride_rn, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
+
+
+@triton.jit
+def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr,
+              bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+              stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+              TMA: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+              EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+    """The stream-K phase: the K steps of the last `sk_tiles` tiles, dealt out evenly over the
+    programs (see the module's doc). A segment that covers its tile's whole K range writes C;
+    a partial one stores its fp32 sum in this program's workspace slot (0: its first segment,
+    1: its last), then takes a ticket on the tile's counter, and the tile's last contributor
+    sums every contributor's slot in program order (deterministic whoever is last), applies
+    the epilogue, writes C and resets the counter."""
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    total = sk_tiles * k_tiles
+    per = tl.cdiv(total, num_programs)
+    start = pid * per
+    end = tl.minimum(start + per, total)
+    local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
+    it = start
+    while it < end:
+        t = it // k_tiles
+        k_lo = it - t * k_tiles
+        k_hi = tl.minimum(k_tiles, k_lo + (end - it))
+        pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+        acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                   stride_bn, BM, BN, BK, TMA, False, EVEN_K, INPUT_PRECISION, SWAP_AB)
+        if (k_lo == 0) & (k_hi == k_tiles):
+            _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+                   BM, BN, HAS_BIAS, ACT, HAS_RES)
+        else:
+            slot = tl.where(it == start, 0, 1)
+            tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, acc)
+            tl.debug_barrier()  # the whole partial is stored (and visible in the block) before the ticket
+            first_q = (t * k_tiles) // per
+            last_q = ((t + 1) * k_tiles - 1) // per
+            ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
+            if ticket == last_q - first_q:
+                acc = tl.zeros((BM, BN), dtype=tl.float32)
+                for q in range(first_q, last_q + 1):
+                    q_slot = tl.where(q * per >= t * k_tiles, 0, 1)  # q started inside this tile: its first
+                    acc += tl.load(ws_ptr + (q * 2 + q_slot).to(tl.int64) * (BM * BN) + local, cache_modifier=".cg")
+                _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+                       stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES)
+                tl.store(counter_ptr + t, 0)
+        it += k_hi - k_lo
 
 
 @triton.jit
@@ -185,14 +266,21 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_
                  SPLIT_K: tl.constexpr, FIXUP: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
                  WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                  HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 SWAP_AB: tl.constexpr = False):
+                 SWAP_AB: tl.constexpr = False, STREAM_K: tl.constexpr = False, sk_tiles=0):
     if PERSISTENT:
         num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN) * SPLIT_K
+        if STREAM_K:  # whole tiles first (the data-parallel phase), then the stream-K tiles
+            num_tiles = num_tiles - sk_tiles
         for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
             _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                   M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
                   BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
                   SWAP_AB)
+        if STREAM_K:
+            _stream_k(tl.program_id(0), num_programs, num_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc,
+                      ws_ptr, counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                      stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, BK, GROUP_M, TMA, HAS_BIAS, ACT, HAS_RES,
+                      EVEN_K, INPUT_PRECISION, SWAP_AB)
     else:
         _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
               M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
@@ -229,6 +317,22 @@ def num_sms(device: torch.device) -> int:
     return _SMS[index]
 
 
+def stream_k_tiles(tiles: int, programs: int) -> int:
+    """How many of `tiles` output tiles the stream-K phase takes (the rest are whole tiles,
+    `programs` at a time): all of them when there are no more tiles than programs (one wave,
+    partly idle otherwise: 96 tiles of 128x256 at M=512, N=6144 on 132 SMs), else the last
+    partial wave plus one full wave (so each program still gets at least a tile's worth of K
+    steps), and none when the tiles fill whole waves.
+
+    >>> stream_k_tiles(96, 132), stream_k_tiles(264, 132), stream_k_tiles(384, 132), stream_k_tiles(20, 132)
+    (96, 0, 252, 20)
+    """
+    if tiles <= programs:
+        return tiles
+    rest = tiles % programs
+    return rest + programs if rest else 0
+
+
 _COUNTERS: dict[tuple[str, int | None, int], torch.Tensor] = {}
 
 
@@ -256,9 +360,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          residual: torch.Tensor | None = None, activation: str = "none",
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
          SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
-         maxnreg: int = 0, SWAP_AB: int = 0) -> torch.Tensor:
+         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
-    tile computed as B^T A^T, for few tokens; an optional gene, see `gemm_space(swap_ab=True)`)."""
+    tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
+    tiles split by K steps over the programs; optional genes, see `gemm_space`)."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
     if activation not in ACTIVATIONS:
@@ -283,11 +388,19 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
 
         a_desc = TensorDescriptor.from_tensor(a, [BM, BK])
         b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
+    if STREAM_K and not (PERSISTENT and SPLIT_K == 1):
+        raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K (PERSISTENT=1, SPLIT_K=1)")
     ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
     fixup = SPLIT_K > 1 and bool(SPLITK_FIXUP)
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN) * SPLIT_K
     counters = _tile_counters(a.device, tiles // SPLIT_K) if fixup else c
     programs = min(num_sms(a.device), tiles) if PERSISTENT else tiles
+    sk_tiles = 0
+    if STREAM_K:
+        programs = num_sms(a.device)
+        sk_tiles = stream_k_tiles(tiles, programs)
+        ws = torch.empty((programs, 2, BM, BN), device=a.device, dtype=torch.float32)
+        counters = _tile_counters(a.device, max(sk_tiles, 1))
     res = residual if residual is not None else c
     launch = {"num_warps": num_warps, "num_stages": num_stages}
     if num_ctas != 1:
@@ -302,7 +415,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, FIXUP=fixup, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
         WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
         EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
-        **epi, **launch,
+        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, **epi, **launch,
     )
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128

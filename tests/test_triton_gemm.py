@@ -194,3 +194,74 @@ def test_the_swap_ab_gene_is_optional_and_its_seeds_are_valid():
     assert "SWAP_AB = " not in candidate_source(DEFAULTS) and '"SWAP_AB": 1' in candidate_source(dict(DEFAULTS, SWAP_AB=1))
     with pytest.raises(ValueError, match="optionally"):
         candidate_source(dict(DEFAULTS, SWAPAB=1))
+
+
+# the stream-K schedule (STREAM_K=1, persistent): in the interpreter the GPU has 4 "SMs", so
+# these shapes give every case of it: all tiles in the stream-K phase with segments that cross
+# tiles, whole tiles first then stream-K, one tile over several programs, idle programs
+STREAM_K_CASES = [
+    ({}, (33, 72, 80), "float32", (False, "none", False)),          # 9 tiles: 4 whole, then 5 by K steps
+    ({}, (17, 72, 80), "float32", (True, "silu", True)),            # 6 tiles, all by K steps, segments cross tiles
+    ({"BK": 32}, (16, 64, 512), "float32", (False, "none", False)),  # 2 tiles of 16 K steps over 4 programs
+    ({"SWAP_AB": 1, "TMA": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", True)),
+    ({}, (5, 8, 8), "float32", (False, "relu", False)),             # one tile, one K step: three programs idle
+]
+
+_STREAM_K_SCRIPT = r'''
+import json, sys, torch, torch.nn.functional as F
+from evokernel.search_spaces import triton_gemm
+from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+out = []
+for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(m * n + k)
+    a = (torch.randn(m, k, generator=g) / k ** 0.5).to(dt)
+    b = torch.randn(k, n, generator=g).to(dt)
+    bias = torch.randn(n, generator=g).to(dt) if has_bias else None
+    res = torch.randn(m, n, generator=g).to(dt) if has_res else None
+    x = a.double() @ b.double()
+    if bias is not None:
+        x = x + bias.double()
+    x = {"none": x, "relu": torch.relu(x), "silu": F.silu(x), "gelu_tanh": F.gelu(x, approximate="tanh")}[act]
+    if res is not None:
+        x = x + res.double()
+    params = {**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, "PERSISTENT": 1, "STREAM_K": 1, **over}
+    c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
+    again = gemm(a, b, bias=bias, residual=res, activation=act, **params)
+    out.append({"err": ((c.double() - x).abs() / (x.abs() + 1)).max().item(), "shape": list(c.shape),
+                "deterministic": torch.equal(c, again),
+                "counters_left": sum(int(t.abs().sum()) for t in triton_gemm._COUNTERS.values())})
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def stream_k_interpreted() -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _STREAM_K_SCRIPT, json.dumps(STREAM_K_CASES)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("i", range(len(STREAM_K_CASES)))
+def test_the_stream_k_schedule_matches_the_reference(stream_k_interpreted: list[dict], i: int) -> None:
+    over, (m, n, _), dtype, _ = STREAM_K_CASES[i]
+    got = stream_k_interpreted[i]
+    assert got["shape"] == [m, n]
+    assert got["err"] < (2e-3 if dtype == "float16" else 1e-5), (over, got)
+    # the last contributor sums the partials in program order: the same bits whoever is last
+    assert got["deterministic"] and got["counters_left"] == 0, (over, got)
+
+
+def test_stream_k_needs_the_persistent_kernel_without_split_k() -> None:
+    import torch
+
+    from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm, stream_k_tiles
+
+    a, b = torch.zeros(4, 8), torch.zeros(8, 8)
+    with pytest.raises(ValueError, match="STREAM_K"):
+        gemm(a, b, **dict(DEFAULTS, STREAM_K=1))
+    with pytest.raises(ValueError, match="STREAM_K"):
+        gemm(a, b, **dict(DEFAULTS, STREAM_K=1, PERSISTENT=1, SPLIT_K=2))
+    assert stream_k_tiles(132, 132) == 132 and stream_k_tiles(133, 132) == 133 and stream_k_tiles(396, 132) == 0
