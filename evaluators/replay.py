@@ -76,19 +76,6 @@ class ReplayEvaluator:
                 time.sleep(self.delay_s)
             yield self._one(genome)
 
-    def remeasure(self, genomes: Sequence[Genome], *, rounds: int = 3) -> list[Result]:
-        """Judge these genomes again, as `KernelEvaluator.remeasure` does on a GPU: each is
-        drawn `rounds` times (fresh noise) and gets the median of its draws."""
-        out = []
-        for genome in genomes:
-            draws = [self._one(genome) for _ in range(max(1, rounds))]
-            if not draws[0].is_ok:
-                out.append(draws[0])
-                continue
-            ms = sorted(r.latency_ms for r in draws)
-            out.append(Result.ok(ms[len(ms) // 2], noise=self.noise, samples=tuple(ms)))
-        return out
-
     def true_latency(self, genome: Genome) -> float:
         """The recorded (noise-free) latency, infinite where the configuration failed."""
         row = self.landscape.lookup(genome.params)
