@@ -71,7 +71,8 @@ def short(p: dict[str, int]) -> str:
     extra = [f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "",
              "persistent" if p.get("PERSISTENT") else "", "tma" if p.get("TMA") else "", "ws" if p.get("WARP_SPEC") else "",
              f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
-             "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else ""]
+             "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else "",
+             f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else ""]
     return f"{p['BM']}x{p['BN']}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
 
@@ -115,6 +116,7 @@ def main() -> None:
                     help="a results JSON whose winners for the same shape seed the search too ('' for none)")
     ap.add_argument("--no-swap-ab", action="store_true", help="leave the SWAP_AB gene (B^T A^T tiles) out of the space")
     ap.add_argument("--no-stream-k", action="store_true", help="leave the STREAM_K gene (the last wave by K steps) out")
+    ap.add_argument("--no-tma-store", action="store_true", help="leave the TMA_STORE gene (C through a descriptor) out")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -149,8 +151,11 @@ def main() -> None:
     store = SQLiteStore(out / "gemm.db")
     swap = not args.no_swap_ab and not args.fp8
     streamk = not args.no_stream_k and not args.fp8
-    space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else gemm_space(swap_ab=swap, stream_k=streamk)
-    off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {})}  # the optional genes, off
+    tstore = not args.no_tma_store and not args.fp8
+    space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
+        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore)
+    off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
+           **({"TMA_STORE": 0} if tstore else {})}  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     for i, (model, layer, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
@@ -169,7 +174,7 @@ def main() -> None:
         else:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
-            seeds, descriptor = gemm_seeds(m, swap_ab=swap, stream_k=streamk), gemm_class
+            seeds, descriptor = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore), gemm_class
             seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m)
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off)) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also

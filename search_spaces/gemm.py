@@ -70,6 +70,21 @@ def _stream_k(p: Point) -> str | None:
     return None
 
 
+def _tma_store(limit: int, elem_bytes: int):
+    def check(p: Point) -> str | None:
+        if not p.get("TMA_STORE"):
+            return None
+        if not (p["TMA"] and p["SPLIT_K"] == 1):
+            return "TMA store: C through a tensor descriptor goes with TMA loads and no split-K"
+        # the store stages its tile (or half of it) in shared memory beside the pipeline
+        staged = p["BM"] * p["BN"] * 2 // (2 if p["TMA_STORE"] == 2 else 1)
+        need = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"] + staged
+        if need > limit:
+            return f"TMA store: the pipeline and the staged C tile need {need} B of shared memory > {limit} B"
+        return None
+    return check
+
+
 def _swap_ab(p: Point) -> str | None:
     if p.get("SWAP_AB") and p["BN"] < 64:
         return "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -77,12 +92,13 @@ def _swap_ab(p: Point) -> str | None:
 
 
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-               swap_ab: bool = False, stream_k: bool = False) -> SearchSpace:
+               swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
     for few tokens), with `stream_k` the STREAM_K gene (the persistent kernel's last tiles
-    split by K steps evenly over the SMs: no partly idle last wave); see
+    split by K steps evenly over the SMs: no partly idle last wave), with `tma_store` the
+    TMA_STORE gene (C through a tensor descriptor, whole or in two halves); see
     search_spaces/triton_gemm.py.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
@@ -90,6 +106,11 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     >>> gemm_space(stream_k=True).why_invalid(dict(DEFAULTS, STREAM_K=1))
     'stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation'
     >>> gemm_space(stream_k=True).is_valid(dict(DEFAULTS, STREAM_K=1, PERSISTENT=1))
+    True
+    >>> big = dict(DEFAULTS, BN=256, TMA=1, num_stages=4)
+    >>> gemm_space(tma_store=True).why_invalid(dict(big, TMA_STORE=1))
+    'TMA store: the pipeline and the staged C tile need 262144 B of shared memory > 232448 B'
+    >>> gemm_space(tma_store=True).is_valid(dict(big, num_stages=3, TMA_STORE=2))
     True
     """
     space = SearchSpace(
@@ -119,6 +140,10 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     if stream_k:
         space = SearchSpace([*space.params, Choice("STREAM_K", [0, 1])], constraints=[*space.constraints,
                             Constraint(_stream_k, "stream-K")], name=space.name + "_streamk")
+    if tma_store:
+        space = SearchSpace([*space.params, Choice("TMA_STORE", [0, 1, 2])], constraints=[*space.constraints,
+                            Constraint(_tma_store(shared_memory_bytes, elem_bytes), "TMA store")],
+                            name=space.name + "_tmastore")
     return space
 
 
@@ -132,7 +157,8 @@ def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str,
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
-def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False) -> list[dict[str, int]]:
+def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False
+               ) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -194,8 +220,18 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False) -> list
                     _point(64, 128, 128, 4, 4, PERSISTENT=1, STREAM_K=1)]
         out = ((streamed if m >= 128 else []) + out)
         out = [dict(p, STREAM_K=p.get("STREAM_K", 0)) for p in out]
+    if tma_store:
+        # the persistent TMA tiles storing C in two halves through a descriptor (the
+        # persistent-matmul tutorial's fastest Hopper form), from a few hundred tokens up
+        stored = [dict(_point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1), TMA_STORE=2),
+                  dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2),
+                  dict(_point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=1)]
+        if stream_k:
+            stored = [dict(p, STREAM_K=0) for p in stored] + [dict(stored[0], STREAM_K=1)]
+        out = [dict(p, TMA_STORE=p.get("TMA_STORE", 0)) for p in ((stored if m >= 128 else []) + out)]
     if not swap_ab:
         return out
     # the seeds carry SWAP_AB; at up to 64 tokens a few swapped tiles lead
-    swapped = [dict(p, STREAM_K=0) if stream_k else p for p in swapped]
+    swapped = [dict(p, **({"STREAM_K": 0} if stream_k else {}), **({"TMA_STORE": 0} if tma_store else {}))
+               for p in swapped]
     return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=0) for p in out]

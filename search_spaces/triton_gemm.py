@@ -23,6 +23,10 @@ with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`)
   wave. A program's segment that covers a whole tile writes C; a partial one goes to the
   program's workspace slot and the tile's last contributor sums the slots in program
   order (the ticket scheme of the split-K fixup below), so results do not depend on timing;
+- TMA_STORE (optional gene, with TMA and without split-K): C written through a tensor
+  descriptor, in one bulk store per tile (1) or in two halves of BM x BN/2 (2), which halves
+  the shared memory the store stages and leaves it to the pipeline (the epilogue subtiling
+  of Triton's persistent-matmul tutorial); 0 writes C by pointers;
 - WARP_SPEC: Triton's warp specialisation of the main loop (producer and consumer warps),
   where this Triton supports it on this GPU (a compile error otherwise);
 - num_ctas: programs per cluster (Hopper thread-block clusters); maxnreg: a cap on
@@ -76,8 +80,9 @@ DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_w
                             "num_ctas": 1, "maxnreg": 0}
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile;
-#: STREAM_K, the persistent schedule's last tiles split by K steps.
-OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K")
+#: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
+#: through a tensor descriptor (1) or in two halves (2).
+OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE")
 
 
 @triton.jit
@@ -166,23 +171,35 @@ def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
 
 
 @triton.jit
-def _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-           BM: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
-    """C[tile] = epilogue(acc)."""
+def _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+           BM: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
+           TMA_STORE: tl.constexpr):
+    """C[tile] = epilogue(acc): by pointers (TMA_STORE=0), through C's tensor descriptor in one
+    bulk store (1), or in two BM x BN/2 halves (2: half the shared-memory staging of the
+    store, the epilogue subtiling of Triton's persistent-matmul tutorial)."""
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=mask)
+    if TMA_STORE == 2:
+        halves = tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1))
+        left, right = tl.split(halves)
+        c_desc.store([pid_m * BM, pid_n * BN], left.to(c_desc.dtype))
+        c_desc.store([pid_m * BM, pid_n * BN + BN // 2], right.to(c_desc.dtype))
+    elif TMA_STORE == 1:
+        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+    else:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 @triton.jit
-def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
+def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
           M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
           FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
+          TMA_STORE: tl.constexpr):
     """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
     partial sum into the workspace when K is split (and with FIXUP, the sum if it is last)."""
     tiles_m = tl.cdiv(M, BM)
@@ -196,8 +213,8 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_p
     acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                stride_bn, BM, BN, BK, TMA, WS_K, EVEN_K, INPUT_PRECISION, SWAP_AB)
     if SPLIT_K == 1:
-        _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-               BM, BN, HAS_BIAS, ACT, HAS_RES)
+        _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+               BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
     else:
         offs_m = pid_m * BM + tl.arange(0, BM)
         offs_n = pid_n * BN + tl.arange(0, BN)
@@ -210,11 +227,12 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_p
 
 
 @triton.jit
-def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr,
-              bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-              stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-              TMA: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-              EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr,
+              counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+              stride_cn, stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              GROUP_M: tl.constexpr, TMA: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+              HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
+              TMA_STORE: tl.constexpr):
     """The stream-K phase: the K steps of the last `sk_tiles` tiles, dealt out evenly over the
     programs (see the module's doc). A segment that covers its tile's whole K range writes C;
     a partial one stores its fp32 sum in this program's workspace slot (0: its first segment,
@@ -238,8 +256,8 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
         acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
                    stride_bn, BM, BN, BK, TMA, False, EVEN_K, INPUT_PRECISION, SWAP_AB)
         if (k_lo == 0) & (k_hi == k_tiles):
-            _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-                   BM, BN, HAS_BIAS, ACT, HAS_RES)
+            _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+                   BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
         else:
             slot = tl.where(it == start, 0, 1)
             tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, acc)
@@ -252,40 +270,41 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
                 for q in range(first_q, last_q + 1):
                     q_slot = tl.where(q * per >= t * k_tiles, 0, 1)  # q started inside this tile: its first
                     acc += tl.load(ws_ptr + (q * 2 + q_slot).to(tl.int64) * (BM * BN) + local, cache_modifier=".cg")
-                _store(acc, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-                       stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES)
+                _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+                       stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
                 tl.store(counter_ptr + t, 0)
         it += k_hi - k_lo
 
 
 @triton.jit
-def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
+def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                  M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
                  num_programs,
                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                  SPLIT_K: tl.constexpr, FIXUP: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
                  WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                  HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 SWAP_AB: tl.constexpr = False, STREAM_K: tl.constexpr = False, sk_tiles=0):
+                 SWAP_AB: tl.constexpr = False, STREAM_K: tl.constexpr = False, sk_tiles=0,
+                 TMA_STORE: tl.constexpr = 0):
     if PERSISTENT:
         num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN) * SPLIT_K
         if STREAM_K:  # whole tiles first (the data-parallel phase), then the stream-K tiles
             num_tiles = num_tiles - sk_tiles
         for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
-            _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
+            _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                   M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
                   BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-                  SWAP_AB)
+                  SWAP_AB, TMA_STORE)
         if STREAM_K:
             _stream_k(tl.program_id(0), num_programs, num_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc,
-                      ws_ptr, counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                      stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, BK, GROUP_M, TMA, HAS_BIAS, ACT, HAS_RES,
-                      EVEN_K, INPUT_PRECISION, SWAP_AB)
+                      c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                      stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, BK, GROUP_M, TMA, HAS_BIAS, ACT,
+                      HAS_RES, EVEN_K, INPUT_PRECISION, SWAP_AB, TMA_STORE)
     else:
-        _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
+        _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
               M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
               BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-              SWAP_AB)
+              SWAP_AB, TMA_STORE)
 
 
 @triton.jit
@@ -360,7 +379,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          residual: torch.Tensor | None = None, activation: str = "none",
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
          SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
-         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0) -> torch.Tensor:
+         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
     tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
     tiles split by K steps over the programs; optional genes, see `gemm_space`)."""
@@ -382,12 +401,18 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
     )
     if TMA and not (_tma_ok(a) and _tma_ok(b)):
         raise ValueError("TMA needs row-major A and B with 16-byte aligned rows and base addresses")
-    a_desc = b_desc = None
+    if TMA_STORE and not (TMA and SPLIT_K == 1):
+        raise ValueError("TMA_STORE (C through a tensor descriptor) goes with TMA loads and no split-K")
+    if TMA_STORE and not _tma_ok(c):
+        raise ValueError("TMA_STORE needs C's rows 16-byte aligned")
+    a_desc = b_desc = c_desc = None
     if TMA:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         a_desc = TensorDescriptor.from_tensor(a, [BM, BK])
         b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
+        if TMA_STORE:
+            c_desc = TensorDescriptor.from_tensor(c, [BM, BN // 2 if TMA_STORE == 2 else BN])
     if STREAM_K and not (PERSISTENT and SPLIT_K == 1):
         raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K (PERSISTENT=1, SPLIT_K=1)")
     ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
@@ -409,13 +434,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         launch["maxnreg"] = maxnreg
     epi = {"HAS_BIAS": bias is not None, "ACT": ACTIVATIONS[activation], "HAS_RES": residual is not None}
     _gemm_kernel[(programs,)](
-        a, b, c, a_desc, b_desc, ws, counters, bias if bias is not None else c, res,
+        a, b, c, a_desc, b_desc, c_desc, ws, counters, bias if bias is not None else c, res,
         M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         res.stride(0), res.stride(1), programs,
         BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, FIXUP=fixup, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
         WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
         EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
-        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, **epi, **launch,
+        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), **epi, **launch,
     )
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128

@@ -35,6 +35,10 @@ CASES = [
     ({"SWAP_AB": 1}, (33, 72, 80), "float16", (True, "silu", True)),
     ({"SWAP_AB": 1, "SPLIT_K": 2}, (17, 72, 72), "float32", (False, "none", True)),
     ({"SWAP_AB": 1, "PERSISTENT": 1, "TMA": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
+    # C through a tensor descriptor: whole tiles, and in two halves (edge tiles clipped by the descriptor)
+    ({"TMA": 1, "TMA_STORE": 1}, (33, 72, 80), "float16", (True, "silu", True)),
+    ({"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (33, 72, 80), "float32", (False, "none", True)),
+    ({"TMA": 1, "TMA_STORE": 2, "SWAP_AB": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
 ]
 
 _SCRIPT = r'''
@@ -205,6 +209,7 @@ STREAM_K_CASES = [
     ({"BK": 32}, (16, 64, 512), "float32", (False, "none", False)),  # 2 tiles of 16 K steps over 4 programs
     ({"SWAP_AB": 1, "TMA": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", True)),
     ({}, (5, 8, 8), "float32", (False, "relu", False)),             # one tile, one K step: three programs idle
+    ({"TMA": 1, "TMA_STORE": 2}, (33, 72, 80), "float16", (True, "relu", True)),  # C stored in halves
 ]
 
 _STREAM_K_SCRIPT = r'''
@@ -265,3 +270,5 @@ def test_stream_k_needs_the_persistent_kernel_without_split_k() -> None:
     with pytest.raises(ValueError, match="STREAM_K"):
         gemm(a, b, **dict(DEFAULTS, STREAM_K=1, PERSISTENT=1, SPLIT_K=2))
     assert stream_k_tiles(132, 132) == 132 and stream_k_tiles(133, 132) == 133 and stream_k_tiles(396, 132) == 0
+    with pytest.raises(ValueError, match="TMA_STORE"):
+        gemm(a, b, **dict(DEFAULTS, TMA_STORE=1))
