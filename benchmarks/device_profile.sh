@@ -6,7 +6,8 @@
 #     kernels from SGLang's CUDA graphs.
 # Needs carry [".whl", ".sgl"]; writes profile JSONs and the store under $OUT.
 #   bash benchmarks/device_profile.sh
-#   SGL_BATCHES=64 bash benchmarks/device_profile.sh     (PROFILE_MODELS, SGL_BATCHES: what to profile; "" skips)
+#   SGL_BATCHES=64 bash benchmarks/device_profile.sh     (PROFILE_MODELS, SGL_BATCHES: what to profile; "" skips;
+#   PROFILE_DB: the store, default $OUT/profile.db, gzipped at the end)
 set -u
 source benchmarks/device_setup.sh || exit 1
 source benchmarks/device_sglang_env.sh || exit 2

@@ -334,12 +334,14 @@ class SGLangEvaluator:
         return {"evaluator": "sglang", "server": self.server_argv, "plan": self.plan(), "repeats": self.repeats,
                 "weights": {str(k): v for k, v in sorted(self.weights.items())}}
 
-    def compare(self, packages: Mapping[str, str | os.PathLike[str] | None]) -> ABReport:
-        """The baseline and every package of `packages` (name -> folder), interleaved."""
+    def compare(self, packages: Mapping[str, str | os.PathLike[str] | None], *,
+                control: bool | None = None) -> ABReport:
+        """The baseline and every package of `packages` (name -> folder), interleaved; with
+        the A/A control engine when `control` (default: the evaluator's setting)."""
         plan = self.plan()
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        variants = {BASELINE: None, **({CONTROL: None} if self.control else {}),
+        variants = {BASELINE: None, **({CONTROL: None} if (self.control if control is None else control) else {}),
                     **{k: v for k, v in packages.items() if k not in (BASELINE, CONTROL)}}
         cpus = cpu_sets(len(variants)) if self.pin_cpus else [[] for _ in variants]
         report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
@@ -409,7 +411,8 @@ class SGLangEvaluator:
             except Exception as exc:
                 yield Result.failed(Status.COMPILE_ERROR, f"package failed: {type(exc).__name__}: {exc}")
                 continue
-            report = self.compare({genome.id: folder})
+            # a fitness, not a verdict: the A/A control would only cost an engine and its runs
+            report = self.compare({genome.id: folder}, control=False)
             if genome.id in report.errors:
                 yield Result.failed(Status.RUNTIME_ERROR, report.errors[genome.id][:2000])
                 continue

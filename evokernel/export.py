@@ -80,13 +80,27 @@ def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str
 
 def _runnable_from_history(store: Store, run_id: str, *, shared_m: bool
                            ) -> tuple[tuple[dict[str, int], dict[str, int]] | None, Elite | None]:
-    """The fastest passing candidate of a run's history whose configs the target runs, as an
-    elite-like record (its latency), or (None, None)."""
-    ok = [ev for ev in store.history(run_id) if ev.result.is_ok and ev.result.latency_ms is not None]
-    for ev in sorted(ok, key=lambda e: e.result.latency_ms):
-        got = _configs(ev.genome.params, shared_m=shared_m)
+    """The fastest candidate of a run's history whose configs the target runs, as an
+    elite-like record, or (None, None). A genome counts by the median of all its readings
+    (evaluations and re-measurements), and one that failed any reading does not count: the
+    lowest single reading is the lucky draw the search's re-measurement exists to correct."""
+    import statistics
+
+    readings: dict[str, list[float]] = {}
+    genomes: dict[str, Any] = {}
+    failed: set[str] = set()
+    for ev in store.history(run_id):
+        gid = ev.genome.id
+        genomes[gid] = ev.genome
+        if ev.result.is_ok and ev.result.latency_ms is not None:
+            readings.setdefault(gid, []).append(float(ev.result.latency_ms))
+        else:
+            failed.add(gid)
+    ranked = sorted((statistics.median(xs), gid) for gid, xs in readings.items() if gid not in failed)
+    for ms, gid in ranked:
+        got = _configs(genomes[gid].params, shared_m=shared_m)
         if not isinstance(got, str):
-            return got, Elite(niche="history", genome=ev.genome, latency_ms=float(ev.result.latency_ms), run_id=run_id)
+            return got, Elite(niche="history", genome=genomes[gid], latency_ms=ms, run_id=run_id)
     return None, None
 
 

@@ -77,7 +77,7 @@ def _tma_store(limit: int, elem_bytes: int):
         if not (p["TMA"] and p["SPLIT_K"] == 1):
             return "TMA store: C through a tensor descriptor goes with TMA loads and no split-K"
         # the store stages its tile (or half of it) in shared memory beside the pipeline
-        staged = p["BM"] * p["BN"] * 2 // (2 if p["TMA_STORE"] == 2 else 1)
+        staged = p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1)  # C has A's dtype
         need = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"] + staged
         if need > limit:
             return f"TMA store: the pipeline and the staged C tile need {need} B of shared memory > {limit} B"

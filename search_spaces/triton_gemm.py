@@ -413,8 +413,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
         if TMA_STORE:
             c_desc = TensorDescriptor.from_tensor(c, [BM, BN // 2 if TMA_STORE == 2 else BN])
-    if STREAM_K and not (PERSISTENT and SPLIT_K == 1):
-        raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K (PERSISTENT=1, SPLIT_K=1)")
+    if STREAM_K and not (PERSISTENT and SPLIT_K == 1 and not WARP_SPEC):
+        raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K or warp specialisation "
+                         "(PERSISTENT=1, SPLIT_K=1, WARP_SPEC=0)")
+    if K == 0:  # no K steps to deal out: the whole-tile schedule writes the epilogue of zeros
+        STREAM_K = 0
     ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
     fixup = SPLIT_K > 1 and bool(SPLITK_FIXUP)
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN) * SPLIT_K
@@ -424,8 +427,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
     if STREAM_K:
         programs = num_sms(a.device)
         sk_tiles = stream_k_tiles(tiles, programs)
-        ws = torch.empty((programs, 2, BM, BN), device=a.device, dtype=torch.float32)
-        counters = _tile_counters(a.device, max(sk_tiles, 1))
+        if sk_tiles:  # (whole waves only: no partials, no workspace)
+            ws = torch.empty((programs, 2, BM, BN), device=a.device, dtype=torch.float32)
+            counters = _tile_counters(a.device, sk_tiles)
     res = residual if residual is not None else c
     launch = {"num_warps": num_warps, "num_stages": num_stages}
     if num_ctas != 1:

@@ -272,3 +272,18 @@ def test_stream_k_needs_the_persistent_kernel_without_split_k() -> None:
     assert stream_k_tiles(132, 132) == 132 and stream_k_tiles(133, 132) == 133 and stream_k_tiles(396, 132) == 0
     with pytest.raises(ValueError, match="TMA_STORE"):
         gemm(a, b, **dict(DEFAULTS, TMA_STORE=1))
+
+
+def test_stream_k_with_no_k_steps_still_writes_the_epilogue() -> None:
+    # K == 0: nothing to deal out by K steps; C must still be epilogue(0) (review of the change)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    script = (
+        "import torch\n"
+        "from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm\n"
+        "a, b, bias = torch.zeros(5, 0), torch.zeros(0, 8), torch.arange(8.0)\n"
+        "c = gemm(a, b, bias=bias, activation='relu', **dict(DEFAULTS, BM=16, BN=32, BK=32, PERSISTENT=1, STREAM_K=1))\n"
+        "print(bool(torch.equal(c, torch.relu(bias).expand(5, 8))))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True"
