@@ -15,7 +15,8 @@ prints on stdout never mix with them:
   prefill latency (s), median decode latency (s) and throughput, as `one_batch` measures them
   (synchronised wall clock around each step, decode in SGLang's CUDA graphs), of the fastest
   of R runs (every run's median decode latency is kept), and the SM clock (MHz) before and
-  after; with P > 0, untimed 8-step runs of the same batch for P seconds come first;
+  after, and per run the host's steal ticks and the process's involuntary context switches
+  (`runs_host`); with P > 0, untimed 8-step runs of the same batch for P seconds come first;
 
 EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to those CPUs.
 - {"cmd": "logits", "batch_size": B, "input_len": I, "steps": S, "seed": K} -> greedy tokens
@@ -89,6 +90,28 @@ def _run(runner: Any, batch_size: int, input_len: int, output_len: int, seed: in
     reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
     return ob.latency_test_run_once("evokernel", runner, lambda *a, **k: None, reqs, batch_size, input_len,
                                     output_len, 0, False, False, ("CPU", "GPU"), "", "all", 0)
+
+
+def _host_counters() -> dict[str, int]:
+    """The host's steal time (all CPUs, clock ticks: time the hypervisor ran something else
+    on a vCPU) and this process's involuntary context switches, where Linux reports them:
+    differences across a run tell host-side interference from the engine's own work."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        if fields and fields[0] == "cpu" and len(fields) > 8:
+            out["steal_ticks"] = int(fields[8])
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches"):
+                    out["involuntary_switches"] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
 
 
 def _sm_clock() -> int | None:
@@ -189,7 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                 while time.monotonic() - start < float(msg.get("prerun_s", 0)):
                     _run(runner, b, i, 8, seed)
                 before = _sm_clock()
-                runs = [_run(runner, b, i, int(msg["output_len"]), seed) for _ in range(max(1, int(msg.get("best_of", 1))))]
+                runs = []
+                for _ in range(max(1, int(msg.get("best_of", 1)))):
+                    host = _host_counters()
+                    got_run = _run(runner, b, i, int(msg["output_len"]), seed)
+                    after = _host_counters()
+                    if got_run is not None:
+                        got_run = dict(got_run, host={k: after[k] - v for k, v in host.items() if k in after})
+                    runs.append(got_run)
                 got = None
                 if all(r is not None for r in runs):
                     # the run with the fastest median step (every run's median is kept): a run's
@@ -197,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                     # runs estimates the engine, not the state it happened to be in
                     best = min(runs, key=lambda r: r.get("median_decode_latency", float("inf")))
                     got = dict(best, sm_clock_mhz=[before, _sm_clock()],
-                               runs_median_decode_latency=[r.get("median_decode_latency") for r in runs])
+                               runs_median_decode_latency=[r.get("median_decode_latency") for r in runs],
+                               runs_host=[r.get("host") for r in runs])
                 _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
             elif msg.get("cmd") == "profile":
                 _reply(reply_fd, _profile(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),

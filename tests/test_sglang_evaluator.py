@@ -158,3 +158,16 @@ def test_an_aa_control_keeps_bimodal_noise_from_reading_as_a_loss():
     assert paired["gain"][point]["verdict"] == "faster"
     doc = report.to_json()
     assert CONTROL not in doc["geomean"][BASELINE] and doc["control_geomean"] is not None
+
+
+def test_the_engine_driver_reads_the_hosts_steal_time_and_its_preemptions():
+    # what each timed run records beside its figures (calls V and X: bimodal rounds that
+    # neither the GPU clock nor CPU pinning explained; steal time would show a busy hypervisor)
+    import sys
+
+    from evokernel.sglang_bench import _host_counters
+
+    got = _host_counters()
+    if sys.platform.startswith("linux"):
+        assert set(got) == {"steal_ticks", "involuntary_switches"}
+        assert all(isinstance(v, int) and v >= 0 for v in got.values())
