@@ -162,7 +162,12 @@ class ABReport:
             per_point: dict[str, list[float]] = {}
             for point, runs in points.items():
                 ref = base.get(point, [])
-                pairs = [(m[key], b[key]) for m, b in zip(runs, ref) if key in m and key in b and m[key] > 0 and b[key] > 0]
+                # by round: a run that failed in one engine must not shift the later rounds'
+                # pairs (samples without a round, from older reports, pair in order)
+                by_round = {b.get("round", j): b for j, b in enumerate(ref)}
+                pairs = [(m[key], b[key]) for j, m in enumerate(runs)
+                         if (b := by_round.get(m.get("round", j))) is not None
+                         and key in m and key in b and m[key] > 0 and b[key] > 0]
                 if not pairs:
                     continue
                 per_point[point] = [(a / b) if higher_is_better else (b / a) for a, b in pairs]
@@ -384,7 +389,7 @@ class SGLangEvaluator:
                         if "error" in got:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:
-                            report.samples.setdefault(name, {}).setdefault(point, []).append(got)
+                            report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
             probe = {"cmd": "logits", "batch_size": min(4, max(self.batch_sizes)), "input_len": 64,
                      "steps": self.numerics_steps, "seed": 7}
             logits = {name: engine.ask(probe, self.run_timeout_s) for name, engine in engines.items()}

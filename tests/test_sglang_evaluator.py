@@ -171,3 +171,15 @@ def test_the_engine_driver_reads_the_hosts_steal_time_and_its_preemptions():
     if sys.platform.startswith("linux"):
         assert set(got) == {"steal_ticks", "involuntary_switches"}
         assert all(isinstance(v, int) and v >= 0 for v in got.values())
+
+
+def test_rounds_pair_by_their_number_when_an_engine_missed_one():
+    # a variant's run failed in round 1: its rounds 0 and 2 pair with the baseline's 0 and 2,
+    # not with 0 and 1 (review of the change: pairing by position shifted every later round)
+    plan = SGLangEvaluator(["--model-path", "m"], batch_sizes=(1,), prefill_lens=(), repeats=3).plan()
+    report = ABReport(plan=plan)
+    point = "b1_i512_o32"
+    report.samples[BASELINE] = {point: [dict(_run(0.05, 0.001 * d, 1), round=r) for r, d in enumerate((1.0, 2.0, 1.0))]}
+    report.samples["cand"] = {point: [dict(_run(0.05, 0.001 * d, 1), round=r) for r, d in ((0, 1.0), (2, 1.0))]}
+    paired = report.paired()["cand"][point]
+    assert paired["rounds"] == 2 and paired["median"] == pytest.approx(1.0)
