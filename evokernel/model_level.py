@@ -56,7 +56,7 @@ from torch import nn
 from .genome import Genome, Value
 from .space import Choice, Constraint, Param, Point, SearchSpace
 
-__all__ = ["Site", "KernelGenes", "Rewritable", "Plan", "model_space", "apply", "Applied", "SiteCheck",
+__all__ = ["Site", "KernelGenes", "model_size", "Rewritable", "Plan", "model_space", "apply", "Applied", "SiteCheck",
            "SiteVerdict", "judge", "noise_floor", "TOLERANCE", "changed_sites", "variant", "rewritable_modules", "build", "describe_sites",
            "launch_genes", "gemm_genes", "moe_genes"]
 
@@ -496,6 +496,18 @@ def describe_sites(model: nn.Module) -> list[dict[str, Any]]:
 
 
 # -- kernel genes of the templates sites run ----------------------------------------------------
+def model_size(size: str | None, sizes: Mapping[str, Any]) -> str:
+    """The size an example model is built at: `size`, else EVOKERNEL_MODEL_SIZE, else "tiny"
+    (`EVOKERNEL_MODEL_SIZE=real evokernel profile examples/models/flux_dit.py` builds it at
+    its real size); one of `sizes`' keys."""
+    import os
+
+    size = size or os.environ.get("EVOKERNEL_MODEL_SIZE", "tiny")
+    if size not in sizes:
+        raise ValueError(f"EVOKERNEL_MODEL_SIZE must be one of {sorted(sizes)}, got {size!r}")
+    return size
+
+
 def launch_genes(domains: Mapping[str, Sequence[int]]) -> KernelGenes:
     """Genes of a small kernel's launch parameters (first value of each domain: the default)."""
     return KernelGenes(tuple(Choice(k, list(v), default=v[0]) for k, v in domains.items()))

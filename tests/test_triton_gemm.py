@@ -41,11 +41,14 @@ CASES = [
     ({"TMA": 1, "TMA_STORE": 2, "SWAP_AB": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
 ]
 
-_SCRIPT = r'''
+# the inputs and the fp64 reference every interpreted script below checks against
+_INPUTS = r'''
 import json, sys, torch, torch.nn.functional as F
+from evokernel.search_spaces import triton_gemm
 from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
-out = []
-for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
+
+
+def inputs(m, n, k, dtype, has_bias, act, has_res):
     dt = getattr(torch, dtype)
     g = torch.Generator().manual_seed(m * n + k)
     a = (torch.randn(m, k, generator=g) / k ** 0.5).to(dt)
@@ -58,6 +61,14 @@ for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     x = {"none": x, "relu": torch.relu(x), "silu": F.silu(x), "gelu_tanh": F.gelu(x, approximate="tanh")}[act]
     if res is not None:
         x = x + res.double()
+    return a, b, bias, res, x
+'''
+
+
+_SCRIPT = _INPUTS + r'''
+out = []
+for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
+    a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
     c = gemm(a, b, bias=bias, residual=res, activation=act, **dict(DEFAULTS, BM=16, BN=32, BK=32, **over))
     err = ((c.double() - x).abs() / (x.abs() + 1)).max().item()
     out.append({"err": err, "dtype": str(c.dtype), "shape": list(c.shape)})
@@ -92,26 +103,12 @@ FIXUP_CASES = [
      "float32", (True, "none", True)),
 ]
 
-_FIXUP_SCRIPT = r'''
-import json, sys, torch, torch.nn.functional as F
-from evokernel.search_spaces import triton_gemm
-from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+_FIXUP_SCRIPT = _INPUTS + r'''
 out = []
 for over, shapes, dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
-    dt = getattr(torch, dtype)
     case = {"err": 0.0, "same_as_two_kernels": True, "shapes": []}
     for m, n, k in shapes:
-        g = torch.Generator().manual_seed(m * n + k)
-        a = (torch.randn(m, k, generator=g) / k ** 0.5).to(dt)
-        b = torch.randn(k, n, generator=g).to(dt)
-        bias = torch.randn(n, generator=g).to(dt) if has_bias else None
-        res = torch.randn(m, n, generator=g).to(dt) if has_res else None
-        x = a.double() @ b.double()
-        if bias is not None:
-            x = x + bias.double()
-        x = {"none": x, "relu": torch.relu(x), "silu": F.silu(x), "gelu_tanh": F.gelu(x, approximate="tanh")}[act]
-        if res is not None:
-            x = x + res.double()
+        a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
         params = {**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, **over}
         c = gemm(a, b, bias=bias, residual=res, activation=act, **dict(params, SPLITK_FIXUP=1))
         two = gemm(a, b, bias=bias, residual=res, activation=act, **params)
@@ -126,11 +123,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def fixup_interpreted() -> list[dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _FIXUP_SCRIPT, json.dumps(FIXUP_CASES)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(_FIXUP_SCRIPT, json.dumps(FIXUP_CASES))
 
 
 @pytest.mark.parametrize("i", range(len(FIXUP_CASES)))
@@ -212,24 +205,10 @@ STREAM_K_CASES = [
     ({"TMA": 1, "TMA_STORE": 2}, (33, 72, 80), "float16", (True, "relu", True)),  # C stored in halves
 ]
 
-_STREAM_K_SCRIPT = r'''
-import json, sys, torch, torch.nn.functional as F
-from evokernel.search_spaces import triton_gemm
-from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+_STREAM_K_SCRIPT = _INPUTS + r'''
 out = []
 for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
-    dt = getattr(torch, dtype)
-    g = torch.Generator().manual_seed(m * n + k)
-    a = (torch.randn(m, k, generator=g) / k ** 0.5).to(dt)
-    b = torch.randn(k, n, generator=g).to(dt)
-    bias = torch.randn(n, generator=g).to(dt) if has_bias else None
-    res = torch.randn(m, n, generator=g).to(dt) if has_res else None
-    x = a.double() @ b.double()
-    if bias is not None:
-        x = x + bias.double()
-    x = {"none": x, "relu": torch.relu(x), "silu": F.silu(x), "gelu_tanh": F.gelu(x, approximate="tanh")}[act]
-    if res is not None:
-        x = x + res.double()
+    a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
     params = {**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, "PERSISTENT": 1, "STREAM_K": 1, **over}
     c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
     again = gemm(a, b, bias=bias, residual=res, activation=act, **params)
@@ -242,11 +221,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def stream_k_interpreted() -> list[dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _STREAM_K_SCRIPT, json.dumps(STREAM_K_CASES)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(_STREAM_K_SCRIPT, json.dumps(STREAM_K_CASES))
 
 
 @pytest.mark.parametrize("i", range(len(STREAM_K_CASES)))
@@ -276,14 +251,11 @@ def test_stream_k_needs_the_persistent_kernel_without_split_k() -> None:
 
 def test_stream_k_with_no_k_steps_still_writes_the_epilogue() -> None:
     # K == 0: nothing to deal out by K steps; C must still be epilogue(0) (review of the change)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
     script = (
-        "import torch\n"
+        "import json, torch\n"
         "from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm\n"
         "a, b, bias = torch.zeros(5, 0), torch.zeros(0, 8), torch.arange(8.0)\n"
         "c = gemm(a, b, bias=bias, activation='relu', **dict(DEFAULTS, BM=16, BN=32, BK=32, PERSISTENT=1, STREAM_K=1))\n"
-        "print(bool(torch.equal(c, torch.relu(bias).expand(5, 8))))\n"
+        "print(json.dumps(bool(torch.equal(c, torch.relu(bias).expand(5, 8)))))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == "True"
+    assert run_interpreted(script, timeout=300) is True

@@ -23,12 +23,11 @@ kernel), mlp_act (GELU in the epilogue of the Triton GEMM template), block_compi
 
 from __future__ import annotations
 
-import os
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evokernel.model_level import Rewritable, Site, gemm_genes, launch_genes
+from evokernel.model_level import Rewritable, Site, gemm_genes, launch_genes, model_size
 from evokernel.search_spaces.triton_fused import NORM_GENES, ROPE_GENES
 
 name = "flux-dit"
@@ -245,18 +244,9 @@ class FluxStack(Rewritable, nn.Module):
         return self.blocks[0].sample_inputs(seed, dtype, device)
 
 
-def _size(size: str | None) -> str:
-    """The size asked for, else EVOKERNEL_MODEL_SIZE (tiny or real; what `evokernel profile` on
-    this file builds: `EVOKERNEL_MODEL_SIZE=real evokernel profile examples/models/flux_dit.py`)."""
-    size = size or os.environ.get("EVOKERNEL_MODEL_SIZE", "tiny")
-    if size not in SIZES:
-        raise ValueError(f"EVOKERNEL_MODEL_SIZE must be one of {sorted(SIZES)}, got {size!r}")
-    return size
-
-
 def model(size: str | None = None) -> FluxStack:
     """The stack with dummy weights (seeded; scaled like a trained model's: O(1) activations)."""
-    size = _size(size)
+    size = model_size(size, SIZES)
     torch.manual_seed(0)
     cfg = SIZES[size]
     m = FluxStack(cfg["hidden"], cfg["heads"], cfg["mlp_ratio"], cfg["blocks"])
@@ -276,7 +266,7 @@ def model(size: str | None = None) -> FluxStack:
 def example_inputs(size: str | None = None, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """img [1, h*w, hidden], txt [1, txt, hidden], vec [1, hidden] in `dtype`; cos and sin [txt + h*w, D/2]
     in fp32."""
-    size = _size(size)
+    size = model_size(size, SIZES)
     dtype = dtype or (torch.bfloat16 if size == "real" else torch.float32)
     cfg = SIZES[size]
     g = torch.Generator().manual_seed(1)

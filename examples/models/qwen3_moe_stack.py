@@ -22,12 +22,11 @@ block_compile (torch.compile on each whole layer, after the other rewrites).
 
 from __future__ import annotations
 
-import os
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evokernel.model_level import Rewritable, Site, launch_genes, moe_genes
+from evokernel.model_level import Rewritable, Site, launch_genes, model_size, moe_genes
 from evokernel.search_spaces.triton_fused import NORM_GENES, ROPE_GENES
 
 name = "qwen3-moe-stack"
@@ -238,18 +237,9 @@ class Qwen3MoEStack(nn.Module):
         return x
 
 
-def _size(size: str | None) -> str:
-    """The size asked for, else EVOKERNEL_MODEL_SIZE (tiny or real; what `evokernel profile` on
-    this file builds: `EVOKERNEL_MODEL_SIZE=real evokernel profile examples/models/qwen3_moe_stack.py`)."""
-    size = size or os.environ.get("EVOKERNEL_MODEL_SIZE", "tiny")
-    if size not in SIZES:
-        raise ValueError(f"EVOKERNEL_MODEL_SIZE must be one of {sorted(SIZES)}, got {size!r}")
-    return size
-
-
 def model(size: str | None = None) -> Qwen3MoEStack:
     """The stack with dummy weights (seeded; QK-norm and norm weights off 1 so they matter)."""
-    size = _size(size)
+    size = model_size(size, SIZES)
     torch.manual_seed(0)
     m = Qwen3MoEStack(**SIZES[size])
     with torch.no_grad():
@@ -263,7 +253,7 @@ def model(size: str | None = None) -> Qwen3MoEStack:
 
 def example_inputs(size: str | None = None, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """hidden states [1, tokens, hidden] in `dtype` and the rotary tables cos, sin [tokens, D/2] in fp32."""
-    size = _size(size)
+    size = model_size(size, SIZES)
     dtype = dtype or (torch.bfloat16 if size == "real" else torch.float32)
     cfg = SIZES[size]
     x = torch.randn(1, cfg["tokens"], cfg["hidden"], generator=torch.Generator().manual_seed(1))
