@@ -175,8 +175,11 @@ def main() -> None:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
             seeds, descriptor = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore), gemm_class
+            # this shape's earlier winners, then the winners of the other shapes at this M
+            # (a new model's projections start from what won at the same batch size)
             seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m)
-                     + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off)) + seeds)
+                     + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
+                     + prior_seeds(args.prior, space, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also
             # explores (calls W and X ran budget 14 with 16 seeds: seeds only); earlier winners
             # and the sweeps' best points come first

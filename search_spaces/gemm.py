@@ -67,6 +67,9 @@ def _fixup(p: Point) -> str | None:
 def _stream_k(p: Point) -> str | None:
     if p.get("STREAM_K") and not (p["PERSISTENT"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]):
         return "stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation"
+    if p.get("STREAM_K") and p["num_ctas"] > 1 and p["TMA"]:
+        # Triton 3.6 on the H200 (call Z1): its pipeliner fails ("PassManager::run failed")
+        return "stream-K: with TMA loads, not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
     return None
 
 
@@ -76,6 +79,8 @@ def _tma_store(limit: int, elem_bytes: int):
             return None
         if not (p["TMA"] and p["SPLIT_K"] == 1):
             return "TMA store: C through a tensor descriptor goes with TMA loads and no split-K"
+        if p["TMA_STORE"] == 2 and p["num_ctas"] > 1:  # Triton 3.6's pipeliner fails on it (call Z1: 5 of 5)
+            return "TMA store: C in halves not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
         # the store stages its tile (or half of it) in shared memory beside the pipeline
         staged = p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1)  # C has A's dtype
         need = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"] + staged

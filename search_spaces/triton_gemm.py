@@ -107,25 +107,31 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn
 
 
 @triton.jit
-def _fixup(acc, split, w_ptrs, counter_ptr, c_ptr, bias_ptr, res_ptr, offs_m, offs_n, mask,
-           M, N, stride_cm, stride_cn, stride_rm, stride_rn, SPLIT_K: tl.constexpr,
-           HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
-    """After this split's partial is stored at w_ptrs: take a ticket on the tile's counter;
-    the last of its SPLIT_K programs sums the partials (its own from registers), applies the
-    epilogue, writes C and resets the counter (the module docstring says why that is safe)."""
+def _fixup(ws_ptr, counter_ptr, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn, stride_rm,
+           stride_rn, BM: tl.constexpr, BN: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
+           ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """After this split's partial is stored in the workspace: take a ticket on the tile's
+    counter; the last of its SPLIT_K programs sums the partials in split order (as the second
+    kernel does), by column chunks of at most 64 (a whole-tile sum beside a loaded partial
+    spills at 128x256), applies the epilogue, writes C and resets the counter (the module
+    docstring says why that is safe)."""
     tl.debug_barrier()  # all threads' partial stores come before the release of the ticket
     ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
     if ticket == SPLIT_K - 1:
-        total = tl.zeros(acc.shape, dtype=tl.float32)
-        for s in tl.static_range(SPLIT_K):  # split order, as the second kernel sums
-            rows = tl.where(split == s, 0, M)  # its own partial is not read: it is in acc
-            part = tl.load(w_ptrs + (s - split).to(tl.int64) * M * N,
-                           mask=(offs_m[:, None] < rows) & (offs_n[None, :] < N), other=0.0, cache_modifier=".cg")
-            total += tl.where(split == s, acc, part)
-        total = _epilogue(total, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn,
-                          HAS_BIAS, ACT, HAS_RES)
-        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
-                 total.to(c_ptr.dtype.element_ty), mask=mask)
+        CN: tl.constexpr = BN if BN < 64 else 64
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        plane = tl.cast(M, tl.int64) * N  # one split's partials
+        for j in tl.static_range(BN // CN):
+            offs_n = pid_n * BN + j * CN + tl.arange(0, CN)
+            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+            w_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
+            total = tl.zeros((BM, CN), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                total += tl.load(w_ptrs + s * plane, mask=mask, other=0.0, cache_modifier=".cg")
+            total = _epilogue(total, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn,
+                              HAS_BIAS, ACT, HAS_RES)
+            tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+                     total.to(c_ptr.dtype.element_ty), mask=mask)
         tl.store(counter_ptr, 0)
 
 
@@ -222,8 +228,33 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr
         w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
         tl.store(w_ptrs, acc, mask=mask)
         if FIXUP:
-            _fixup(acc, split, w_ptrs, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, offs_m, offs_n, mask,
-                   M, N, stride_cm, stride_cn, stride_rm, stride_rn, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
+            _fixup(ws_ptr, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N,
+                   stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
+
+
+@triton.jit
+def _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N,
+            stride_cm, stride_cn, stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr,
+            HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+    """C[tile t] = epilogue(the sum of its contributors' partials), in program order, by column
+    chunks of at most 64: a whole BM x BN fp32 sum beside the tile just loaded needs two
+    accumulators' worth of registers (256 per thread at 128x256 on 8 warps), which spilled
+    and made the stream-K kernel 1.5x slower than the plain persistent one (call Z1)."""
+    CN: tl.constexpr = BN if BN < 64 else 64
+    rows = tl.arange(0, BM)
+    offs_m = pid_m * BM + rows
+    for j in tl.static_range(BN // CN):
+        cols = j * CN + tl.arange(0, CN)
+        local = rows[:, None] * BN + cols[None, :]
+        part = tl.zeros((BM, CN), dtype=tl.float32)
+        for q in range(first_q, last_q + 1):
+            q_slot = tl.where(q * per >= t * k_tiles, 0, 1)  # q started inside this tile: its first
+            part += tl.load(ws_ptr + (q * 2 + q_slot).to(tl.int64) * (BM * BN) + local, cache_modifier=".cg")
+        offs_n = pid_n * BN + cols
+        part = _epilogue(part, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, part.to(c_ptr.dtype.element_ty),
+                 mask=mask)
 
 
 @triton.jit
@@ -266,12 +297,8 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
             last_q = ((t + 1) * k_tiles - 1) // per
             ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
             if ticket == last_q - first_q:
-                acc = tl.zeros((BM, BN), dtype=tl.float32)
-                for q in range(first_q, last_q + 1):
-                    q_slot = tl.where(q * per >= t * k_tiles, 0, 1)  # q started inside this tile: its first
-                    acc += tl.load(ws_ptr + (q * 2 + q_slot).to(tl.int64) * (BM * BN) + local, cache_modifier=".cg")
-                _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-                       stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+                _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N,
+                        stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES)
                 tl.store(counter_ptr + t, 0)
         it += k_hi - k_lo
 

@@ -101,6 +101,8 @@ FIXUP_CASES = [
     ({"SPLIT_K": 4, "TMA": 1}, [(33, 72, 80), (33, 72, 80)], "float16", (False, "gelu_tanh", True)),
     ({"SPLIT_K": 8, "TMA": 1, "PERSISTENT": 1, "WARP_SPEC": 1, "BK": 16}, [(17, 40, 96), (33, 72, 80), (17, 40, 96)],
      "float32", (True, "none", True)),
+    # BN=128: the last split sums in two column chunks of 64, the second one past N=200
+    ({"SPLIT_K": 3, "BN": 128}, [(33, 200, 80), (33, 200, 80)], "float32", (True, "silu", True)),
 ]
 
 _FIXUP_SCRIPT = _INPUTS + r'''
@@ -203,6 +205,7 @@ STREAM_K_CASES = [
     ({"SWAP_AB": 1, "TMA": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", True)),
     ({}, (5, 8, 8), "float32", (False, "relu", False)),             # one tile, one K step: three programs idle
     ({"TMA": 1, "TMA_STORE": 2}, (33, 72, 80), "float16", (True, "relu", True)),  # C stored in halves
+    ({"BN": 128}, (33, 200, 80), "float32", (True, "silu", True)),  # 6 tiles, 18 K steps over 4: sums in 2 chunks
 ]
 
 _STREAM_K_SCRIPT = _INPUTS + r'''
