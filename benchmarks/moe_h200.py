@@ -120,6 +120,15 @@ def short(cfg: dict[str, int]) -> str:
     return "{BLOCK_SIZE_M}x{BLOCK_SIZE_N}x{BLOCK_SIZE_K} g{GROUP_SIZE_M} w{num_warps} s{num_stages}".format(**cfg)
 
 
+def nearest_ms(path: str, model: str, m: int, count: int) -> list[int]:
+    """The `count` batch sizes nearest to m (log scale, m itself left out) that a results JSON
+    holds rows of for this model."""
+    if not path or not Path(path).exists():
+        return []
+    ms = {r["M"] for r in json.loads(Path(path).read_text()).get("rows", []) if r.get("model") == model} - {m}
+    return sorted(ms, key=lambda x: (abs(math.log(x) - math.log(max(m, 1))), x))[:count]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "moe-out"))
@@ -187,7 +196,10 @@ def main() -> None:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
         seeds = [dict(shared_params(c), **plain) for c in base.values() if c is not None]
-        seeds = prior_seeds(args.prior if not args.fp8 else "", space, model=model, M=m) + seeds
+        prior = args.prior if not args.fp8 else ""
+        seeds = prior_seeds(prior, space, model=model, M=m) + seeds
+        # a batch size never searched before starts from the winners at the two nearest searched ones
+        seeds += [p for near in nearest_ms(prior, model, m, 2) for p in prior_seeds(prior, space, model=model, M=near)]
         if fuse:  # SGLang's own tiles with SiLU fused into the up GEMM (where they fit)
             seeds += [p for p in (dict(s, FUSE_SILU=1) for s in seeds[:2]) if space.is_valid(p)]
         if gemv and m <= 64:  # the small-batch structure, a few tile shapes
@@ -198,6 +210,7 @@ def main() -> None:
             if m <= 8:  # the down GEMV per pair: top_k times the programs at one token (call Y:
                 # at M=1 the up 32x256 w8 / down 64x128 tiles ran 1.16x the GEMM path)
                 seeds += [dict(p, GEMV=2) for p in seeds[-3:]]
+        seeds = [p for j, p in enumerate(seeds) if p not in seeds[:j]]
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
         baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
         part, report = search_and_measure(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
