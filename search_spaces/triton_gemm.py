@@ -37,8 +37,9 @@ workspace, then (after a barrier, so every thread's stores precede it) takes a t
 output tile's int32 counter with an acquire-release atomic add. Nobody waits: the program
 that draws the last ticket (SPLIT_K - 1) knows every other partial is written and visible
 (their releases precede its acquire), reads them past L1 (`.cg`, as L1 is not coherent
-across SMs), adds its own accumulator from registers in split order (so the result is
-bitwise that of the second kernel's fixed-order sum), applies the epilogue, writes C, and
+across SMs), its own included, in split order and by column chunks of at most 64 (so the
+result is bitwise that of the second kernel's fixed-order sum, and a second whole fp32 tile
+never sits in registers beside the first), applies the epilogue, writes C, and
 sets the counter back to 0. The counters live in one zeroed buffer per device and stream,
 grown when a call needs more and never cleared again: every call leaves each counter it
 used at 0 (all of a tile's tickets are drawn before its last program resets it), and the
@@ -258,6 +259,36 @@ def _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_
 
 
 @triton.jit
+def _sk_step(acc, it, k_tiles, dp_tiles, tiles_m, tiles_n, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am,
+             stride_ak, stride_bk, stride_bn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+             GROUP_M: tl.constexpr, TMA: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+             SWAP_AB: tl.constexpr):
+    """One K step of the stream-K phase: global step `it` is K step `it % k_tiles` of stream-K
+    tile `it // k_tiles`; acc (BN x BM with SWAP_AB) gains that step's product."""
+    t = it // k_tiles
+    kt = it - t * k_tiles
+    pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+    if TMA:
+        a = a_desc.load([pid_m * BM, kt * BK])
+        b = b_desc.load([kt * BK, pid_n * BN])
+    else:
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        ks = kt * BK + tl.arange(0, BK)
+        a_ptrs = a_ptr + offs_m[:, None] * stride_am + ks[None, :] * stride_ak
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + offs_n[None, :] * stride_bn
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)
+        else:
+            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
+            b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+    if SWAP_AB:
+        return tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
+    return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
 def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr,
               counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
               stride_cn, stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -265,11 +296,16 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
               HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
               TMA_STORE: tl.constexpr):
     """The stream-K phase: the K steps of the last `sk_tiles` tiles, dealt out evenly over the
-    programs (see the module's doc). A segment that covers its tile's whole K range writes C;
-    a partial one stores its fp32 sum in this program's workspace slot (0: its first segment,
-    1: its last), then takes a ticket on the tile's counter, and the tile's last contributor
-    sums every contributor's slot in program order (deterministic whoever is last), applies
-    the epilogue, writes C and resets the counter."""
+    programs (see the module's doc), in one flat loop over this program's steps, so that
+    Triton software-pipelines it as it does the persistent tutorial's (call Z2: a K loop per
+    segment inside a `while` over segments ran ~2x slower per step than the plain persistent
+    kernel's). Where a segment ends (its tile's last K step, or the program's last step): a
+    whole tile is written to C; a partial one is stored in this program's workspace slot (0:
+    its first segment, 1: its last), then it takes a ticket on the tile's counter. Only a
+    program's first and last segments can be partial, so it is the last contributor of at
+    most two tiles; it sums those after the loop (no loop nested in the pipelined one), every
+    contributor's slot in program order (deterministic whoever is last), applies the
+    epilogue, writes C and resets the counter."""
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
@@ -278,29 +314,49 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
     start = pid * per
     end = tl.minimum(start + per, total)
     local = tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :]
-    it = start
-    while it < end:
+    if SWAP_AB:
+        acc = tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+    seg = start  # the first step of the current segment
+    fix_first = -1  # the tiles whose partials this program sums after the loop
+    fix_last = -1
+    for it in tl.range(start, end):
+        acc = _sk_step(acc, it, k_tiles, dp_tiles, tiles_m, tiles_n, a_ptr, b_ptr, a_desc, b_desc, M, N, K,
+                       stride_am, stride_ak, stride_bk, stride_bn, BM, BN, BK, GROUP_M, TMA, EVEN_K,
+                       INPUT_PRECISION, SWAP_AB)
         t = it // k_tiles
-        k_lo = it - t * k_tiles
-        k_hi = tl.minimum(k_tiles, k_lo + (end - it))
-        pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
-        acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                   stride_bn, BM, BN, BK, TMA, False, EVEN_K, INPUT_PRECISION, SWAP_AB)
-        if (k_lo == 0) & (k_hi == k_tiles):
-            _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-                   BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
-        else:
-            slot = tl.where(it == start, 0, 1)
-            tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, acc)
-            tl.debug_barrier()  # the whole partial is stored (and visible in the block) before the ticket
-            first_q = (t * k_tiles) // per
-            last_q = ((t + 1) * k_tiles - 1) // per
-            ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
-            if ticket == last_q - first_q:
-                _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N,
-                        stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES)
-                tl.store(counter_ptr + t, 0)
-        it += k_hi - k_lo
+        if (it - t * k_tiles == k_tiles - 1) | (it == end - 1):  # the segment ends here
+            if SWAP_AB:
+                out = tl.trans(acc)
+            else:
+                out = acc
+            pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+            if (seg == t * k_tiles) & (it - t * k_tiles == k_tiles - 1):  # the whole tile
+                _store(out, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+                       stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+            else:
+                slot = tl.where(seg == start, 0, 1)
+                tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, out)
+                tl.debug_barrier()  # the whole partial is stored (and visible in the block) before the ticket
+                first_q = (t * k_tiles) // per
+                last_q = ((t + 1) * k_tiles - 1) // per
+                ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
+                if ticket == last_q - first_q:
+                    if slot == 0:
+                        fix_first = t
+                    else:
+                        fix_last = t
+            acc = tl.zeros_like(acc)
+            seg = it + 1
+    for f in tl.static_range(2):
+        t = fix_first if f == 0 else fix_last
+        if t >= 0:
+            pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+            _sk_sum(ws_ptr, t, (t * k_tiles) // per, ((t + 1) * k_tiles - 1) // per, per, k_tiles, pid_m, pid_n,
+                    c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, HAS_BIAS,
+                    ACT, HAS_RES)
+            tl.store(counter_ptr + t, 0)
 
 
 @triton.jit

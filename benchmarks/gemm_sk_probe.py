@@ -1,0 +1,105 @@
+"""Does the stream-K schedule pay where the tiles leave SMs idle? (issue 5, a short device probe)
+
+Calls Z1 and Z2 measured the template's stream-K schedule 1.2-1.5x *slower* than its plain
+persistent schedule at M=256-512, where it should gain up to 132/96 (qkv, M=512: 96 tiles of
+128x256 on 132 SMs). This times, on the same inputs and interleaved over rounds with
+`triton.testing.do_bench`: cuBLAS, the plain persistent TMA configs the searches kept, and
+the same tiles with STREAM_K=1, and records each compiled kernel's registers and spills, so a
+slow schedule can be told from a spilling one. Every output is checked against cuBLAS's.
+
+    python3 benchmarks/gemm_sk_probe.py --out $OUT/sk      (on the device; about a minute)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+#: (M, N, K) of Llama-3-8B's projections where the tiles leave SMs idle
+SHAPES = {"qkv-512": (512, 6144, 4096), "o-512": (512, 4096, 4096), "down-512": (512, 4096, 14336),
+          "qkv-256": (256, 6144, 4096)}
+BASE = {"GROUP_M": 8, "SPLIT_K": 1, "SPLITK_FIXUP": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0, "SWAP_AB": 0,
+        "PERSISTENT": 1, "TMA": 1}
+#: name -> config: plain persistent, then the same tile with the stream-K phase
+CONFIGS = {
+    "128x256 s4 ts2": dict(BASE, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA_STORE=2, STREAM_K=0),
+    "128x256 s4 ts2 SK": dict(BASE, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA_STORE=2, STREAM_K=1),
+    "128x256 s3 SK": dict(BASE, BM=128, BN=256, BK=64, num_warps=8, num_stages=3, TMA_STORE=0, STREAM_K=1),
+    "128x128 s4 ts1": dict(BASE, BM=128, BN=128, BK=64, num_warps=8, num_stages=4, TMA_STORE=1, STREAM_K=0),
+    "128x128 s4 ts1 SK": dict(BASE, BM=128, BN=128, BK=64, num_warps=8, num_stages=4, TMA_STORE=1, STREAM_K=1),
+    "128x128 s5 SK": dict(BASE, BM=128, BN=128, BK=64, num_warps=8, num_stages=5, TMA_STORE=0, STREAM_K=1),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "sk-out"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--deadline", type=float, default=90.0)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+    import triton
+
+    from evokernel.search_spaces.triton_gemm import _gemm_kernel, gemm
+
+    def compiled_last():  # the kernel compiled last (each config's first call compiles it)
+        try:
+            return list(_gemm_kernel.device_caches[torch.cuda.current_device()][0].values())[-1]
+        except Exception:
+            return None
+
+    rows: list[dict] = []
+    for shape, (m, n, k) in SHAPES.items():
+        if time.monotonic() - t0 > args.deadline:
+            break
+        torch.manual_seed(0)
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+        ref = a @ b
+        fns = {"cublas": lambda: torch.matmul(a, b)}
+        info: dict[str, dict] = {"cublas": {}}
+        for name, cfg in CONFIGS.items():
+            try:
+                c = gemm(a, b, **cfg)
+                torch.cuda.synchronize()
+                err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+                last = compiled_last()
+                info[name] = {"err": err, "n_regs": getattr(last, "n_regs", None),
+                              "n_spills": getattr(last, "n_spills", None)}
+                fns[name] = lambda cfg=cfg: gemm(a, b, **cfg)
+            except Exception as e:  # a failure is a row, not the end of the probe
+                info[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(args.rounds):
+            for name, fn in fns.items():
+                times[name].append(triton.testing.do_bench(fn, warmup=5, rep=20))
+        cublas = statistics.median(times["cublas"])
+        for name in fns:
+            ms = statistics.median(times[name])
+            rows.append({"shape": shape, "config": name, "ms": ms, "vs_cublas": cublas / ms,
+                         "spread": [min(times[name]), max(times[name])], **info[name]})
+        rows += [{"shape": shape, "config": name, **v} for name, v in info.items() if "error" in v]
+        (out / "sk_probe.json").write_text(json.dumps(rows, indent=1))
+        print(f"{shape}: " + ", ".join(f"{r['config']} {r['ms']:.4f} ({r['vs_cublas']:.3f})"
+                                      for r in rows if r["shape"] == shape and "ms" in r), flush=True)
+    lines = ["| shape | config | ms | vs cuBLAS | regs | spills | max rel err |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "ms" in r:
+            lines.append(f"| {r['shape']} | {r['config']} | {r['ms']:.4f} | {r['vs_cublas']:.3f} | {r.get('n_regs')} | "
+                         f"{r.get('n_spills')} | {r.get('err', 0):.1e} |")
+        else:
+            lines.append(f"| {r['shape']} | {r['config']} | {r['error']} | | | | |")
+    (out / "sk_probe.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
