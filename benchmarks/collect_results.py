@@ -27,7 +27,8 @@ from _common import geomean  # noqa: E402
 SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
     "gemm": [("M", "callM/gemm.json", None), ("N", "callN/gemm/gemm.json", None), ("P", "callP/gemm/gemm.json", None),
              ("W", "callW/g0/gemm/gemm.json", None), ("X", "callX/g0/gemm/gemm.json", None), ("Z1", "callZ1/gemm/gemm.json", None),
-             ("Z2", "callZ2/mid/gemm.json", None), ("Z2", "callZ2/edge/gemm.json", None)],
+             ("Z2", "callZ2/mid/gemm.json", None), ("Z2", "callZ2/edge/gemm.json", None),
+             ("Z3", "callZ3/qwen/gemm.json", None), ("Z3", "callZ3/mid512/gemm.json", None)],
     "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None),
             ("U", "callU/g0/moe_qwen.json", None), ("U", "callU/g0/moe_mixtral.json", None),
             ("W", "callW/g0/moe_small/moe.json", None), ("W", "callW/g0/moe_ds/moe.json", None)],
