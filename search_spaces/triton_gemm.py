@@ -296,15 +296,16 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
               HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
               TMA_STORE: tl.constexpr):
     """The stream-K phase: the K steps of the last `sk_tiles` tiles, dealt out evenly over the
-    programs (see the module's doc), in one flat loop over this program's steps, so that
-    Triton software-pipelines it as it does the persistent tutorial's (call Z2: a K loop per
-    segment inside a `while` over segments ran ~2x slower per step than the plain persistent
-    kernel's). Where a segment ends (its tile's last K step, or the program's last step): a
+    programs (see the module's doc), in one flat loop over this program's steps that Triton
+    software-pipelines as it does the persistent tutorial's. Calls Z2 and Z3 ran two earlier
+    forms 2-5x slower per K step than the plain persistent kernel: the sm_90 TTGIR showed
+    their K loops unpipelined (each TMA load waited for before its MMA), because the loop
+    held the tickets' atomic add and barrier (and, before that, sat inside a `while`). Where a segment ends (its tile's last K step, or the program's last step): a
     whole tile is written to C; a partial one is stored in this program's workspace slot (0:
-    its first segment, 1: its last), then it takes a ticket on the tile's counter. Only a
-    program's first and last segments can be partial, so it is the last contributor of at
-    most two tiles; it sums those after the loop (no loop nested in the pipelined one), every
-    contributor's slot in program order (deterministic whoever is last), applies the
+    its first segment, 1: its last). Only a program's first and last segments can be
+    partial, so after the loop it takes a ticket on at most two tiles' counters (no atomic,
+    barrier or nested loop inside the pipelined loop); the last contributor of a tile sums
+    every contributor's slot in program order (deterministic whoever is last), applies the
     epilogue, writes C and resets the counter."""
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
@@ -319,8 +320,8 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
     seg = start  # the first step of the current segment
-    fix_first = -1  # the tiles whose partials this program sums after the loop
-    fix_last = -1
+    part_first = -1  # the tiles of this program's partial segments (its first, its last)
+    part_last = -1
     for it in tl.range(start, end):
         acc = _sk_step(acc, it, k_tiles, dp_tiles, tiles_m, tiles_n, a_ptr, b_ptr, a_desc, b_desc, M, N, K,
                        stride_am, stride_ak, stride_bk, stride_bn, BM, BN, BK, GROUP_M, TMA, EVEN_K,
@@ -331,32 +332,33 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
                 out = tl.trans(acc)
             else:
                 out = acc
-            pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
             if (seg == t * k_tiles) & (it - t * k_tiles == k_tiles - 1):  # the whole tile
+                pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
                 _store(out, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
                        stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
             else:
                 slot = tl.where(seg == start, 0, 1)
                 tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, out)
-                tl.debug_barrier()  # the whole partial is stored (and visible in the block) before the ticket
-                first_q = (t * k_tiles) // per
-                last_q = ((t + 1) * k_tiles - 1) // per
-                ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
-                if ticket == last_q - first_q:
-                    if slot == 0:
-                        fix_first = t
-                    else:
-                        fix_last = t
+                if seg == start:
+                    part_first = t
+                else:
+                    part_last = t
             acc = tl.zeros_like(acc)
             seg = it + 1
+    # the tickets after the loop: an atomic or a barrier inside it stops Triton from
+    # software-pipelining it (seen in the TTGIR for sm_90: each K step's TMA load waited for)
+    tl.debug_barrier()  # every thread's partial stores come before the tickets
     for f in tl.static_range(2):
-        t = fix_first if f == 0 else fix_last
+        t = part_first if f == 0 else part_last
         if t >= 0:
-            pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
-            _sk_sum(ws_ptr, t, (t * k_tiles) // per, ((t + 1) * k_tiles - 1) // per, per, k_tiles, pid_m, pid_n,
-                    c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, HAS_BIAS,
-                    ACT, HAS_RES)
-            tl.store(counter_ptr + t, 0)
+            first_q = (t * k_tiles) // per
+            last_q = ((t + 1) * k_tiles - 1) // per
+            ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
+            if ticket == last_q - first_q:  # the last contributor: every other partial is stored
+                pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+                _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N,
+                        stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES)
+                tl.store(counter_ptr + t, 0)
 
 
 @triton.jit
