@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "sk-out"))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--deadline", type=float, default=90.0)
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     args = ap.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
@@ -57,7 +58,8 @@ def main() -> None:
             return None
 
     rows: list[dict] = []
-    for shape, (m, n, k) in SHAPES.items():
+    for shape in args.shapes:
+        m, n, k = SHAPES[shape]
         if time.monotonic() - t0 > args.deadline:
             break
         torch.manual_seed(0)
