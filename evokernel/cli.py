@@ -623,7 +623,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     space, evaluator = what["space"], what["evaluator"]
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # one line per message, however long its path (no wrapping)
     total = len(space.valid_points())
     count = {"n": 0, "failed": 0}
 
