@@ -157,6 +157,7 @@ def main() -> None:
     off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
            **({"TMA_STORE": 0} if tstore else {})}  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
+    ev = None
     for i, (model, layer, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
         if left < 30:
@@ -166,6 +167,8 @@ def main() -> None:
         from evokernel.problem import Problem
 
         problem = Problem.load(problem_path)
+        if ev is not None:  # the last job's judge holds its input sets in GPU memory: give them back
+            ev.close()
         if args.fp8:
             epi = {}
             ev = KernelEvaluator(problem, lambda g: fp8_source(g.params), device=args.device)

@@ -174,6 +174,7 @@ def main() -> None:
     space = moe_space(gemv=gemv, fp8=args.fp8, fuse_silu=fuse)
     plain = {**({"GEMV": 0} if gemv else {}), **({"FUSE_SILU": 0} if fuse else {})}
     jobs = [(model, m) for model in args.models for m in sorted(args.ms)]
+    ev = None
     for i, (model, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
         per_job = left / (len(jobs) - i)
@@ -181,6 +182,8 @@ def main() -> None:
             doc["skipped"].append(f"{model} M={m}: deadline")
             continue
         os.environ["EVOKERNEL_MOE_MODEL"], os.environ["EVOKERNEL_MOE_M"] = model, str(m)
+        if ev is not None:  # the last job's judge holds its input sets in GPU memory: give them back
+            ev.close()
         ev = KernelEvaluator(problem, lambda g: candidate_source(g.params, fp8=args.fp8), device=args.device)
         shape = ev.problem.shapes[0]
         E, N = int(shape["E"]), int(shape["I"])

@@ -136,6 +136,20 @@ class KernelEvaluator:
             self._judge = Judge(self.problem, self.device, self.options)
         return self._judge
 
+    def close(self) -> None:
+        """Free the judge's device memory (its input sets and output slots); a later
+        evaluation builds a new judge. Call it when done with a problem, or use the evaluator
+        as a context manager, before judging the next problem in the same process."""
+        if self._judge is not None:
+            self._judge.close()
+            self._judge = None
+
+    def __enter__(self) -> KernelEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def fingerprint(self) -> dict[str, Any]:
         where = toolchain() if self.device == "cuda" else {"cpu": platform.processor() or platform.machine()}
         return {

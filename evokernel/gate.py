@@ -425,6 +425,26 @@ class Judge:
         # Triton's host-side helpers, built once by trusted candidates and copied into the rest
         self.seed = SeedCache() if device == "cuda" and self.options.seed_cache else None
 
+    def close(self) -> None:
+        """Give the judge's memory back: the arena every input and output slot is a view of
+        (with rotation sets, several copies of the problem's inputs: ~11 GB for Mixtral's
+        experts), and on CUDA the blocks PyTorch keeps for candidate processes that mapped
+        them (its IPC limbo, freed only by `torch.cuda.ipc_collect`). A benchmark that judged
+        one problem after another without this held 95-128 GiB of the H200 by its twelfth
+        (call Z4: the next jobs ran out of memory). The judge cannot be used afterwards."""
+        for shape in self.tuning + self.heldout:
+            shape.inputs, shape.slots, shape.rotation, shape.samples, shape.refs = [], [], [], [], {}
+        self.tuning, self.heldout = [], []
+        self.arena.base = None
+        if self.device == "cuda":
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.ipc_collect()
+            torch.cuda.empty_cache()
+
     # -- candidates --------------------------------------------------------------------
     def sandbox(self, source: str, label: str = "candidate", *, trusted: bool = False) -> Sandbox:
         """A started sandbox: the candidate imports and compiles while the judge does other work.

@@ -341,3 +341,20 @@ def test_the_judge_takes_the_first_ready_candidate_and_results_leave_in_order():
     results = list(ev.evaluate(genomes))
     assert [r.status for r in results] == [Status.OK, Status.OK]
     assert judged == [genomes[1].id, genomes[0].id]  # the fast one first, then the slow one
+
+
+def test_closing_an_evaluator_frees_its_judge_and_a_later_evaluation_builds_a_new_one():
+    """A benchmark judges one problem after another in one process: each judge holds its
+    input sets (rotated while timing) in device memory until it is closed (call Z4 held
+    95-128 GiB of the H200 by its twelfth MoE job and the next ones ran out of memory)."""
+    genome = matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)
+    with KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK,
+                         workers=1) as ev:
+        assert next(iter(ev.evaluate([genome]))).status is Status.OK
+        judge = ev.judge
+        assert judge.arena.base is not None and judge.tuning
+        ev.close()
+        assert judge.arena.base is None and not judge.tuning and not judge.heldout and ev._judge is None
+        again = next(iter(ev.evaluate([genome])))  # a fresh judge, the same verdict
+        assert again.status is Status.OK and ev.judge is not judge
+    assert ev._judge is None  # leaving the block closed it
