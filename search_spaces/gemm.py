@@ -64,13 +64,24 @@ def _fixup(p: Point) -> str | None:
     return None
 
 
-def _stream_k(p: Point) -> str | None:
-    if p.get("STREAM_K") and not (p["PERSISTENT"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]):
-        return "stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation"
-    if p.get("STREAM_K") and p["num_ctas"] > 1 and p["TMA"]:
-        # Triton 3.6 on the H200 (call Z1): its pipeliner fails ("PassManager::run failed")
-        return "stream-K: with TMA loads, not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
-    return None
+def _stream_k(limit: int, elem_bytes: int):
+    def check(p: Point) -> str | None:
+        if not p.get("STREAM_K"):
+            return None
+        if not (p["PERSISTENT"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]):
+            return "stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation"
+        if p["num_ctas"] > 1 and p["TMA"]:
+            # Triton 3.6 on the H200 (call Z1): its pipeliner fails ("PassManager::run failed")
+            return "stream-K: with TMA loads, not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
+        # inside the pipelined K loop, a partial tile's fp32 store goes through a layout
+        # conversion in shared memory beside the pipeline's buffers (call Z5: 128x256x64 s3
+        # needed 278552 B = 3 x 49152 + 128 x 256 x 4 + 24)
+        staged = p["BM"] * p["BN"] * elem_bytes // (2 if p.get("TMA_STORE") == 2 else 1) if p.get("TMA_STORE") else 0
+        need = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"] + p["BM"] * p["BN"] * 4 + staged
+        if need > limit:
+            return f"stream-K: the pipeline, the partial's conversion and C's staging need {need} B of shared memory > {limit} B"
+        return None
+    return check
 
 
 def _tma_store(limit: int, elem_bytes: int):
@@ -112,6 +123,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     'stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation'
     >>> gemm_space(stream_k=True).is_valid(dict(DEFAULTS, STREAM_K=1, PERSISTENT=1))
     True
+    >>> gemm_space(stream_k=True).why_invalid(dict(DEFAULTS, BN=256, TMA=1, num_stages=3, STREAM_K=1, PERSISTENT=1))
+    "stream-K: the pipeline, the partial's conversion and C's staging need 278528 B of shared memory > 232448 B"
     >>> big = dict(DEFAULTS, BN=256, TMA=1, num_stages=4)
     >>> gemm_space(tma_store=True).why_invalid(dict(big, TMA_STORE=1))
     'TMA store: the pipeline and the staged C tile need 262144 B of shared memory > 232448 B'
@@ -144,7 +157,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
                             Constraint(_swap_ab, "swap-AB")], name="gemm_hopper_swapab")
     if stream_k:
         space = SearchSpace([*space.params, Choice("STREAM_K", [0, 1])], constraints=[*space.constraints,
-                            Constraint(_stream_k, "stream-K")], name=space.name + "_streamk")
+                            Constraint(_stream_k(shared_memory_bytes, elem_bytes), "stream-K")],
+                            name=space.name + "_streamk")
     if tma_store:
         space = SearchSpace([*space.params, Choice("TMA_STORE", [0, 1, 2])], constraints=[*space.constraints,
                             Constraint(_tma_store(shared_memory_bytes, elem_bytes), "TMA store")],
@@ -220,7 +234,8 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
     if stream_k:
         # from a few hundred tokens up, the persistent TMA tiles with the last wave dealt out
         # by K steps (M=512 x N=6144 in 128x256 tiles is 96 tiles: 36 of 132 SMs idle)
-        streamed = [_point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1, STREAM_K=1),
+        # (128x256 tiles do not fit beside the partial's conversion: see _stream_k)
+        streamed = [_point(128, 128, 64, 8, 5, TMA=1, PERSISTENT=1, STREAM_K=1),
                     _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1, STREAM_K=1),
                     _point(64, 128, 128, 4, 4, PERSISTENT=1, STREAM_K=1)]
         out = ((streamed if m >= 128 else []) + out)
@@ -232,7 +247,7 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
                   dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2),
                   dict(_point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=1)]
         if stream_k:
-            stored = [dict(p, STREAM_K=0) for p in stored] + [dict(stored[0], STREAM_K=1)]
+            stored = [dict(p, STREAM_K=0) for p in stored] + [dict(stored[2], STREAM_K=1)]
         out = [dict(p, TMA_STORE=p.get("TMA_STORE", 0)) for p in ((stored if m >= 128 else []) + out)]
     if not swap_ab:
         return out

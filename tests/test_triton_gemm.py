@@ -195,6 +195,17 @@ def test_the_swap_ab_gene_is_optional_and_its_seeds_are_valid():
         candidate_source(dict(DEFAULTS, SWAPAB=1))
 
 
+def test_every_seed_is_valid_in_the_space_with_every_optional_gene():
+    """A constraint learned on the GPU (a stream-K 128x256 tile does not fit its shared
+    memory, call Z5) must not leave seeds that the space now rules out."""
+    from evokernel.search_spaces import gemm_seeds
+
+    space = gemm_space(swap_ab=True, stream_k=True, tma_store=True)
+    for m in (16, 64, 256, 512, 2048, 8192):
+        seeds = gemm_seeds(m, swap_ab=True, stream_k=True, tma_store=True)
+        assert seeds and all(space.is_valid(p) for p in seeds), [space.why_invalid(p) for p in seeds]
+
+
 # the stream-K schedule (STREAM_K=1, persistent): in the interpreter the GPU has 4 "SMs", so
 # these shapes give every case of it: all tiles in the stream-K phase with segments that cross
 # tiles, whole tiles first then stream-K, one tile over several programs, idle programs
