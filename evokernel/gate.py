@@ -245,11 +245,13 @@ class _Shape:
         _poison(self.slots)
         return refs, pristine
 
-    def refill_rotation(self) -> list[list[Any]]:
-        """Fresh values in every rotation set; returns their pristine copies."""
+    def refill_rotation(self, seeds: Sequence[int] | None = None) -> list[list[Any]]:
+        """Fresh values in every rotation set (from `seeds`, one per set, where given: the
+        same inputs for every candidate of an interleaved round); returns their pristine copies."""
         pristine = []
-        for group in self.rotation:
-            fresh = _as_list(self.problem.make_inputs(dict(self.shape), _seed(), self.device))
+        for j, group in enumerate(self.rotation):
+            seed = seeds[j] if seeds is not None else _seed()
+            fresh = _as_list(self.problem.make_inputs(dict(self.shape), seed, self.device))
             for buf, new in zip(group, fresh):
                 buf.copy_(new)
             pristine.append([t.clone() for t in group])
@@ -303,6 +305,7 @@ class _Run:
         self.phases: dict[str, float] = {}
         self.steps: dict[str, float] = {}  # finer: the judge's and the worker's steps
         self.raced: list[str] = []
+        self.blocks: dict[str, int] = {}  # timing blocks so far, per shape
         self.base: dict[str, Any] = {"label": sandbox.label}
         self.t0 = time.monotonic()
 
@@ -353,9 +356,13 @@ class _Run:
         plan = [(s, opt.seeds) for s in self.judge.tuning] + [(s, opt.heldout_seeds) for s in self.judge.heldout]
         return self._trials(plan, "", "checks")
 
-    def time(self, shape: _Shape, spec: dict[str, Any]) -> Verdict | None:
+    def time(self, shape: _Shape, spec: dict[str, Any], seeds: Sequence[int] | None = None) -> Verdict | None:
         start = time.monotonic()
-        got = self.judge._time_block(self.sandbox, shape, spec, steps=self.steps)
+        block = self.blocks.get(shape.key, 0)
+        self.blocks[shape.key] = block + 1
+        if seeds is None:  # this candidate's n-th block on this shape: the inputs every candidate's n-th had
+            seeds = self.judge.timing_seeds(shape, block)
+        got = self.judge._time_block(self.sandbox, shape, spec, steps=self.steps, seeds=seeds)
         self._phase("timing", start)
         if isinstance(got, Verdict):
             return self._done(got)
@@ -421,9 +428,20 @@ class Judge:
         for shape in self.tuning + self.heldout:
             shape.bind(views, refs)
         self.arena = arena
+        self._timing_seeds: dict[str, list[list[int]]] = {}
         self.degenerate = self._canary()
         # Triton's host-side helpers, built once by trusted candidates and copied into the rest
         self.seed = SeedCache() if device == "cuda" and self.options.seed_cache else None
+
+    def timing_seeds(self, shape: _Shape, block: int) -> list[int]:
+        """The input sets of every candidate's `block`-th timing block on `shape`: drawn once
+        per judge, so candidates are timed on the same inputs where the work depends on the
+        values (an MoE's routing), and different from block to block, so a candidate's
+        process gains nothing by remembering earlier outputs."""
+        drawn = self._timing_seeds.setdefault(shape.key, [])
+        while len(drawn) <= block:
+            drawn.append([_seed() for _ in shape.rotation])
+        return drawn[block]
 
     def close(self) -> None:
         """Give the judge's memory back: the arena every input and output slot is a view of
@@ -493,7 +511,8 @@ class Judge:
     def judge_together(self, sandboxes: Sequence[Sandbox], *, rounds: int = 3) -> list[Verdict]:
         """Judge several candidates with their timings interleaved: each shape is timed in
         `rounds` short blocks per candidate, alternating candidates (A B A B ...; the order
-        rotates each round), so all of them are measured under the same conditions. This is
+        rotates each round), so all of them are measured under the same conditions and, in a
+        round, on the same inputs (new ones each round). This is
         how elites are re-measured against each other before they are reported."""
         runs = [_Run(self, sb) for sb in sandboxes]
         verdicts: list[Verdict | None] = [run.prepare() or run.check() for run in runs]
@@ -503,8 +522,13 @@ class Judge:
         for shape in self.tuning if self.options.time else []:
             for r in range(rounds):
                 live = [i for i, v in enumerate(verdicts) if v is None]
+                # one draw of input sets per round, the same for every candidate in it: where
+                # the work depends on the values (an MoE's routing: 2-4 of Mixtral's experts at
+                # 2 tokens, a 2x spread in time), a candidate is not judged on easier inputs
+                # than its rivals; new values every round, so nothing carries over
+                seeds = [_seed() for _ in shape.rotation]
                 for i in live[r % len(live):] + live[: r % len(live)] if live else []:
-                    verdicts[i] = runs[i].time(shape, block)
+                    verdicts[i] = runs[i].time(shape, block, seeds)
         for i, run in enumerate(runs):
             if verdicts[i] is None and self.options.time:
                 verdicts[i] = run.recheck()
@@ -544,13 +568,14 @@ class Judge:
         return None
 
     def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any],
-                    steps: dict[str, float] | None = None) -> tuple[list[float], bool] | Verdict:
+                    steps: dict[str, float] | None = None,
+                    seeds: Sequence[int] | None = None) -> tuple[list[float], bool] | Verdict:
         """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
         timed stream). Returns (samples in ms, graphs replayed)."""
         steps = steps if steps is not None else {}
         t = time.monotonic()
-        pristine = shape.refill_rotation()
+        pristine = shape.refill_rotation(seeds)
         k = self.problem.perturb if self.options.perturb is None else self.options.perturb
         spec = {**timing, "sample_rate": self.options.sample_rate, "perturb": k}
         self._settle()

@@ -358,3 +358,55 @@ def test_closing_an_evaluator_frees_its_judge_and_a_later_evaluation_builds_a_ne
         again = next(iter(ev.evaluate([genome])))  # a fresh judge, the same verdict
         assert again.status is Status.OK and ev.judge is not judge
     assert ev._judge is None  # leaving the block closed it
+
+
+def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypatch):
+    """Where the work depends on the values (an MoE's routing: 2 to 4 of Mixtral's experts
+    at 2 tokens), candidates re-measured against each other must see the same input sets in
+    a round; each round draws new ones (call Z4's Mixtral M=2: the same config read 0.287
+    and 0.351 ms in two re-measurements, on different routings)."""
+    import evokernel.gate as gate
+
+    drawn: list[tuple[str, tuple[int, ...] | None]] = []
+    original = gate._Shape.refill_rotation
+
+    def spy(self, seeds=None):
+        drawn.append((self.key, tuple(seeds) if seeds is not None else None))
+        return original(self, seeds)
+
+    monkeypatch.setattr(gate._Shape, "refill_rotation", spy)
+    genomes = [matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=s) for s in (2, 3, 4)]
+    ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=2)
+    results = ev.remeasure(genomes, rounds=2)
+    assert all(r.status is Status.OK for r in results)
+    shapes = {key for key, _ in drawn}
+    assert len(shapes) == 2 and len(drawn) == 2 * 2 * 3  # shapes x rounds x candidates
+    for key in shapes:
+        per_shape = [seeds for k, seeds in drawn if k == key]
+        rounds = [per_shape[i:i + 3] for i in range(0, len(per_shape), 3)]
+        assert all(seeds is not None and len(set(r)) == 1 for r in rounds for seeds in r)  # shared in a round
+        assert rounds[0][0] != rounds[1][0]  # new inputs each round
+
+
+def test_a_search_times_its_candidates_on_the_same_sequence_of_inputs(monkeypatch):
+    """The n-th timing block of every candidate on a shape uses the same input sets (drawn
+    once per judge); a candidate's blocks differ from each other."""
+    import evokernel.gate as gate
+
+    drawn: dict[tuple[str, str], list[tuple[int, ...]]] = {}
+    original = gate.Judge._time_block
+
+    def spy(self, sandbox, shape, timing, steps=None, seeds=None):
+        drawn.setdefault((sandbox.label, shape.key), []).append(tuple(seeds))
+        return original(self, sandbox, shape, timing, steps=steps, seeds=seeds)
+
+    monkeypatch.setattr(gate.Judge, "_time_block", spy)
+    genomes = [matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=s) for s in (2, 3)]
+    ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=1)
+    assert all(r.status is Status.OK for r in ev.evaluate(genomes))
+    a, b = (genome.id for genome in genomes)
+    for key in {k for _, k in drawn}:
+        first, second = drawn[(a, key)], drawn[(b, key)]
+        n = min(len(first), len(second))
+        assert n >= 1 and first[:n] == second[:n]  # the n-th blocks saw the same inputs
+        assert len(set(first)) == len(first) and len(set(second)) == len(second)  # new inputs block after block
