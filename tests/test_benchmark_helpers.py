@@ -99,11 +99,15 @@ def test_rows_recorded_before_a_gene_existed_still_seed(tmp_path):
     assert seed["SPLITK_FIXUP"] == 0 and seed["SWAP_AB"] == 0 and seed["WARP_SPEC"] == 1 and seed["BM"] == 128
 
 
-def test_a_new_batch_size_starts_from_the_nearest_searched_ones():
+def test_a_new_batch_size_starts_from_the_nearest_searched_ones(tmp_path):
+    import json
+
     from moe_h200 import nearest_ms
 
-    moe = ROOT / "benchmarks" / "results" / "moe.json"  # Qwen3 rows at M 1, 16, 64, 256, 1024
-    assert nearest_ms(str(moe), "qwen3-30b-a3b", 4, 2) == [1, 16]
+    moe = tmp_path / "moe.json"
+    moe.write_text(json.dumps({"rows": [{"model": "qwen3-30b-a3b", "M": m} for m in (1, 16, 64, 256, 1024)]
+                               + [{"model": "mixtral-8x7b", "M": 2}]}))
+    assert nearest_ms(str(moe), "qwen3-30b-a3b", 4, 2) == [1, 16]  # a tie in log distance: the smaller first
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 512, 2) == [256, 1024]
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 16, 1) == [64]  # M itself is left out
     assert nearest_ms(str(moe), "no-such-model", 4, 2) == [] and nearest_ms("", "qwen3-30b-a3b", 4, 2) == []
