@@ -284,28 +284,36 @@ def _has_nvidia_backend() -> bool:
 
 
 def _hopper_ttgir(**genes) -> str:
-    """The sm_90 TTGIR of the template's kernel at these genes (128x256x64, 8 warps, 4 stages,
-    TMA), compiled on the CPU: Triton's NVIDIA backend needs no GPU to lower a kernel."""
+    """The sm_90 TTGIR of the template's kernel at these genes (default 128x256x64, 8 warps, 4
+    stages, TMA), compiled on the CPU: Triton's NVIDIA backend needs no GPU to lower a kernel.
+    Pointers, M, N, K and the row strides are declared 16-divisible, as a launch on aligned
+    tensors specialises them (without that, no pointer load is vectorised or pipelined)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from evokernel.search_spaces.triton_gemm import _gemm_kernel
 
-    BM, BN, BK = 128, 256, 64
-    values = dict(BM=BM, BN=BN, BK=BK, GROUP_M=8, SPLIT_K=1, FIXUP=False, PERSISTENT=True, TMA=True, WS_TILES=False,
+    values = dict(BM=128, BN=256, BK=64, GROUP_M=8, SPLIT_K=1, FIXUP=False, PERSISTENT=True, TMA=True, WS_TILES=False,
                   WS_K=False, HAS_BIAS=False, ACT=0, HAS_RES=False, EVEN_K=True, INPUT_PRECISION="tf32",
                   SWAP_AB=False, STREAM_K=False, TMA_STORE=0, c_desc=None, stride_ak=1, stride_bn=1, stride_cn=1,
                   stride_rn=1)
     values.update(genes)
+    warps, stages = values.pop("num_warps", 8), values.pop("num_stages", 4)
+    BM, BN, BK = values["BM"], values["BN"], values["BK"]
+    if not values["TMA"]:
+        values.update(a_desc=None, b_desc=None)
     types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*bf16", "res_ptr": "*bf16",
              "ws_ptr": "*fp32", "counter_ptr": "*i32", "a_desc": f"tensordesc<bf16[{BM}, {BK}]>",
              "b_desc": f"tensordesc<bf16[{BK}, {BN}]>"}
+    aligned = {"a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "ws_ptr", "counter_ptr", "M", "N", "K",
+               "stride_am", "stride_bk", "stride_cm", "stride_rm"}
     names = _gemm_kernel.arg_names
     signature = {n: "constexpr" if n in values else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in values.items()}
-    kernel = triton.compile(ASTSource(_gemm_kernel, signature, constants), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": 8, "num_stages": 4})
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned and n not in values}
+    kernel = triton.compile(ASTSource(_gemm_kernel, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": warps, "num_stages": stages})
     return kernel.asm["ttgir"]
 
 
@@ -330,3 +338,17 @@ def test_the_stream_k_loop_is_software_pipelined_on_hopper() -> None:
     kernel is the control: if Triton pipelines neither, the check itself is wrong."""
     assert _serialised_loads(_hopper_ttgir()) == 0
     assert _serialised_loads(_hopper_ttgir(STREAM_K=True)) == 0
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
+def test_the_persistent_kernel_pipelines_pointer_loads_on_hopper() -> None:
+    """Without TMA, the persistent kernel's flattened loop carried the tile's column offsets
+    as a loop value of unknown contiguity: B was loaded element by element into registers
+    and stored to shared memory every K step, unpipelined (call Z1: 0.29 ms against 0.032
+    for the same tile not persistent). Now both operands arrive by asynchronous copies, as
+    in the one-program-per-tile kernel (the control)."""
+    tile = dict(BM=64, BN=128, BK=64, num_warps=4, TMA=False)
+    for persistent in (False, True):
+        ttgir = _hopper_ttgir(PERSISTENT=persistent, **tile)
+        assert "ttg.local_alloc %" not in ttgir, persistent  # no operand copied to shared memory by hand
+        assert ttgir.count("ttg.async_copy_global_to_local") >= 2 * 3, persistent  # A and B, 3 stages ahead
