@@ -91,11 +91,14 @@ def collect(kind: str) -> dict[str, Any] | None:
     sources = {c: v for c, v in sources.items() if c in used}  # the calls whose rows were kept
     alias = ALIAS.get(kind, {})
     gm = {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept]) for b in GEOMEAN[kind]}
+    # the same per model (the "geometric mean over M" read model by model)
+    by_model = {m: {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept if r.get("model") == m])
+                    for b in GEOMEAN[kind]} for m in sorted({r.get("model") for r in kept if r.get("model")})}
     return {"device": device, "date": max(s["date"] or "" for s in sources.values()),
             "command": "; ".join(f"call {c}: {s['command']}" for c, s in sources.items()), "sources": sources,
             "note": "per row, the latest call that measured the shape; the winner and its baselines were measured "
                     "together in that call (benchmarks/collect_results.py)",
-            "rows": kept, "geomean": gm}
+            "rows": kept, "geomean": gm, "geomean_by_model": by_model}
 
 
 def main() -> None:
