@@ -64,6 +64,18 @@ def _fixup(p: Point) -> str | None:
     return None
 
 
+def _pipeline_bytes(p: Point, elem_bytes: int) -> int:
+    """Shared memory of the K loop's stages: an A and a B tile each."""
+    return (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"]
+
+
+def _staged_c_bytes(p: Point, elem_bytes: int) -> int:
+    """Shared memory a TMA store stages C's tile (or half of it) in; C has A's dtype."""
+    if not p.get("TMA_STORE"):
+        return 0
+    return p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1)
+
+
 def _stream_k(limit: int, elem_bytes: int):
     def check(p: Point) -> str | None:
         if not p.get("STREAM_K"):
@@ -76,8 +88,7 @@ def _stream_k(limit: int, elem_bytes: int):
         # inside the pipelined K loop, a partial tile's fp32 store goes through a layout
         # conversion in shared memory beside the pipeline's buffers (call Z5: 128x256x64 s3
         # needed 278552 B = 3 x 49152 + 128 x 256 x 4 + 24)
-        staged = p["BM"] * p["BN"] * elem_bytes // (2 if p.get("TMA_STORE") == 2 else 1) if p.get("TMA_STORE") else 0
-        need = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"] + p["BM"] * p["BN"] * 4 + staged
+        need = _pipeline_bytes(p, elem_bytes) + p["BM"] * p["BN"] * 4 + _staged_c_bytes(p, elem_bytes)
         if need > limit:
             return f"stream-K: the pipeline, the partial's conversion and C's staging need {need} B of shared memory > {limit} B"
         return None
@@ -93,8 +104,7 @@ def _tma_store(limit: int, elem_bytes: int):
         if p["TMA_STORE"] == 2 and p["num_ctas"] > 1:  # Triton 3.6's pipeliner fails on it (call Z1: 5 of 5)
             return "TMA store: C in halves not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
         # the store stages its tile (or half of it) in shared memory beside the pipeline
-        staged = p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1)  # C has A's dtype
-        need = (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"] + staged
+        need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
         if need > limit:
             return f"TMA store: the pipeline and the staged C tile need {need} B of shared memory > {limit} B"
         return None

@@ -137,6 +137,37 @@ def _fixup(ws_ptr, counter_ptr, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N, st
 
 
 @triton.jit
+def _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, EVEN_K: tl.constexpr,
+            INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc (BN x BM with SWAP_AB) plus the product of K step kt of output tile (pid_m, pid_n).
+
+    Without TMA, the tile's rows and columns are computed here, in the K loop: the persistent
+    kernel's flattened loop would otherwise carry them from tile to tile as loop values of
+    unknown contiguity, and B (contiguous along N) then loads element by element, unpipelined
+    (seen in the sm_90 TTGIR; the persistent form without TMA measured 0.29 ms against 0.032
+    not persistent, call Z1)."""
+    if TMA:
+        a = a_desc.load([pid_m * BM, kt * BK])
+        b = b_desc.load([kt * BK, pid_n * BN])
+    else:
+        rows = pid_m * BM + tl.arange(0, BM)
+        cols = pid_n * BN + tl.arange(0, BN)
+        ks = kt * BK + tl.arange(0, BK)
+        a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
+            b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+        else:
+            a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+            b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+    if SWAP_AB:
+        return tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
+    return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
 def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr,
          EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
@@ -147,40 +178,15 @@ def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
     BM of 16-64) the weights' BN side fills the MMA's rows and the tokens its columns, instead
     of padding BM up to 64 (the swap-AB of CUTLASS-style small-batch GEMMs). The accumulator
     is transposed back before it is returned."""
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
     if SWAP_AB:
-        acc_t = tl.zeros((BN, BM), dtype=tl.float32)
+        acc = tl.zeros((BN, BM), dtype=tl.float32)
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
     for kt in tl.range(k_lo, k_hi, warp_specialize=WS_K):
-        if TMA:
-            a = a_desc.load([pid_m * BM, kt * BK])
-            b = b_desc.load([kt * BK, pid_n * BN])
-        else:
-            ks = kt * BK + offs_k
-            # the tile's rows and columns, computed again here in the K loop: the persistent
-            # kernel's flattened loop would otherwise carry offs_n from tile to tile as a
-            # loop value of unknown contiguity, and B (contiguous along N) then loads
-            # element by element, unpipelined (seen in the sm_90 TTGIR; the persistent form
-            # without TMA measured 0.29 ms against 0.032 not persistent, call Z1)
-            rows = pid_m * BM + tl.arange(0, BM)
-            cols = pid_n * BN + tl.arange(0, BN)
-            a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-            b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-                b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-            else:
-                a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
-                b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
-        if SWAP_AB:
-            acc_t = tl.dot(tl.trans(b), tl.trans(a), acc_t, input_precision=INPUT_PRECISION)
-        else:
-            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        acc = _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                      stride_bn, BM, BN, BK, TMA, EVEN_K, INPUT_PRECISION, SWAP_AB)
     if SWAP_AB:
-        acc = tl.trans(acc_t)
+        acc = tl.trans(acc)
     return acc
 
 
@@ -266,36 +272,6 @@ def _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_
 
 
 @triton.jit
-def _sk_step(acc, it, k_tiles, dp_tiles, tiles_m, tiles_n, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am,
-             stride_ak, stride_bk, stride_bn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-             GROUP_M: tl.constexpr, TMA: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-             SWAP_AB: tl.constexpr):
-    """One K step of the stream-K phase: global step `it` is K step `it % k_tiles` of stream-K
-    tile `it // k_tiles`; acc (BN x BM with SWAP_AB) gains that step's product."""
-    t = it // k_tiles
-    kt = it - t * k_tiles
-    pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
-    if TMA:
-        a = a_desc.load([pid_m * BM, kt * BK])
-        b = b_desc.load([kt * BK, pid_n * BN])
-    else:
-        offs_m = pid_m * BM + tl.arange(0, BM)
-        offs_n = pid_n * BN + tl.arange(0, BN)
-        ks = kt * BK + tl.arange(0, BK)
-        a_ptrs = a_ptr + offs_m[:, None] * stride_am + ks[None, :] * stride_ak
-        b_ptrs = b_ptr + ks[:, None] * stride_bk + offs_n[None, :] * stride_bn
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_n[None, :] < N, other=0.0)
-        else:
-            a = tl.load(a_ptrs, mask=(offs_m[:, None] < M) & (ks[None, :] < K), other=0.0)
-            b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (offs_n[None, :] < N), other=0.0)
-    if SWAP_AB:
-        return tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
-    return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
-
-
-@triton.jit
 def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr,
               counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
               stride_cn, stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
@@ -330,17 +306,17 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
     part_first = -1  # the tiles of this program's partial segments (its first, its last)
     part_last = -1
     for it in tl.range(start, end):
-        acc = _sk_step(acc, it, k_tiles, dp_tiles, tiles_m, tiles_n, a_ptr, b_ptr, a_desc, b_desc, M, N, K,
-                       stride_am, stride_ak, stride_bk, stride_bn, BM, BN, BK, GROUP_M, TMA, EVEN_K,
-                       INPUT_PRECISION, SWAP_AB)
-        t = it // k_tiles
-        if (it - t * k_tiles == k_tiles - 1) | (it == end - 1):  # the segment ends here
+        t = it // k_tiles  # global step `it` is K step kt of stream-K tile t
+        kt = it - t * k_tiles
+        pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+        acc = _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                      stride_bn, BM, BN, BK, TMA, EVEN_K, INPUT_PRECISION, SWAP_AB)
+        if (kt == k_tiles - 1) | (it == end - 1):  # the segment ends here
             if SWAP_AB:
                 out = tl.trans(acc)
             else:
                 out = acc
-            if (seg == t * k_tiles) & (it - t * k_tiles == k_tiles - 1):  # the whole tile
-                pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
+            if (seg == t * k_tiles) & (kt == k_tiles - 1):  # the whole tile
                 _store(out, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
                        stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
             else:
