@@ -235,8 +235,10 @@ def main() -> None:
         }
         doc["rows"].append(row)
         write(out, doc, stem)
-        print(json.dumps({k: row[k] for k in ("model", "M", "winner_short", "winner_ms", "baselines", "speedup")}),
-              flush=True)
+        if args.device == "cuda":  # the parent's GPU memory, job by job (call Z4 ran out of it: it must stay flat)
+            row["gpu_reserved_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
+        print(json.dumps({k: row.get(k) for k in ("model", "M", "winner_short", "winner_ms", "baselines", "speedup",
+                                                  "gpu_reserved_gib")}), flush=True)
     write(out, doc, stem)
 
 
