@@ -73,7 +73,8 @@ def short(p: dict[str, int]) -> str:
              f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
              "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else "",
              f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else ""]
-    return f"{p['BM']}x{p['BN']}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
+    width = f"{p['BN']}+{p['BN_TAIL']}" if p.get("BN_TAIL") else f"{p['BN']}"
+    return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
 
 
@@ -119,6 +120,8 @@ def main() -> None:
                     help="add the STREAM_K gene (the last wave by K steps): off by default, as it measured 1.6-5x "
                          "slower than plain persistent tiles on the H200 (calls Z1-Z6, BENCHMARKS.md)")
     ap.add_argument("--no-tma-store", action="store_true", help="leave the TMA_STORE gene (C through a descriptor) out")
+    ap.add_argument("--no-bn-tail", action="store_true",
+                    help="leave the BN_TAIL gene (96/160/192-wide tiles as two accumulators) and its wave-filling seeds out")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -130,7 +133,7 @@ def main() -> None:
 
     from evokernel import Genome
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space
+    from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space, wave_seeds
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
@@ -154,10 +157,11 @@ def main() -> None:
     swap = not args.no_swap_ab and not args.fp8
     streamk = args.stream_k and not args.fp8
     tstore = not args.no_tma_store and not args.fp8
+    tail = not args.no_bn_tail and not args.fp8
     space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
-        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore)
+        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail)
     off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
-           **({"TMA_STORE": 0} if tstore else {})}  # the optional genes, off
+           **({"TMA_STORE": 0} if tstore else {}), **({"BN_TAIL": 0} if tail else {})}  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     ev = None
     for i, (model, layer, m) in enumerate(jobs):
@@ -179,10 +183,15 @@ def main() -> None:
         else:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
-            seeds, descriptor = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore), gemm_class
+            seeds = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail)
+            descriptor = gemm_class
+            # the tiles that fill the waves best at this M x N (from a few hundred tokens up,
+            # where 96 tiles of 128x256 leave 36 of 132 SMs idle)
+            waves = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in
+                     wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore)] if tail and m >= 128 else []
             # this shape's earlier winners, then the winners of the other shapes at this M
             # (a new model's projections start from what won at the same batch size)
-            seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m)
+            seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m) + waves
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also

@@ -8,6 +8,9 @@ the same tiles with STREAM_K=1, and records each compiled kernel's registers and
 slow schedule can be told from a spilling one. Every output is checked against cuBLAS's.
 
     python3 benchmarks/gemm_sk_probe.py --out $OUT/sk      (on the device; about a minute)
+
+With `--set tail` it times tiles BN + BN_TAIL wide (96, 160, 192: two accumulators) against
+the power-of-two tiles, where those leave a wave partly idle (qkv at M=256-2048).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from pathlib import Path
 
 #: (M, N, K) of Llama-3-8B's projections where the tiles leave SMs idle
 SHAPES = {"qkv-512": (512, 6144, 4096), "o-512": (512, 4096, 4096), "down-512": (512, 4096, 14336),
-          "qkv-256": (256, 6144, 4096)}
+          "qkv-256": (256, 6144, 4096),
+          # Qwen3-30B-A3B's qkv (N=5120, K=2048) where its rows lose most (0.81-0.87x cuBLAS)
+          "qwen-qkv-256": (256, 5120, 2048), "qwen-qkv-512": (512, 5120, 2048), "qwen-qkv-2048": (2048, 5120, 2048)}
 BASE = {"GROUP_M": 8, "SPLIT_K": 1, "SPLITK_FIXUP": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0, "SWAP_AB": 0,
         "PERSISTENT": 1, "TMA": 1}
 #: name -> config: plain persistent, then the same tile with the stream-K phase
@@ -35,6 +40,30 @@ CONFIGS = {
 }
 
 
+#: --set tail: tiles BN + BN_TAIL wide (two accumulators), against the power-of-two tiles the searches kept
+TAIL = {"GROUP_M": 8, "SPLIT_K": 1, "SPLITK_FIXUP": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0, "SWAP_AB": 0,
+        "TMA": 1, "STREAM_K": 0}
+TAIL_CONFIGS = {
+    "128x256 s4 ts2 P": dict(TAIL, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA_STORE=2, PERSISTENT=1),
+    "128x128 s4 ts1 P": dict(TAIL, BM=128, BN=128, BK=64, num_warps=8, num_stages=4, TMA_STORE=1, PERSISTENT=1),
+    "64x128 s4": dict(TAIL, BM=64, BN=128, BK=64, num_warps=4, num_stages=4, TMA_STORE=0, PERSISTENT=0),
+    "128x(128+64) s4": dict(TAIL, BM=128, BN=128, BN_TAIL=64, BK=64, num_warps=8, num_stages=4, TMA_STORE=0,
+                            PERSISTENT=0),
+    "128x(128+64) s4 ts1": dict(TAIL, BM=128, BN=128, BN_TAIL=64, BK=64, num_warps=8, num_stages=4, TMA_STORE=1,
+                                PERSISTENT=0),
+    "128x(128+32) s4 ts1": dict(TAIL, BM=128, BN=128, BN_TAIL=32, BK=64, num_warps=8, num_stages=4, TMA_STORE=1,
+                                PERSISTENT=0),
+    "128x(128+32) s4 ts1 P": dict(TAIL, BM=128, BN=128, BN_TAIL=32, BK=64, num_warps=8, num_stages=4, TMA_STORE=1,
+                                  PERSISTENT=1),
+    "64x(128+64) s4 ts1": dict(TAIL, BM=64, BN=128, BN_TAIL=64, BK=64, num_warps=4, num_stages=4, TMA_STORE=1,
+                               PERSISTENT=0),
+    "64x(128+32) s4 ts1": dict(TAIL, BM=64, BN=128, BN_TAIL=32, BK=64, num_warps=4, num_stages=4, TMA_STORE=1,
+                               PERSISTENT=0),
+    "128x(64+32) s4 ts1": dict(TAIL, BM=128, BN=64, BN_TAIL=32, BK=64, num_warps=4, num_stages=4, TMA_STORE=1,
+                               PERSISTENT=0),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "sk-out"))
@@ -42,7 +71,10 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=90.0)
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--no-graph", dest="graph", action="store_false", help="plain do_bench (host time included)")
+    ap.add_argument("--set", choices=["streamk", "tail"], default="streamk",
+                    help="the stream-K configs (default) or the tiles with a BN tail")
     args = ap.parse_args()
+    configs = TAIL_CONFIGS if args.set == "tail" else CONFIGS
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -69,7 +101,7 @@ def main() -> None:
         ref = a @ b
         fns = {"cublas": lambda: torch.matmul(a, b)}
         info: dict[str, dict] = {"cublas": {}}
-        for name, cfg in CONFIGS.items():
+        for name, cfg in configs.items():
             try:
                 c = gemm(a, b, **cfg)
                 torch.cuda.synchronize()
@@ -94,7 +126,7 @@ def main() -> None:
             rows.append({"shape": shape, "config": name, "ms": ms, "vs_cublas": cublas / ms,
                          "spread": [min(times[name]), max(times[name])], **info[name]})
         rows += [{"shape": shape, "config": name, **v} for name, v in info.items() if "error" in v]
-        (out / "sk_probe.json").write_text(json.dumps(rows, indent=1))
+        (out / f"{args.set}_probe.json").write_text(json.dumps(rows, indent=1))
         print(f"{shape}: " + ", ".join(f"{r['config']} {r['ms']:.4f} ({r['vs_cublas']:.3f})"
                                       for r in rows if r["shape"] == shape and "ms" in r), flush=True)
     lines = ["| shape | config | ms | vs cuBLAS | regs | spills | max rel err |", "|---|---|---|---|---|---|---|"]
@@ -104,7 +136,7 @@ def main() -> None:
                          f"{r.get('n_spills')} | {r.get('err', 0):.1e} |")
         else:
             lines.append(f"| {r['shape']} | {r['config']} | {r['error']} | | | | |")
-    (out / "sk_probe.md").write_text("\n".join(lines) + "\n")
+    (out / f"{args.set}_probe.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

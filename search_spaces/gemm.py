@@ -36,18 +36,23 @@ from evokernel.space import (
     thread_limit,
 )
 
-__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "DEFAULTS"]
+__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "DEFAULTS"]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
 #: loop state and the epilogue take.
 ACC_REGISTERS = 160
 
 
+def _width(p: Point) -> int:
+    """The output tile's columns: BN, plus the tail's where the genome has one."""
+    return p["BN"] + p.get("BN_TAIL", 0)
+
+
 def _registers(p: Point) -> str | None:
-    per_thread = p["BM"] * p["BN"] // (32 * p["num_warps"])
+    per_thread = p["BM"] * _width(p) // (32 * p["num_warps"])
     cap = min(ACC_REGISTERS, p["maxnreg"] - 64) if p["maxnreg"] else ACC_REGISTERS
     if per_thread > cap:
-        return (f"registers: a {p['BM']}x{p['BN']} fp32 accumulator is {per_thread} registers per thread with "
+        return (f"registers: a {p['BM']}x{_width(p)} fp32 accumulator is {per_thread} registers per thread with "
                 f"{p['num_warps']} warps (at most {cap})")
     return None
 
@@ -65,15 +70,15 @@ def _fixup(p: Point) -> str | None:
 
 
 def _pipeline_bytes(p: Point, elem_bytes: int) -> int:
-    """Shared memory of the K loop's stages: an A and a B tile each."""
-    return (p["BM"] * p["BK"] + p["BK"] * p["BN"]) * elem_bytes * p["num_stages"]
+    """Shared memory of the K loop's stages: an A and a B tile each (B with its tail)."""
+    return (p["BM"] * p["BK"] + p["BK"] * _width(p)) * elem_bytes * p["num_stages"]
 
 
 def _staged_c_bytes(p: Point, elem_bytes: int) -> int:
     """Shared memory a TMA store stages C's tile (or half of it) in; C has A's dtype."""
     if not p.get("TMA_STORE"):
         return 0
-    return p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1)
+    return p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1) + p["BM"] * p.get("BN_TAIL", 0) * elem_bytes
 
 
 def _stream_k(limit: int, elem_bytes: int):
@@ -111,6 +116,22 @@ def _tma_store(limit: int, elem_bytes: int):
     return check
 
 
+def _bn_tail(limit: int, elem_bytes: int):
+    def check(p: Point) -> str | None:
+        tail = p.get("BN_TAIL", 0)
+        if not tail:
+            return None
+        if tail >= p["BN"] or _width(p) > 256:
+            return f"BN tail: a tail of {tail} columns needs BN > {tail} and BN + tail <= 256 (BN={p['BN']})"
+        if p["SPLIT_K"] > 1 or p.get("SWAP_AB") or p.get("STREAM_K"):
+            return "BN tail: tiles BN + BN_TAIL wide go without split-K, swap-AB or stream-K"
+        need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
+        if need > limit:  # (the generic rule counts BN alone)
+            return f"BN tail: the pipeline with the B tiles of the tail needs {need} B of shared memory > {limit} B"
+        return None
+    return check
+
+
 def _swap_ab(p: Point) -> str | None:
     if p.get("SWAP_AB") and p["BN"] < 64:
         return "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -118,13 +139,16 @@ def _swap_ab(p: Point) -> str | None:
 
 
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-               swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False) -> SearchSpace:
+               swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
+               bn_tail: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
     for few tokens), with `stream_k` the STREAM_K gene (the persistent kernel's last tiles
     split by K steps evenly over the SMs: no partly idle last wave), with `tma_store` the
-    TMA_STORE gene (C through a tensor descriptor, whole or in two halves); see
+    TMA_STORE gene (C through a tensor descriptor, whole or in two halves), with `bn_tail` the
+    BN_TAIL gene (tiles BN + 32 or BN + 64 columns wide, as two accumulators: 96, 160 and 192
+    wide tiles, which fill the last wave where powers of two do not); see
     search_spaces/triton_gemm.py.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
@@ -140,6 +164,12 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     'TMA store: the pipeline and the staged C tile need 262144 B of shared memory > 232448 B'
     >>> gemm_space(tma_store=True).is_valid(dict(big, num_stages=3, TMA_STORE=2))
     True
+    >>> gemm_space(bn_tail=True).is_valid(dict(DEFAULTS, BN_TAIL=64, TMA=1))
+    True
+    >>> gemm_space(bn_tail=True).why_invalid(dict(DEFAULTS, BN=256, BN_TAIL=64))
+    'BN tail: a tail of 64 columns needs BN > 64 and BN + tail <= 256 (BN=256)'
+    >>> gemm_space(bn_tail=True).why_invalid(dict(DEFAULTS, BK=128, BN_TAIL=64, num_stages=3))
+    'BN tail: the pipeline with the B tiles of the tail needs 245760 B of shared memory > 232448 B'
     """
     space = SearchSpace(
         [
@@ -173,21 +203,73 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
         space = SearchSpace([*space.params, Choice("TMA_STORE", [0, 1, 2])], constraints=[*space.constraints,
                             Constraint(_tma_store(shared_memory_bytes, elem_bytes), "TMA store")],
                             name=space.name + "_tmastore")
+    if bn_tail:
+        space = SearchSpace([*space.params, Choice("BN_TAIL", [0, 32, 64])], constraints=[*space.constraints,
+                            Constraint(_bn_tail(shared_memory_bytes, elem_bytes), "BN tail")],
+                            name=space.name + "_bntail")
     return space
 
 
 def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
     how = ("streamk" if genome.params.get("STREAM_K") else "persistent") if genome["PERSISTENT"] else "grid"
-    return f"{genome['BM']}x{genome['BN']}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
+    width = genome["BN"] + genome.params.get("BN_TAIL", 0)
+    return f"{genome['BM']}x{width}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
 
 
 def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
-def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False
-               ) -> list[dict[str, int]]:
+def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
+               shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
+    """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
+    for each tile of 64 or 128 rows and 64-256 columns (96, 160 and 192 with a tail; those
+    without a tail also split in two along K, scored 10% down for the partials), the
+    fraction of the SMs' time in whole waves that does useful work (tiles over the waves'
+    slots, times the tiles' coverage of M x N); the `top` best of those at least 64 x 128
+    (smaller tiles starve the MMA), ties to the larger tile. At M=512 x N=6144 on 132 SMs:
+    128x192 tiles (128 of them, 97%), not 128x256 (96, 73%) or 128x128 (192 in two waves,
+    73%). The search still measures them; this only says where to start.
+
+    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 6144)][:2]
+    [(128, 192), (64, 192)]
+    >>> [(p["BM"], p["BN"], p["SPLIT_K"]) for p in wave_seeds(256, 2048)][:1]  # Qwen3's o at 256 tokens
+    [(64, 128, 2)]
+    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:1]
+    [(128, 160)]
+    """
+    space = gemm_space(tma_store=tma_store, bn_tail=True)
+    scored = []
+    for bm in (64, 128):
+        for bn, tail in ((64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0)):
+            w = bn + tail
+            if bm * w < 64 * 128:
+                continue
+            for split in (1, 2) if not tail else (1,):
+                tiles_m, tiles_n = -(-m // bm), -(-n // w)
+                tiles = tiles_m * tiles_n * split
+                waves = -(-tiles // sms)
+                fill = tiles / (waves * sms) * (m / (tiles_m * bm)) * (n / (tiles_n * w))
+                if split > 1:  # the partials' round trip through the workspace
+                    fill *= 0.9
+                warps = 8 if bm * w >= 128 * 128 else 4
+                extra = {"SPLIT_K": split, "SPLITK_FIXUP": int(split > 1)}
+                if tma_store and split == 1:
+                    extra["TMA_STORE"] = 1
+                elif tma_store:
+                    extra["TMA_STORE"] = 0
+                for stages in (4, 3):
+                    p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1), BN_TAIL=tail, **extra)
+                    if space.is_valid(p):
+                        scored.append((round(fill, 3), bm * w, p))
+                        break
+    scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    return [p for _, _, p in scored[:top]]
+
+
+def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
+               bn_tail: bool = False) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -259,9 +341,11 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         if stream_k:
             stored = [dict(p, STREAM_K=0) for p in stored] + [dict(stored[2], STREAM_K=1)]
         out = [dict(p, TMA_STORE=p.get("TMA_STORE", 0)) for p in ((stored if m >= 128 else []) + out)]
+    if bn_tail:  # (the tiles with a tail come from `wave_seeds`, which needs N)
+        out = [dict(p, BN_TAIL=0) for p in out]
     if not swap_ab:
         return out
     # the seeds carry SWAP_AB; at up to 64 tokens a few swapped tiles lead
-    swapped = [dict(p, **({"STREAM_K": 0} if stream_k else {}), **({"TMA_STORE": 0} if tma_store else {}))
-               for p in swapped]
+    swapped = [dict(p, **({"STREAM_K": 0} if stream_k else {}), **({"TMA_STORE": 0} if tma_store else {}),
+                    **({"BN_TAIL": 0} if bn_tail else {})) for p in swapped]
     return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=0) for p in out]

@@ -82,8 +82,8 @@ DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_w
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile;
 #: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
-#: through a tensor descriptor (1) or in two halves (2).
-OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE")
+#: through a tensor descriptor (1) or in two halves (2); BN_TAIL, tiles BN + BN_TAIL wide.
+OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL")
 
 
 @triton.jit
@@ -191,22 +191,62 @@ def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
 
 
 @triton.jit
-def _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+def _acc_tail(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b_desc, b2_desc, M, N, K, stride_am, stride_ak, stride_bk,
+              stride_bn, BM: tl.constexpr, BN: tl.constexpr, BNT: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr,
+              WS_K: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """The fp32 sums of a BM x (BN + BNT) tile over all of K, as two accumulators (BM x BN and
+    BM x BNT) fed by one A tile per K step: a tile width that is not a power of two (96, 160,
+    192), which Triton's blocks cannot be but Hopper's MMA can (its N is any multiple of 8).
+    The width picks how many tiles there are, so it picks how full the last wave is: N=6144
+    in 192-wide tiles at M=512 is 128 tiles of 128 rows on 132 SMs, where 256-wide ones are
+    96 (36 SMs idle) and 128-wide ones 192 (1.45 waves)."""
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    acc2 = tl.zeros((BM, BNT), dtype=tl.float32)
+    m0 = pid_m * BM
+    n0 = pid_n * (BN + BNT)
+    for kt in tl.range(0, k_tiles, warp_specialize=WS_K):
+        if TMA:
+            a = a_desc.load([m0, kt * BK])
+            b = b_desc.load([kt * BK, n0])
+            b2 = b2_desc.load([kt * BK, n0 + BN])
+        else:  # rows and columns computed in the loop, as in _k_step
+            rows = m0 + tl.arange(0, BM)
+            cols = n0 + tl.arange(0, BN)
+            cols2 = n0 + BN + tl.arange(0, BNT)
+            ks = kt * BK + tl.arange(0, BK)
+            a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+            b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+            b2_ptrs = b_ptr + ks[:, None] * stride_bk + cols2[None, :] * stride_bn
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
+                b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
+                b2 = tl.load(b2_ptrs, mask=cols2[None, :] < N, other=0.0)
+            else:
+                a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+                b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+                b2 = tl.load(b2_ptrs, mask=(ks[:, None] < K) & (cols2[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        acc2 = tl.dot(a, b2, acc2, input_precision=INPUT_PRECISION)
+    return acc, acc2
+
+
+@triton.jit
+def _store(acc, m0, n0, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
            BM: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
            TMA_STORE: tl.constexpr):
-    """C[tile] = epilogue(acc): by pointers (TMA_STORE=0), through C's tensor descriptor in one
-    bulk store (1), or in two BM x BN/2 halves (2: half the shared-memory staging of the
-    store, the epilogue subtiling of Triton's persistent-matmul tutorial)."""
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
+    """C[m0:m0+BM, n0:n0+BN] = epilogue(acc): by pointers (TMA_STORE=0), through C's tensor
+    descriptor in one bulk store (1), or in two BM x BN/2 halves (2: half the shared-memory
+    staging of the store, the epilogue subtiling of Triton's persistent-matmul tutorial)."""
+    offs_m = m0 + tl.arange(0, BM)
+    offs_n = n0 + tl.arange(0, BN)
     acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
     if TMA_STORE == 2:
         halves = tl.permute(tl.reshape(acc, (BM, 2, BN // 2)), (0, 2, 1))
         left, right = tl.split(halves)
-        c_desc.store([pid_m * BM, pid_n * BN], left.to(c_desc.dtype))
-        c_desc.store([pid_m * BM, pid_n * BN + BN // 2], right.to(c_desc.dtype))
+        c_desc.store([m0, n0], left.to(c_desc.dtype))
+        c_desc.store([m0, n0 + BN // 2], right.to(c_desc.dtype))
     elif TMA_STORE == 1:
-        c_desc.store([pid_m * BM, pid_n * BN], acc.to(c_desc.dtype))
+        c_desc.store([m0, n0], acc.to(c_desc.dtype))
     else:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
@@ -219,31 +259,46 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr
           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
           FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
           HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
-          TMA_STORE: tl.constexpr):
+          TMA_STORE: tl.constexpr, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None):
     """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
-    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last)."""
-    tiles_m = tl.cdiv(M, BM)
-    tiles_n = tl.cdiv(N, BN)
-    split = tile % SPLIT_K
-    pid_m, pid_n = grouped_tile(tile // SPLIT_K, tiles_m, tiles_n, GROUP_M)
-    k_tiles = tl.cdiv(K, BK)
-    per_split = tl.cdiv(k_tiles, SPLIT_K)
-    k_lo = split * per_split
-    k_hi = tl.minimum(k_lo + per_split, k_tiles)
-    acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-               stride_bn, BM, BN, BK, TMA, WS_K, EVEN_K, INPUT_PRECISION, SWAP_AB)
-    if SPLIT_K == 1:
-        _store(acc, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-               BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+    partial sum into the workspace when K is split (and with FIXUP, the sum if it is last).
+    With a tail (BNT > 0: tiles BN + BNT wide, no split-K) the two accumulators are stored
+    side by side, the tail through its own descriptor when C goes by TMA."""
+    if BNT > 0:
+        tiles_m = tl.cdiv(M, BM)
+        tiles_n = tl.cdiv(N, BN + BNT)
+        pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
+        acc, acc2 = _acc_tail(pid_m, pid_n, tl.cdiv(K, BK), a_ptr, b_ptr, a_desc, b_desc, b2_desc, M, N, K,
+                              stride_am, stride_ak, stride_bk, stride_bn, BM, BN, BNT, BK, TMA, WS_K, EVEN_K,
+                              INPUT_PRECISION)
+        n0 = pid_n * (BN + BNT)
+        _store(acc, pid_m * BM, n0, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+               stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+        _store(acc2, pid_m * BM, n0 + BN, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+               stride_rn, BM, BNT, HAS_BIAS, ACT, HAS_RES, 1 if TMA_STORE else 0)
     else:
-        offs_m = pid_m * BM + tl.arange(0, BM)
-        offs_n = pid_n * BN + tl.arange(0, BN)
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(w_ptrs, acc, mask=mask)
-        if FIXUP:
-            _fixup(ws_ptr, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N,
-                   stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
+        tiles_m = tl.cdiv(M, BM)
+        tiles_n = tl.cdiv(N, BN)
+        split = tile % SPLIT_K
+        pid_m, pid_n = grouped_tile(tile // SPLIT_K, tiles_m, tiles_n, GROUP_M)
+        k_tiles = tl.cdiv(K, BK)
+        per_split = tl.cdiv(k_tiles, SPLIT_K)
+        k_lo = split * per_split
+        k_hi = tl.minimum(k_lo + per_split, k_tiles)
+        acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
+                   stride_bn, BM, BN, BK, TMA, WS_K, EVEN_K, INPUT_PRECISION, SWAP_AB)
+        if SPLIT_K == 1:
+            _store(acc, pid_m * BM, pid_n * BN, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn,
+                   stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+        else:
+            offs_m = pid_m * BM + tl.arange(0, BM)
+            offs_n = pid_n * BN + tl.arange(0, BN)
+            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+            w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
+            tl.store(w_ptrs, acc, mask=mask)
+            if FIXUP:
+                _fixup(ws_ptr, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N,
+                       stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
 
 
 @triton.jit
@@ -317,8 +372,8 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
             else:
                 out = acc
             if (seg == t * k_tiles) & (kt == k_tiles - 1):  # the whole tile
-                _store(out, pid_m, pid_n, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-                       stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+                _store(out, pid_m * BM, pid_n * BN, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn,
+                       stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
             else:
                 slot = tl.where(seg == start, 0, 1)
                 tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, out)
@@ -353,16 +408,16 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_pt
                  WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                  HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                  SWAP_AB: tl.constexpr = False, STREAM_K: tl.constexpr = False, sk_tiles=0,
-                 TMA_STORE: tl.constexpr = 0):
+                 TMA_STORE: tl.constexpr = 0, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None):
     if PERSISTENT:
-        num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN) * SPLIT_K
+        num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN + BNT) * SPLIT_K
         if STREAM_K:  # whole tiles first (the data-parallel phase), then the stream-K tiles
             num_tiles = num_tiles - sk_tiles
         for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
             _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                   M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
                   BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-                  SWAP_AB, TMA_STORE)
+                  SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc)
         if STREAM_K:
             _stream_k(tl.program_id(0), num_programs, num_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc,
                       c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk,
@@ -372,7 +427,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_pt
         _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
               M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
               BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-              SWAP_AB, TMA_STORE)
+              SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc)
 
 
 @triton.jit
@@ -447,10 +502,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          residual: torch.Tensor | None = None, activation: str = "none",
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
          SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
-         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0) -> torch.Tensor:
+         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0,
+         BN_TAIL: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
     tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
-    tiles split by K steps over the programs; optional genes, see `gemm_space`)."""
+    tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; optional
+    genes, see `gemm_space`)."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
     if activation not in ACTIVATIONS:
@@ -464,7 +521,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
     if residual is not None:
         assert residual.shape == (M, N), f"residual must be [{M}, {N}], got {tuple(residual.shape)}"
-    assert _fits_int32(a, M + BM, K + BK) and _fits_int32(b, K + BK, N + BN) and _fits_int32(c, M + BM, N + BN), (
+    if BN_TAIL and not (BN_TAIL in (16, 32, 64, 128) and BN_TAIL < BN and SPLIT_K == 1 and not SWAP_AB
+                        and not STREAM_K):
+        raise ValueError(f"BN_TAIL={BN_TAIL}: a tail of 16-128 columns, narrower than BN={BN}, without split-K, "
+                         "swap-AB or stream-K")
+    W = BN + BN_TAIL  # the tile's width
+    assert _fits_int32(a, M + BM, K + BK) and _fits_int32(b, K + BK, N + W) and _fits_int32(c, M + BM, N + W), (
         "tensors too large for the template's int32 offsets"
     )
     if TMA and not (_tma_ok(a) and _tma_ok(b)):
@@ -473,7 +535,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         raise ValueError("TMA_STORE (C through a tensor descriptor) goes with TMA loads and no split-K")
     if TMA_STORE and not _tma_ok(c):
         raise ValueError("TMA_STORE needs C's rows 16-byte aligned")
-    a_desc = b_desc = c_desc = None
+    a_desc = b_desc = c_desc = b2_desc = c2_desc = None
     if TMA:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -481,6 +543,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
         if TMA_STORE:
             c_desc = TensorDescriptor.from_tensor(c, [BM, BN // 2 if TMA_STORE == 2 else BN])
+        if BN_TAIL:
+            b2_desc = TensorDescriptor.from_tensor(b, [BK, BN_TAIL])
+            c2_desc = TensorDescriptor.from_tensor(c, [BM, BN_TAIL]) if TMA_STORE else None
     if STREAM_K and not (PERSISTENT and SPLIT_K == 1 and not WARP_SPEC):
         raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K or warp specialisation "
                          "(PERSISTENT=1, SPLIT_K=1, WARP_SPEC=0)")
@@ -488,7 +553,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         STREAM_K = 0
     ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
     fixup = SPLIT_K > 1 and bool(SPLITK_FIXUP)
-    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN) * SPLIT_K
+    tiles = triton.cdiv(M, BM) * triton.cdiv(N, W) * SPLIT_K
     counters = _tile_counters(a.device, tiles // SPLIT_K) if fixup else c
     programs = min(num_sms(a.device), tiles) if PERSISTENT else tiles
     sk_tiles = 0
@@ -512,7 +577,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, FIXUP=fixup, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
         WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
         EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
-        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), **epi, **launch,
+        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), BNT=int(BN_TAIL), b2_desc=b2_desc,
+        c2_desc=c2_desc, **epi, **launch,
     )
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128

@@ -39,6 +39,12 @@ CASES = [
     ({"TMA": 1, "TMA_STORE": 1}, (33, 72, 80), "float16", (True, "silu", True)),
     ({"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (33, 72, 80), "float32", (False, "none", True)),
     ({"TMA": 1, "TMA_STORE": 2, "SWAP_AB": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
+    # tiles BN + BN_TAIL wide (two accumulators): 72 columns in 48-wide tiles (the last one
+    # ragged), by pointers, through descriptors with C whole or in halves, persistent
+    ({"BN_TAIL": 16}, (33, 72, 80), "float16", (True, "silu", True)),
+    ({"BN_TAIL": 16, "TMA": 1, "TMA_STORE": 1}, (33, 72, 80), "float32", (False, "none", True)),
+    ({"BN_TAIL": 16, "TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
+    ({"BN_TAIL": 16, "TMA": 1, "WARP_SPEC": 1}, (33, 200, 80), "float16", (True, "relu", False)),
 ]
 
 # the inputs and the fp64 reference every interpreted script below checks against
@@ -200,10 +206,38 @@ def test_every_seed_is_valid_in_the_space_with_every_optional_gene():
     memory, call Z5) must not leave seeds that the space now rules out."""
     from evokernel.search_spaces import gemm_seeds
 
-    space = gemm_space(swap_ab=True, stream_k=True, tma_store=True)
+    space = gemm_space(swap_ab=True, stream_k=True, tma_store=True, bn_tail=True)
     for m in (16, 64, 256, 512, 2048, 8192):
-        seeds = gemm_seeds(m, swap_ab=True, stream_k=True, tma_store=True)
+        seeds = gemm_seeds(m, swap_ab=True, stream_k=True, tma_store=True, bn_tail=True)
         assert seeds and all(space.is_valid(p) for p in seeds), [space.why_invalid(p) for p in seeds]
+
+
+def test_wave_seeds_fill_the_last_wave_with_tiles_of_a_width_no_power_of_two_gives():
+    """At M=512 x N=6144 (Llama-3-8B's qkv) 128x256 tiles are 96 on 132 SMs and 128x128
+    ones 192 (a wave and a half): 128 tiles of 128x192 fill the wave."""
+    from evokernel.search_spaces import gemm_seeds, wave_seeds
+
+    space = gemm_space(tma_store=True, bn_tail=True)
+    for m, n in ((256, 6144), (512, 6144), (512, 5120), (2048, 5120), (256, 2048), (8192, 28672)):
+        seeds = wave_seeds(m, n, tma_store=True)
+        assert len(seeds) == 4 and all(space.is_valid(p) for p in seeds), (m, n)
+        assert all(p["TMA"] and p["BN"] + p["BN_TAIL"] <= 256 for p in seeds)
+    best = wave_seeds(512, 6144)[0]
+    assert (best["BM"], best["BN"], best["BN_TAIL"], best["PERSISTENT"]) == (128, 128, 64, 0)
+    assert "BN_TAIL" not in gemm_space().names and "BN_TAIL" not in gemm_seeds(512)[0]
+
+
+def test_a_tail_needs_a_wider_tile_and_no_split_k() -> None:
+    from evokernel.search_spaces.triton_gemm import gemm
+    import torch
+
+    a, b = torch.zeros(8, 16), torch.zeros(16, 8)
+    for bad in ({"BN": 32, "BN_TAIL": 32}, {"BN": 64, "BN_TAIL": 48}, {"BN": 64, "BN_TAIL": 32, "SPLIT_K": 2},
+                {"BN": 64, "BN_TAIL": 32, "SWAP_AB": 1}):
+        with pytest.raises(ValueError, match="BN_TAIL"):
+            gemm(a, b, **dict(DEFAULTS, **bad))
+    space = gemm_space(bn_tail=True, swap_ab=True)
+    assert "split-K" in space.why_invalid(dict(DEFAULTS, BN_TAIL=64, SPLIT_K=2, SWAP_AB=0))
 
 
 # the stream-K schedule (STREAM_K=1, persistent): in the interpreter the GPU has 4 "SMs", so
@@ -297,15 +331,23 @@ def _hopper_ttgir(**genes) -> str:
     values = dict(BM=128, BN=256, BK=64, GROUP_M=8, SPLIT_K=1, FIXUP=False, PERSISTENT=True, TMA=True, WS_TILES=False,
                   WS_K=False, HAS_BIAS=False, ACT=0, HAS_RES=False, EVEN_K=True, INPUT_PRECISION="tf32",
                   SWAP_AB=False, STREAM_K=False, TMA_STORE=0, c_desc=None, stride_ak=1, stride_bn=1, stride_cn=1,
-                  stride_rn=1)
+                  stride_rn=1, BNT=0, b2_desc=None, c2_desc=None)
     values.update(genes)
     warps, stages = values.pop("num_warps", 8), values.pop("num_stages", 4)
-    BM, BN, BK = values["BM"], values["BN"], values["BK"]
+    BM, BN, BK, BNT = values["BM"], values["BN"], values["BK"], values["BNT"]
     if not values["TMA"]:
         values.update(a_desc=None, b_desc=None)
+    if values["TMA"] and BNT:  # the tail's own descriptors
+        del values["b2_desc"]
+        if values["TMA_STORE"]:
+            del values["c2_desc"]
+    if values["TMA_STORE"]:
+        del values["c_desc"]
+    half = BN // 2 if values["TMA_STORE"] == 2 else BN
     types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*bf16", "res_ptr": "*bf16",
              "ws_ptr": "*fp32", "counter_ptr": "*i32", "a_desc": f"tensordesc<bf16[{BM}, {BK}]>",
-             "b_desc": f"tensordesc<bf16[{BK}, {BN}]>"}
+             "b_desc": f"tensordesc<bf16[{BK}, {BN}]>", "b2_desc": f"tensordesc<bf16[{BK}, {BNT}]>",
+             "c_desc": f"tensordesc<bf16[{BM}, {half}]>", "c2_desc": f"tensordesc<bf16[{BM}, {BNT}]>"}
     aligned = {"a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "ws_ptr", "counter_ptr", "M", "N", "K",
                "stride_am", "stride_bk", "stride_cm", "stride_rm"}
     names = _gemm_kernel.arg_names
@@ -338,6 +380,19 @@ def test_the_stream_k_loop_is_software_pipelined_on_hopper() -> None:
     kernel is the control: if Triton pipelines neither, the check itself is wrong."""
     assert _serialised_loads(_hopper_ttgir()) == 0
     assert _serialised_loads(_hopper_ttgir(STREAM_K=True)) == 0
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
+def test_a_tile_with_a_tail_pipelines_both_mmas_on_hopper() -> None:
+    """128x(128+64): one A tile and two B tiles per K step by TMA, both warpgroup MMAs
+    asynchronous, the previous step's two left in flight (the one-accumulator loop leaves one)."""
+    import re
+
+    for genes in ({}, {"PERSISTENT": True}, {"TMA_STORE": 1}):
+        ttgir = _hopper_ttgir(BN=128, BNT=64, **genes)
+        assert _serialised_loads(ttgir) == 0, genes
+        assert len(re.findall(r"ttng.warp_group_dot .*isAsync = true", ttgir)) == 2, genes
+        assert "pendings = 2" in ttgir, genes
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
