@@ -132,6 +132,7 @@ def main() -> None:
     import torch
 
     from evokernel import Genome
+    from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space, wave_seeds
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
@@ -206,10 +207,15 @@ def main() -> None:
         else:
             baselines = {"cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
                          "triton_default": Genome.of(dict(DEFAULTS))}
-        part, report = search_and_measure(
-            space, ev, store=store, descriptor=descriptor, seeds=seeds, baselines=baselines,
-            name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}",
-            evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i)))
+        try:
+            part, report = search_and_measure(
+                space, ev, store=store, descriptor=descriptor, seeds=seeds, baselines=baselines,
+                name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}",
+                evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i)))
+        except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
+            doc["skipped"].append(f"{model}:{layer} M={m}: {str(exc)[:300]}")
+            write(out, doc)
+            continue
         if part is None:
             doc["skipped"].append(f"{model}:{layer} M={m}: no candidate passed ({report.statuses})")
             write(out, doc)

@@ -152,6 +152,7 @@ def main() -> None:
     import torch
 
     from evokernel import Genome
+    from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import moe_space, shared_params
     from evokernel.search_spaces.sglang import default_config, shipped_config
@@ -216,8 +217,13 @@ def main() -> None:
         seeds = [p for j, p in enumerate(seeds) if p not in seeds[:j]]
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
         baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
-        part, report = search_and_measure(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
-                                          evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
+        try:
+            part, report = search_and_measure(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
+                                              evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
+        except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
+            doc["skipped"].append(f"{model} M={m}: {str(exc)[:300]}")
+            write(out, doc, stem)
+            continue
         if part is None:
             doc["skipped"].append(f"{model} M={m}: no candidate passed ({report.statuses})")
             write(out, doc, stem)

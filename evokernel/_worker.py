@@ -378,6 +378,16 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
 
 
 # -- entry point ---------------------------------------------------------------------------
+def _map_block(arena: Any) -> Any:
+    """The judge's block: as sent (a CPU tensor in shared memory), or mapped here from the
+    CUDA IPC handles the judge sent (see sandbox.py: the judge shares it by hand)."""
+    if isinstance(arena, tuple) and arena and arena[0] == "cuda-ipc":
+        _, info, numel = arena
+        storage = torch.UntypedStorage._new_shared_cuda(*info)
+        return torch.empty(0, dtype=torch.uint8, device=f"cuda:{info[0]}").set_(storage, 0, (numel,), (1,))
+    return arena
+
+
 def _viewer(arena: Any) -> Any:
     """Turns (byte offset, shape, dtype) into a view of the judge's block."""
 
@@ -442,6 +452,11 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
         _send(conn, Failed(kind="setup", error=_error_text(exc)))
         return
     stamps["cuda_up"] = time.time()
+    try:
+        arena = _map_block(arena)
+    except Exception as exc:
+        _send(conn, Failed(kind="setup", error=f"cannot map the judge's memory: {_error_text(exc)}"))
+        return
     view = _viewer(arena)
     source: str | None = setup.source
     n = 0

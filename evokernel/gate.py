@@ -21,6 +21,7 @@ import math
 import secrets
 import statistics
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -453,15 +454,24 @@ class Judge:
         for shape in self.tuning + self.heldout:
             shape.inputs, shape.slots, shape.rotation, shape.samples, shape.refs = [], [], [], [], {}
         self.tuning, self.heldout = [], []
-        self.arena.base = None
         if self.device == "cuda":
             import gc
 
             import torch
 
+            from .sandbox import release_dead_holders
+
+            # the killed candidates' holds on the block (see sandbox.py), before it is freed
+            alive = release_dead_holders(wait_s=10.0)
+            if alive:
+                warnings.warn(f"{alive} candidate process(es) still alive 10 s after being killed: the judge's "
+                              "memory stays allocated until they are gone", RuntimeWarning, stacklevel=2)
+            self.arena.base = None
             gc.collect()
             torch.cuda.ipc_collect()
             torch.cuda.empty_cache()
+        else:
+            self.arena.base = None
 
     # -- candidates --------------------------------------------------------------------
     def sandbox(self, source: str, label: str = "candidate", *, trusted: bool = False) -> Sandbox:

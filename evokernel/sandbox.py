@@ -284,6 +284,50 @@ _decoder = msgspec.msgpack.Decoder(WorkerMessage)
 #: Failures before ready after which a trusted candidate's process can take the next one.
 _CLEAN_FAILURES = ("import", "no_kernel", "compile")
 
+# -- the judge's CUDA block, shared with candidate processes -----------------------------
+# PyTorch shares a CUDA allocation between processes with a reference counter in shared
+# memory: one slot per send, set to 1 when the block is sent and decremented when the
+# receiving process frees its mapping. A block whose owner frees it while a slot is still
+# above 0 is kept ("limbo") until `torch.cuda.ipc_collect()` finds every slot at 0. The judge
+# kills candidate processes (SIGKILL: nothing in them runs on the way out), so their slots
+# stayed at 1 and every judge's block stayed allocated for good: 13 GiB per Mixtral job,
+# until the 6th job ran out of the H200's memory (call AA). So the block is shared here by
+# hand (`_share_cuda_`, what torch.multiprocessing does when it pickles a CUDA tensor) and
+# the judge releases a killed process's slot once the process is gone.
+_DEAD_HOLDERS: list[tuple[Any, bytes, int]] = []  # (process, counter file, slot) of killed candidates
+_HOLDERS_LOCK = threading.Lock()
+
+
+def _share_cuda_block(block: Any) -> tuple[Any, tuple[bytes, int]]:
+    """What a candidate process needs to map `block` (plain data: device, IPC handles, sizes),
+    and the reference-counter slot of this send."""
+    info = block.untyped_storage()._share_cuda_()
+    return ("cuda-ipc", tuple(info), block.numel()), (info[4], int(info[5]))
+
+
+def release_dead_holders(wait_s: float = 0.0) -> int:
+    """Release the reference-counter slots of killed candidate processes that are gone,
+    waiting up to `wait_s` for those still exiting; returns how many are still alive (their
+    slots stay held: a block a live process maps must not be freed)."""
+    import torch
+
+    deadline = time.monotonic() + wait_s
+    with _HOLDERS_LOCK:
+        pending = list(_DEAD_HOLDERS)
+        _DEAD_HOLDERS.clear()
+    alive = []
+    for process, handle, slot in pending:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.exitcode is None:
+            alive.append((process, handle, slot))
+            continue
+        # (a process that freed its mapping on the way out, e.g. after an exception, already
+        # took its slot to 0: -1 then still lets the block go when its owner frees it)
+        torch.UntypedStorage._release_ipc_counter_cuda(handle, slot)
+    with _HOLDERS_LOCK:
+        _DEAD_HOLDERS.extend(alive)
+    return len(alive)
+
 
 class Sandbox:
     """One candidate's process. `start()` returns at once: the candidate imports and
@@ -319,6 +363,7 @@ class Sandbox:
             os.chown(self.work_dir, self.uid, self.uid)
         self.process: Any = None
         self.conn: Any = None
+        self._ipc_slot: tuple[bytes, int] | None = None  # this process's counter slot on the judge's block
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
         self.started_at = 0.0
@@ -341,7 +386,10 @@ class Sandbox:
 
         # the judge's memory block travels once, with the process: the candidate maps it while
         # it imports and compiles, and every later message names views of it by offset
-        self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), self.arena), daemon=True)
+        arena = self.arena
+        if arena is not None and getattr(arena, "is_cuda", False):
+            arena, self._ipc_slot = _share_cuda_block(arena)
+        self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), arena), daemon=True)
         self.started_wall = time.time()  # before the fork: the child stamps its own steps after it
         with _environ(_candidate_environment(self.device)), _neutral_main():
             self.process.start()
@@ -454,6 +502,10 @@ class Sandbox:
         if self.process is not None:
             self._signal(signal.SIGKILL)
             self.process.join(0)  # reaped later by multiprocessing if not yet gone
+            if self._ipc_slot is not None:  # released by the judge once the process is gone
+                with _HOLDERS_LOCK:
+                    _DEAD_HOLDERS.append((self.process, *self._ipc_slot))
+                self._ipc_slot = None
         if self.conn is not None:
             self.conn.close()
         remove = None if self.options.keep_work_dir else self.work_dir
