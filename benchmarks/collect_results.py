@@ -32,7 +32,7 @@ SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
     "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None),
             ("U", "callU/g0/moe_qwen.json", None), ("U", "callU/g0/moe_mixtral.json", None),
             ("W", "callW/g0/moe_small/moe.json", None), ("W", "callW/g0/moe_ds/moe.json", None),
-            ("Z4", "callZ4/moe/moe.json", None)],
+            ("Z4", "callZ4/moe/moe.json", None), ("AA", "callAA/moe/moe.json", None)],
     # (a later call adds its files here, oldest first)
     "attention_prefill": [("N", "callN/attn/attention.json", "prefill"), ("O", "callO/attn/attention.json", "prefill"),
                           ("T", "callT/g0/attn/attention.json", "prefill")],

@@ -380,7 +380,8 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
 # -- entry point ---------------------------------------------------------------------------
 def _map_block(arena: Any) -> Any:
     """The judge's block: as sent (a CPU tensor in shared memory), or mapped here from the
-    CUDA IPC handles the judge sent (see sandbox.py: the judge shares it by hand)."""
+    CUDA IPC handles the judge sent (see sandbox.py: the judge shares it by hand). Before
+    the process drops its privileges (call AB: "mapping of buffer object failed" after)."""
     if isinstance(arena, tuple) and arena and arena[0] == "cuda-ipc":
         _, info, numel = arena
         storage = torch.UntypedStorage._new_shared_cuda(*info)
@@ -420,6 +421,11 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     stamps = {"entered": time.time()}
     os.setsid()  # the judge kills the whole group: the candidate's own children die with it
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
+    try:  # as the judge's user: the driver refuses the IPC mapping once privileges are dropped
+        arena = _map_block(arena)
+    except Exception as exc:
+        _send(conn, Failed(kind="setup", error=f"cannot map the judge's memory: {_error_text(exc)}"))
+        return
     if setup.memory_bytes:
         import resource
 
@@ -452,11 +458,6 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
         _send(conn, Failed(kind="setup", error=_error_text(exc)))
         return
     stamps["cuda_up"] = time.time()
-    try:
-        arena = _map_block(arena)
-    except Exception as exc:
-        _send(conn, Failed(kind="setup", error=f"cannot map the judge's memory: {_error_text(exc)}"))
-        return
     view = _viewer(arena)
     source: str | None = setup.source
     n = 0
