@@ -221,38 +221,55 @@ def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str,
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
+#: a tile with a tail's rate relative to one MMA of the whole width (call AB's probe, rounded)
+TAIL_RATE = {0: 1.0, 32: 0.6, 64: 0.85}
+
+
+def _tile_rate(area: int) -> float:
+    """A tile's output rate per SM relative to 128x256 (rounded from call AB's probe: 128x128
+    runs at ~0.85, 64x128 at ~0.7): smaller tiles read more operand bytes per MMA."""
+    return 1.0 if area >= 128 * 192 else 0.85 if area >= 128 * 128 else 0.8 if area >= 64 * 192 else 0.7
+
+
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
-    for each tile of 64 or 128 rows and 64-256 columns (96, 160 and 192 with a tail; those
-    without a tail also split in two along K, scored 10% down for the partials), the
+    for each tile of 64-256 rows and 64-256 columns (96, 160 and 192 with a tail; those
+    without a tail also split in two along K where they are fewer than the SMs, scored 10%
+    down for the partials), the
     fraction of the SMs' time in whole waves that does useful work (tiles over the waves'
-    slots, times the tiles' coverage of M x N); the `top` best of those at least 64 x 128
-    (smaller tiles starve the MMA), ties to the larger tile. At M=512 x N=6144 on 132 SMs:
-    128x192 tiles (128 of them, 97%), not 128x256 (96, 73%) or 128x128 (192 in two waves,
-    73%). The search still measures them; this only says where to start.
+    slots, times the tiles' coverage of M x N), times the tile's own rate (`_tile_rate`,
+    `TAIL_RATE`); the `top` best of those at least 64 x 128, ties to the larger tile. At
+    M=512 x N=6144 on 132 SMs: 128x192 tiles (128 of them, 97%), then 128x256 (96, 73%).
+    The search still measures them; this only says where to start.
 
     >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 6144)][:2]
-    [(128, 192), (64, 192)]
+    [(128, 192), (128, 256)]
     >>> [(p["BM"], p["BN"], p["SPLIT_K"]) for p in wave_seeds(256, 2048)][:1]  # Qwen3's o at 256 tokens
     [(64, 128, 2)]
-    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:1]
-    [(128, 160)]
+    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:2]  # 640 tiles: 4.85 waves
+    [(64, 256), (128, 128)]
     """
     space = gemm_space(tma_store=tma_store, bn_tail=True)
     scored = []
-    for bm in (64, 128):
+    for bm in (64, 128, 256):
         for bn, tail in ((64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0)):
             w = bn + tail
             if bm * w < 64 * 128:
                 continue
-            for split in (1, 2) if not tail else (1,):
-                tiles_m, tiles_n = -(-m // bm), -(-n // w)
+            tiles_m, tiles_n = -(-m // bm), -(-n // w)
+            # split-K only where the tiles alone do not fill one wave (its partials' traffic
+            # grows with M x N; with a wave or more it costs more than the idle SMs did)
+            for split in (1, 2) if not tail and tiles_m * tiles_n < sms else (1,):
                 tiles = tiles_m * tiles_n * split
                 waves = -(-tiles // sms)
                 fill = tiles / (waves * sms) * (m / (tiles_m * bm)) * (n / (tiles_n * w))
                 if split > 1:  # the partials' round trip through the workspace
                     fill *= 0.9
+                # the tail's own MMA reads A from shared memory again for few columns: per
+                # tile, 128x(128+64) ran at ~0.83 of 128x256's rate and 128x(128+32) at
+                # ~0.6 of 128x128's (call AB's probe)
+                fill *= TAIL_RATE[tail] * _tile_rate(bm * w)
                 warps = 8 if bm * w >= 128 * 128 else 4
                 extra = {"SPLIT_K": split, "SPLITK_FIXUP": int(split > 1)}
                 if tma_store and split == 1:
