@@ -383,9 +383,9 @@ def _map_block(arena: Any) -> Any:
     CUDA IPC handles the judge sent (see sandbox.py: the judge shares it by hand). Before
     the process drops its privileges (call AB: "mapping of buffer object failed" after)."""
     if isinstance(arena, tuple) and arena and arena[0] == "cuda-ipc":
-        _, info, numel = arena
-        storage = torch.UntypedStorage._new_shared_cuda(*info)
-        return torch.empty(0, dtype=torch.uint8, device=f"cuda:{info[0]}").set_(storage, 0, (numel,), (1,))
+        from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+        return rebuild_cuda_tensor(*arena[1])  # (it initialises CUDA first, as it must)
     return arena
 
 

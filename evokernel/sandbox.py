@@ -299,10 +299,17 @@ _HOLDERS_LOCK = threading.Lock()
 
 
 def _share_cuda_block(block: Any) -> tuple[Any, tuple[bytes, int]]:
-    """What a candidate process needs to map `block` (plain data: device, IPC handles, sizes),
-    and the reference-counter slot of this send."""
-    info = block.untyped_storage()._share_cuda_()
-    return ("cuda-ipc", tuple(info), block.numel()), (info[4], int(info[5]))
+    """What a candidate process needs to map `block`: the arguments torch.multiprocessing
+    itself would pickle for it (`reduce_tensor`; the process rebuilds it with
+    `rebuild_cuda_tensor`), and the reference-counter slot (file, offset) of this send."""
+    import inspect
+
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor, reduce_tensor
+
+    _, args = reduce_tensor(block)
+    names = list(inspect.signature(rebuild_cuda_tensor).parameters)
+    slot = (args[names.index("ref_counter_handle")], int(args[names.index("ref_counter_offset")]))
+    return ("cuda-ipc", args), slot
 
 
 def release_dead_holders(wait_s: float = 0.0) -> int:
