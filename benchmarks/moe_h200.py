@@ -155,7 +155,7 @@ def main() -> None:
     from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import moe_space, shared_params
-    from evokernel.search_spaces.sglang import default_config, shipped_config
+    from evokernel.search_spaces.sglang import default_config, shipped_config, shipped_elsewhere
     from evokernel.search_spaces.triton_moe import candidate_source, split_config
     from evokernel.store import SQLiteStore
 
@@ -200,6 +200,11 @@ def main() -> None:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
         seeds = [dict(shared_params(c), **plain) for c in base.values() if c is not None]
+        if not args.fp8 and base["sglang_h200"] is None:  # no tuned file for this shape: SGLang's
+            # tuned tiles for its other shapes at this M (call AG: DeepSeek's searches from the
+            # default alone kept its 64x64x32 tiles at M >= 256)
+            seeds += [p for p in (dict(shared_params(c), **plain) for c in shipped_elsewhere(E, N, m, device_name))
+                      if space.is_valid(p)]
         prior = args.prior if not args.fp8 else ""
         seeds = prior_seeds(prior, space, model=model, M=m) + seeds
         # a batch size never searched before starts from the winners at the two nearest searched ones

@@ -29,7 +29,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["default_config", "shipped_config", "shipped_file", "CONFIG_DIR"]
+__all__ = ["default_config", "shipped_config", "shipped_elsewhere", "shipped_file", "CONFIG_DIR"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "sglang_configs"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -61,6 +61,26 @@ def shipped_file(E: int, N: int, device_name: str) -> Path | None:
 def _table(path: str) -> dict[int, dict[str, int]]:
     data = json.loads(Path(path).read_text())
     return {int(m): {k: int(v[k]) if k in v else _TRITON_DEFAULTS[k] for k in _KEYS} for m, v in data.items()}
+
+
+def shipped_elsewhere(E: int, N: int, M: int, device_name: str) -> list[dict[str, int]]:
+    """The configs SGLang ships for this GPU for *other* (E, N) shapes, each at the batch size
+    nearest M: starting points for a shape it ships nothing for (the DeepSeek-V3-like E=32,
+    N=2048: its searches at budget 8 from SGLang's default alone kept the default's 64x64x32
+    tiles at M >= 256, call AG, where the shipped files hold 64-128 x 128-256 tiles).
+
+    >>> [(c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"]) for c in shipped_elsewhere(32, 2048, 256, "NVIDIA H200")]
+    [(32, 256), (128, 256)]
+    """
+    out: list[dict[str, int]] = []
+    pattern = f"E=*,N=*,device_name={device_name.replace(' ', '_')}.json"
+    for path in sorted({p.name for p in CONFIG_DIR.glob(f"triton_*/{pattern}")}):
+        e, n = (int(part.split("=")[1]) for part in path.split(",")[:2])
+        if (e, n) != (E, N):
+            cfg = shipped_config(e, n, M, device_name)
+            if cfg is not None and cfg not in out:
+                out.append(cfg)
+    return out
 
 
 def shipped_config(E: int, N: int, M: int, device_name: str) -> dict[str, int] | None:
