@@ -35,7 +35,8 @@ SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
             ("U", "callU/g0/moe_qwen.json", None), ("U", "callU/g0/moe_mixtral.json", None),
             ("W", "callW/g0/moe_small/moe.json", None), ("W", "callW/g0/moe_ds/moe.json", None),
             ("Z4", "callZ4/moe/moe.json", None), ("AA", "callAA/moe/moe.json", None),
-            ("AF", "callAF/moe/moe.json", None), ("AG", "callAG/ds/moe.json", None)],
+            ("AF", "callAF/moe/moe.json", None), ("AG", "callAG/ds/moe.json", None),
+            ("AH", "callAH/ds/moe.json", None)],
     # (a later call adds its files here, oldest first)
     "attention_prefill": [("N", "callN/attn/attention.json", "prefill"), ("O", "callO/attn/attention.json", "prefill"),
                           ("T", "callT/g0/attn/attention.json", "prefill")],
