@@ -142,4 +142,4 @@ def prior_seeds(path: Any, space: Any, **match: Any) -> list[dict[str, Any]]:
 
 
 #: genes added to spaces after results were recorded: absent from an old row means off
-OPTIONAL_GENES = ("SWAP_AB", "GEMV", "FUSE_SILU", "SPLITK_FIXUP", "STREAM_K", "TMA_STORE", "BN_TAIL")
+OPTIONAL_GENES = ("SWAP_AB", "GEMV", "FUSE_SILU", "SPLITK_FIXUP", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG")

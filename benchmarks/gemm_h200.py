@@ -72,7 +72,7 @@ def short(p: dict[str, int]) -> str:
              "persistent" if p.get("PERSISTENT") else "", "tma" if p.get("TMA") else "", "ws" if p.get("WARP_SPEC") else "",
              f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
              "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else "",
-             f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else ""]
+             f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else "", "areg" if p.get("A_REG") else ""]
     width = f"({p['BN']}+{p['BN_TAIL']})" if p.get("BN_TAIL") else f"{p['BN']}"
     return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
@@ -122,6 +122,8 @@ def main() -> None:
     ap.add_argument("--no-tma-store", action="store_true", help="leave the TMA_STORE gene (C through a descriptor) out")
     ap.add_argument("--no-bn-tail", action="store_true",
                     help="leave the BN_TAIL gene (96/160/192-wide tiles as two accumulators) and its wave-filling seeds out")
+    ap.add_argument("--no-a-reg", action="store_true",
+                    help="leave the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers) out")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -159,10 +161,12 @@ def main() -> None:
     streamk = args.stream_k and not args.fp8
     tstore = not args.no_tma_store and not args.fp8
     tail = not args.no_bn_tail and not args.fp8
+    areg = not args.no_a_reg and not args.fp8
     space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
-        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail)
+        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg)
     off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
-           **({"TMA_STORE": 0} if tstore else {}), **({"BN_TAIL": 0} if tail else {})}  # the optional genes, off
+           **({"TMA_STORE": 0} if tstore else {}), **({"BN_TAIL": 0} if tail else {}),
+           **({"A_REG": 0} if areg else {})}  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     ev = None
     for i, (model, layer, m) in enumerate(jobs):
@@ -190,6 +194,9 @@ def main() -> None:
             # where 96 tiles of 128x256 leave 36 of 132 SMs idle)
             waves = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in
                      wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore)] if tail and m >= 128 else []
+            if areg:  # a tile with a tail also as 64-wide MMAs sharing A in registers
+                waves = [q for p in waves for q in ([p, dict(p, A_REG=1)] if p.get("BN_TAIL") else [p])
+                         if space.is_valid(q)]
             # this shape's earlier winners, then the winners of the other shapes at this M
             # (a new model's projections start from what won at the same batch size)
             seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m) + waves

@@ -61,6 +61,13 @@ TAIL_CONFIGS = {
                                PERSISTENT=0),
     "128x(64+32) s4 ts1": dict(TAIL, BM=128, BN=64, BN_TAIL=32, BK=64, num_warps=4, num_stages=4, TMA_STORE=1,
                                PERSISTENT=0),
+    # the same widths as 64-wide MMAs sharing A in registers (A_REG)
+    "128x(128+64) s4 ts1 areg": dict(TAIL, BM=128, BN=128, BN_TAIL=64, BK=64, num_warps=8, num_stages=4,
+                                     TMA_STORE=1, PERSISTENT=0, A_REG=1),
+    "64x(128+64) s4 ts1 areg": dict(TAIL, BM=64, BN=128, BN_TAIL=64, BK=64, num_warps=4, num_stages=4,
+                                    TMA_STORE=1, PERSISTENT=0, A_REG=1),
+    "128x256 s4 ts1 P areg": dict(TAIL, BM=128, BN=256, BK=64, num_warps=8, num_stages=3, TMA_STORE=1,
+                                  PERSISTENT=1, A_REG=1),
 }
 
 

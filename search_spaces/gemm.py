@@ -132,6 +132,18 @@ def _bn_tail(limit: int, elem_bytes: int):
     return check
 
 
+def _a_reg(p: Point) -> str | None:
+    if not p.get("A_REG"):
+        return None
+    if _width(p) not in (128, 192, 256):
+        return f"A_REG: the tile's {_width(p)} columns are not 2-4 MMAs of 64"
+    if p["SPLIT_K"] > 1 or p.get("SWAP_AB") or p.get("STREAM_K"):
+        return "A_REG: 64-wide MMAs sharing A go without split-K, swap-AB or stream-K"
+    if p.get("TMA_STORE") == 2:  # (its C is stored in 64-column pieces already)
+        return "A_REG: C in halves is C in 64-column pieces here (TMA_STORE=1)"
+    return None
+
+
 def _swap_ab(p: Point) -> str | None:
     if p.get("SWAP_AB") and p["BN"] < 64:
         return "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -140,7 +152,7 @@ def _swap_ab(p: Point) -> str | None:
 
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
                swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False) -> SearchSpace:
+               bn_tail: bool = False, a_reg: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
@@ -148,7 +160,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     split by K steps evenly over the SMs: no partly idle last wave), with `tma_store` the
     TMA_STORE gene (C through a tensor descriptor, whole or in two halves), with `bn_tail` the
     BN_TAIL gene (tiles BN + 32 or BN + 64 columns wide, as two accumulators: 96, 160 and 192
-    wide tiles, which fill the last wave where powers of two do not); see
+    wide tiles, which fill the last wave where powers of two do not), with `a_reg` the A_REG
+    gene (a 128-256 column tile as 64-wide MMAs sharing A in registers); see
     search_spaces/triton_gemm.py.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
@@ -207,6 +220,9 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
         space = SearchSpace([*space.params, Choice("BN_TAIL", [0, 32, 64])], constraints=[*space.constraints,
                             Constraint(_bn_tail(shared_memory_bytes, elem_bytes), "BN tail")],
                             name=space.name + "_bntail")
+    if a_reg:
+        space = SearchSpace([*space.params, Choice("A_REG", [0, 1])], constraints=[*space.constraints,
+                            Constraint(_a_reg, "A in registers")], name=space.name + "_areg")
     return space
 
 

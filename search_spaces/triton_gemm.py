@@ -82,8 +82,9 @@ DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_w
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile;
 #: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
-#: through a tensor descriptor (1) or in two halves (2); BN_TAIL, tiles BN + BN_TAIL wide.
-OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL")
+#: through a tensor descriptor (1) or in two halves (2); BN_TAIL, tiles BN + BN_TAIL wide;
+#: A_REG, the tile's columns as 64-wide MMAs sharing each K step's A tile in registers.
+OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG")
 
 
 @triton.jit
@@ -231,6 +232,75 @@ def _acc_tail(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b_desc, b2_desc, M, N
 
 
 @triton.jit
+def _hold(a):
+    """`a` as it is, computed in registers: an identity Triton cannot fold away, so the MMAs
+    that use it take A from registers (loaded from shared memory once) instead of each
+    reading the A tile from shared memory again."""
+    if a.dtype.primitive_bitwidth == 16:
+        return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [a], dtype=a.dtype, is_pure=True, pack=2)
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [a], dtype=a.dtype, is_pure=True, pack=1)
+
+
+@triton.jit
+def _b_chunk(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK: tl.constexpr, TMA: tl.constexpr,
+             EVEN_K: tl.constexpr):
+    """B's K step kt, columns [n0, n0 + 64)."""
+    if TMA:
+        return b64_desc.load([kt * BK, n0])
+    cols = n0 + tl.arange(0, 64)
+    ks = kt * BK + tl.arange(0, BK)
+    ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    if EVEN_K:
+        return tl.load(ptrs, mask=cols[None, :] < N, other=0.0)
+    return tl.load(ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+
+
+@triton.jit
+def _acc_areg(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b64_desc, M, N, K, stride_am, stride_ak, stride_bk,
+              stride_bn, BM: tl.constexpr, W: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr,
+              EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, HOLD: tl.constexpr):
+    """The fp32 sums of a BM x W tile (W = 128, 192 or 256) as W/64 accumulators of 64 columns,
+    each K step's A tile held in registers and shared by their MMAs (A_REG=1). Two MMAs of
+    different widths (the BN_TAIL form) each read A from shared memory, and Triton gives
+    them different register layouts, so A cannot be shared there; 64-wide ones share one
+    (the sm_90 TTGIR: one shared-memory load of A per K step). Per 128x192 K step of 64, the
+    shared-memory reads go from ~80 KB (two MMAs reading A) to ~64 KB, what a single
+    192-wide MMA would read. `HOLD` (on the GPU) keeps A in registers; the interpreter has no
+    inline assembly and needs no such hint."""
+    NACC: tl.constexpr = W // 64
+    acc0 = tl.zeros((BM, 64), dtype=tl.float32)
+    acc1 = tl.zeros((BM, 64), dtype=tl.float32)
+    acc2 = tl.zeros((BM, 64), dtype=tl.float32)
+    acc3 = tl.zeros((BM, 64), dtype=tl.float32)
+    m0 = pid_m * BM
+    n0 = pid_n * W
+    for kt in tl.range(0, k_tiles, warp_specialize=WS_K):
+        if TMA:
+            a = a_desc.load([m0, kt * BK])
+        else:
+            rows = m0 + tl.arange(0, BM)
+            ks = kt * BK + tl.arange(0, BK)
+            a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+            if EVEN_K:
+                a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
+            else:
+                a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        if HOLD:
+            a = _hold(a)
+        acc0 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K), acc0,
+                      input_precision=INPUT_PRECISION)
+        acc1 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0 + 64, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K), acc1,
+                      input_precision=INPUT_PRECISION)
+        if NACC > 2:
+            acc2 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0 + 128, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K),
+                          acc2, input_precision=INPUT_PRECISION)
+        if NACC > 3:
+            acc3 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0 + 192, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K),
+                          acc3, input_precision=INPUT_PRECISION)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def _store(acc, m0, n0, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
            BM: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
            TMA_STORE: tl.constexpr):
@@ -259,12 +329,34 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr
           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
           FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
           HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
-          TMA_STORE: tl.constexpr, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None):
+          TMA_STORE: tl.constexpr, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None, AREG: tl.constexpr = False,
+          HOLD: tl.constexpr = False):
     """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
     partial sum into the workspace when K is split (and with FIXUP, the sum if it is last).
     With a tail (BNT > 0: tiles BN + BNT wide, no split-K) the two accumulators are stored
-    side by side, the tail through its own descriptor when C goes by TMA."""
-    if BNT > 0:
+    side by side, the tail through its own descriptor when C goes by TMA. With AREG the
+    tile's BN + BNT columns are 64-wide accumulators sharing A in registers, each stored
+    through the 64-column descriptors (b2_desc, c2_desc)."""
+    if AREG:
+        W: tl.constexpr = BN + BNT
+        pid_m, pid_n = grouped_tile(tile, tl.cdiv(M, BM), tl.cdiv(N, W), GROUP_M)
+        acc0, acc1, acc2, acc3 = _acc_areg(pid_m, pid_n, tl.cdiv(K, BK), a_ptr, b_ptr, a_desc, b2_desc, M, N, K,
+                                           stride_am, stride_ak, stride_bk, stride_bn, BM, W, BK, TMA, WS_K, EVEN_K,
+                                           INPUT_PRECISION, HOLD)
+        m0 = pid_m * BM
+        n0 = pid_n * W
+        TS: tl.constexpr = 1 if TMA_STORE else 0
+        _store(acc0, m0, n0, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
+               BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+        _store(acc1, m0, n0 + 64, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+               stride_rn, BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+        if W > 128:
+            _store(acc2, m0, n0 + 128, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+                   stride_rn, BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+        if W > 192:
+            _store(acc3, m0, n0 + 192, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
+                   stride_rn, BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+    elif BNT > 0:
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN + BNT)
         pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
@@ -408,7 +500,8 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_pt
                  WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                  HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                  SWAP_AB: tl.constexpr = False, STREAM_K: tl.constexpr = False, sk_tiles=0,
-                 TMA_STORE: tl.constexpr = 0, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None):
+                 TMA_STORE: tl.constexpr = 0, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None,
+                 AREG: tl.constexpr = False, HOLD: tl.constexpr = False):
     if PERSISTENT:
         num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN + BNT) * SPLIT_K
         if STREAM_K:  # whole tiles first (the data-parallel phase), then the stream-K tiles
@@ -417,7 +510,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_pt
             _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
                   M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
                   BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-                  SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc)
+                  SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc, AREG, HOLD)
         if STREAM_K:
             _stream_k(tl.program_id(0), num_programs, num_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc,
                       c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk,
@@ -427,7 +520,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_pt
         _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
               M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
               BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-              SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc)
+              SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc, AREG, HOLD)
 
 
 @triton.jit
@@ -503,7 +596,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
          SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
          maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0,
-         BN_TAIL: int = 0) -> torch.Tensor:
+         BN_TAIL: int = 0, A_REG: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
     tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
     tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; optional
@@ -526,6 +619,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         raise ValueError(f"BN_TAIL={BN_TAIL}: a tail of 16-128 columns, narrower than BN={BN}, without split-K, "
                          "swap-AB or stream-K")
     W = BN + BN_TAIL  # the tile's width
+    if A_REG and not (W in (128, 192, 256) and SPLIT_K == 1 and not SWAP_AB and not STREAM_K):
+        raise ValueError(f"A_REG: a tile 128, 192 or 256 columns wide (BN + BN_TAIL = {W}), without split-K, "
+                         "swap-AB or stream-K")
     assert _fits_int32(a, M + BM, K + BK) and _fits_int32(b, K + BK, N + W) and _fits_int32(c, M + BM, N + W), (
         "tensors too large for the template's int32 offsets"
     )
@@ -543,9 +639,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
         if TMA_STORE:
             c_desc = TensorDescriptor.from_tensor(c, [BM, BN // 2 if TMA_STORE == 2 else BN])
-        if BN_TAIL:
-            b2_desc = TensorDescriptor.from_tensor(b, [BK, BN_TAIL])
-            c2_desc = TensorDescriptor.from_tensor(c, [BM, BN_TAIL]) if TMA_STORE else None
+        if BN_TAIL or A_REG:  # the tail's (or, with A_REG, every 64-column chunk's) descriptors
+            chunk = 64 if A_REG else BN_TAIL
+            b2_desc = TensorDescriptor.from_tensor(b, [BK, chunk])
+            c2_desc = TensorDescriptor.from_tensor(c, [BM, chunk]) if TMA_STORE else None
     if STREAM_K and not (PERSISTENT and SPLIT_K == 1 and not WARP_SPEC):
         raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K or warp specialisation "
                          "(PERSISTENT=1, SPLIT_K=1, WARP_SPEC=0)")
@@ -578,7 +675,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
         EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
         STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), BNT=int(BN_TAIL), b2_desc=b2_desc,
-        c2_desc=c2_desc, **epi, **launch,
+        c2_desc=c2_desc, AREG=bool(A_REG), HOLD=bool(A_REG) and a.is_cuda, **epi, **launch,
     )
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128

@@ -46,6 +46,7 @@ CASES = [
     ({"BN_TAIL": 16, "TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
     ({"BN_TAIL": 16, "TMA": 1, "WARP_SPEC": 1}, (33, 200, 80), "float16", (True, "relu", False)),
 ]
+# (A_REG needs 64-column chunks: its cases in test_a_register_a_tile_matches_the_reference)
 
 # the inputs and the fp64 reference every interpreted script below checks against
 _INPUTS = r'''
@@ -212,6 +213,46 @@ def test_every_seed_is_valid_in_the_space_with_every_optional_gene():
         assert seeds and all(space.is_valid(p) for p in seeds), [space.why_invalid(p) for p in seeds]
 
 
+_A_REG_SCRIPT = _INPUTS + r'''
+out = []
+for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
+    a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
+    params = {**DEFAULTS, "BM": 32, "BN": 128, "BK": 32, "num_warps": 4, "num_stages": 2, "A_REG": 1, **over}
+    c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
+    out.append({"err": ((c.double() - x).abs() / (x.abs() + 1)).max().item(), "shape": list(c.shape)})
+print(json.dumps(out))
+'''
+
+# 128, 192 (128 + a 64 tail) and 256 columns as 64-wide MMAs; ragged edges in M, N and K
+A_REG_CASES = [
+    ({}, (33, 200, 80), "float16", (True, "silu", True)),
+    ({"BN_TAIL": 64, "TMA": 1, "TMA_STORE": 1}, (33, 200, 80), "float32", (False, "none", True)),
+    ({"BN": 256, "TMA": 1, "PERSISTENT": 1}, (40, 320, 64), "float16", (True, "gelu_tanh", False)),
+    ({"BN_TAIL": 64, "PERSISTENT": 1, "GROUP_M": 1}, (70, 136, 48), "float16", (False, "relu", True)),
+]
+
+
+def test_a_register_a_tile_matches_the_reference() -> None:
+    got = run_interpreted(_A_REG_SCRIPT, json.dumps(A_REG_CASES))
+    for case, r in zip(A_REG_CASES, got):
+        (m, n, _), dtype = case[1], case[2]
+        assert r["shape"] == [m, n] and r["err"] < (2e-2 if dtype == "float16" else 1e-4), (case, r)
+
+
+def test_a_register_a_tile_is_64_column_chunks_without_split_k() -> None:
+    from evokernel.search_spaces.triton_gemm import gemm
+    import torch
+
+    a, b = torch.zeros(8, 16), torch.zeros(16, 8)
+    for bad in ({"BN": 64}, {"BN": 128, "BN_TAIL": 32}, {"BN": 128, "SPLIT_K": 2}, {"BN": 128, "SWAP_AB": 1}):
+        with pytest.raises(ValueError, match="A_REG"):
+            gemm(a, b, **dict(DEFAULTS, A_REG=1, **bad))
+    space = gemm_space(bn_tail=True, a_reg=True, tma_store=True)
+    assert space.is_valid(dict(DEFAULTS, BN_TAIL=64, A_REG=1, TMA=1, TMA_STORE=1))
+    assert "A_REG" in space.why_invalid(dict(DEFAULTS, BN=64, A_REG=1, BN_TAIL=0, TMA_STORE=0))
+    assert "A_REG" in space.why_invalid(dict(DEFAULTS, A_REG=1, BN_TAIL=0, TMA=1, TMA_STORE=2))
+
+
 def test_wave_seeds_fill_the_last_wave_with_tiles_of_a_width_no_power_of_two_gives():
     """At M=512 x N=6144 (Llama-3-8B's qkv) 128x256 tiles are 96 on 132 SMs and 128x128
     ones 192 (a wave and a half): 128 tiles of 128x192 fill the wave."""
@@ -331,13 +372,14 @@ def _hopper_ttgir(**genes) -> str:
     values = dict(BM=128, BN=256, BK=64, GROUP_M=8, SPLIT_K=1, FIXUP=False, PERSISTENT=True, TMA=True, WS_TILES=False,
                   WS_K=False, HAS_BIAS=False, ACT=0, HAS_RES=False, EVEN_K=True, INPUT_PRECISION="tf32",
                   SWAP_AB=False, STREAM_K=False, TMA_STORE=0, c_desc=None, stride_ak=1, stride_bn=1, stride_cn=1,
-                  stride_rn=1, BNT=0, b2_desc=None, c2_desc=None)
+                  stride_rn=1, BNT=0, b2_desc=None, c2_desc=None, AREG=False, HOLD=False)
     values.update(genes)
     warps, stages = values.pop("num_warps", 8), values.pop("num_stages", 4)
     BM, BN, BK, BNT = values["BM"], values["BN"], values["BK"], values["BNT"]
+    chunk = 64 if values["AREG"] else BNT  # the tail's columns, or every 64-column chunk's
     if not values["TMA"]:
         values.update(a_desc=None, b_desc=None)
-    if values["TMA"] and BNT:  # the tail's own descriptors
+    if values["TMA"] and chunk:  # their own descriptors
         del values["b2_desc"]
         if values["TMA_STORE"]:
             del values["c2_desc"]
@@ -346,8 +388,8 @@ def _hopper_ttgir(**genes) -> str:
     half = BN // 2 if values["TMA_STORE"] == 2 else BN
     types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*bf16", "res_ptr": "*bf16",
              "ws_ptr": "*fp32", "counter_ptr": "*i32", "a_desc": f"tensordesc<bf16[{BM}, {BK}]>",
-             "b_desc": f"tensordesc<bf16[{BK}, {BN}]>", "b2_desc": f"tensordesc<bf16[{BK}, {BNT}]>",
-             "c_desc": f"tensordesc<bf16[{BM}, {half}]>", "c2_desc": f"tensordesc<bf16[{BM}, {BNT}]>"}
+             "b_desc": f"tensordesc<bf16[{BK}, {BN}]>", "b2_desc": f"tensordesc<bf16[{BK}, {chunk}]>",
+             "c_desc": f"tensordesc<bf16[{BM}, {half}]>", "c2_desc": f"tensordesc<bf16[{BM}, {chunk}]>"}
     aligned = {"a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "ws_ptr", "counter_ptr", "M", "N", "K",
                "stride_am", "stride_bk", "stride_cm", "stride_rm"}
     names = _gemm_kernel.arg_names
@@ -393,6 +435,25 @@ def test_a_tile_with_a_tail_pipelines_both_mmas_on_hopper() -> None:
         assert _serialised_loads(ttgir) == 0, genes
         assert len(re.findall(r"ttng.warp_group_dot .*isAsync = true", ttgir)) == 2, genes
         assert "pendings = 2" in ttgir, genes
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
+def test_a_register_a_tile_loads_a_from_shared_memory_once_per_k_step_on_hopper() -> None:
+    """A_REG: a 128x192 tile as three 64-wide MMAs sharing A in registers. Against the
+    two-MMA tail form (each MMA reads A from shared memory), A is loaded from shared memory
+    into registers once per K step, and the MMAs stay asynchronous."""
+    import re
+
+    tail = _hopper_ttgir(BN=128, BNT=64)
+    assert "ttg.local_load" not in tail  # both MMAs read A (and B) from shared memory
+    for genes in ({}, {"PERSISTENT": True}, {"TMA_STORE": 1}):
+        ttgir = _hopper_ttgir(BN=128, BNT=64, AREG=True, HOLD=True, **genes)
+        loop = ttgir[ttgir.index("scf.for"):]
+        assert loop.count("ttg.local_load") == 1, genes  # A, once per K step
+        dots = re.findall(r"ttng.warp_group_dot .*", loop)
+        assert dots and all("isAsync = true" in d for d in dots), genes
+        assert re.search(r": tensor<128x\d+xbf16, #ttg.dot_op", dots[0]), genes  # A from registers
+        assert _serialised_loads(ttgir) == 0, genes
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
