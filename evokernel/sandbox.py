@@ -312,6 +312,26 @@ def _share_cuda_block(block: Any) -> tuple[Any, tuple[bytes, int]]:
     return ("cuda-ipc", args), slot
 
 
+#: PyTorch's reference-counter files: shared memory holding 10000 slots of 8 bytes after the
+#: 64-byte header of ATen's RefcountedMapAllocator (CudaIPCTypes.h, MapAllocator.cpp)
+_COUNTER_FILE = (64, 10000, 8)
+
+
+def _slot_value(handle: bytes, slot: int) -> int | None:
+    """A reference-counter slot's value, read from its shared-memory file; None where the
+    file is not there or not of the layout above (the caller then releases as if held)."""
+    header, slots, width = _COUNTER_FILE
+    path = os.path.join("/dev/shm", os.fsdecode(handle).lstrip("/"))
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != header + slots * width or not 0 <= slot < slots:
+                return None
+            f.seek(header + slot * width)
+            return int.from_bytes(f.read(width), sys.byteorder)
+    except OSError:
+        return None
+
+
 def release_dead_holders(wait_s: float = 0.0) -> int:
     """Release the reference-counter slots of killed candidate processes that are gone,
     waiting up to `wait_s` for those still exiting; returns how many are still alive (their
@@ -328,9 +348,11 @@ def release_dead_holders(wait_s: float = 0.0) -> int:
         if process.exitcode is None:
             alive.append((process, handle, slot))
             continue
-        # (a process that freed its mapping on the way out, e.g. after an exception, already
-        # took its slot to 0: -1 then still lets the block go when its owner frees it)
-        torch.UntypedStorage._release_ipc_counter_cuda(handle, slot)
+        # a process that freed its mapping on its way out (its `_main` returned) took its slot
+        # to 0 itself; the counter is unsigned, so releasing it again would wrap it and keep
+        # the block for good
+        if _slot_value(handle, slot) != 0:
+            torch.UntypedStorage._release_ipc_counter_cuda(handle, slot)
     with _HOLDERS_LOCK:
         _DEAD_HOLDERS.extend(alive)
     return len(alive)

@@ -393,19 +393,31 @@ def test_a_killed_candidates_hold_on_the_judges_block_is_released_once_it_is_gon
     released: list[tuple[bytes, int]] = []
     monkeypatch.setattr(torch.UntypedStorage, "_release_ipc_counter_cuda",
                         staticmethod(lambda handle, slot: released.append((handle, slot))), raising=False)
-    done = multiprocessing.get_context("spawn").Process(target=int)
-    done.start()
-    done.join()
+    # a counter file as PyTorch lays it out: slot 3 still held (1), slot 5 freed by its process (0)
+    name = f"torch_evokernel_test_{os.getpid()}"
+    header, slots, width = sandbox._COUNTER_FILE
+    counters = bytearray(header + slots * width)
+    counters[header + 3 * width:header + 4 * width] = (1).to_bytes(width, __import__("sys").byteorder)
+    shm = Path("/dev/shm") / name
+    shm.write_bytes(bytes(counters))
+    handle = f"/{name}".encode()
+    done = [multiprocessing.get_context("spawn").Process(target=int) for _ in range(3)]
+    for p in done:
+        p.start()
+        p.join()
     alive = multiprocessing.get_context("spawn").Process(target=__import__("time").sleep, args=(30,))
     alive.start()
     try:
-        monkeypatch.setattr(sandbox, "_DEAD_HOLDERS", [(done, b"/torch_1", 3), (alive, b"/torch_1", 4)])
+        monkeypatch.setattr(sandbox, "_DEAD_HOLDERS", [(done[0], handle, 3), (done[1], handle, 5),
+                                                       (done[2], b"/torch_not_there", 7), (alive, handle, 4)])
         assert sandbox.release_dead_holders(wait_s=0.1) == 1
-        assert released == [(b"/torch_1", 3)] and len(sandbox._DEAD_HOLDERS) == 1
+        # slot 5 was at 0 already (released twice, the unsigned counter would wrap); no file: released
+        assert released == [(handle, 3), (b"/torch_not_there", 7)] and len(sandbox._DEAD_HOLDERS) == 1
     finally:
         alive.kill()
         alive.join()
-    assert sandbox.release_dead_holders(wait_s=5) == 0 and released[-1] == (b"/torch_1", 4)
+        shm.unlink()
+    assert sandbox.release_dead_holders(wait_s=5) == 0 and released[-1] == (handle, 4)
 
 
 def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypatch):
