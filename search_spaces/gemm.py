@@ -229,8 +229,7 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
 def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
     how = ("streamk" if genome.params.get("STREAM_K") else "persistent") if genome["PERSISTENT"] else "grid"
-    width = genome["BN"] + genome.params.get("BN_TAIL", 0)
-    return f"{genome['BM']}x{width}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
+    return f"{genome['BM']}x{_width(genome.params)}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
 
 
 def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
@@ -266,7 +265,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
     >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:2]  # 640 tiles: 4.85 waves
     [(64, 256), (128, 128)]
     """
-    space = gemm_space(tma_store=tma_store, bn_tail=True)
+    space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
     scored = []
     for bm in (64, 128, 256):
         for bn, tail in ((64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0)):

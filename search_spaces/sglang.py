@@ -45,10 +45,15 @@ def default_config(M: int, E: int) -> dict[str, int]:
     return {k: cfg.get(k, _TRITON_DEFAULTS.get(k)) for k in _KEYS}  # type: ignore[misc]
 
 
+def _file_name(E: int | str, N: int | str, device_name: str) -> str:
+    """SGLang's name for a bf16 config file (E and N may be glob patterns)."""
+    return f"E={E},N={N},device_name={device_name.replace(' ', '_')}.json"
+
+
 def shipped_file(E: int, N: int, device_name: str) -> Path | None:
     """The shipped file SGLang's loader would read for this shape and GPU (bf16), newest
     Triton version folder first, or None."""
-    name = f"E={E},N={N},device_name={device_name.replace(' ', '_')}.json"
+    name = _file_name(E, N, device_name)
     folders = sorted((p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
                      key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")), reverse=True)
     for folder in folders:
@@ -73,8 +78,7 @@ def shipped_elsewhere(E: int, N: int, M: int, device_name: str) -> list[dict[str
     [(32, 256), (128, 256)]
     """
     out: list[dict[str, int]] = []
-    pattern = f"E=*,N=*,device_name={device_name.replace(' ', '_')}.json"
-    for path in sorted({p.name for p in CONFIG_DIR.glob(f"triton_*/{pattern}")}):
+    for path in sorted({p.name for p in CONFIG_DIR.glob(f"triton_*/{_file_name('*', '*', device_name)}")}):
         e, n = (int(part.split("=")[1]) for part in path.split(",")[:2])
         if (e, n) != (E, N):
             cfg = shipped_config(e, n, M, device_name)

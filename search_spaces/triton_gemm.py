@@ -138,31 +138,47 @@ def _fixup(ws_ptr, counter_ptr, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N, st
 
 
 @triton.jit
+def _a_tile(a_ptr, a_desc, m0, kt, M, K, stride_am, stride_ak, BM: tl.constexpr, BK: tl.constexpr,
+            TMA: tl.constexpr, EVEN_K: tl.constexpr):
+    """A's rows [m0, m0 + BM) at K step kt: through its descriptor, or by pointers whose rows
+    are computed here, inside the K loop (why: _k_step)."""
+    if TMA:
+        return a_desc.load([m0, kt * BK])
+    rows = m0 + tl.arange(0, BM)
+    ks = kt * BK + tl.arange(0, BK)
+    ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+    if EVEN_K:
+        return tl.load(ptrs, mask=rows[:, None] < M, other=0.0)
+    return tl.load(ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+
+
+@triton.jit
+def _b_tile(b_ptr, b_desc, kt, n0, N, K, stride_bk, stride_bn, BK: tl.constexpr, BN: tl.constexpr,
+            TMA: tl.constexpr, EVEN_K: tl.constexpr):
+    """B's columns [n0, n0 + BN) at K step kt (b_desc's block is BK x BN)."""
+    if TMA:
+        return b_desc.load([kt * BK, n0])
+    cols = n0 + tl.arange(0, BN)
+    ks = kt * BK + tl.arange(0, BK)
+    ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+    if EVEN_K:
+        return tl.load(ptrs, mask=cols[None, :] < N, other=0.0)
+    return tl.load(ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+
+
+@triton.jit
 def _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, EVEN_K: tl.constexpr,
             INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
     """acc (BN x BM with SWAP_AB) plus the product of K step kt of output tile (pid_m, pid_n).
 
-    Without TMA, the tile's rows and columns are computed here, in the K loop: the persistent
-    kernel's flattened loop would otherwise carry them from tile to tile as loop values of
-    unknown contiguity, and B (contiguous along N) then loads element by element, unpipelined
+    Without TMA, the tile's rows and columns are computed in the K loop (`_a_tile`,
+    `_b_tile`): the persistent kernel's flattened loop would otherwise carry them from tile to
+    tile as loop values of unknown contiguity, and B (contiguous along N) then loads element by element, unpipelined
     (seen in the sm_90 TTGIR; the persistent form without TMA measured 0.29 ms against 0.032
     not persistent, call Z1)."""
-    if TMA:
-        a = a_desc.load([pid_m * BM, kt * BK])
-        b = b_desc.load([kt * BK, pid_n * BN])
-    else:
-        rows = pid_m * BM + tl.arange(0, BM)
-        cols = pid_n * BN + tl.arange(0, BN)
-        ks = kt * BK + tl.arange(0, BK)
-        a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-            b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-        else:
-            a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
-            b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
+    a = _a_tile(a_ptr, a_desc, pid_m * BM, kt, M, K, stride_am, stride_ak, BM, BK, TMA, EVEN_K)
+    b = _b_tile(b_ptr, b_desc, kt, pid_n * BN, N, K, stride_bk, stride_bn, BK, BN, TMA, EVEN_K)
     if SWAP_AB:
         return tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
     return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
@@ -206,26 +222,9 @@ def _acc_tail(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b_desc, b2_desc, M, N
     m0 = pid_m * BM
     n0 = pid_n * (BN + BNT)
     for kt in tl.range(0, k_tiles, warp_specialize=WS_K):
-        if TMA:
-            a = a_desc.load([m0, kt * BK])
-            b = b_desc.load([kt * BK, n0])
-            b2 = b2_desc.load([kt * BK, n0 + BN])
-        else:  # rows and columns computed in the loop, as in _k_step
-            rows = m0 + tl.arange(0, BM)
-            cols = n0 + tl.arange(0, BN)
-            cols2 = n0 + BN + tl.arange(0, BNT)
-            ks = kt * BK + tl.arange(0, BK)
-            a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-            b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-            b2_ptrs = b_ptr + ks[:, None] * stride_bk + cols2[None, :] * stride_bn
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-                b = tl.load(b_ptrs, mask=cols[None, :] < N, other=0.0)
-                b2 = tl.load(b2_ptrs, mask=cols2[None, :] < N, other=0.0)
-            else:
-                a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
-                b = tl.load(b_ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
-                b2 = tl.load(b2_ptrs, mask=(ks[:, None] < K) & (cols2[None, :] < N), other=0.0)
+        a = _a_tile(a_ptr, a_desc, m0, kt, M, K, stride_am, stride_ak, BM, BK, TMA, EVEN_K)
+        b = _b_tile(b_ptr, b_desc, kt, n0, N, K, stride_bk, stride_bn, BK, BN, TMA, EVEN_K)
+        b2 = _b_tile(b_ptr, b2_desc, kt, n0 + BN, N, K, stride_bk, stride_bn, BK, BNT, TMA, EVEN_K)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         acc2 = tl.dot(a, b2, acc2, input_precision=INPUT_PRECISION)
     return acc, acc2
@@ -239,20 +238,6 @@ def _hold(a):
     if a.dtype.primitive_bitwidth == 16:
         return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [a], dtype=a.dtype, is_pure=True, pack=2)
     return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [a], dtype=a.dtype, is_pure=True, pack=1)
-
-
-@triton.jit
-def _b_chunk(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK: tl.constexpr, TMA: tl.constexpr,
-             EVEN_K: tl.constexpr):
-    """B's K step kt, columns [n0, n0 + 64)."""
-    if TMA:
-        return b64_desc.load([kt * BK, n0])
-    cols = n0 + tl.arange(0, 64)
-    ks = kt * BK + tl.arange(0, BK)
-    ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
-    if EVEN_K:
-        return tl.load(ptrs, mask=cols[None, :] < N, other=0.0)
-    return tl.load(ptrs, mask=(ks[:, None] < K) & (cols[None, :] < N), other=0.0)
 
 
 @triton.jit
@@ -275,27 +260,18 @@ def _acc_areg(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b64_desc, M, N, K, st
     m0 = pid_m * BM
     n0 = pid_n * W
     for kt in tl.range(0, k_tiles, warp_specialize=WS_K):
-        if TMA:
-            a = a_desc.load([m0, kt * BK])
-        else:
-            rows = m0 + tl.arange(0, BM)
-            ks = kt * BK + tl.arange(0, BK)
-            a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
-            if EVEN_K:
-                a = tl.load(a_ptrs, mask=rows[:, None] < M, other=0.0)
-            else:
-                a = tl.load(a_ptrs, mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)
+        a = _a_tile(a_ptr, a_desc, m0, kt, M, K, stride_am, stride_ak, BM, BK, TMA, EVEN_K)
         if HOLD:
             a = _hold(a)
-        acc0 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K), acc0,
+        acc0 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K), acc0,
                       input_precision=INPUT_PRECISION)
-        acc1 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0 + 64, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K), acc1,
-                      input_precision=INPUT_PRECISION)
+        acc1 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0 + 64, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
+                      acc1, input_precision=INPUT_PRECISION)
         if NACC > 2:
-            acc2 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0 + 128, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K),
+            acc2 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0 + 128, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
                           acc2, input_precision=INPUT_PRECISION)
         if NACC > 3:
-            acc3 = tl.dot(a, _b_chunk(b_ptr, b64_desc, kt, n0 + 192, N, K, stride_bk, stride_bn, BK, TMA, EVEN_K),
+            acc3 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0 + 192, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
                           acc3, input_precision=INPUT_PRECISION)
     return acc0, acc1, acc2, acc3
 
@@ -430,8 +406,9 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
     software-pipelines as it does the persistent tutorial's. Calls Z2 and Z3 ran two earlier
     forms 2-5x slower per K step than the plain persistent kernel: the sm_90 TTGIR showed
     their K loops unpipelined (each TMA load waited for before its MMA), because the loop
-    held the tickets' atomic add and barrier (and, before that, sat inside a `while`). Where a segment ends (its tile's last K step, or the program's last step): a
-    whole tile is written to C; a partial one is stored in this program's workspace slot (0:
+    held the tickets' atomic add and barrier (and, before that, sat inside a `while`). Where
+    a segment ends (its tile's last K step, or the program's last step): a whole tile is
+    written to C; a partial one is stored in this program's workspace slot (0:
     its first segment, 1: its last). Only a program's first and last segments can be
     partial, so after the loop it takes a ticket on at most two tiles' counters (no atomic,
     barrier or nested loop inside the pipelined loop); the last contributor of a tile sums
