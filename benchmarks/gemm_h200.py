@@ -108,6 +108,8 @@ def main() -> None:
                                                     "llama3-8b:down", "qwen3-30b-a3b:qkv", "qwen3-30b-a3b:o"],
                     help="MODEL:LAYER of examples/problems/gemm_bf16.py")
     ap.add_argument("--ms", nargs="+", type=int, default=[16, 64, 256, 512, 2048, 4096, 8192])
+    ap.add_argument("--jobs", nargs="+", default=None, metavar="MODEL:LAYER:M",
+                    help="these shapes at these batch sizes only, in this order (instead of --shapes x --ms)")
     ap.add_argument("--epilogue", default="none", help="e.g. bias+silu (the baseline then runs it in eager torch)")
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
@@ -168,6 +170,11 @@ def main() -> None:
            **({"TMA_STORE": 0} if tstore else {}), **({"BN_TAIL": 0} if tail else {}),
            **({"A_REG": 0} if areg else {})}  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
+    if args.jobs:
+        try:
+            jobs = [(j.split(":")[0], j.split(":")[1], int(j.split(":")[2])) for j in args.jobs]
+        except (IndexError, ValueError):
+            ap.error(f"--jobs takes MODEL:LAYER:M items, got {args.jobs}")
     ev = None
     for i, (model, layer, m) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)

@@ -68,6 +68,17 @@ TAIL_CONFIGS = {
                                     TMA_STORE=1, PERSISTENT=0, A_REG=1),
     "128x256 s4 ts1 P areg": dict(TAIL, BM=128, BN=256, BK=64, num_warps=8, num_stages=3, TMA_STORE=1,
                                   PERSISTENT=1, A_REG=1),
+    "128x256 s3 ts1 areg": dict(TAIL, BM=128, BN=256, BK=64, num_warps=8, num_stages=3, TMA_STORE=1,
+                                PERSISTENT=0, A_REG=1),
+    "128x(128+64) s4 ts1 P areg": dict(TAIL, BM=128, BN=128, BN_TAIL=64, BK=64, num_warps=8, num_stages=4,
+                                       TMA_STORE=1, PERSISTENT=1, A_REG=1),
+    # Qwen3's K=2048: half the K steps (BK=128), so the prologue and epilogue weigh less
+    "128x128 k128 s3 ts1 P": dict(TAIL, BM=128, BN=128, BK=128, num_warps=8, num_stages=3, TMA_STORE=1,
+                                  PERSISTENT=1),
+    "128x128 k128 s3 ts1": dict(TAIL, BM=128, BN=128, BK=128, num_warps=8, num_stages=3, TMA_STORE=1,
+                                PERSISTENT=0),
+    "128x(128+64) k128 s2 ts1": dict(TAIL, BM=128, BN=128, BN_TAIL=64, BK=128, num_warps=8, num_stages=2,
+                                     TMA_STORE=1, PERSISTENT=0),
 }
 
 
