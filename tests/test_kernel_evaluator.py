@@ -350,7 +350,8 @@ def test_closing_an_evaluator_frees_its_judge_and_a_later_evaluation_builds_a_ne
     genome = matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)
     with KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK,
                          workers=1) as ev:
-        assert next(iter(ev.evaluate([genome]))).status is Status.OK
+        first = next(iter(ev.evaluate([genome])))
+        assert first.status is Status.OK, first.error
         judge = ev.judge
         assert judge.arena.base is not None and judge.tuning
         ev.close()
