@@ -10,7 +10,8 @@ slow schedule can be told from a spilling one. Every output is checked against c
     python3 benchmarks/gemm_sk_probe.py --out $OUT/sk      (on the device; about a minute)
 
 With `--set tail` it times tiles BN + BN_TAIL wide (96, 160, 192: two accumulators) against
-the power-of-two tiles, where those leave a wave partly idle (qkv at M=256-2048).
+the power-of-two tiles, where those leave a wave partly idle (qkv at M=256-2048); with
+`--set wide` the 320-wide tiles (256 + 64) cuBLAS runs at Qwen3's qkv.
 """
 
 from __future__ import annotations
@@ -81,6 +82,35 @@ TAIL_CONFIGS = {
                                      TMA_STORE=1, PERSISTENT=0),
 }
 
+#: --set wide: 320-wide tiles (256 + a 64 tail), cuBLAS's own at Qwen3's qkv (call BB: 320x64
+#: at M=512, 320x128 at M=2048-8192, 160x64 at M=256, in our M x N terms 64x320, 128x320,
+#: 64x160), against the tiles the searches kept there
+WIDE_CONFIGS = {
+    "128x(128+64) s4 ts2": dict(TAIL, BM=128, BN=128, BN_TAIL=64, BK=64, num_warps=8, num_stages=4,
+                                TMA_STORE=2, PERSISTENT=0),
+    "128x128 s4 ts1 P": TAIL_CONFIGS["128x128 s4 ts1 P"],
+    "64x128 s4 ts1": dict(TAIL, BM=64, BN=128, BK=64, num_warps=4, num_stages=4, TMA_STORE=1, PERSISTENT=0),
+    "64x(128+64) s4 ts1": TAIL_CONFIGS["64x(128+64) s4 ts1"],
+    "64x(128+32) s5 ts1": dict(TAIL, BM=64, BN=128, BN_TAIL=32, BK=64, num_warps=4, num_stages=5, TMA_STORE=1,
+                               PERSISTENT=0),
+    "64x(128+64) s5 ts1": dict(TAIL, BM=64, BN=128, BN_TAIL=64, BK=64, num_warps=4, num_stages=5, TMA_STORE=1,
+                               PERSISTENT=0),
+    "64x(256+64) s4 ts2": dict(TAIL, BM=64, BN=256, BN_TAIL=64, BK=64, num_warps=4, num_stages=4, TMA_STORE=2,
+                               PERSISTENT=0),
+    "64x(256+64) s4": dict(TAIL, BM=64, BN=256, BN_TAIL=64, BK=64, num_warps=4, num_stages=4, TMA_STORE=0,
+                           PERSISTENT=0),
+    "64x(256+64) s3 ts1": dict(TAIL, BM=64, BN=256, BN_TAIL=64, BK=64, num_warps=4, num_stages=3, TMA_STORE=1,
+                               PERSISTENT=0),
+    "128x(256+64) s4 P": dict(TAIL, BM=128, BN=256, BN_TAIL=64, BK=64, num_warps=8, num_stages=4, TMA_STORE=0,
+                              PERSISTENT=1),
+    "128x(256+64) s3 P ts2": dict(TAIL, BM=128, BN=256, BN_TAIL=64, BK=64, num_warps=8, num_stages=3,
+                                  TMA_STORE=2, PERSISTENT=1),
+    "128x(256+64) s4": dict(TAIL, BM=128, BN=256, BN_TAIL=64, BK=64, num_warps=8, num_stages=4, TMA_STORE=0,
+                            PERSISTENT=0),
+    "128x(256+64) s3 ts2": dict(TAIL, BM=128, BN=256, BN_TAIL=64, BK=64, num_warps=8, num_stages=3,
+                                TMA_STORE=2, PERSISTENT=0),
+}
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -89,10 +119,10 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=90.0)
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--no-graph", dest="graph", action="store_false", help="plain do_bench (host time included)")
-    ap.add_argument("--set", choices=["streamk", "tail"], default="streamk",
-                    help="the stream-K configs (default) or the tiles with a BN tail")
+    ap.add_argument("--set", choices=["streamk", "tail", "wide"], default="streamk",
+                    help="the stream-K configs (default), the tiles with a BN tail, or the 320-wide tiles")
     args = ap.parse_args()
-    configs = TAIL_CONFIGS if args.set == "tail" else CONFIGS
+    configs = {"tail": TAIL_CONFIGS, "wide": WIDE_CONFIGS}.get(args.set, CONFIGS)
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -121,8 +121,8 @@ def _bn_tail(limit: int, elem_bytes: int):
         tail = p.get("BN_TAIL", 0)
         if not tail:
             return None
-        if tail >= p["BN"] or _width(p) > 256:
-            return f"BN tail: a tail of {tail} columns needs BN > {tail} and BN + tail <= 256 (BN={p['BN']})"
+        if tail >= p["BN"] or _width(p) > 320:
+            return f"BN tail: a tail of {tail} columns needs BN > {tail} and BN + tail <= 320 (BN={p['BN']})"
         if p["SPLIT_K"] > 1 or p.get("SWAP_AB") or p.get("STREAM_K"):
             return "BN tail: tiles BN + BN_TAIL wide go without split-K, swap-AB or stream-K"
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
@@ -159,8 +159,9 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     for few tokens), with `stream_k` the STREAM_K gene (the persistent kernel's last tiles
     split by K steps evenly over the SMs: no partly idle last wave), with `tma_store` the
     TMA_STORE gene (C through a tensor descriptor, whole or in two halves), with `bn_tail` the
-    BN_TAIL gene (tiles BN + 32 or BN + 64 columns wide, as two accumulators: 96, 160 and 192
-    wide tiles, which fill the last wave where powers of two do not), with `a_reg` the A_REG
+    BN_TAIL gene (tiles BN + 32 or BN + 64 columns wide, as two accumulators: 96, 160, 192,
+    288 and 320 wide tiles, which fill the last wave where powers of two do not; cuBLAS runs
+    320-wide tiles at Qwen3's qkv, call BB), with `a_reg` the A_REG
     gene (a 128-256 column tile as 64-wide MMAs sharing A in registers); see
     search_spaces/triton_gemm.py.
 
@@ -179,8 +180,10 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     True
     >>> gemm_space(bn_tail=True).is_valid(dict(DEFAULTS, BN_TAIL=64, TMA=1))
     True
-    >>> gemm_space(bn_tail=True).why_invalid(dict(DEFAULTS, BN=256, BN_TAIL=64))
-    'BN tail: a tail of 64 columns needs BN > 64 and BN + tail <= 256 (BN=256)'
+    >>> gemm_space(bn_tail=True).why_invalid(dict(DEFAULTS, BN=64, BN_TAIL=64))
+    'BN tail: a tail of 64 columns needs BN > 64 and BN + tail <= 320 (BN=64)'
+    >>> gemm_space(bn_tail=True).is_valid(dict(DEFAULTS, BN=256, BN_TAIL=64, TMA=1, num_stages=3))
+    True
     >>> gemm_space(bn_tail=True).why_invalid(dict(DEFAULTS, BK=128, BN_TAIL=64, num_stages=3))
     'BN tail: the pipeline with the B tiles of the tail needs 245760 B of shared memory > 232448 B'
     """
@@ -236,8 +239,19 @@ def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str,
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
-#: a tile with a tail's rate relative to one MMA of the whole width (call AB's probe, rounded)
-TAIL_RATE = {0: 1.0, 32: 0.6, 64: 0.85}
+#: the tail's own MMA's rate per column, relative to the main MMA's, fitted to call AB's
+#: probe: 128x(128+64) ran at ~0.85 of a full-width MMA's rate, 128x(128+32) at ~0.6
+TAIL_RATE = {0: 1.0, 32: 0.23, 64: 0.65}
+
+
+def _tail_rate(bn: int, tail: int) -> float:
+    """A tile BN + tail wide's rate relative to one MMA of its whole width: 0.85 for 128+64,
+    0.6 for 128+32, ~0.9 for 256+64 (the tail a smaller part of the tile).
+
+    >>> round(_tail_rate(128, 64), 2), round(_tail_rate(128, 32), 2), round(_tail_rate(256, 64), 2)
+    (0.85, 0.6, 0.9)
+    """
+    return (bn + tail) / (bn + tail / TAIL_RATE[tail]) if tail else 1.0
 
 
 def _tile_rate(area: int) -> float:
@@ -249,7 +263,7 @@ def _tile_rate(area: int) -> float:
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
-    for each tile of 64-256 rows and 64-256 columns (96, 160 and 192 with a tail; those
+    for each tile of 64-256 rows and 64-256 columns (96, 160, 192 and 320 with a tail; those
     without a tail also split in two along K where they are fewer than the SMs, scored 10%
     down for the partials), the
     fraction of the SMs' time in whole waves that does useful work (tiles over the waves'
@@ -262,13 +276,15 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
     [(128, 192), (128, 256)]
     >>> [(p["BM"], p["BN"], p["SPLIT_K"]) for p in wave_seeds(256, 2048)][:1]  # Qwen3's o at 256 tokens
     [(64, 128, 2)]
-    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:2]  # 640 tiles: 4.85 waves
-    [(64, 256), (128, 128)]
+    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:2]  # 256 tiles of 128x320: 1.94 waves
+    [(128, 320), (64, 256)]
+    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 5120)][:1]  # cuBLAS's tile there (call BB)
+    [(64, 320)]
     """
     space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
     scored = []
     for bm in (64, 128, 256):
-        for bn, tail in ((64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0)):
+        for bn, tail in ((64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0), (256, 64)):
             w = bn + tail
             if bm * w < 64 * 128:
                 continue
@@ -284,15 +300,15 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 # the tail's own MMA reads A from shared memory again for few columns: per
                 # tile, 128x(128+64) ran at ~0.83 of 128x256's rate and 128x(128+32) at
                 # ~0.6 of 128x128's (call AB's probe)
-                fill *= TAIL_RATE[tail] * _tile_rate(bm * w)
+                fill *= _tail_rate(bn, tail) * _tile_rate(bm * w)
                 warps = 8 if bm * w >= 128 * 128 else 4
                 extra = {"SPLIT_K": split, "SPLITK_FIXUP": int(split > 1)}
-                if tma_store and split == 1:
-                    extra["TMA_STORE"] = 1
-                elif tma_store:
-                    extra["TMA_STORE"] = 0
-                for stages in (4, 3):
-                    p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1), BN_TAIL=tail, **extra)
+                # C staged whole, else in halves, else stored from registers (a 128x320
+                # tile's pipeline leaves no room for the whole of C)
+                stores = (1, 2, 0) if tma_store and split == 1 else (0,) if tma_store else (None,)
+                for stages, store in ((st, ts) for st in (4, 3) for ts in stores):
+                    p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1), BN_TAIL=tail, **extra,
+                               **({} if store is None else {"TMA_STORE": store}))
                     if space.is_valid(p):
                         scored.append((round(fill, 3), bm * w, p))
                         break
