@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from evokernel.candidate import bind_config
-from evokernel.env import toolchain
+from evokernel.env import interpreter_problem, toolchain
 from evokernel.errors import EvaluatorError
 from evokernel.gate import GateOptions, Judge, Verdict
 from evokernel.genome import Genome
@@ -119,6 +119,8 @@ class KernelEvaluator:
             import torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cpu" and (why := interpreter_problem()):
+            raise EvaluatorError(why)  # at once, not as every candidate's runtime error
         self.device = device
         self.options = options or GateOptions()
         # one core for the judge and one for the candidate being timed; the rest compile

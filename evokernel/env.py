@@ -17,7 +17,7 @@ import subprocess
 from importlib import metadata
 from typing import Any
 
-__all__ = ["environment", "toolchain"]
+__all__ = ["environment", "interpreter_problem", "toolchain"]
 
 
 def _version(dist: str) -> str | None:
@@ -57,6 +57,44 @@ def toolchain() -> dict[str, Any]:
         "torch": torch_version,
         "triton": _version("triton"),
     }
+
+
+@functools.lru_cache(maxsize=1)
+def interpreter_problem() -> str | None:
+    """Why Triton's CPU interpreter cannot run kernels here, or None (see `_interpreter_problem`)."""
+    try:
+        import inspect
+
+        from triton.runtime import interpreter
+
+        source = inspect.getsource(interpreter)
+    except Exception:  # no Triton, or no interpreter module: nothing known to be wrong
+        return None
+    return _interpreter_problem(_version("numpy"), source, _version("triton"))
+
+
+def _interpreter_problem(numpy_version: str | None, source: str, triton_version: str | None) -> str | None:
+    """Known: Triton's interpreter up to 3.6 converts a one-element array to an int, which
+    numpy 2.4 refuses (triton-lang/triton#9171, fixed by #9172): every kernel with a loop
+    bound computed in the kernel raises `TypeError: only 0-dimensional arrays can be
+    converted to Python scalars` (the H200's image, Triton 3.6 with numpy 2.4, call BB).
+
+    >>> old = 'scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))'
+    >>> _interpreter_problem("2.3.5", old, "3.6.0") is None
+    True
+    >>> _interpreter_problem("2.4.6", old, "3.6.0")[:45]
+    "Triton 3.6.0's CPU interpreter cannot run wit"
+    >>> _interpreter_problem("2.4.6", old.replace("data)", "data.squeeze())"), "3.9.0") is None
+    True
+    """
+    if not numpy_version:
+        return None
+    major_minor = tuple(int(x) for x in numpy_version.split(".")[:2] if x.isdigit())
+    if major_minor < (2, 4) or "int(self.handle.data))" not in source:  # #9172: int(self.handle.data.squeeze())
+        return None
+    return (f"Triton {triton_version}'s CPU interpreter cannot run with numpy {numpy_version} "
+            "(triton-lang/triton#9171: every kernel fails with 'only 0-dimensional arrays can be converted "
+            "to Python scalars'): install numpy<2.4, or a Triton with the fix (3.9 has it)")
 
 
 def environment() -> dict[str, Any]:

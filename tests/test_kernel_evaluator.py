@@ -471,3 +471,16 @@ def test_a_search_times_its_candidates_on_the_same_sequence_of_inputs(monkeypatc
         n = min(len(first), len(second))
         assert n >= 1 and first[:n] == second[:n]  # the n-th blocks saw the same inputs
         assert len(set(first)) == len(first) and len(set(second)) == len(second)  # new inputs block after block
+
+
+def test_an_interpreter_that_cannot_run_here_is_said_at_once(monkeypatch):
+    """Call BB: on the H200's image (Triton 3.6, numpy 2.4) every CPU candidate failed with a
+    runtime error about 0-dimensional arrays; the evaluator now says why before any runs."""
+    import evokernel.evaluators.kernel as kernel_module
+    from evokernel.env import interpreter_problem
+    from evokernel.errors import EvaluatorError
+
+    assert interpreter_problem() is None  # this machine's Triton and numpy work together
+    monkeypatch.setattr(kernel_module, "interpreter_problem", lambda: "Triton 3.6.0's CPU interpreter cannot run")
+    with pytest.raises(EvaluatorError, match="interpreter cannot run"):
+        KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=1)
