@@ -92,6 +92,21 @@ def matmul_landscape_seeds(m: int, space, *, fill: dict[str, int], top: int = 3)
     return landscape_seeds(nearest, space, top=top, fill=fill)
 
 
+def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
+    """Each tile of at most 64 rows with the deepest pipeline that fits (up to 8 stages):
+    cuBLAS runs such tiles 6-16 stages deep where they are memory-latency bound (call BB:
+    64x64 with 13 stages at Qwen3's o, M=256); 64x(128+64) ran 0.0419 ms with 5 stages and
+    0.0497 with 4 at Llama qkv M=512 (call BC)."""
+    out = []
+    for p in points:
+        if p["BM"] > 64 and not (p.get("SWAP_AB") and p["BN"] <= 64):
+            continue
+        deeper = [dict(p, num_stages=s) for s in range(8, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
+        if deeper:
+            out.append(deeper[0])
+    return out
+
+
 def fp8_seeds(m: int, defaults: dict[str, int]) -> list[dict[str, int]]:
     """Starting points for the fp8 template: its default, wide tiles for large M, small
     tiles with split-K for skinny M (weights-bound)."""
@@ -207,7 +222,8 @@ def main() -> None:
                          if space.is_valid(q)]
             # this shape's earlier winners, then the winners of the other shapes at this M
             # (a new model's projections start from what won at the same batch size)
-            seeds = (prior_seeds(args.prior, space, model=model, layer=layer, M=m) + waves
+            prior = prior_seeds(args.prior, space, model=model, layer=layer, M=m)
+            seeds = (prior + deep_variants(prior, space) + waves
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also

@@ -9,7 +9,7 @@ once and is learned by the search (`SearchOptions.learn_failures`).
 
 >>> space = gemm_space()
 >>> len(space.params), space.size
-(13, 491520)
+(13, 860160)
 >>> space.why_invalid(dict(DEFAULTS, BM=256, BN=256, num_warps=4))
 'registers: a 256x256 fp32 accumulator is 512 registers per thread with 4 warps (at most 160)'
 >>> space.why_invalid(dict(DEFAULTS, SPLITK_FIXUP=1))
@@ -126,6 +126,8 @@ def _bn_tail(limit: int, elem_bytes: int):
         if p["SPLIT_K"] > 1 or p.get("SWAP_AB") or p.get("STREAM_K"):
             return "BN tail: tiles BN + BN_TAIL wide go without split-K, swap-AB or stream-K"
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
+        if p["PERSISTENT"]:  # the tail's store converts its layout through shared memory beside the
+            need += 32800    # live pipeline (call BC: 128x(256+64) s4 needed 229376 + 32800 B)
         if need > limit:  # (the generic rule counts BN alone)
             return f"BN tail: the pipeline with the B tiles of the tail needs {need} B of shared memory > {limit} B"
         return None
@@ -194,7 +196,9 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             PowerOfTwo("BK", 32, 128),
             Choice("GROUP_M", [1, 8]),
             PowerOfTwo("num_warps", 4, 8),
-            IntRange("num_stages", 2, 5),
+            # up to 8: cuBLAS runs narrow tiles 6-16 stages deep (call BB: 64x64 with 13
+            # stages at Qwen3's o, M=256); shared memory bounds it per tile
+            IntRange("num_stages", 2, 8),
             Choice("SPLIT_K", [1, 2, 4, 8]),
             Choice("SPLITK_FIXUP", [0, 1]),
             Choice("PERSISTENT", [0, 1]),
@@ -301,14 +305,20 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 # tile, 128x(128+64) ran at ~0.83 of 128x256's rate and 128x(128+32) at
                 # ~0.6 of 128x128's (call AB's probe)
                 fill *= _tail_rate(bn, tail) * _tile_rate(bm * w)
-                warps = 8 if bm * w >= 128 * 128 else 4
+                # one warpgroup per 64 rows: 64x320 ran 0.0160 ms with 4 warps and 0.0267
+                # with 8 (Qwen3 qkv, M=512, call BC)
+                warps = 4 if bm == 64 else 8
                 extra = {"SPLIT_K": split, "SPLITK_FIXUP": int(split > 1)}
                 # C staged whole, else in halves, else stored from registers (a 128x320
                 # tile's pipeline leaves no room for the whole of C)
                 stores = (1, 2, 0) if tma_store and split == 1 else (0,) if tma_store else (None,)
-                for stages, store in ((st, ts) for st in (4, 3) for ts in stores):
-                    p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1), BN_TAIL=tail, **extra,
-                               **({} if store is None else {"TMA_STORE": store}))
+                # 64-row tiles run deeper pipelines (64x(128+64): 5 stages 0.0419 ms, 4 stages
+                # 0.0497 at Llama qkv M=512, call BC); tiles with a tail are not persistent
+                # (128x(256+64) at Qwen3 qkv M=2048: 0.0805 ms persistent, 0.0667 not)
+                depths = (5, 4, 3) if bm == 64 else (4, 3)
+                for stages, store in ((st, ts) for st in depths for ts in stores):
+                    p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1 and not tail),
+                               BN_TAIL=tail, **extra, **({} if store is None else {"TMA_STORE": store}))
                     if space.is_valid(p):
                         scored.append((round(fill, 3), bm * w, p))
                         break
