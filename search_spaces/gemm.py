@@ -258,10 +258,16 @@ def _tail_rate(bn: int, tail: int) -> float:
     return (bn + tail) / (bn + tail / TAIL_RATE[tail]) if tail else 1.0
 
 
-def _tile_rate(area: int) -> float:
-    """A tile's output rate per SM relative to 128x256 (rounded from call AB's probe: 128x128
-    runs at ~0.85, 64x128 at ~0.7): smaller tiles read more operand bytes per MMA."""
-    return 1.0 if area >= 128 * 192 else 0.85 if area >= 128 * 128 else 0.8 if area >= 64 * 192 else 0.7
+def _tile_rate(bm: int, w: int) -> float:
+    """A tile's output rate per SM relative to 128x256 (rounded from the probes: 128x128 runs
+    at ~0.85, 64x128 at ~0.7, call AB; 64x256 with 4 warps and 5 stages at ~0.9, beating
+    128x128 at Qwen3 qkv M=2048 and 128x256 at Llama gate_up M=512, call BD): smaller tiles
+    read more operand bytes per MMA."""
+    if bm >= 128:
+        return 1.0 if w >= 192 else 0.85 if w >= 128 else 0.7
+    if bm == 64 and w >= 256:
+        return 0.9
+    return 0.8 if bm * w >= 64 * 192 else 0.7
 
 
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
@@ -304,7 +310,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 # the tail's own MMA reads A from shared memory again for few columns: per
                 # tile, 128x(128+64) ran at ~0.83 of 128x256's rate and 128x(128+32) at
                 # ~0.6 of 128x128's (call AB's probe)
-                fill *= _tail_rate(bn, tail) * _tile_rate(bm * w)
+                fill *= _tail_rate(bn, tail) * _tile_rate(bm, w)
                 # one warpgroup per 64 rows: 64x320 ran 0.0160 ms with 4 warps and 0.0267
                 # with 8 (Qwen3 qkv, M=512, call BC)
                 warps = 4 if bm == 64 else 8
