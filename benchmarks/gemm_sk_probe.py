@@ -5,7 +5,9 @@ persistent schedule at M=256-512, where it should gain up to 132/96 (qkv, M=512:
 128x256 on 132 SMs). This times, on the same inputs and interleaved over rounds with
 `triton.testing.do_bench`: cuBLAS, the plain persistent TMA configs the searches kept, and
 the same tiles with STREAM_K=1, and records each compiled kernel's registers and spills, so a
-slow schedule can be told from a spilling one. Every output is checked against cuBLAS's.
+slow schedule can be told from a spilling one. Every output is checked against cuBLAS's
+(plain tiles read 0.0: bitwise cuBLAS's output, both summing K in order in fp32; split or
+stream-K tiles sum in another order and read ~3e-3, calls Z5-Z6).
 
     python3 benchmarks/gemm_sk_probe.py --out $OUT/sk      (on the device; about a minute)
 
@@ -130,13 +132,7 @@ def main() -> None:
     import torch
     import triton
 
-    from evokernel.search_spaces.triton_gemm import _gemm_kernel, gemm
-
-    def compiled_last():  # the kernel compiled last (each config's first call compiles it)
-        try:
-            return list(_gemm_kernel.device_caches[torch.cuda.current_device()][0].values())[-1]
-        except Exception:
-            return None
+    from evokernel.search_spaces.triton_gemm import gemm, last_compiled
 
     rows: list[dict] = []
     for shape in args.shapes:
@@ -154,7 +150,7 @@ def main() -> None:
                 c = gemm(a, b, **cfg)
                 torch.cuda.synchronize()
                 err = ((c.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-                last = compiled_last()
+                last = last_compiled()
                 info[name] = {"err": err, "n_regs": getattr(last, "n_regs", None),
                               "n_spills": getattr(last, "n_spills", None)}
                 fns[name] = lambda cfg=cfg: gemm(a, b, **cfg)

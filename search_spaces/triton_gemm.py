@@ -62,6 +62,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import triton
@@ -568,6 +569,16 @@ def _tma_ok(t: torch.Tensor) -> bool:
     return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
 
 
+_LAST: dict[str, Any] = {"kernel": None}
+
+
+def last_compiled() -> Any:
+    """The compiled kernel `gemm` launched last (registers: `.n_regs`, spills: `.n_spills`),
+    or None (none yet, or the CPU interpreter). For probes: a lookup in Triton's kernel cache
+    reads a stale entry (the registers column of calls AB-BC repeated one kernel's count)."""
+    return _LAST["kernel"]
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          residual: torch.Tensor | None = None, activation: str = "none",
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
@@ -644,7 +655,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
     if maxnreg:
         launch["maxnreg"] = maxnreg
     epi = {"HAS_BIAS": bias is not None, "ACT": ACTIVATIONS[activation], "HAS_RES": residual is not None}
-    _gemm_kernel[(programs,)](
+    _LAST["kernel"] = _gemm_kernel[(programs,)](
         a, b, c, a_desc, b_desc, c_desc, ws, counters, bias if bias is not None else c, res,
         M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         res.stride(0), res.stride(1), programs,

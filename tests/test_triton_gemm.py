@@ -476,3 +476,19 @@ def test_the_persistent_kernel_pipelines_pointer_loads_on_hopper() -> None:
         ttgir = _hopper_ttgir(PERSISTENT=persistent, **tile)
         assert "ttg.local_alloc %" not in ttgir, persistent  # no operand copied to shared memory by hand
         assert ttgir.count("ttg.async_copy_global_to_local") >= 2 * 3, persistent  # A and B, 3 stages ahead
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU (the interpreter compiles nothing)")
+def test_the_last_compiled_kernel_is_the_one_launched() -> None:
+    """The probes read registers and spills from it: two tiles, two different kernels."""
+    import torch
+
+    from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm, last_compiled
+
+    a = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
+    gemm(a, b, **dict(DEFAULTS, BM=64, BN=64, BK=32, num_warps=4, num_stages=2))
+    small = last_compiled()
+    gemm(a, b, **dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=3))
+    big = last_compiled()
+    assert small is not big and small.n_regs > 0 and big.n_regs > 0
