@@ -216,7 +216,7 @@ def main() -> None:
             # the tiles that fill the waves best at this M x N (from a few hundred tokens up,
             # where 96 tiles of 128x256 leave 36 of 132 SMs idle)
             waves = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in
-                     wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore, top=6)] if tail and m >= 128 else []
+                     wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore, top=6)] if tail and m >= 64 else []
             if areg:  # a tile with a tail also as 64-wide MMAs sharing A in registers
                 waves = [q for p in waves for q in ([p, dict(p, A_REG=1)] if p.get("BN_TAIL") else [p])
                          if space.is_valid(q)]

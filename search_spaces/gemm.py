@@ -267,15 +267,18 @@ def _tile_rate(bm: int, w: int) -> float:
         return 1.0 if w >= 192 else 0.85 if w >= 128 else 0.7
     if bm == 64 and w >= 256:
         return 0.9
+    if w <= 64:  # narrow tiles, for memory-bound shapes, with deep pipelines (a guess: unmeasured)
+        return 0.6 if w == 64 else 0.5
     return 0.8 if bm * w >= 64 * 192 else 0.7
 
 
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
-    for each tile of 64-256 rows and 64-256 columns (96, 160, 192 and 320 with a tail; those
-    without a tail also split in two along K where they are fewer than the SMs, scored 10%
-    down for the partials), the
+    for each tile of 64-256 rows and 64-256 columns (96, 160, 192 and 320 with a tail; 64x32
+    and 64x64 with the deepest pipeline that fits, as cuBLAS runs them at Qwen3's o M=256 and
+    Llama's o M=64, call BB; those without a tail also split in two along K where they are
+    fewer than the SMs, scored 10% down for the partials), the
     fraction of the SMs' time in whole waves that does useful work (tiles over the waves'
     slots, times the tiles' coverage of M x N), times the tile's own rate (`_tile_rate`,
     `TAIL_RATE`); the `top` best of those at least 64 x 128, ties to the larger tile. At
@@ -290,13 +293,15 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
     [(128, 320), (64, 256)]
     >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 5120)][:1]  # cuBLAS's tile there (call BB)
     [(64, 320)]
+    >>> [(p["BM"], p["BN"], p["num_stages"]) for p in wave_seeds(64, 4096)][:2]  # Llama-3-8B's o at 64 tokens
+    [(64, 64, 8), (64, 32, 8)]
     """
     space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
     scored = []
     for bm in (64, 128, 256):
-        for bn, tail in ((64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0), (256, 64)):
+        for bn, tail in ((32, 0), (64, 0), (64, 32), (128, 0), (128, 32), (128, 64), (256, 0), (256, 64)):
             w = bn + tail
-            if bm * w < 64 * 128:
+            if (bm * w < 64 * 128 and not (bm == 64 and w <= 64)) or (w == 32 and bm != 64):
                 continue
             tiles_m, tiles_n = -(-m // bm), -(-n // w)
             # split-K only where the tiles alone do not fill one wave (its partials' traffic
@@ -321,7 +326,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 # 64-row tiles run deeper pipelines (64x(128+64): 5 stages 0.0419 ms, 4 stages
                 # 0.0497 at Llama qkv M=512, call BC); tiles with a tail are not persistent
                 # (128x(256+64) at Qwen3 qkv M=2048: 0.0805 ms persistent, 0.0667 not)
-                depths = (5, 4, 3) if bm == 64 else (4, 3)
+                depths = (8, 7, 6, 5, 4, 3) if bm == 64 and w <= 64 else (5, 4, 3) if bm == 64 else (4, 3)
                 for stages, store in ((st, ts) for st in depths for ts in stores):
                     p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1 and not tail),
                                BN_TAIL=tail, **extra, **({} if store is None else {"TMA_STORE": store}))
