@@ -126,7 +126,20 @@ def _send(conn: Any, msg: Any) -> None:
 
 
 def _error_text(exc: BaseException, limit: int = 1500) -> str:
+    """The exception as text, its innermost cause first: Triton raises a compile error in a
+    called function as the caller's CompilationError (a source excerpt pointing at the call)
+    from the callee's, so the reason sits at the end of the chain (call BE stored 19 of them
+    as excerpts without a reason)."""
+    chain, seen = [exc], {id(exc)}
+    while chain[-1].__cause__ is not None and id(chain[-1].__cause__) not in seen:
+        chain.append(chain[-1].__cause__)
+        seen.add(id(chain[-1]))
+    # the outermost exception that still states the innermost's message: the callee's
+    # CompilationError (its excerpt and the reason) rather than the bare reason
+    reason = next(e for e in chain if str(chain[-1]) in str(e))
     text = f"{_type(exc).__name__}: {exc}"
+    if reason is not exc:
+        text = f"{_type(reason).__name__}: {reason}\n(raised from) {text}"
     return text if len(text) <= limit else text[: limit - 20] + " ... [truncated]"
 
 

@@ -492,3 +492,47 @@ def test_the_last_compiled_kernel_is_the_one_launched() -> None:
     gemm(a, b, **dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=3))
     big = last_compiled()
     assert small is not big and small.n_regs > 0 and big.n_regs > 0
+
+
+_NESTED_ERROR = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def inner(x_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.reshape(tl.load(x_ptr + offs), (BLOCK, 3)))  # 3 does not divide BLOCK
+
+
+@triton.jit
+def outer(x_ptr, BLOCK: tl.constexpr):
+    inner(x_ptr, BLOCK)
+"""
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
+def test_a_compile_error_in_a_called_function_says_its_reason_first(tmp_path) -> None:
+    """Call BE stored 19 compile errors as the caller's source excerpt, without the reason
+    (Triton raises the caller's CompilationError from the callee's)."""
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from evokernel._worker import _error_text
+
+    path = tmp_path / "nested_error.py"
+    path.write_text(_NESTED_ERROR)
+    spec = importlib.util.spec_from_file_location("nested_error", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(Exception) as info:
+        triton.compile(ASTSource(module.outer, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 64}),
+                       target=GPUTarget("cuda", 90, 32))
+    text = _error_text(info.value)
+    assert "(raised from)" in text, text
+    # the reason (the callee's error) before the caller's excerpt
+    assert text.index("power of 2") < text.index("(raised from)") < text.index("inner(x_ptr, BLOCK)"), text
+    assert "tl.reshape" in text.split("(raised from)")[0]  # where in the callee, too
