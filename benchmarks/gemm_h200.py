@@ -96,10 +96,15 @@ def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
     """Each tile of at most 64 rows with the deepest pipeline that fits (up to 8 stages):
     cuBLAS runs such tiles 6-16 stages deep where they are memory-latency bound (call BB:
     64x64 with 13 stages at Qwen3's o, M=256); 64x(128+64) ran 0.0419 ms with 5 stages and
-    0.0497 with 4 at Llama qkv M=512 (call BC)."""
+    0.0497 with 4 at Llama qkv M=512 (call BC). A larger tile gets one stage more, its C
+    stored from registers where staging C leaves no room (cuBLAS runs Llama qkv M=512's
+    128x192 tile 5 stages deep, ours won with 4 and C staged in halves)."""
     out = []
     for p in points:
         if p["BM"] > 64 and not (p.get("SWAP_AB") and p["BN"] <= 64):
+            more = [q for q in (dict(p, num_stages=p["num_stages"] + 1),
+                                dict(p, num_stages=p["num_stages"] + 1, TMA_STORE=0)) if space.is_valid(q)]
+            out += more[:1]
             continue
         deeper = [dict(p, num_stages=s) for s in range(8, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
         if deeper:
