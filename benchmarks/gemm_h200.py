@@ -143,7 +143,7 @@ def main() -> None:
                          "slower than plain persistent tiles on the H200 (calls Z1-Z6, BENCHMARKS.md)")
     ap.add_argument("--no-tma-store", action="store_true", help="leave the TMA_STORE gene (C through a descriptor) out")
     ap.add_argument("--no-bn-tail", action="store_true",
-                    help="leave the BN_TAIL gene (96/160/192-wide tiles as two accumulators) and its wave-filling seeds out")
+                    help="leave the BN_TAIL gene (96-320-wide tiles as two accumulators) and its wave-filling seeds out")
     ap.add_argument("--a-reg", action="store_true",
                     help="add the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers): off by "
                          "default, as it measured 1.5-3x slower than the same tiles without it (call BA)")
@@ -218,8 +218,8 @@ def main() -> None:
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
             seeds = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail)
             descriptor = gemm_class
-            # the tiles that fill the waves best at this M x N (from a few hundred tokens up,
-            # where 96 tiles of 128x256 leave 36 of 132 SMs idle)
+            # the tiles that fill the waves best at this M x N (from 64 tokens up: at M=512
+            # x N=6144, 96 tiles of 128x256 leave 36 of 132 SMs idle)
             waves = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in
                      wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore, top=6)] if tail and m >= 64 else []
             if areg:  # a tile with a tail also as 64-wide MMAs sharing A in registers

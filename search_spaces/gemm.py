@@ -275,13 +275,14 @@ def _tile_rate(bm: int, w: int) -> float:
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
-    for each tile of 64-256 rows and 64-256 columns (96, 160, 192 and 320 with a tail; 64x32
-    and 64x64 with the deepest pipeline that fits, as cuBLAS runs them at Qwen3's o M=256 and
-    Llama's o M=64, call BB; those without a tail also split in two along K where they are
-    fewer than the SMs, scored 10% down for the partials), the
+    for each tile of 64-256 rows and 64-256 columns, at least 64 x 128 (96, 160, 192 and 320
+    with a tail), and 64x32 and 64x64 with the deepest pipeline that fits (as cuBLAS runs them
+    at Qwen3's o M=256 and Llama's o M=64, call BB) -- those without a tail also split in two
+    along K where they are fewer than the SMs, scored 10% down for the partials -- the
     fraction of the SMs' time in whole waves that does useful work (tiles over the waves'
     slots, times the tiles' coverage of M x N), times the tile's own rate (`_tile_rate`,
-    `TAIL_RATE`); the `top` best of those at least 64 x 128, ties to the larger tile. At
+    `_tail_rate`); the `top` best, ties to the larger tile. One warpgroup (4 warps) per
+    64-row tile, two per larger one. At
     M=512 x N=6144 on 132 SMs: 128x192 tiles (128 of them, 97%), then 128x256 (96, 73%).
     The search still measures them; this only says where to start.
 
