@@ -164,3 +164,23 @@ def test_a_new_batch_size_starts_from_the_nearest_searched_ones(tmp_path):
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 512, 2) == [256, 1024]
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 16, 1) == [64]  # M itself is left out
     assert nearest_ms(str(moe), "no-such-model", 4, 2) == [] and nearest_ms("", "qwen3-30b-a3b", 4, 2) == []
+
+
+def test_earlier_winners_come_back_with_deeper_pipelines_where_they_fit():
+    """cuBLAS runs narrow tiles 6-16 stages deep (call BB); a 64-row winner is re-seeded at
+    the deepest pipeline that fits in shared memory (up to 8), a larger one with one stage
+    more, its C stored from registers where staging C leaves no room."""
+    from gemm_h200 import deep_variants
+
+    from evokernel.search_spaces.triton_gemm import DEFAULTS
+
+    space = gemm_space(tma_store=True, bn_tail=True)
+    narrow = dict(DEFAULTS, BM=64, BN=64, BK=128, num_warps=4, num_stages=5, TMA_STORE=0, BN_TAIL=0)
+    wide = dict(DEFAULTS, BM=128, BN=128, BK=64, num_warps=8, num_stages=4, TMA=1, TMA_STORE=2, BN_TAIL=64)
+    full = dict(DEFAULTS, BM=64, BN=256, BK=64, num_warps=4, num_stages=5, TMA=1, TMA_STORE=2, BN_TAIL=64)
+    assert all(space.is_valid(p) for p in (narrow, wide))
+    deep = deep_variants([narrow, wide, full], space)
+    # 64x64x128: 32 KiB a stage, 7 fit; 128x(128+64) s5 fits only without C's staging;
+    # 64x(256+64) is already as deep as shared memory allows (the 5-stage point is invalid)
+    assert deep == [dict(narrow, num_stages=7), dict(wide, num_stages=5, TMA_STORE=0)]
+    assert all(space.is_valid(p) for p in deep)
