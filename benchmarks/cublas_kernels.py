@@ -24,6 +24,28 @@ SHAPES = {"llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (2867
 MS = (16, 64, 256, 512, 2048, 4096, 8192)
 
 
+def kernel_names(m: int, n: int, k: int, *, reps: int = 5) -> dict[str, float]:
+    """The kernels torch.matmul (cuBLAS) runs for a bf16 M x K by K x N product (B row-major,
+    as the problems lay it out): name -> median device time in us, under torch.profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):  # cuBLAS's heuristics and workspace set up outside the profile
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(ev.name, []).append(ev.device_time)
+    return {name: statistics.median(us) for name, us in kernels.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "cublas-out"))
@@ -34,28 +56,14 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     rows = []
     for model, layers in SHAPES.items():
         for layer, (n, k) in layers.items():
             for m in args.ms:
-                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-                for _ in range(3):  # cuBLAS's heuristics and workspace set up outside the profile
-                    torch.matmul(a, b)
-                torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(args.reps):
-                        torch.matmul(a, b)
-                    torch.cuda.synchronize()
-                kernels: dict[str, list[float]] = {}
-                for ev in prof.events():
-                    if ev.device_type == torch.autograd.DeviceType.CUDA:
-                        kernels.setdefault(ev.name, []).append(ev.device_time)
+                times = kernel_names(m, n, k, reps=args.reps)
                 row = {"model": model, "layer": layer, "M": m, "N": n, "K": k,
-                       "kernels": [{"name": name, "calls": len(us), "median_us": statistics.median(us)}
-                                   for name, us in kernels.items()]}
+                       "kernels": [{"name": name, "calls": args.reps, "median_us": us} for name, us in times.items()]}
                 rows.append(row)
                 print(f"{model} {layer} M={m}: " + "; ".join(f"{x['name'][:150]} x{x['calls']} {x['median_us']:.1f}us"
                                                          for x in row["kernels"]), flush=True)

@@ -112,6 +112,24 @@ def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
     return out
 
 
+def cublas_seeds(m: int, shape: dict, space, off: dict[str, int], *, tma_store: bool) -> tuple[list[str], list[dict]]:
+    """The kernels cuBLAS runs at this M x N x K (torch.profiler) and the template's nearest
+    points to them (`cublas_seed`), valid in `space` with its optional genes off. A failure
+    to profile is said and gives no seed."""
+    from evokernel.search_spaces import cublas_seed
+
+    try:
+        from cublas_kernels import kernel_names
+
+        names = list(kernel_names(m, int(shape["N"]), int(shape["K"])))
+    except Exception as exc:  # the profiler is a convenience here, not the benchmark
+        print(f"cuBLAS's kernels at M={m}: not read ({type(exc).__name__}: {exc})", flush=True)
+        return [], []
+    points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store) for name in names]
+    points = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in points if p]
+    return names, [p for p in points if space.is_valid(p)]
+
+
 def fp8_seeds(m: int, defaults: dict[str, int]) -> list[dict[str, int]]:
     """Starting points for the fp8 template: its default, wide tiles for large M, small
     tiles with split-K for skinny M (weights-bound)."""
@@ -147,6 +165,8 @@ def main() -> None:
     ap.add_argument("--a-reg", action="store_true",
                     help="add the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers): off by "
                          "default, as it measured 1.5-3x slower than the same tiles without it (call BA)")
+    ap.add_argument("--no-cublas-seed", action="store_true",
+                    help="do not seed each search with the tile cuBLAS runs at its shape (read with torch.profiler)")
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -208,6 +228,7 @@ def main() -> None:
         problem = Problem.load(problem_path)
         if ev is not None:  # the last job's judge holds its input sets in GPU memory: give them back
             ev.close()
+        cublas_kernels: list[str] = []
         if args.fp8:
             epi = {}
             ev = KernelEvaluator(problem, lambda g: fp8_source(g.params), device=args.device)
@@ -228,7 +249,11 @@ def main() -> None:
             # this shape's earlier winners, then the winners of the other shapes at this M
             # (a new model's projections start from what won at the same batch size)
             prior = prior_seeds(args.prior, space, model=model, layer=layer, M=m)
-            seeds = (prior + deep_variants(prior, space) + waves
+            # the tile cuBLAS itself runs here, in the template's terms (call BB: at the rows
+            # we lost, cuBLAS ran tiles the seeds had never proposed)
+            cublas_kernels, from_cublas = cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore) \
+                if args.device == "cuda" and not args.no_cublas_seed else ([], [])
+            seeds = (prior + deep_variants(prior, space) + from_cublas + waves
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also
@@ -262,6 +287,7 @@ def main() -> None:
         flops = problem.flops(shape) or 0.0
         ms = part["winner_ms"]
         row = {"model": model, "layer": layer, "M": m, "N": int(shape["N"]), "K": int(shape["K"]),
+               **({"cublas_kernels": cublas_kernels} if cublas_kernels else {}),
                "winner_short": short(part["winner"]), "tflops": flops / (ms * 1e-3) / 1e12 if ms else None, **part}
         doc["rows"].append(row)
         write(out, doc)

@@ -22,6 +22,8 @@ True
 
 from __future__ import annotations
 
+import re
+
 from evokernel.genome import Genome
 from evokernel.search_spaces.triton_gemm import DEFAULTS
 from evokernel.space import (
@@ -36,7 +38,7 @@ from evokernel.space import (
     thread_limit,
 )
 
-__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "DEFAULTS"]
+__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "DEFAULTS"]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
 #: loop state and the epilogue take.
@@ -336,6 +338,59 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                         break
     scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
     return [p for _, _, p in scored[:top]]
+
+
+#: cuBLAS's Hopper kernels (CUDA 12.9+): nvjet_sm90_tst_<rows>x<cols>_<BK>x<stages>_<cluster>_...
+_NVJET = re.compile(r"nvjet_sm90_tst_(\d+)x(\d+)_(\d+)x(\d+)_\d+x\d+_")
+
+
+def _pow2_floor(x: int, lo: int, hi: int) -> int:
+    p = lo
+    while p * 2 <= min(x, hi):
+        p *= 2
+    return p
+
+
+def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool = False,
+                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> dict[str, int] | None:
+    """The template's nearest point to the kernel cuBLAS ran at M x N (its name, as
+    torch.profiler reports it), or None for a kernel whose name says no tile. cuBLAS computes
+    C^T for row-major torch tensors, so its tile's rows run along our N and its columns along
+    our M. Widths that are no power of two become BN + BN_TAIL (192 = 128 + 64, 320 = 256 + 64),
+    rows that are none round down (192 -> 128); its stages are capped at what fits (at most
+    8), its split-K becomes SPLIT_K=2 with the in-kernel fixup, its cluster is dropped
+    (num_ctas=2 fails or gives NaN in Triton 3.6 here). At Qwen3's qkv, M=512, cuBLAS's
+    320x64 tile became the 64x(256+64) that beat it (1.021, call BD).
+
+    >>> p = cublas_seed("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120, tma_store=True)
+    >>> p["BM"], p["BN"], p["BN_TAIL"], p["num_warps"], p["num_stages"]
+    (64, 256, 64, 4, 4)
+    >>> p = cublas_seed("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048)  # 13 stages: 8 fit
+    >>> p["BM"], p["BN"], p["num_stages"], p["SPLIT_K"]
+    (64, 64, 8, 1)
+    >>> cublas_seed("void cublasLt::splitKreduce_kernel<32, 16, int>", 16, 4096) is None
+    True
+    """
+    match = _NVJET.search(kernel)
+    if not match:
+        return None
+    rows, cols, bk, stages = map(int, match.groups())
+    split = 2 if "splitK" in kernel else 1
+    bm = _pow2_floor(cols, 16, 256)
+    bn = _pow2_floor(rows, 32, 256)
+    tail = rows - bn if rows - bn in (32, 64) and rows - bn < bn and split == 1 else 0
+    warps = 4 if bm <= 64 else 8
+    tiles = -(-m // bm) * -(-n // (bn + tail)) * split
+    persistent = int(tiles > sms and not tail)
+    space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
+    stores = (1, 2, 0) if tma_store and split == 1 else (0,) if tma_store else (None,)
+    for depth in range(min(stages, 8), 1, -1):
+        for store in stores:
+            p = _point(bm, bn, _pow2_floor(bk, 32, 128), warps, depth, TMA=1, PERSISTENT=persistent, BN_TAIL=tail,
+                       SPLIT_K=split, SPLITK_FIXUP=int(split > 1), **({} if store is None else {"TMA_STORE": store}))
+            if space.is_valid(p):
+                return p
+    return None
 
 
 def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,

@@ -184,3 +184,27 @@ def test_earlier_winners_come_back_with_deeper_pipelines_where_they_fit():
     # 64x(256+64) is already as deep as shared memory allows (the 5-stage point is invalid)
     assert deep == [dict(narrow, num_stages=7), dict(wide, num_stages=5, TMA_STORE=0)]
     assert all(space.is_valid(p) for p in deep)
+
+
+def test_cublas_kernel_names_become_seeds_of_the_benchmark_space(monkeypatch, capsys):
+    """Call BB's names (cuBLAS 13 on the H200) at the rows the searches lost: each becomes a
+    valid point of the benchmark's space, its optional genes off; names without a tile
+    (the split-K reduction, a memset) give none; a profile that fails gives no seed."""
+    import torch
+    from gemm_h200 import cublas_seeds
+
+    import cublas_kernels
+
+    space = gemm_space(swap_ab=True, tma_store=True, bn_tail=True)
+    off = {"SWAP_AB": 0, "TMA_STORE": 0, "BN_TAIL": 0}
+    shape = {"M": 512, "N": 5120, "K": 2048}
+    if not torch.cuda.is_available():  # the real profile fails here: said, and no seed
+        assert cublas_seeds(512, shape, space, off, tma_store=True) == ([], [])
+        assert "not read" in capsys.readouterr().out
+    recorded = {"nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT": 7.6, "Memset (Device)": 0.7,
+                "void cublasLt::splitKreduce_kernel<32, 16, int, float>": 1.7}
+    monkeypatch.setattr(cublas_kernels, "kernel_names", lambda m, n, k, reps=5: recorded)
+    names, points = cublas_seeds(512, shape, space, off, tma_store=True)
+    assert names == list(recorded)
+    assert [(p["BM"], p["BN"], p["BN_TAIL"], p["num_warps"], p["SWAP_AB"]) for p in points] == [(64, 256, 64, 4, 0)]
+    assert all(space.is_valid(p) for p in points)

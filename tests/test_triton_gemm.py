@@ -536,3 +536,37 @@ def test_a_compile_error_in_a_called_function_says_its_reason_first(tmp_path) ->
     # the reason (the callee's error) before the caller's excerpt
     assert text.index("power of 2") < text.index("(raised from)") < text.index("inner(x_ptr, BLOCK)"), text
     assert "tl.reshape" in text.split("(raised from)")[0]  # where in the callee, too
+
+
+# (kernel, M, N): every tile cuBLAS 13 ran on the H200 at the grid (call BB)
+CUBLAS_KERNELS = [
+    ("nvjet_sm90_tst_64x16_64x16_4x1_v_bz_NNT", 16, 6144), ("nvjet_sm90_tst_64x64_64x13_4x1_v_bz_NNT", 64, 6144),
+    ("nvjet_sm90_tst_96x128_64x6_2x1_v_bz_NNN", 256, 6144),
+    ("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", 512, 6144),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 2048, 6144),
+    ("nvjet_sm90_tst_64x16_64x16_2x1_v_bz_splitK_NNT", 16, 4096), ("nvjet_sm90_tst_64x32_64x16_1x2_h_bz_NNT", 64, 4096),
+    ("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", 256, 4096), ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", 512, 4096),
+    ("nvjet_sm90_tst_128x16_64x11_2x1_v_bz_NNT", 16, 28672), ("nvjet_sm90_tst_256x64_64x5_4x1_v_bz_NNT", 64, 28672),
+    ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 512, 28672),
+    ("nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopB_NNN", 8192, 28672),
+    ("nvjet_sm90_tst_128x16_64x11_2x1_v_bz_splitK_NNT", 16, 4096),
+    ("nvjet_sm90_tst_128x64_64x8_2x1_v_bz_splitK_NNT", 64, 4096),
+    ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_splitK_NNT", 256, 4096),
+    ("nvjet_sm90_tst_160x64_64x6_1x2_h_bz_NNN", 256, 5120), ("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120),
+    ("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048),
+    ("nvjet_sm90_tst_64x64_64x13_4x1_v_bz_splitK_NNT", 64, 2048),
+]
+
+
+def test_every_tile_cublas_ran_has_a_valid_nearest_point():
+    from evokernel.search_spaces import cublas_seed
+
+    for tma_store in (False, True):
+        space = gemm_space(tma_store=tma_store, bn_tail=True)
+        for name, m, n in CUBLAS_KERNELS:
+            p = cublas_seed(name, m, n, tma_store=tma_store)
+            assert p is not None and space.is_valid(p), (name, p and space.why_invalid(p))
+            rows, cols = (int(x) for x in name.split("_")[3].split("x"))
+            assert p["BM"] <= cols and p["BN"] + p["BN_TAIL"] <= rows  # never a larger tile than cuBLAS's
+            assert p["SPLIT_K"] == (2 if "splitK" in name else 1)
+    assert cublas_seed("Memset (Device)", 16, 4096) is None
