@@ -120,7 +120,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--deadline", type=float, default=90.0)
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--no-graph", dest="graph", action="store_false", help="plain do_bench (host time included)")
+    ap.add_argument("--timing", choices=["graph", "plain", "gate"], default="graph",
+                    help="graph: CUDA-graph replays of one input set, L2 warm (default); plain: do_bench (host "
+                         "time included); gate: the gate's own harness (evokernel.bench.time_cuda: 4 input sets "
+                         "rotated, L2 flushed before each call), which ranks tiles as the searches do")
+    ap.add_argument("--no-graph", dest="timing", action="store_const", const="plain", help="the same as --timing plain")
     ap.add_argument("--set", choices=["streamk", "tail", "wide"], default="streamk",
                     help="the stream-K configs (default), the tiles with a BN tail, or the 320-wide tiles")
     args = ap.parse_args()
@@ -132,7 +136,11 @@ def main() -> None:
     import torch
     import triton
 
+    from evokernel.bench import time_cuda
     from evokernel.search_spaces.triton_gemm import gemm, last_compiled
+
+    watched = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
+               "time.perf_counter": time.perf_counter}
 
     rows: list[dict] = []
     for shape in args.shapes:
@@ -143,7 +151,10 @@ def main() -> None:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
         ref = a @ b
-        fns = {"cublas": lambda: torch.matmul(a, b)}
+        # the gate's timing rotates input sets: three more of the same shape
+        sets = [(a, b)] + [(torch.randn_like(a), torch.randn_like(b) / k ** 0.5) for _ in range(3)] \
+            if args.timing == "gate" else [(a, b)]
+        fns = {"cublas": [lambda x=x, y=y: torch.matmul(x, y) for x, y in sets]}
         info: dict[str, dict] = {"cublas": {}}
         for name, cfg in configs.items():
             try:
@@ -153,24 +164,29 @@ def main() -> None:
                 last = last_compiled()
                 info[name] = {"err": err, "n_regs": getattr(last, "n_regs", None),
                               "n_spills": getattr(last, "n_spills", None)}
-                fns[name] = lambda cfg=cfg: gemm(a, b, **cfg)
+                fns[name] = [lambda cfg=cfg, x=x, y=y: gemm(x, y, **cfg) for x, y in sets]
             except Exception as e:  # a failure is a row, not the end of the probe
                 info[name] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(args.rounds):
             for name, fn in fns.items():
-                # replayed from a CUDA graph: the wrapper's host work (descriptors, workspace)
-                # is not the kernel's time (call Z5's plain do_bench read 0.06-0.14 ms for a
-                # 0.048 ms kernel: host-bound, and noisy where cuBLAS was not)
-                times[name].append(triton.testing.do_bench_cudagraph(fn, rep=20) if args.graph
-                                   else triton.testing.do_bench(fn, warmup=5, rep=20))
+                if args.timing == "gate":  # call BE: warm-L2 replays and the gate ranked two tiles oppositely
+                    samples, _, _ = time_cuda(fn, watched=watched, max_s=0.5)
+                    times[name].append(statistics.median(samples))
+                elif args.timing == "graph":
+                    # replayed from a CUDA graph: the wrapper's host work (descriptors, workspace)
+                    # is not the kernel's time (call Z5's plain do_bench read 0.06-0.14 ms for a
+                    # 0.048 ms kernel: host-bound, and noisy where cuBLAS was not)
+                    times[name].append(triton.testing.do_bench_cudagraph(fn[0], rep=20))
+                else:
+                    times[name].append(triton.testing.do_bench(fn[0], warmup=5, rep=20))
         cublas = statistics.median(times["cublas"])
         for name in fns:
             ms = statistics.median(times[name])
             rows.append({"shape": shape, "config": name, "ms": ms, "vs_cublas": cublas / ms,
                          "spread": [min(times[name]), max(times[name])], **info[name]})
         rows += [{"shape": shape, "config": name, **v} for name, v in info.items() if "error" in v]
-        (out / f"{args.set}_probe.json").write_text(json.dumps(rows, indent=1))
+        (out / f"{args.set}_probe.json").write_text(json.dumps({"timing": args.timing, "rows": rows}, indent=1))
         print(f"{shape}: " + ", ".join(f"{r['config']} {r['ms']:.4f} ({r['vs_cublas']:.3f})"
                                       for r in rows if r["shape"] == shape and "ms" in r), flush=True)
     lines = ["| shape | config | ms | vs cuBLAS | regs | spills | max rel err |", "|---|---|---|---|---|---|---|"]
