@@ -23,6 +23,7 @@ True
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from evokernel.genome import Genome
 from evokernel.search_spaces.triton_gemm import DEFAULTS
@@ -274,6 +275,23 @@ def _tile_rate(bm: int, w: int) -> float:
     return 0.8 if bm * w >= 64 * 192 else 0.7
 
 
+def _fitting_point(space: SearchSpace, bm: int, bn: int, bk: int, depths: Iterable[int], *, tma_store: bool,
+                   **genes: int) -> dict[str, int] | None:
+    """The first point of `space` with this tile at the deepest of `depths` that fits, C
+    staged whole, else in halves, else stored from registers (a 128x320 tile's pipeline
+    leaves no room for the whole of C); one warpgroup (4 warps) per tile of up to 64 rows,
+    two for larger ones (64x320 ran 0.0160 ms with 4 warps, 0.0267 with 8: Qwen3 qkv
+    M=512, call BC). None where no depth fits."""
+    stores = (1, 2, 0) if tma_store and genes.get("SPLIT_K", 1) == 1 else (0,) if tma_store else (None,)
+    for depth in depths:
+        for store in stores:
+            p = _point(bm, bn, bk, 4 if bm <= 64 else 8, depth, **genes,
+                       **({} if store is None else {"TMA_STORE": store}))
+            if space.is_valid(p):
+                return p
+    return None
+
+
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
@@ -321,21 +339,14 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 fill *= _tail_rate(bn, tail) * _tile_rate(bm, w)
                 # one warpgroup per 64 rows: 64x320 ran 0.0160 ms with 4 warps and 0.0267
                 # with 8 (Qwen3 qkv, M=512, call BC)
-                warps = 4 if bm == 64 else 8
-                extra = {"SPLIT_K": split, "SPLITK_FIXUP": int(split > 1)}
-                # C staged whole, else in halves, else stored from registers (a 128x320
-                # tile's pipeline leaves no room for the whole of C)
-                stores = (1, 2, 0) if tma_store and split == 1 else (0,) if tma_store else (None,)
                 # 64-row tiles run deeper pipelines (64x(128+64): 5 stages 0.0419 ms, 4 stages
                 # 0.0497 at Llama qkv M=512, call BC); tiles with a tail are not persistent
                 # (128x(256+64) at Qwen3 qkv M=2048: 0.0805 ms persistent, 0.0667 not)
                 depths = (8, 7, 6, 5, 4, 3) if bm == 64 and w <= 64 else (5, 4, 3) if bm == 64 else (4, 3)
-                for stages, store in ((st, ts) for st in depths for ts in stores):
-                    p = _point(bm, bn, 64, warps, stages, TMA=1, PERSISTENT=int(waves > 1 and not tail),
-                               BN_TAIL=tail, **extra, **({} if store is None else {"TMA_STORE": store}))
-                    if space.is_valid(p):
-                        scored.append((round(fill, 3), bm * w, p))
-                        break
+                p = _fitting_point(space, bm, bn, 64, depths, tma_store=tma_store, TMA=1, BN_TAIL=tail,
+                                   PERSISTENT=int(waves > 1 and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
+                if p is not None:
+                    scored.append((round(fill, 3), bm * w, p))
     scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
     return [p for _, _, p in scored[:top]]
 
@@ -379,18 +390,11 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     bm = _pow2_floor(cols, 16, 256)
     bn = _pow2_floor(rows, 32, 256)
     tail = rows - bn if rows - bn in (32, 64) and rows - bn < bn and split == 1 else 0
-    warps = 4 if bm <= 64 else 8
     tiles = -(-m // bm) * -(-n // (bn + tail)) * split
-    persistent = int(tiles > sms and not tail)
     space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
-    stores = (1, 2, 0) if tma_store and split == 1 else (0,) if tma_store else (None,)
-    for depth in range(min(stages, 8), 1, -1):
-        for store in stores:
-            p = _point(bm, bn, _pow2_floor(bk, 32, 128), warps, depth, TMA=1, PERSISTENT=persistent, BN_TAIL=tail,
-                       SPLIT_K=split, SPLITK_FIXUP=int(split > 1), **({} if store is None else {"TMA_STORE": store}))
-            if space.is_valid(p):
-                return p
-    return None
+    return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 8), 1, -1),
+                          tma_store=tma_store, TMA=1, BN_TAIL=tail, PERSISTENT=int(tiles > sms and not tail),
+                          SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
 
 
 def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
