@@ -126,7 +126,7 @@ def cublas_seeds(m: int, shape: dict, space, off: dict[str, int], *, tma_store: 
         print(f"cuBLAS's kernels at M={m}: not read ({type(exc).__name__}: {exc})", flush=True)
         return [], []
     points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store) for name in names]
-    points = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in points if p]
+    points = [{**off, **p} for p in points if p]
     return names, [p for p in points if space.is_valid(p)]
 
 
@@ -241,7 +241,7 @@ def main() -> None:
             descriptor = gemm_class
             # the tiles that fill the waves best at this M x N (from 64 tokens up: at M=512
             # x N=6144, 96 tiles of 128x256 leave 36 of 132 SMs idle)
-            waves = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in
+            waves = [{**off, **p} for p in
                      wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore, top=6)] if tail and m >= 64 else []
             if areg:  # a tile with a tail also as 64-wide MMAs sharing A in registers
                 waves = [q for p in waves for q in ([p, dict(p, A_REG=1)] if p.get("BN_TAIL") else [p])
@@ -261,7 +261,7 @@ def main() -> None:
             # and the sweeps' best points come first
             # (gemm_seeds knows the optional genes it was told of, not A_REG: each seed gets the
             # genes it lacks as off, as call BA's log showed two seeds dropped for want of A_REG)
-            seeds = [dict(p, **{k: v for k, v in off.items() if k not in p}) for p in seeds]
+            seeds = [{**off, **p} for p in seeds]
             seeds = [p for i, p in enumerate(seeds) if p not in seeds[:i]][:max(1, args.budget // 2)]
         shape = problem.shapes[0]
         if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
