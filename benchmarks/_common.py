@@ -113,11 +113,13 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
     return part, report
 
 
-def prior_seeds(path: Any, space: Any, **match: Any) -> list[dict[str, Any]]:
+def prior_seeds(path: Any, space: Any, *, normalise: Any = None, **match: Any) -> list[dict[str, Any]]:
     """The winners of earlier calls for this job, as seeds: rows of a results JSON
     (`benchmarks/results/gemm.json` and the like) whose fields equal `match` (e.g. model=,
     layer=, M=). A gene the space has and the row lacks (one added since) takes its first
-    value (the structure off); rows not valid in the space are left out. No file, no seeds."""
+    value (the structure off); `normalise` (point -> point), where given, then rewrites what
+    the space now spells otherwise (e.g. a gene that changed nothing, since ruled out, as
+    off); rows not valid in the space are left out. No file, no seeds."""
     import json
     from pathlib import Path
 
@@ -135,6 +137,8 @@ def prior_seeds(path: Any, space: Any, **match: Any) -> list[dict[str, Any]]:
         if not isinstance(params, dict):
             continue
         point = {p.name: params.get(p.name, p.values[0]) for p in space.params}
+        if normalise is not None:
+            point = normalise(point)
         missing = [p.name for p in space.params if p.name not in params and p.name not in OPTIONAL_GENES]
         if not missing and space.is_valid(point) and point not in out:
             out.append(point)

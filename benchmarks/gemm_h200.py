@@ -179,7 +179,8 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space, wave_seeds
+    from evokernel.search_spaces import (coop_variant, gemm_class, gemm_seeds, gemm_space, wave_seeds,
+                                         without_idle_genes)
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
@@ -248,14 +249,20 @@ def main() -> None:
                          if space.is_valid(q)]
             # this shape's earlier winners, then the winners of the other shapes at this M
             # (a new model's projections start from what won at the same batch size)
-            prior = prior_seeds(args.prior, space, model=model, layer=layer, M=m)
+            # (a winner recorded with a gene since ruled out as changing nothing is read as
+            # the same kernel without it: `without_idle_genes`)
+            prior = prior_seeds(args.prior, space, normalise=without_idle_genes, model=model, layer=layer, M=m)
+            # and each as the warp-specialised kernel cuBLAS's `coop` kernels are (a producer
+            # warpgroup, two consumer ones), never measured before session 10: the space held
+            # only 8-warp "ws" kernels, which Triton 3.6 compiles as if without
+            coops = [q for q in (coop_variant(space, p) for p in prior if not p.get("WARP_SPEC")) if q]
             # the tile cuBLAS itself runs here, in the template's terms (call BB: at the rows
             # we lost, cuBLAS ran tiles the seeds had never proposed)
             cublas_kernels, from_cublas = cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore) \
                 if args.device == "cuda" and not args.no_cublas_seed else ([], [])
-            seeds = (prior + deep_variants(prior, space) + from_cublas + waves
+            seeds = (prior + deep_variants(prior, space) + coops + from_cublas + waves
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
-                     + prior_seeds(args.prior, space, M=m) + seeds)
+                     + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also
             # explores (calls W and X ran budget 14 with 16 seeds: seeds only); earlier winners
             # and the sweeps' best points come first

@@ -13,7 +13,9 @@ stream-K tiles sum in another order and read ~3e-3, calls Z5-Z6).
 
 With `--set tail` it times tiles BN + BN_TAIL wide (96, 160, 192: two accumulators) against
 the power-of-two tiles, where those leave a wave partly idle (qkv at M=256-2048); with
-`--set wide` the 320-wide tiles (256 + 64) cuBLAS runs at Qwen3's qkv.
+`--set wide` the 320-wide tiles (256 + 64) cuBLAS runs at Qwen3's qkv; with `--set coop` the
+warp-specialised cooperative kernels (a producer warpgroup, two consumers) cuBLAS runs from
+M=2048 up.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from pathlib import Path
 SHAPES = {"qkv-512": (512, 6144, 4096), "o-512": (512, 4096, 4096), "down-512": (512, 4096, 14336),
           "qkv-256": (256, 6144, 4096),
           # Qwen3-30B-A3B's qkv (N=5120, K=2048) where its rows lose most (0.81-0.87x cuBLAS)
-          "qwen-qkv-256": (256, 5120, 2048), "qwen-qkv-512": (512, 5120, 2048), "qwen-qkv-2048": (2048, 5120, 2048)}
+          "qwen-qkv-256": (256, 5120, 2048), "qwen-qkv-512": (512, 5120, 2048), "qwen-qkv-2048": (2048, 5120, 2048),
+          # where cuBLAS runs its cooperative kernels (call BB)
+          "qkv-2048": (2048, 6144, 4096), "o-8192": (8192, 4096, 4096), "gate_up-512": (512, 28672, 4096)}
 BASE = {"GROUP_M": 8, "SPLIT_K": 1, "SPLITK_FIXUP": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0, "SWAP_AB": 0,
         "PERSISTENT": 1, "TMA": 1}
 #: name -> config: plain persistent, then the same tile with the stream-K phase
@@ -113,6 +117,25 @@ WIDE_CONFIGS = {
                                 TMA_STORE=2, PERSISTENT=0),
 }
 
+#: --set coop: the warp-specialised ("cooperative") kernel, a producer warpgroup and two
+#: consumer warpgroups of BM/2 rows (Triton 3.6 builds it only from a non-persistent 4-warp
+#: kernel; the searches' "ws" winners had 8 warps and compiled as if without), as cuBLAS runs
+#: at every row from M=2048 up and at Llama's qkv M=512 (call BB), against the searches' tiles
+COOP = dict(TAIL, PERSISTENT=0, TMA_STORE=0, WARP_SPEC=1, num_warps=4, BK=64)
+COOP_CONFIGS = {
+    "128x256 s4 ts2 P": TAIL_CONFIGS["128x256 s4 ts2 P"],
+    "128x256 s4 coop": dict(COOP, BM=128, BN=256, num_stages=4),
+    "128x256 s3 coop": dict(COOP, BM=128, BN=256, num_stages=3),
+    "256x128 s4 coop": dict(COOP, BM=256, BN=128, num_stages=4),
+    "128x(256+64) s3 coop": dict(COOP, BM=128, BN=256, BN_TAIL=64, num_stages=3),
+    "128x(128+64) s4 ts1": TAIL_CONFIGS["128x(128+64) s4 ts1"],
+    "64x(128+64) s5 ts1": WIDE_CONFIGS["64x(128+64) s5 ts1"],
+    "128x(128+64) s5 coop": dict(COOP, BM=128, BN=128, BN_TAIL=64, num_stages=5),
+    "128x(128+64) s4 coop": dict(COOP, BM=128, BN=128, BN_TAIL=64, num_stages=4),
+    "128x128 s6 coop": dict(COOP, BM=128, BN=128, num_stages=6),
+    "128x128 s4 ts1 P": TAIL_CONFIGS["128x128 s4 ts1 P"],
+}
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -125,10 +148,11 @@ def main() -> None:
                          "time included); gate: the gate's own harness (evokernel.bench.time_cuda: 4 input sets "
                          "rotated, L2 flushed before each call), which ranks tiles as the searches do")
     ap.add_argument("--no-graph", dest="timing", action="store_const", const="plain", help="the same as --timing plain")
-    ap.add_argument("--set", choices=["streamk", "tail", "wide"], default="streamk",
-                    help="the stream-K configs (default), the tiles with a BN tail, or the 320-wide tiles")
+    ap.add_argument("--set", choices=["streamk", "tail", "wide", "coop"], default="streamk",
+                    help="the stream-K configs (default), the tiles with a BN tail, the 320-wide tiles, or the "
+                         "warp-specialised cooperative kernels")
     args = ap.parse_args()
-    configs = {"tail": TAIL_CONFIGS, "wide": WIDE_CONFIGS}.get(args.set, CONFIGS)
+    configs = {"tail": TAIL_CONFIGS, "wide": WIDE_CONFIGS, "coop": COOP_CONFIGS}.get(args.set, CONFIGS)
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,12 @@
 
 Constraints rule out, before anything compiles, what cannot fit an H200: shared memory for
 the pipeline's stages, the accumulator's registers per thread (under `maxnreg` where set),
-and warp specialisation without TMA (its producer warps issue bulk copies). One rule keeps
-duplicates out: the split-K fixup gene means something only with split-K. What else fails
+and warp specialisation where Triton 3.6 cannot build it on Hopper. Its one form there is a
+non-persistent kernel of 4 warps whose K loop Triton splits into a producer warpgroup
+(TMA loads) and two consumer warpgroups of BM/2 rows each (12 warps): cuBLAS's `coop`
+kernels' structure. Two rules keep duplicates out: the split-K fixup gene means something
+only with split-K, and WARP_SPEC=1 with 8 warps or a persistent kernel compiles to the same
+kernel as WARP_SPEC=0 (`warp_spec_idle`). What else fails
 (a cluster shape Triton rejects, a warp-specialised loop this Triton cannot split) fails
 once and is learned by the search (`SearchOptions.learn_failures`).
 
@@ -39,7 +43,8 @@ from evokernel.space import (
     thread_limit,
 )
 
-__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "DEFAULTS"]
+__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "coop_variant",
+           "warp_spec_idle", "without_idle_genes", "DEFAULTS"]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
 #: loop state and the epilogue take.
@@ -52,6 +57,12 @@ def _width(p: Point) -> int:
 
 
 def _registers(p: Point) -> str | None:
+    if p["WARP_SPEC"]:  # two consumer warpgroups of BM/2 rows each hold the accumulator
+        per_thread = p["BM"] * _width(p) // (2 * 128)
+        if per_thread > ACC_REGISTERS:
+            return (f"registers: a {p['BM'] // 2}x{_width(p)} fp32 accumulator per consumer warpgroup is "
+                    f"{per_thread} registers per thread (at most {ACC_REGISTERS})")
+        return None
     per_thread = p["BM"] * _width(p) // (32 * p["num_warps"])
     cap = min(ACC_REGISTERS, p["maxnreg"] - 64) if p["maxnreg"] else ACC_REGISTERS
     if per_thread > cap:
@@ -60,10 +71,57 @@ def _registers(p: Point) -> str | None:
     return None
 
 
-def _warp_spec(p: Point) -> str | None:
-    if p["WARP_SPEC"] and not p["TMA"]:
-        return "warp specialisation needs TMA loads"
-    return None
+def warp_spec_idle(p: Point | dict) -> bool:
+    """Whether WARP_SPEC=1 compiles to the very kernel WARP_SPEC=0 does: Triton 3.6 on Hopper
+    specialises only the K loop of a non-persistent kernel of 4 warps (the PTX of 8-warp and
+    of persistent kernels is identical either way, compiled for sm_90 on the CPU)."""
+    return bool(p["WARP_SPEC"]) and (p["num_warps"] != 4 or bool(p["PERSISTENT"]))
+
+
+def without_idle_genes(p: Point | dict) -> dict:
+    """The point with WARP_SPEC off where it changes nothing (`warp_spec_idle`): how a
+    winner recorded before that was ruled out (e.g. 128x256 w8 persistent "ws", calls
+    AG-BE) is spelled in this space, the same kernel.
+
+    >>> without_idle_genes(dict(DEFAULTS, WARP_SPEC=1, num_warps=8))["WARP_SPEC"]
+    0
+    """
+    return dict(p, WARP_SPEC=0) if warp_spec_idle(p) else dict(p)
+
+
+def _ws_scratch(p: Point, elem_bytes: int) -> int:
+    """Shared memory a warp-specialised kernel takes beside its pipeline: the consumers'
+    C tile converted for the store (16 KB per 128 columns of BN, 32 KB at 256; the fp32
+    partial's whole tile with split-K) and the producer's barriers: Triton 3.6's sm_90
+    kernels measured 128x256 s4 229608 B = 196608 + 33000, 128x(128+64) s5 221664 =
+    204800 + 16864, 128x128 split-K 2 s4 196840 = 131072 + 65768."""
+    if p["SPLIT_K"] > 1:
+        return p["BM"] * p["BN"] * 4 + 1024
+    return 8192 * elem_bytes * max(1, p["BN"] // 128) + 1024
+
+
+def _warp_spec(limit: int, elem_bytes: int):
+    def check(p: Point) -> str | None:
+        if not p["WARP_SPEC"]:
+            return None
+        if not p["TMA"]:
+            return "warp specialisation needs TMA loads"
+        if warp_spec_idle(p):
+            return ("warp specialisation: Triton 3.6 specialises only a non-persistent kernel of 4 warps on "
+                    "Hopper (with 8 warps or persistent the kernel is the same as without)")
+        if p["BM"] < 128:
+            # its two consumer warpgroups each take BM/2 rows; at BM=64 each computed the whole
+            # tile and 5 of 5 such kernels gave NaN (calls AF, BA, BD)
+            return "warp specialisation: two consumer warpgroups of BM/2 rows need BM >= 128"
+        if p.get("TMA_STORE") or p.get("SWAP_AB") or p["maxnreg"] or p["num_ctas"] > 1:
+            # Triton 3.6's passes fail on the first two (sm_90, compiled on the CPU); its
+            # warpgroups set their own registers (40 producer, 232 consumers)
+            return "warp specialisation: without a TMA store, swap-AB, maxnreg or a CTA cluster"
+        need = _pipeline_bytes(p, elem_bytes) + _ws_scratch(p, elem_bytes)
+        if need > limit:
+            return f"warp specialisation: the pipeline and the consumers' C tile need {need} B of shared memory > {limit} B"
+        return None
+    return check
 
 
 def _fixup(p: Point) -> str | None:
@@ -211,7 +269,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             Choice("maxnreg", [0, 128, 168, 232]),
         ],
         constraints=[shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes), thread_limit(),
-                     Constraint(_registers, "registers"), Constraint(_warp_spec, "warp specialisation"),
+                     Constraint(_registers, "registers"),
+                     Constraint(_warp_spec(shared_memory_bytes, elem_bytes), "warp specialisation"),
                      Constraint(_fixup, "split-K fixup")],
         name="gemm_hopper",
     )
@@ -276,20 +335,48 @@ def _tile_rate(bm: int, w: int) -> float:
 
 
 def _fitting_point(space: SearchSpace, bm: int, bn: int, bk: int, depths: Iterable[int], *, tma_store: bool,
-                   **genes: int) -> dict[str, int] | None:
+                   coop: bool = False, **genes: int) -> dict[str, int] | None:
     """The first point of `space` with this tile at the deepest of `depths` that fits, C
     staged whole, else in halves, else stored from registers (a 128x320 tile's pipeline
     leaves no room for the whole of C); one warpgroup (4 warps) per tile of up to 64 rows,
     two for larger ones (64x320 ran 0.0160 ms with 4 warps, 0.0267 with 8: Qwen3 qkv
-    M=512, call BC). None where no depth fits."""
-    stores = (1, 2, 0) if tma_store and genes.get("SPLIT_K", 1) == 1 else (0,) if tma_store else (None,)
+    M=512, call BC). With `coop`, the warp-specialised form instead (`coop_variant`). None
+    where no depth fits."""
+    if coop:
+        genes = dict(genes, WARP_SPEC=1, PERSISTENT=0)
+    stores = (0,) if tma_store and coop else (1, 2, 0) if tma_store and genes.get("SPLIT_K", 1) == 1 \
+        else (0,) if tma_store else (None,)
     for depth in depths:
         for store in stores:
-            p = _point(bm, bn, bk, 4 if bm <= 64 else 8, depth, **genes,
+            p = _point(bm, bn, bk, 4 if bm <= 64 or coop else 8, depth, **genes,
                        **({} if store is None else {"TMA_STORE": store}))
             if space.is_valid(p):
                 return p
     return None
+
+
+def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None:
+    """The warp-specialised ("cooperative") form of a TMA tile of at least 128 rows, or None:
+    one producer warpgroup issuing the TMA loads and two consumer warpgroups of BM/2 rows
+    each running the MMAs (Triton 3.6 builds it from a non-persistent 4-warp kernel whose K
+    loop is `warp_specialize`d: 12 warps, the producer at 40 registers, the consumers at
+    232), as cuBLAS's `coop` kernels run 128x192 and 128x256 tiles on the H200 (call BB:
+    every row from M=2048 up, Llama's qkv at M=512); its pipeline as deep as `p`'s plus one
+    stage (a producer with its own warps keeps more stages in flight), or less where it
+    does not fit, C stored from registers (a TMA store fails to compile with it).
+
+    >>> q = coop_variant(gemm_space(), _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1))
+    >>> q["num_warps"], q["num_stages"], q["WARP_SPEC"], q["PERSISTENT"]
+    (4, 4, 1, 0)
+    >>> coop_variant(gemm_space(), _point(64, 256, 64, 4, 4, TMA=1)) is None
+    True
+    """
+    if p["BM"] < 128 or not p["TMA"] or p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"):
+        return None
+    base = {k: v for k, v in p.items() if k not in ("BM", "BN", "BK", "num_warps", "num_stages")}
+    base.update(maxnreg=0, num_ctas=1, **({"TMA_STORE": 0} if "TMA_STORE" in p else {}))
+    return _fitting_point(space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 8), 1, -1),
+                          tma_store=False, coop=True, **base)
 
 
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
@@ -370,8 +457,10 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     our M. Widths that are no power of two become BN + BN_TAIL (192 = 128 + 64, 320 = 256 + 64),
     rows that are none round down (192 -> 128); its stages are capped at what fits (at most
     8), its split-K becomes SPLIT_K=2 with the in-kernel fixup, its cluster is dropped
-    (num_ctas=2 fails or gives NaN in Triton 3.6 here). At Qwen3's qkv, M=512, cuBLAS's
-    320x64 tile became the 64x(256+64) that beat it (1.021, call BD).
+    (num_ctas=2 fails or gives NaN in Triton 3.6 here). Its `coop` kernels (a producer
+    warpgroup and two consumer ones) become the warp-specialised form (`coop_variant`). At
+    Qwen3's qkv, M=512, cuBLAS's 320x64 tile became the 64x(256+64) that beat it (1.021,
+    call BD).
 
     >>> p = cublas_seed("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120, tma_store=True)
     >>> p["BM"], p["BN"], p["BN_TAIL"], p["num_warps"], p["num_stages"]
@@ -379,6 +468,9 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     >>> p = cublas_seed("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048)  # 13 stages: 8 fit
     >>> p["BM"], p["BN"], p["num_stages"], p["SPLIT_K"]
     (64, 64, 8, 1)
+    >>> p = cublas_seed("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", 512, 6144)  # Llama qkv, call BB
+    >>> p["BM"], p["BN"] + p["BN_TAIL"], p["num_warps"], p["num_stages"], p["WARP_SPEC"], p["PERSISTENT"]
+    (128, 192, 4, 5, 1, 0)
     >>> cublas_seed("void cublasLt::splitKreduce_kernel<32, 16, int>", 16, 4096) is None
     True
     """
@@ -393,8 +485,8 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     tiles = -(-m // bm) * -(-n // (bn + tail)) * split
     space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
     return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 8), 1, -1),
-                          tma_store=tma_store, TMA=1, BN_TAIL=tail, PERSISTENT=int(tiles > sms and not tail),
-                          SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
+                          tma_store=tma_store, coop="_coop" in kernel and bm >= 128, TMA=1, BN_TAIL=tail,
+                          PERSISTENT=int(tiles > sms and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
 
 
 def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
@@ -402,7 +494,8 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
-    persistent TMA form of the persistent-matmul tutorial; its warp-specialised form), and for
+    persistent TMA form of the persistent-matmul tutorial; a warp-specialised 128x256, one
+    producer and two consumer warpgroups, as cuBLAS's `coop` kernels), and for
     skinny M, where the GEMM is a read of the weights, small-BM tiles with split-K to fill
     the 132 SMs; at up to 64 tokens also with the split-K fixup, as a call there takes ~20 us
     and the second kernel's launch and workspace pass cost a good part of split-K's gain.
@@ -413,7 +506,7 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         _point(256, 128, 64, 8, 3),
         _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1),
         _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1),
-        _point(128, 128, 64, 8, 4, TMA=1, WARP_SPEC=1),
+        _point(128, 256, 64, 4, 4, TMA=1, WARP_SPEC=1),  # one producer and two consumer warpgroups
         _point(64, 256, 64, 4, 4),
     ]
     small = [

@@ -19,6 +19,7 @@ from ._interpreter import run_interpreted
 
 from evokernel.search_spaces import gemm_class, gemm_space
 from evokernel.search_spaces.triton_gemm import DEFAULTS, PARAMS, candidate_source
+from evokernel.space import H200_SHARED_MEMORY_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
@@ -371,6 +372,11 @@ def _hopper_ttgir(**genes) -> str:
     stages, TMA), compiled on the CPU: Triton's NVIDIA backend needs no GPU to lower a kernel.
     Pointers, M, N, K and the row strides are declared 16-divisible, as a launch on aligned
     tensors specialises them (without that, no pointer load is vectorised or pipelined)."""
+    return _hopper_kernel(**genes).asm["ttgir"]
+
+
+def _hopper_kernel(**genes):
+    """The compiled sm_90 kernel (`_hopper_ttgir`), its PTX and metadata with it."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -404,9 +410,8 @@ def _hopper_ttgir(**genes) -> str:
     signature = {n: "constexpr" if n in values else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in values.items()}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned and n not in values}
-    kernel = triton.compile(ASTSource(_gemm_kernel, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": warps, "num_stages": stages})
-    return kernel.asm["ttgir"]
+    return triton.compile(ASTSource(_gemm_kernel, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, "num_stages": stages})
 
 
 def _serialised_loads(ttgir: str) -> int:
@@ -569,4 +574,58 @@ def test_every_tile_cublas_ran_has_a_valid_nearest_point():
             rows, cols = (int(x) for x in name.split("_")[3].split("x"))
             assert p["BM"] <= cols and p["BN"] + p["BN_TAIL"] <= rows  # never a larger tile than cuBLAS's
             assert p["SPLIT_K"] == (2 if "splitK" in name else 1)
+            # cuBLAS's producer-and-consumers kernels as the warp-specialised form
+            assert (p["WARP_SPEC"], p["num_warps"]) == ((1, 4) if "_coop" in name else (0, p["num_warps"])), name
     assert cublas_seed("Memset (Device)", 16, 4096) is None
+
+
+def test_warp_specialisation_is_the_cooperative_kernel_or_nothing():
+    """Triton 3.6 on Hopper specialises only the K loop of a non-persistent 4-warp kernel:
+    one producer warpgroup, two consumers of BM/2 rows (12 warps). With 8 warps or a
+    persistent kernel WARP_SPEC=1 compiled to the same PTX as WARP_SPEC=0, so the space keeps
+    those out, and reads a winner recorded with them as the kernel it was."""
+    from evokernel.search_spaces import coop_variant, without_idle_genes
+
+    space = gemm_space(tma_store=True, bn_tail=True)
+    coop = dict(DEFAULTS, BN=256, num_warps=4, num_stages=4, TMA=1, WARP_SPEC=1, TMA_STORE=0, BN_TAIL=0)
+    assert space.is_valid(coop)  # 64x256 per consumer: 128 accumulator registers a thread
+    assert "same as without" in space.why_invalid(dict(coop, num_warps=8))
+    assert "same as without" in space.why_invalid(dict(coop, PERSISTENT=1))
+    assert "BM >= 128" in space.why_invalid(dict(coop, BM=64))
+    assert "without a TMA store" in space.why_invalid(dict(coop, TMA_STORE=2))
+    assert "without a TMA store" in space.why_invalid(dict(coop, maxnreg=232))
+    # the consumers' C tile converted for its store (32 KB at BN=256) beside the pipeline
+    assert "consumers' C tile" in space.why_invalid(dict(coop, BN_TAIL=64))
+    assert space.is_valid(dict(coop, BN_TAIL=64, num_stages=3))  # cuBLAS's 320x128 coop, 3 stages
+    assert space.is_valid(dict(coop, BN=128, BN_TAIL=64, num_stages=5))  # its 192x128 coop, 5 stages
+    recorded = dict(coop, num_warps=8, PERSISTENT=1, TMA_STORE=2)  # e.g. Llama qkv M=2048's winner
+    assert not space.is_valid(recorded) and space.is_valid(without_idle_genes(recorded))
+    assert without_idle_genes(coop) == coop
+    # a winner's cooperative form: the same tile, 4 warps, one stage deeper where it fits
+    q = coop_variant(space, dict(coop, BN=128, BN_TAIL=64, num_warps=8, WARP_SPEC=0, TMA_STORE=2))
+    assert (q["BM"], q["BN"], q["BN_TAIL"], q["num_warps"], q["num_stages"], q["WARP_SPEC"], q["TMA_STORE"]) == \
+        (128, 128, 64, 4, 5, 1, 0)
+    assert coop_variant(space, dict(coop, BM=64, WARP_SPEC=0)) is None
+
+
+def _hopper_coop_builds() -> bool:
+    import triton
+
+    return _has_nvidia_backend() and triton.__version__.startswith("3.6")
+
+
+@pytest.mark.skipif(not _hopper_coop_builds(), reason="Triton 3.6 (the H200's) builds it; 3.9's Hopper pass fails on it")
+def test_the_cooperative_kernel_is_one_producer_and_two_consumer_warpgroups_on_hopper() -> None:
+    """A 128x256 tile with WARP_SPEC=1 and 4 warps: 12 warps, the producer's TMA loads in
+    one partition, two consumer partitions each holding a 64x256 accumulator, registers
+    moved from the producer (40) to the consumers (setmaxnreg); with 8 warps, no partition."""
+    import re
+
+    kernel = _hopper_kernel(BN=256, PERSISTENT=False, WS_K=True, num_warps=4, num_stages=4)
+    ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    assert "ttg.warp_specialize" in ttgir and kernel.metadata.num_warps == 12
+    accs = re.findall(r"scf.yield \{async_task_id = array<i32: (\d)>\} %\S+, %\S+ : tensor<(\d+x\d+)xf32", ttgir)
+    assert sorted(accs) == [("1", "64x256"), ("2", "64x256")]
+    assert re.search(r"setmaxnreg.dec.sync.aligned.u32\s+40;", ptx) and "setmaxnreg.inc" in ptx
+    assert kernel.metadata.shared <= H200_SHARED_MEMORY_BYTES
+    assert "ttg.warp_specialize" not in _hopper_ttgir(BN=256, PERSISTENT=False, WS_K=True, num_warps=8)
