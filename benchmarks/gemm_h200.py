@@ -93,7 +93,7 @@ def matmul_landscape_seeds(m: int, space, *, fill: dict[str, int], top: int = 3)
 
 
 def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
-    """Each tile of at most 64 rows with the deepest pipeline that fits (up to 8 stages):
+    """Each tile of at most 64 rows with the deepest pipeline that fits (up to 16 stages):
     cuBLAS runs such tiles 6-16 stages deep where they are memory-latency bound (call BB:
     64x64 with 13 stages at Qwen3's o, M=256); 64x(128+64) ran 0.0419 ms with 5 stages and
     0.0497 with 4 at Llama qkv M=512 (call BC). A larger tile gets one stage more, its C
@@ -106,7 +106,7 @@ def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
                                 dict(p, num_stages=p["num_stages"] + 1, TMA_STORE=0)) if space.is_valid(q)]
             out += more[:1]
             continue
-        deeper = [dict(p, num_stages=s) for s in range(8, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
+        deeper = [dict(p, num_stages=s) for s in range(16, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
         if deeper:
             out.append(deeper[0])
     return out
@@ -125,7 +125,8 @@ def cublas_seeds(m: int, shape: dict, space, off: dict[str, int], *, tma_store: 
     except Exception as exc:  # the profiler is a convenience here, not the benchmark
         print(f"cuBLAS's kernels at M={m}: not read ({type(exc).__name__}: {exc})", flush=True)
         return [], []
-    points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store) for name in names]
+    points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store, swap_ab="SWAP_AB" in space.names)
+              for name in names]
     points = [{**off, **p} for p in points if p]
     return names, [p for p in points if space.is_valid(p)]
 

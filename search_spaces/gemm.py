@@ -13,7 +13,7 @@ once and is learned by the search (`SearchOptions.learn_failures`).
 
 >>> space = gemm_space()
 >>> len(space.params), space.size
-(13, 860160)
+(13, 1843200)
 >>> space.why_invalid(dict(DEFAULTS, BM=256, BN=256, num_warps=4))
 'registers: a 256x256 fp32 accumulator is 512 registers per thread with 4 warps (at most 160)'
 >>> space.why_invalid(dict(DEFAULTS, SPLITK_FIXUP=1))
@@ -257,9 +257,10 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             PowerOfTwo("BK", 32, 128),
             Choice("GROUP_M", [1, 8]),
             PowerOfTwo("num_warps", 4, 8),
-            # up to 8: cuBLAS runs narrow tiles 6-16 stages deep (call BB: 64x64 with 13
-            # stages at Qwen3's o, M=256); shared memory bounds it per tile
-            IntRange("num_stages", 2, 8),
+            # up to 16: cuBLAS runs narrow tiles 6-16 stages deep (call BB: 64x64 with 13
+            # stages at Qwen3's o, M=256, 64x32 with 16 at Llama's o, M=64); shared memory
+            # bounds it per tile (64x64x64 13 stages: 213 KB, 58 registers, sm_90 ptxas)
+            IntRange("num_stages", 2, 16),
             Choice("SPLIT_K", [1, 2, 4, 8]),
             Choice("SPLITK_FIXUP", [0, 1]),
             Choice("PERSISTENT", [0, 1]),
@@ -402,7 +403,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
     >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 5120)][:1]  # cuBLAS's tile there (call BB)
     [(64, 320)]
     >>> [(p["BM"], p["BN"], p["num_stages"]) for p in wave_seeds(64, 4096)][:2]  # Llama-3-8B's o at 64 tokens
-    [(64, 64, 8), (64, 32, 8)]
+    [(64, 64, 14), (64, 32, 16)]
     """
     space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
     scored = []
@@ -429,7 +430,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 # 64-row tiles run deeper pipelines (64x(128+64): 5 stages 0.0419 ms, 4 stages
                 # 0.0497 at Llama qkv M=512, call BC); tiles with a tail are not persistent
                 # (128x(256+64) at Qwen3 qkv M=2048: 0.0805 ms persistent, 0.0667 not)
-                depths = (8, 7, 6, 5, 4, 3) if bm == 64 and w <= 64 else (5, 4, 3) if bm == 64 else (4, 3)
+                depths = range(16, 2, -1) if bm == 64 and w <= 64 else (5, 4, 3) if bm == 64 else (4, 3)
                 p = _fitting_point(space, bm, bn, 64, depths, tma_store=tma_store, TMA=1, BN_TAIL=tail,
                                    PERSISTENT=int(waves > 1 and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
                 if p is not None:
@@ -449,14 +450,16 @@ def _pow2_floor(x: int, lo: int, hi: int) -> int:
     return p
 
 
-def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool = False,
+def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool = False, swap_ab: bool = False,
                 shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> dict[str, int] | None:
     """The template's nearest point to the kernel cuBLAS ran at M x N (its name, as
     torch.profiler reports it), or None for a kernel whose name says no tile. cuBLAS computes
     C^T for row-major torch tensors, so its tile's rows run along our N and its columns along
     our M. Widths that are no power of two become BN + BN_TAIL (192 = 128 + 64, 320 = 256 + 64),
-    rows that are none round down (192 -> 128); its stages are capped at what fits (at most
-    8), its split-K becomes SPLIT_K=2 with the in-kernel fixup, its cluster is dropped
+    rows that are none round down (192 -> 128); its stages are capped at what fits, its
+    columns (our rows) under 64 are a swap-AB tile where `swap_ab` (cuBLAS's C^T is our
+    B^T A^T: the weights fill the MMA's 64 rows, the tokens its 16-32 columns), its
+    split-K becomes SPLIT_K=2 with the in-kernel fixup, its cluster is dropped
     (num_ctas=2 fails or gives NaN in Triton 3.6 here). Its `coop` kernels (a producer
     warpgroup and two consumer ones) become the warp-specialised form (`coop_variant`). At
     Qwen3's qkv, M=512, cuBLAS's 320x64 tile became the 64x(256+64) that beat it (1.021,
@@ -465,9 +468,12 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     >>> p = cublas_seed("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120, tma_store=True)
     >>> p["BM"], p["BN"], p["BN_TAIL"], p["num_warps"], p["num_stages"]
     (64, 256, 64, 4, 4)
-    >>> p = cublas_seed("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048)  # 13 stages: 8 fit
+    >>> p = cublas_seed("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048)  # Qwen3's o (call BB)
     >>> p["BM"], p["BN"], p["num_stages"], p["SPLIT_K"]
-    (64, 64, 8, 1)
+    (64, 64, 13, 1)
+    >>> p = cublas_seed("nvjet_sm90_tst_64x32_64x16_1x2_h_bz_NNT", 64, 4096, swap_ab=True)  # Llama's o
+    >>> p["BM"], p["BN"], p["SWAP_AB"], p["num_stages"]
+    (32, 64, 1, 16)
     >>> p = cublas_seed("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", 512, 6144)  # Llama qkv, call BB
     >>> p["BM"], p["BN"] + p["BN_TAIL"], p["num_warps"], p["num_stages"], p["WARP_SPEC"], p["PERSISTENT"]
     (128, 192, 4, 5, 1, 0)
@@ -483,10 +489,11 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     bn = _pow2_floor(rows, 32, 256)
     tail = rows - bn if rows - bn in (32, 64) and rows - bn < bn and split == 1 else 0
     tiles = -(-m // bm) * -(-n // (bn + tail)) * split
-    space = gemm_space(tma_store=tma_store, bn_tail=True, shared_memory_bytes=shared_memory_bytes)
-    return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 8), 1, -1),
+    swap = {"SWAP_AB": int(bm < 64 and bn >= 64 and not tail)} if swap_ab else {}
+    space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab, shared_memory_bytes=shared_memory_bytes)
+    return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 16), 1, -1),
                           tma_store=tma_store, coop="_coop" in kernel and bm >= 128, TMA=1, BN_TAIL=tail,
-                          PERSISTENT=int(tiles > sms and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
+                          PERSISTENT=int(tiles > sms and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1), **swap)
 
 
 def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,

@@ -172,7 +172,7 @@ def test_a_new_batch_size_starts_from_the_nearest_searched_ones(tmp_path):
 
 def test_earlier_winners_come_back_with_deeper_pipelines_where_they_fit():
     """cuBLAS runs narrow tiles 6-16 stages deep (call BB); a 64-row winner is re-seeded at
-    the deepest pipeline that fits in shared memory (up to 8), a larger one with one stage
+    the deepest pipeline that fits in shared memory (up to 16), a larger one with one stage
     more, its C stored from registers where staging C leaves no room."""
     from gemm_h200 import deep_variants
 

@@ -566,13 +566,16 @@ CUBLAS_KERNELS = [
 def test_every_tile_cublas_ran_has_a_valid_nearest_point():
     from evokernel.search_spaces import cublas_seed
 
-    for tma_store in (False, True):
-        space = gemm_space(tma_store=tma_store, bn_tail=True)
+    for tma_store, swap_ab in ((False, False), (True, False), (True, True)):
+        space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab)
         for name, m, n in CUBLAS_KERNELS:
-            p = cublas_seed(name, m, n, tma_store=tma_store)
+            p = cublas_seed(name, m, n, tma_store=tma_store, swap_ab=swap_ab)
             assert p is not None and space.is_valid(p), (name, p and space.why_invalid(p))
             rows, cols = (int(x) for x in name.split("_")[3].split("x"))
             assert p["BM"] <= cols and p["BN"] + p["BN_TAIL"] <= rows  # never a larger tile than cuBLAS's
+            # its 16-32 token columns as the swapped MMA's columns, the weights as its 64+ rows
+            assert p.get("SWAP_AB", 0) == int(swap_ab and cols < 64), name
+            assert p["num_stages"] <= int(name.split("_")[4].split("x")[1]), name  # never deeper than cuBLAS's
             assert p["SPLIT_K"] == (2 if "splitK" in name else 1)
             # cuBLAS's producer-and-consumers kernels as the warp-specialised form
             assert (p["WARP_SPEC"], p["num_warps"]) == ((1, 4) if "_coop" in name else (0, p["num_warps"])), name
