@@ -28,7 +28,11 @@ with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`)
   the shared memory the store stages and leaves it to the pipeline (the epilogue subtiling
   of Triton's persistent-matmul tutorial); 0 writes C by pointers;
 - WARP_SPEC: Triton's warp specialisation of the main loop (producer and consumer warps),
-  where this Triton supports it on this GPU (a compile error otherwise);
+  where this Triton supports it on this GPU (a compile error otherwise). Triton 3.6 on Hopper
+  builds it from the K loop of a non-persistent 4-warp kernel only: one producer warpgroup
+  (TMA loads, 40 registers) and two consumer warpgroups of BM/2 rows (232 registers), 12
+  warps in all, cuBLAS's cooperative kernels' structure; with 8 warps or persistent the
+  kernel is the same as without (`gemm_space` keeps those out);
 - num_ctas: programs per cluster (Hopper thread-block clusters); maxnreg: a cap on
   registers per thread (0: none).
 
