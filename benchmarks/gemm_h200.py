@@ -72,7 +72,8 @@ def short(p: dict[str, int]) -> str:
              "persistent" if p.get("PERSISTENT") else "", "tma" if p.get("TMA") else "", "ws" if p.get("WARP_SPEC") else "",
              f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
              "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else "",
-             f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else "", "areg" if p.get("A_REG") else ""]
+             f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else "", "areg" if p.get("A_REG") else "",
+             "gluon" if p.get("GLUON") else ""]
     width = f"({p['BN']}+{p['BN_TAIL']})" if p.get("BN_TAIL") else f"{p['BN']}"
     return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
@@ -166,6 +167,8 @@ def main() -> None:
     ap.add_argument("--a-reg", action="store_true",
                     help="add the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers): off by "
                          "default, as it measured 1.5-3x slower than the same tiles without it (call BA)")
+    ap.add_argument("--no-gluon", action="store_true",
+                    help="leave the GLUON gene (the warp-specialised Gluon kernel, search_spaces/gluon_gemm.py) out")
     ap.add_argument("--no-cublas-seed", action="store_true",
                     help="do not seed each search with the tile cuBLAS runs at its shape (read with torch.profiler)")
     ap.add_argument("--device", default="cuda")
@@ -180,8 +183,8 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces import (coop_variant, gemm_class, gemm_seeds, gemm_space, wave_seeds,
-                                         without_idle_genes)
+    from evokernel.search_spaces import (coop_variant, gemm_class, gemm_seeds, gemm_space, gluon_variant,
+                                         wave_seeds, without_idle_genes)
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
@@ -207,11 +210,12 @@ def main() -> None:
     tstore = not args.no_tma_store and not args.fp8
     tail = not args.no_bn_tail and not args.fp8
     areg = args.a_reg and not args.fp8
+    glu = not args.no_gluon and tstore
     space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
-        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg)
+        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg, gluon=glu)
     off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
            **({"TMA_STORE": 0} if tstore else {}), **({"BN_TAIL": 0} if tail else {}),
-           **({"A_REG": 0} if areg else {})}  # the optional genes, off
+           **({"A_REG": 0} if areg else {}), **({"GLUON": 0} if glu else {})}  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     if args.jobs:
         try:
@@ -239,7 +243,7 @@ def main() -> None:
         else:
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=args.device)
-            seeds = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail)
+            seeds = gemm_seeds(m, swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, gluon=glu)
             descriptor = gemm_class
             # the tiles that fill the waves best at this M x N (from 64 tokens up: at M=512
             # x N=6144, 96 tiles of 128x256 leave 36 of 132 SMs idle)
@@ -261,7 +265,11 @@ def main() -> None:
             # we lost, cuBLAS ran tiles the seeds had never proposed)
             cublas_kernels, from_cublas = cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore) \
                 if args.device == "cuda" and not args.no_cublas_seed else ([], [])
-            seeds = (prior + deep_variants(prior, space) + coops + from_cublas + waves
+            # and the Gluon kernel's form of the earlier winners, of cuBLAS's tile and of the
+            # wave seeds (a TMA producer warp, consumers keeping one MMA in flight: what
+            # Triton's own warp specialisation does not do on Hopper)
+            gluons = [q for q in (gluon_variant(space, {**off, **p}) for p in prior + from_cublas + waves) if q]
+            seeds = (prior + deep_variants(prior, space) + coops + gluons[:2] + from_cublas + waves + gluons[2:]
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also

@@ -122,6 +122,7 @@ WIDE_CONFIGS = {
 #: kernel; the searches' "ws" winners had 8 warps and compiled as if without), as cuBLAS runs
 #: at every row from M=2048 up and at Llama's qkv M=512 (call BB), against the searches' tiles
 COOP = dict(TAIL, PERSISTENT=0, TMA_STORE=0, WARP_SPEC=1, num_warps=4, BK=64)
+GLUON_BASE = dict(TAIL, BK=64, GROUP_M=8, GLUON=1)
 COOP_CONFIGS = {
     "128x256 s4 ts2 P": TAIL_CONFIGS["128x256 s4 ts2 P"],
     "128x256 s4 coop": dict(COOP, BM=128, BN=256, num_stages=4),
@@ -134,6 +135,15 @@ COOP_CONFIGS = {
     "128x(128+64) s4 coop": dict(COOP, BM=128, BN=128, BN_TAIL=64, num_stages=4),
     "128x128 s6 coop": dict(COOP, BM=128, BN=128, num_stages=6),
     "128x128 s4 ts1 P": TAIL_CONFIGS["128x128 s4 ts1 P"],
+    # the Gluon kernel (search_spaces/gluon_gemm.py): a TMA producer warp, one consumer
+    # warpgroup per 64 rows keeping one MMA in flight, C by TMA (whole: ts1, halves: ts2)
+    "128x256 s4 P ts2 gluon": dict(GLUON_BASE, BM=128, BN=256, num_warps=8, num_stages=4, TMA_STORE=2, PERSISTENT=1),
+    "128x256 s4 ts2 gluon": dict(GLUON_BASE, BM=128, BN=256, num_warps=8, num_stages=4, TMA_STORE=2, PERSISTENT=0),
+    "128x256 s3 P ts1 gluon": dict(GLUON_BASE, BM=128, BN=256, num_warps=8, num_stages=3, TMA_STORE=1, PERSISTENT=1),
+    "256x128 s4 P ts2 gluon": dict(GLUON_BASE, BM=256, BN=128, num_warps=8, num_stages=4, TMA_STORE=2, PERSISTENT=1),
+    "128x128 s6 P ts1 gluon": dict(GLUON_BASE, BM=128, BN=128, num_warps=8, num_stages=6, TMA_STORE=1, PERSISTENT=1),
+    "64x256 s5 ts2 gluon": dict(GLUON_BASE, BM=64, BN=256, num_warps=4, num_stages=5, TMA_STORE=2, PERSISTENT=0),
+    "64x128 s8 ts1 gluon": dict(GLUON_BASE, BM=64, BN=128, num_warps=4, num_stages=8, TMA_STORE=1, PERSISTENT=0),
 }
 
 

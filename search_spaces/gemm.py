@@ -43,7 +43,7 @@ from evokernel.space import (
     thread_limit,
 )
 
-__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "coop_variant",
+__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "coop_variant", "gluon_variant",
            "warp_spec_idle", "without_idle_genes", "DEFAULTS"]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
@@ -207,6 +207,34 @@ def _a_reg(p: Point) -> str | None:
     return None
 
 
+def gluon_warps(bm: int) -> int:
+    """The Gluon kernel's consumer warps at BM rows: one warpgroup per 64 rows, two at most."""
+    return 4 if bm <= 64 else 8
+
+
+def _gluon(limit: int, elem_bytes: int):
+    def check(p: Point) -> str | None:
+        if not p.get("GLUON"):
+            return None
+        if not (p["TMA"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"] and p["num_ctas"] == 1 and not p["maxnreg"]
+                and not (p.get("SWAP_AB") or p.get("STREAM_K") or p.get("BN_TAIL") or p.get("A_REG"))):
+            return ("Gluon: a TMA tile without split-K, swap-AB, stream-K, a BN tail, A_REG, WARP_SPEC (it is "
+                    "warp-specialised itself), a cluster or maxnreg")
+        if p["BM"] < 64 or p["BN"] < 64:
+            return "Gluon: a warpgroup MMA tile of at least 64 x 64"
+        if p["num_warps"] != gluon_warps(p["BM"]):
+            return f"Gluon: one consumer warpgroup per 64 rows, at most two (BM={p['BM']}: {gluon_warps(p['BM'])} warps)"
+        if p.get("TMA_STORE") not in (1, 2):
+            return "Gluon: C is stored by TMA, whole (TMA_STORE=1) or in halves (TMA_STORE=2)"
+        # the pipeline's slots, C's staging and the slots' barriers (sm_90 builds: 128x256
+        # s4 in halves 229556 B = 196608 + 32768 + 180; 64x64 s12 205108 = 196608 + 8192 + 308)
+        need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes) + 512
+        if need > limit:
+            return f"Gluon: the pipeline, C's staging and the barriers need {need} B of shared memory > {limit} B"
+        return None
+    return check
+
+
 def _swap_ab(p: Point) -> str | None:
     if p.get("SWAP_AB") and p["BN"] < 64:
         return "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -215,7 +243,7 @@ def _swap_ab(p: Point) -> str | None:
 
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
                swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False, a_reg: bool = False) -> SearchSpace:
+               bn_tail: bool = False, a_reg: bool = False, gluon: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
@@ -225,8 +253,10 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     BN_TAIL gene (tiles BN + 32 or BN + 64 columns wide, as two accumulators: 96, 160, 192,
     288 and 320 wide tiles, which fill the last wave where powers of two do not; cuBLAS runs
     320-wide tiles at Qwen3's qkv, call BB), with `a_reg` the A_REG
-    gene (a 128-256 column tile as 64-wide MMAs sharing A in registers); see
-    search_spaces/triton_gemm.py.
+    gene (a 128-256 column tile as 64-wide MMAs sharing A in registers), with `gluon` (and
+    `tma_store`) the GLUON gene (the tile run by the warp-specialised Gluon kernel of
+    search_spaces/gluon_gemm.py: a TMA producer warp, one consumer warpgroup per 64 rows,
+    one MMA in flight, C by TMA); see search_spaces/triton_gemm.py.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
     "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -293,13 +323,20 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     if a_reg:
         space = SearchSpace([*space.params, Choice("A_REG", [0, 1])], constraints=[*space.constraints,
                             Constraint(_a_reg, "A in registers")], name=space.name + "_areg")
+    if gluon:
+        if not tma_store:
+            raise ValueError("gemm_space(gluon=True) needs tma_store=True: the Gluon kernel's C store is the "
+                             "TMA_STORE gene (1 whole, 2 in halves)")
+        space = SearchSpace([*space.params, Choice("GLUON", [0, 1])], constraints=[*space.constraints,
+                            Constraint(_gluon(shared_memory_bytes, elem_bytes), "Gluon")], name=space.name + "_gluon")
     return space
 
 
 def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
     how = ("streamk" if genome.params.get("STREAM_K") else "persistent") if genome["PERSISTENT"] else "grid"
-    return f"{genome['BM']}x{_width(genome.params)}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "")
+    return f"{genome['BM']}x{_width(genome.params)}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "") \
+        + ("/gluon" if genome.params.get("GLUON") else "")
 
 
 def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
@@ -378,6 +415,30 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
     base.update(maxnreg=0, num_ctas=1, **({"TMA_STORE": 0} if "TMA_STORE" in p else {}))
     return _fitting_point(space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 8), 1, -1),
                           tma_store=False, coop=True, **base)
+
+
+def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None:
+    """The Gluon kernel's form of a TMA tile (`GLUON=1`: search_spaces/gluon_gemm.py), or
+    None where it has none (a BN tail, swap-AB, split-K, fewer than 64 rows or columns, or
+    no GLUON gene in `space`): the same tile and schedule, one consumer warpgroup per 64
+    rows, its pipeline as deep as `p`'s plus one stage or less where it does not fit, C
+    staged whole where it fits, else in halves.
+
+    >>> space = gemm_space(tma_store=True, gluon=True)
+    >>> q = gluon_variant(space, dict(_point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=0))
+    >>> q["GLUON"], q["num_warps"], q["num_stages"], q["TMA_STORE"], q["PERSISTENT"]
+    (1, 8, 4, 2, 1)
+    """
+    if "GLUON" not in space.names or p["BM"] < 64 or p["BN"] < 64 or p["SPLIT_K"] > 1 or not p["TMA"] \
+            or p.get("BN_TAIL") or p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"):
+        return None
+    base = dict(p, GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1, num_warps=gluon_warps(p["BM"]))
+    for depth in range(min(p["num_stages"] + 1, 16), 1, -1):
+        for store in (1, 2):
+            q = dict(base, num_stages=depth, TMA_STORE=store)
+            if space.is_valid(q):
+                return q
+    return None
 
 
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
@@ -497,7 +558,7 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
 
 
 def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False) -> list[dict[str, int]]:
+               bn_tail: bool = False, gluon: bool = False) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -572,9 +633,20 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         out = [dict(p, TMA_STORE=p.get("TMA_STORE", 0)) for p in ((stored if m >= 128 else []) + out)]
     if bn_tail:  # (the tiles with a tail come from `wave_seeds`, which needs N)
         out = [dict(p, BN_TAIL=0) for p in out]
+    if gluon and tma_store:
+        # the Gluon kernel (a TMA producer warp, one consumer warpgroup per 64 rows, one MMA
+        # in flight): cuBLAS's cooperative 128x256 4-stage tile from a few hundred tokens up
+        # (call BB), a deep 64-row one below
+        made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2),
+                dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1)] if m >= 128 else \
+            [dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1)]
+        made = [dict(q, GLUON=1, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {}))
+                for q in made]
+        out = made + [dict(q, GLUON=0) for q in out]
     if not swap_ab:
         return out
     # the seeds carry SWAP_AB; at up to 64 tokens a few swapped tiles lead
     swapped = [dict(p, **({"STREAM_K": 0} if stream_k else {}), **({"TMA_STORE": 0} if tma_store else {}),
-                    **({"BN_TAIL": 0} if bn_tail else {})) for p in swapped]
+                    **({"BN_TAIL": 0} if bn_tail else {}), **({"GLUON": 0} if gluon and tma_store else {}))
+               for p in swapped]
     return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=0) for p in out]

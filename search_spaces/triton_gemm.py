@@ -88,8 +88,9 @@ ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile;
 #: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
 #: through a tensor descriptor (1) or in two halves (2); BN_TAIL, tiles BN + BN_TAIL wide;
-#: A_REG, the tile's columns as 64-wide MMAs sharing each K step's A tile in registers.
-OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG")
+#: A_REG, the tile's columns as 64-wide MMAs sharing each K step's A tile in registers;
+#: GLUON, the tile run by the warp-specialised Gluon kernel (`search_spaces/gluon_gemm.py`).
+OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG", "GLUON")
 
 
 @triton.jit
@@ -588,15 +589,29 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
          BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
          SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
          maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0,
-         BN_TAIL: int = 0, A_REG: int = 0) -> torch.Tensor:
+         BN_TAIL: int = 0, A_REG: int = 0, GLUON: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
     tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
-    tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; optional
-    genes, see `gemm_space`)."""
+    tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; `GLUON`:
+    the tile run by the warp-specialised Gluon kernel, C stored by TMA whole (TMA_STORE=1)
+    or in halves (2); optional genes, see `gemm_space`)."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    if GLUON:
+        if not (TMA and SPLIT_K == 1 and not (SWAP_AB or STREAM_K or BN_TAIL or A_REG or WARP_SPEC)
+                and num_ctas == 1 and not maxnreg and TMA_STORE in (1, 2)):
+            raise ValueError("GLUON: the Gluon kernel is a TMA tile (TMA=1, TMA_STORE 1 or 2) without split-K, "
+                             "swap-AB, stream-K, a BN tail, A_REG, WARP_SPEC (it is warp-specialised itself), a "
+                             "cluster or maxnreg")
+        from evokernel.search_spaces import gluon_gemm
+
+        c = gluon_gemm.gemm_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
+                                  GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages,
+                                  PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE)
+        _LAST["kernel"] = gluon_gemm.LAST["kernel"]
+        return c
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)

@@ -215,6 +215,11 @@ def test_every_seed_is_valid_in_the_space_with_every_optional_gene():
     for m in (16, 64, 256, 512, 2048, 8192):
         seeds = gemm_seeds(m, swap_ab=True, stream_k=True, tma_store=True, bn_tail=True)
         assert seeds and all(space.is_valid(p) for p in seeds), [space.why_invalid(p) for p in seeds]
+    space = gemm_space(swap_ab=True, stream_k=True, tma_store=True, bn_tail=True, gluon=True)
+    for m in (16, 64, 256, 512, 2048, 8192):
+        seeds = gemm_seeds(m, swap_ab=True, stream_k=True, tma_store=True, bn_tail=True, gluon=True)
+        assert seeds and all(space.is_valid(p) for p in seeds), [space.why_invalid(p) for p in seeds]
+        assert any(p["GLUON"] for p in seeds)
 
 
 _A_REG_SCRIPT = _INPUTS + r'''

@@ -1,0 +1,255 @@
+"""A warp-specialised Hopper GEMM written in Gluon: the template's `GLUON=1` form.
+
+Triton's own warp specialisation on Hopper (Triton 3.6, `tl.range(warp_specialize=True)`)
+builds the producer/consumer split only from a non-persistent 4-warp kernel, and its
+consumers wait for each warpgroup MMA to finish before the next is issued (`wgmma.wait_group
+0` after every K step, seen in its sm_90 PTX). cuBLAS's `coop` kernels, which it runs at
+every shape of the issue's grid from M=2048 up (call BB), keep one MMA in flight behind the
+next and overlap a tile's epilogue with the next tile's loads. Gluon (Triton's explicit,
+layout-level language) says all of that in Python:
+
+- a producer partition of one warp (24 registers) issues the TMA loads of A and B into a
+  ring of `num_stages` shared-memory slots, each with a "ready" barrier (the loads'
+  transaction count) and an "empty" barrier (the consumers are done with the slot);
+- the default partition, `num_warps` warps (one warpgroup per 64 rows of the tile: 4 warps
+  for BM=64, 8 for BM=128 or 256, "cooperative" as cuBLAS's kernels with two consumer
+  warpgroups), waits on a slot, issues the asynchronous warpgroup MMA, waits until at most
+  one is in flight (so the previous one is done) and releases the previous slot; the
+  producer's warps give their registers to the consumers (setmaxnreg: 24 vs 240);
+- the epilogue (bias, activation, residual in fp32, as `triton_gemm._epilogue`) goes
+  through shared memory to a TMA store, whole or in two halves of BN/2 columns
+  (`EPI_SPLIT`), and is waited for only before the next tile's epilogue writes the same
+  shared memory: with `PERSISTENT=1` (one program per SM walking the tiles) the store
+  overlaps the next tile's main loop, as the producer runs ahead into it.
+
+TMA zero-fills the loads past M, N and K and clips the stores, so any M, N, K run (rows of A,
+B and C 16-byte aligned, as TMA needs). Gluon does not run in Triton's CPU interpreter:
+`gemm_gluon` on a CPU tensor raises a ValueError saying so (a failure value for the
+evaluator); the kernel's sm_90 build is tested on the CPU (tests/test_gluon_gemm.py) and its
+results on the GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+__all__ = ["gemm_gluon", "GLUON_ACTIVATIONS", "gluon_launch_maxnreg"]
+
+# Triton 3.6 (the H200's) names the TMA copies async_copy_global_to_shared and
+# async_copy_shared_to_global; later Triton renamed them async_load and async_store (3.9
+# raises on the old store's name)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+#: activation name -> the kernel's ACT code (as `triton_gemm.ACTIVATIONS`)
+GLUON_ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
+
+
+@gluon.jit
+def _tile_of(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    """(pid_m, pid_n) of linear tile `tile`: GROUP_M rows of tiles walked column by column,
+    so consecutive programs share B's columns in L2 (Triton's matmul tutorial order)."""
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % group) % size_m, (tile % group) // size_m
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: the TMA loads of every tile this program owns, into the ring of slots."""
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    it = 0  # slot uses so far: slot it % STAGES, its round (it // STAGES) gives the phase
+    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
+        for kt in range(k_tiles):
+            s = it % STAGES
+            # a barrier starts in phase 0; waiting on parity 1 passes at once: the first
+            # round of slots is free without any release
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            mbarrier.expect(ready.index(s), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            _tma_load(a_desc, [pid_m * BM, kt * BK], ready.index(s), a_bufs.index(s))
+            _tma_load(b_desc, [kt * BK, pid_n * BN], ready.index(s), b_bufs.index(s))
+            it += 1
+
+
+@gluon.jit
+def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout: gl.constexpr,
+              BM: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr,
+              HAS_RES: gl.constexpr):
+    """acc (fp32, MMA layout) -> act(acc + bias) + residual, fp32: `triton_gemm._epilogue`."""
+    offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    if HAS_BIAS:
+        bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)
+        acc = acc + gl.expand_dims(bias, 0)
+    if ACT == 1:
+        acc = gl.maximum(acc, 0.0)
+    elif ACT == 2:
+        acc = acc / (1.0 + gl.exp(-acc))
+    elif ACT == 3:  # 0.5 x (1 + tanh(y)) = x sigmoid(2y), y = sqrt(2/pi) (x + 0.044715 x^3)
+        inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc / (1.0 + gl.exp(-2.0 * inner))
+    if HAS_RES:
+        offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+        rows = gl.expand_dims(offs_m, 1)
+        cols = gl.expand_dims(offs_n, 0)
+        mask = (rows < M) & (cols < N)
+        res = gl.load(res_ptr + rows * stride_rm + cols * stride_rn, mask=mask, other=0.0)
+        acc = acc + res.to(gl.float32)
+    return acc
+
+
+@gluon.jit
+def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
+              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+              EPI_SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr,
+              WARPS: gl.constexpr):
+    """The default partition: the MMAs of every tile, one in flight behind the next, and the
+    epilogue through a TMA store."""
+    # one warpgroup MMA per 16-row slice of warps, as wide as the tile (n up to 256)
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                     instr_shape=[16, BN, 16])
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    it = 0
+    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = gl.zeros((BM, BN), gl.float32, layout)
+        for kt in range(k_tiles):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
+            # at most this MMA in flight: the previous one is done with its slot (the
+            # previous tile's last slot was released after its final wait)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kt > 0)
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_tiles > 0)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        acc = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
+                        HAS_BIAS, ACT, HAS_RES)
+        out = acc.to(c_desc.dtype)
+        tma.store_wait(0)  # the last tile's store has read c_smem
+        if EPI_SPLIT == 1:
+            c_smem.store(out)
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n], c_smem)
+        else:  # two halves of BN/2 columns through one BM x BN/2 buffer
+            halves = gl.permute(gl.reshape(out, [BM, 2, BN // 2]), [0, 2, 1])
+            left, right = gl.split(halves)
+            c_smem.store(left)
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n], c_smem)
+            tma.store_wait(0)
+            c_smem.store(right)
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n + BN // 2], c_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _gluon_gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
+                       GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr,
+                       HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr, num_warps: gl.constexpr):
+    BM: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[1]
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BK, BN], b_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    gl.warp_specialize([
+        (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
+                     BM, BN, BK, GROUP_M, STAGES, EPI_SPLIT, HAS_BIAS, ACT, HAS_RES, num_warps)),
+        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BM, BN, BK, GROUP_M, STAGES)),
+    ], [1], [24])
+
+
+def gluon_launch_maxnreg(num_warps: int) -> int | None:
+    """The register cap a launch with `num_warps` consumer warps needs: the kernel runs them
+    plus one warpgroup for the producer, and the register file (64K) must hold all of them at
+    the cap before the producer gives its registers away (8 + 4 warps: 168 a thread)."""
+    cap = 65536 // (32 * (num_warps + 4)) // 8 * 8
+    return None if cap >= 256 else cap
+
+
+_SMS: dict[int, int] = {}
+#: the compiled kernel `gemm_gluon` launched last (`triton_gemm.last_compiled` reads it)
+LAST: dict[str, object] = {"kernel": None}
+
+
+def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+               residual: torch.Tensor | None = None, activation: str = "none",
+               BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
+               EPI_SPLIT: int = 1) -> torch.Tensor:
+    """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration."""
+    if not a.is_cuda:
+        raise ValueError("the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not "
+                         "run Gluon kernels")
+    if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
+        raise ValueError(f"the Gluon GEMM takes bf16 or fp16 A and B of one dtype, got {a.dtype} and {b.dtype}")
+    if activation not in GLUON_ACTIVATIONS:
+        raise ValueError(f"activation must be one of {sorted(GLUON_ACTIVATIONS)}, got {activation!r}")
+    if num_warps != 4 * max(1, BM // 64) and not (BM == 256 and num_warps == 8):
+        raise ValueError(f"the Gluon GEMM runs one consumer warpgroup per 64 rows (BM={BM}: {4 * max(1, BM // 64)} "
+                         f"warps; 8 for BM=256), got num_warps={num_warps}")
+    if EPI_SPLIT not in (1, 2):
+        raise ValueError(f"EPI_SPLIT is 1 (C whole) or 2 (two halves), got {EPI_SPLIT}")
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    if M == 0 or N == 0:
+        return c
+    for name, t in (("A", a), ("B", b), ("C", c)):
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            raise ValueError(f"the Gluon GEMM loads and stores by TMA: {name} must be row-major with 16-byte "
+                             "aligned rows and base address")
+    if bias is not None:
+        assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
+    if residual is not None:
+        assert residual.shape == (M, N), f"residual must be [{M}, {N}], got {tuple(residual.shape)}"
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    elem = gl.bfloat16 if a.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
+        return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, elem))
+
+    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    if PERSISTENT:
+        index = a.device.index if a.device.index is not None else torch.cuda.current_device()
+        if index not in _SMS:
+            _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+        programs = min(_SMS[index], tiles)
+    else:
+        programs = tiles
+    res = residual if residual is not None else c
+    maxnreg = gluon_launch_maxnreg(num_warps)
+    LAST["kernel"] = _gluon_gemm_kernel[(programs,)](
+        desc(a, [BM, BK]), desc(b, [BK, BN]), desc(c, [BM, BN // EPI_SPLIT]),
+        bias if bias is not None else c, res, M, N, K, res.stride(0), res.stride(1),
+        GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, HAS_BIAS=bias is not None,
+        ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None, num_warps=num_warps,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
+    )
+    return c

@@ -1,0 +1,154 @@
+"""The warp-specialised Gluon GEMM (search_spaces/gluon_gemm.py, the template's GLUON=1).
+
+On the CPU: the space's rules, the refusal of CPU tensors (Gluon does not run in Triton's
+interpreter) as a clear error, and the kernel's sm_90 build (Triton's NVIDIA backend compiles
+without a GPU): a producer partition and the consumers, the consumers keeping one MMA in
+flight, registers moved from the producer to the consumers, shared memory as the space
+predicts. On a GPU: results against torch at ragged shapes, every schedule and epilogue.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from evokernel.search_spaces import gemm_space, gluon_variant
+from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, gemm
+from evokernel.space import H200_SHARED_MEMORY_BYTES
+
+#: a Gluon point of the benchmark space: 128x256, 8 consumer warps, 4 stages, C in halves
+POINT = dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2, GLUON=1)
+
+
+def _space():
+    return gemm_space(tma_store=True, gluon=True)
+
+
+def test_the_space_keeps_the_gluon_kernel_to_what_it_is():
+    space = _space()
+    assert space.is_valid(POINT)
+    assert "one consumer warpgroup per 64 rows" in space.why_invalid(dict(POINT, BN=128, num_warps=4))
+    assert "split-K" in space.why_invalid(dict(POINT, SPLIT_K=2))
+    assert not space.is_valid(dict(POINT, WARP_SPEC=1))  # (it is warp-specialised itself)
+    assert "without split-K, swap-AB" in space.why_invalid(dict(POINT, BN=128, num_ctas=2, TMA_STORE=1))
+    assert "stored by TMA" in space.why_invalid(dict(POINT, TMA_STORE=0))
+    assert "shared memory" in space.why_invalid(dict(POINT, TMA_STORE=1))  # 196608 + 65536 for C whole
+    assert "at least 64 x 64" in space.why_invalid(dict(POINT, BM=32, num_warps=4, TMA_STORE=1))
+    assert space.is_valid(dict(POINT, BM=64, num_warps=4, num_stages=5))
+    assert space.is_valid(dict(POINT, BN=128, num_stages=6, TMA_STORE=1, PERSISTENT=0))
+    with pytest.raises(ValueError, match="tma_store"):
+        gemm_space(gluon=True)
+    # a winner of the Triton template, in the Gluon kernel's form
+    q = gluon_variant(space, dict(POINT, GLUON=0, num_stages=3))
+    assert q == POINT
+    assert gluon_variant(space, dict(POINT, GLUON=0, BN=128, BN_TAIL=0, SPLIT_K=2)) is None
+    assert gluon_variant(gemm_space(tma_store=True), dict(POINT, GLUON=0)) is None  # no gene, no variant
+
+
+def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
+    a = torch.randn(64, 64, dtype=torch.float16)
+    b = torch.randn(64, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="Hopper GPU only"):
+        gemm(a, b, **POINT)
+    with pytest.raises(ValueError, match="without split-K"):
+        gemm(a, b, **dict(POINT, TMA_STORE=0))
+    src = candidate_source(POINT)
+    assert '"GLUON": 1' in src and "def kernel(a, b):" in src
+
+
+def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, **epilogue):
+    """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon._runtime import GluonASTSource
+    except ImportError as exc:
+        pytest.skip(f"no Gluon ahead-of-time compiler here: {exc}")
+    try:
+        import triton.backends.nvidia  # noqa: F401
+    except ImportError:
+        pytest.skip("this Triton has no NVIDIA backend")
+    from evokernel.search_spaces.gluon_gemm import _gluon_gemm_kernel, gluon_launch_maxnreg
+
+    def desc(shape: list[int]) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
+        return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
+
+    types = {"a_desc": desc([BM, BK]), "b_desc": desc([BK, BN]), "c_desc": desc([BM, BN // epi]),
+             "bias_ptr": "*bf16", "res_ptr": "*bf16"}
+    consts = {**dict(GROUP_M=8, STAGES=stages, EPI_SPLIT=epi, HAS_BIAS=False, ACT=0, HAS_RES=False, num_warps=warps),
+              **epilogue}
+    names = list(_gluon_gemm_kernel.arg_names)
+    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
+    constants = {(names.index(n),): v for n, v in consts.items()}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("M", "N", "K", "bias_ptr", "res_ptr", "stride_rm")}
+    return triton.compile(GluonASTSource(_gluon_gemm_kernel, signature, constants, attrs),
+                          target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, "num_stages": 1, "maxnreg": gluon_launch_maxnreg(warps)})
+
+
+@pytest.mark.slow
+def test_the_gluon_kernel_builds_a_producer_and_consumers_keeping_one_mma_in_flight_for_sm90():
+    kernel = _gluon_sm90(128, 256, 64, 4, 8, epi=2)
+    ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    assert "ttg.warp_specialize" in ttgir and kernel.metadata.num_warps == 12  # 8 consumers + the producer's group
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)  # the main loop leaves one MMA in flight
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)  # the producer gives its registers away
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert "cp.async.bulk.tensor.2d.global.shared" in ptx  # C by TMA
+    # shared memory: the pipeline, C's half and the barriers, as the space predicts
+    space = _space()
+    predicted = (128 * 64 + 64 * 256) * 2 * 4 + 128 * 128 * 2
+    assert predicted < kernel.metadata.shared <= predicted + 512 <= H200_SHARED_MEMORY_BYTES
+    assert space.is_valid(POINT)
+
+
+@pytest.mark.slow
+def test_the_gluon_kernel_builds_with_its_epilogue_and_one_warpgroup_for_sm90():
+    kernel = _gluon_sm90(64, 128, 64, 8, 4, epi=1, HAS_BIAS=True, ACT=3, HAS_RES=True)
+    assert "ttg.warp_specialize" in kernel.asm["ttgir"] and kernel.metadata.num_warps == 8
+    assert kernel.metadata.shared <= H200_SHARED_MEMORY_BYTES
+
+
+# --- on a GPU ---------------------------------------------------------------------------------
+
+_CUDA = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+GPU_CASES = [
+    # (genes over POINT, (M, N, K), epilogue)
+    ({}, (300, 520, 200), {}),  # ragged in M, N and K: TMA's zero fill and clipped stores
+    ({"PERSISTENT": 0}, (1000, 1024, 4096), {}),
+    ({"BN": 128, "num_stages": 6, "TMA_STORE": 1}, (2048, 1536, 1024), {"activation": "silu"}),
+    ({"BM": 64, "num_warps": 4, "num_stages": 5}, (64, 6144, 4096), {"bias": True, "activation": "gelu_tanh",
+                                                                       "residual": True}),
+    ({"BM": 256, "BN": 128, "num_stages": 4}, (512, 4096, 14336), {"residual": True}),
+    ({"GROUP_M": 1}, (8192, 256, 64), {"bias": True, "activation": "relu"}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("over, shape, epi", GPU_CASES)
+def test_the_gluon_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int, int, int], epi: dict) -> None:
+    m, n, k = shape
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if epi.get("bias") else None
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) if epi.get("residual") else None
+    act = epi.get("activation", "none")
+    params = dict(POINT, **over)
+    assert _space().is_valid(params), _space().why_invalid(params)
+    for _ in range(2):  # twice: the second call reuses the compiled kernel
+        c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
+    ref = a.float() @ b.float()
+    if bias is not None:
+        ref = ref + bias.float()
+    ref = {"none": ref, "relu": torch.relu(ref), "silu": torch.nn.functional.silu(ref),
+           "gelu_tanh": torch.nn.functional.gelu(ref, approximate="tanh")}[act]
+    if res is not None:
+        ref = ref + res.float()
+    err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+    assert torch.isfinite(c).all() and err < 1e-2, err
