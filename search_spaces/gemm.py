@@ -187,8 +187,8 @@ def _bn_tail(limit: int, elem_bytes: int):
         if p["SPLIT_K"] > 1 or p.get("SWAP_AB") or p.get("STREAM_K"):
             return "BN tail: tiles BN + BN_TAIL wide go without split-K, swap-AB or stream-K"
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
-        if p["PERSISTENT"]:  # the tail's store converts its layout through shared memory beside the
-            need += 32800    # live pipeline (call BC: 128x(256+64) s4 needed 229376 + 32800 B)
+        if p["PERSISTENT"] and not p.get("GLUON"):  # the tail's store converts its layout through shared
+            need += 32800  # memory beside the live pipeline (call BC: 128x(256+64) s4 needed 229376 + 32800 B)
         if need > limit:  # (the generic rule counts BN alone)
             return f"BN tail: the pipeline with the B tiles of the tail needs {need} B of shared memory > {limit} B"
         return None
@@ -217,8 +217,8 @@ def _gluon(limit: int, elem_bytes: int):
         if not p.get("GLUON"):
             return None
         if not (p["TMA"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"] and p["num_ctas"] == 1 and not p["maxnreg"]
-                and not (p.get("SWAP_AB") or p.get("STREAM_K") or p.get("BN_TAIL") or p.get("A_REG"))):
-            return ("Gluon: a TMA tile without split-K, swap-AB, stream-K, a BN tail, A_REG, WARP_SPEC (it is "
+                and not (p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"))):
+            return ("Gluon: a TMA tile without split-K, swap-AB, stream-K, A_REG, WARP_SPEC (it is "
                     "warp-specialised itself), a cluster or maxnreg")
         if p["BM"] < 64 or p["BN"] < 64:
             return "Gluon: a warpgroup MMA tile of at least 64 x 64"
@@ -419,8 +419,8 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
 
 def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None:
     """The Gluon kernel's form of a TMA tile (`GLUON=1`: search_spaces/gluon_gemm.py), or
-    None where it has none (a BN tail, swap-AB, split-K, fewer than 64 rows or columns, or
-    no GLUON gene in `space`): the same tile and schedule, one consumer warpgroup per 64
+    None where it has none (swap-AB, split-K, fewer than 64 rows or columns, or no GLUON
+    gene in `space`): the same tile (its BN tail too) and schedule, one consumer warpgroup per 64
     rows, its pipeline as deep as `p`'s plus one stage or less where it does not fit, C
     staged whole where it fits, else in halves.
 
@@ -430,7 +430,7 @@ def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | Non
     (1, 8, 4, 2, 1)
     """
     if "GLUON" not in space.names or p["BM"] < 64 or p["BN"] < 64 or p["SPLIT_K"] > 1 or not p["TMA"] \
-            or p.get("BN_TAIL") or p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"):
+            or p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"):
         return None
     base = dict(p, GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1, num_warps=gluon_warps(p["BM"]))
     for depth in range(min(p["num_stages"] + 1, 16), 1, -1):

@@ -16,6 +16,8 @@ layout-level language) says all of that in Python:
   warpgroups), waits on a slot, issues the asynchronous warpgroup MMA, waits until at most
   one is in flight (so the previous one is done) and releases the previous slot; the
   producer's warps give their registers to the consumers (setmaxnreg: 24 vs 240);
+- tiles BN + BN_TAIL wide (192, 320: cuBLAS's at Llama's and Qwen3's qkv) take the tail's
+  columns as a second accumulator, loaded into their own slots beside B's;
 - the epilogue (bias, activation, residual in fp32, as `triton_gemm._epilogue`) goes
   through shared memory to a TMA store, whole or in two halves of BN/2 columns
   (`EPI_SPLIT`), and is waited for only before the next tile's epilogue writes the same
@@ -66,23 +68,30 @@ def _tile_of(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
-def _producer(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: the TMA loads of every tile this program owns, into the ring of slots."""
+def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
+              BM: gl.constexpr, BN: gl.constexpr, BNT: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+              STAGES: gl.constexpr):
+    """One warp: the TMA loads of every tile this program owns, into the ring of slots (A,
+    B's BN columns, and the tail's BNT columns where BNT > 0)."""
     num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
+    num_pid_n = gl.cdiv(N, BN + BNT)
     k_tiles = gl.cdiv(K, BK)
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes + \
+        (b2_desc.block_type.nbytes if BNT > 0 else 0)
     it = 0  # slot uses so far: slot it % STAGES, its round (it // STAGES) gives the phase
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
+        off_n = pid_n * (BN + BNT)
         for kt in range(k_tiles):
             s = it % STAGES
             # a barrier starts in phase 0; waiting on parity 1 passes at once: the first
             # round of slots is free without any release
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(s), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            mbarrier.expect(ready.index(s), nbytes)
             _tma_load(a_desc, [pid_m * BM, kt * BK], ready.index(s), a_bufs.index(s))
-            _tma_load(b_desc, [kt * BK, pid_n * BN], ready.index(s), b_bufs.index(s))
+            _tma_load(b_desc, [kt * BK, off_n], ready.index(s), b_bufs.index(s))
+            if BNT > 0:
+                _tma_load(b2_desc, [kt * BK, off_n + BN], ready.index(s), b2_bufs.index(s))
             it += 1
 
 
@@ -113,39 +122,49 @@ def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, 
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
-              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-              EPI_SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr,
-              WARPS: gl.constexpr):
-    """The default partition: the MMAs of every tile, one in flight behind the next, and the
-    epilogue through a TMA store."""
+def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr, M, N, K,
+              stride_rm, stride_rn, BM: gl.constexpr, BN: gl.constexpr, BNT: gl.constexpr, BK: gl.constexpr,
+              GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr,
+              ACT: gl.constexpr, HAS_RES: gl.constexpr, WARPS: gl.constexpr):
+    """The default partition: the MMAs of every tile, one K step in flight behind the next,
+    and the epilogue through TMA stores (the tail's columns as a second accumulator)."""
     # one warpgroup MMA per 16-row slice of warps, as wide as the tile (n up to 256)
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, BN, 16])
+    layout2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                      instr_shape=[16, BNT if BNT > 0 else 8, 16])
     num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
+    num_pid_n = gl.cdiv(N, BN + BNT)
     k_tiles = gl.cdiv(K, BK)
     it = 0
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = gl.zeros((BM, BN), gl.float32, layout)
+        if BNT > 0:
+            acc2 = gl.zeros((BM, BNT), gl.float32, layout2)
         for kt in range(k_tiles):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s), acc, is_async=True)
-            # at most this MMA in flight: the previous one is done with its slot (the
-            # previous tile's last slot was released after its final wait)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            # at most this K step's MMAs in flight: the previous step's are done with their
+            # slot (the previous tile's last slot was released after its final wait)
+            if BNT > 0:
+                acc2 = warpgroup_mma(a_bufs.index(s), b2_bufs.index(s), acc2, is_async=True)
+                acc, acc2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc2))
+            else:
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kt > 0)
             it += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        if BNT > 0:
+            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_tiles > 0)
         off_m = pid_m * BM
-        off_n = pid_n * BN
-        acc = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
-                        HAS_BIAS, ACT, HAS_RES)
-        out = acc.to(c_desc.dtype)
-        tma.store_wait(0)  # the last tile's store has read c_smem
+        off_n = pid_n * (BN + BNT)
+        out = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
+                        HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
+        tma.store_wait(0)  # the last tile's stores have read c_smem (and c2_smem)
         if EPI_SPLIT == 1:
             c_smem.store(out)
             fence_async_shared()
@@ -160,12 +179,18 @@ def _consumer(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M
             c_smem.store(right)
             fence_async_shared()
             _tma_store(c_desc, [off_m, off_n + BN // 2], c_smem)
+        if BNT > 0:
+            out2 = _epilogue(acc2, off_m, off_n + BN, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout2, BM,
+                             BNT, HAS_BIAS, ACT, HAS_RES).to(c2_desc.dtype)
+            c2_smem.store(out2)
+            fence_async_shared()
+            _tma_store(c2_desc, [off_m, off_n + BN], c2_smem)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _gluon_gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
-                       GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr,
+def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
+                       GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, BNT: gl.constexpr,
                        HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -173,15 +198,23 @@ def _gluon_gemm_kernel(a_desc, b_desc, c_desc, bias_ptr, res_ptr, M, N, K, strid
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BK, BN], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    if BNT > 0:  # the tail's B slots and C staging (without a tail, b2/c2 are b/c and unused)
+        b2_bufs = gl.allocate_shared_memory(b2_desc.dtype, [STAGES, BK, BNT], b2_desc.layout)
+        c2_smem = gl.allocate_shared_memory(c2_desc.dtype, c2_desc.block_type.shape, c2_desc.layout)
+    else:
+        b2_bufs = b_bufs
+        c2_smem = c_smem
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
-                     BM, BN, BK, GROUP_M, STAGES, EPI_SPLIT, HAS_BIAS, ACT, HAS_RES, num_warps)),
-        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, BM, BN, BK, GROUP_M, STAGES)),
+        (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr,
+                     M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT, HAS_BIAS, ACT,
+                     HAS_RES, num_warps)),
+        (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
+                     GROUP_M, STAGES)),
     ], [1], [24])
 
 
@@ -201,8 +234,10 @@ LAST: dict[str, object] = {"kernel": None}
 def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
                residual: torch.Tensor | None = None, activation: str = "none",
                BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
-               EPI_SPLIT: int = 1) -> torch.Tensor:
-    """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration."""
+               EPI_SPLIT: int = 1, BN_TAIL: int = 0) -> torch.Tensor:
+    """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
+    tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
+    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB)."""
     if not a.is_cuda:
         raise ValueError("the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not "
                          "run Gluon kernels")
@@ -215,6 +250,11 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
                          f"warps; 8 for BM=256), got num_warps={num_warps}")
     if EPI_SPLIT not in (1, 2):
         raise ValueError(f"EPI_SPLIT is 1 (C whole) or 2 (two halves), got {EPI_SPLIT}")
+    if BN_TAIL and not (BN_TAIL in (32, 64) and BN_TAIL < BN and num_stages >= 2):
+        raise ValueError(f"BN_TAIL is 32 or 64 columns, under BN={BN}, got {BN_TAIL}")
+    if num_stages < 2:
+        raise ValueError("the Gluon GEMM needs at least 2 stages (a slot is released only after the next MMA is "
+                         "issued)")
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -235,7 +275,7 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
     def desc(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
         return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, elem))
 
-    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN + BN_TAIL)
     if PERSISTENT:
         index = a.device.index if a.device.index is not None else torch.cuda.current_device()
         if index not in _SMS:
@@ -245,10 +285,12 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         programs = tiles
     res = residual if residual is not None else c
     maxnreg = gluon_launch_maxnreg(num_warps)
+    b_desc, c_desc = desc(b, [BK, BN]), desc(c, [BM, BN // EPI_SPLIT])
+    b2_desc, c2_desc = (desc(b, [BK, BN_TAIL]), desc(c, [BM, BN_TAIL])) if BN_TAIL else (b_desc, c_desc)
     LAST["kernel"] = _gluon_gemm_kernel[(programs,)](
-        desc(a, [BM, BK]), desc(b, [BK, BN]), desc(c, [BM, BN // EPI_SPLIT]),
+        desc(a, [BM, BK]), b_desc, b2_desc, c_desc, c2_desc,
         bias if bias is not None else c, res, M, N, K, res.stride(0), res.stride(1),
-        GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, HAS_BIAS=bias is not None,
+        GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, HAS_BIAS=bias is not None,
         ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None, num_warps=num_warps,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )

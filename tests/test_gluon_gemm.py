@@ -58,7 +58,7 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
     assert '"GLUON": 1' in src and "def kernel(a, b):" in src
 
 
-def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, **epilogue):
+def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, tail: int = 0, **epilogue):
     """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
     triton = pytest.importorskip("triton")
     try:
@@ -78,9 +78,10 @@ def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1
         return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
 
     types = {"a_desc": desc([BM, BK]), "b_desc": desc([BK, BN]), "c_desc": desc([BM, BN // epi]),
+             "b2_desc": desc([BK, tail or BN]), "c2_desc": desc([BM, tail or BN // epi]),
              "bias_ptr": "*bf16", "res_ptr": "*bf16"}
-    consts = {**dict(GROUP_M=8, STAGES=stages, EPI_SPLIT=epi, HAS_BIAS=False, ACT=0, HAS_RES=False, num_warps=warps),
-              **epilogue}
+    consts = {**dict(GROUP_M=8, STAGES=stages, EPI_SPLIT=epi, BNT=tail, HAS_BIAS=False, ACT=0, HAS_RES=False,
+                     num_warps=warps), **epilogue}
     names = list(_gluon_gemm_kernel.arg_names)
     signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in consts.items()}
@@ -113,6 +114,21 @@ def test_the_gluon_kernel_builds_with_its_epilogue_and_one_warpgroup_for_sm90():
     assert kernel.metadata.shared <= H200_SHARED_MEMORY_BYTES
 
 
+@pytest.mark.slow
+def test_a_gluon_tile_with_a_tail_keeps_both_mmas_of_a_k_step_in_flight_for_sm90():
+    """128x(256+64), cuBLAS's 320-wide tile at Qwen3's qkv: two MMAs per K step (B's 256
+    columns and the tail's 64), the previous step's pair waited for (wait_group 2)."""
+    kernel = _gluon_sm90(128, 256, 64, 3, 8, epi=2, tail=64)
+    ptx = kernel.asm["ptx"]
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+2;", ptx)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)  # the tail's MMA
+    point = dict(POINT, BN_TAIL=64, num_stages=3)
+    space = gemm_space(tma_store=True, bn_tail=True, gluon=True)
+    assert space.is_valid(point)
+    predicted = (128 * 64 + 64 * 320) * 2 * 3 + 128 * 128 * 2 + 128 * 64 * 2
+    assert predicted < kernel.metadata.shared <= predicted + 512
+
+
 # --- on a GPU ---------------------------------------------------------------------------------
 
 _CUDA = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -125,6 +141,10 @@ GPU_CASES = [
                                                                        "residual": True}),
     ({"BM": 256, "BN": 128, "num_stages": 4}, (512, 4096, 14336), {"residual": True}),
     ({"GROUP_M": 1}, (8192, 256, 64), {"bias": True, "activation": "relu"}),
+    # tails: the tile 192 and 320 wide (the last tile's tail past N: clipped)
+    ({"BN": 128, "BN_TAIL": 64, "num_stages": 4, "TMA_STORE": 1, "PERSISTENT": 0}, (512, 6144, 4096), {}),
+    ({"BN_TAIL": 64, "num_stages": 3}, (2048, 5120, 2048), {"bias": True, "residual": True}),
+    ({"BM": 64, "num_warps": 4, "BN": 128, "BN_TAIL": 32, "num_stages": 5, "TMA_STORE": 1}, (100, 1000, 300), {}),
 ]
 
 
@@ -140,7 +160,9 @@ def test_the_gluon_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int,
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) if epi.get("residual") else None
     act = epi.get("activation", "none")
     params = dict(POINT, **over)
-    assert _space().is_valid(params), _space().why_invalid(params)
+    space = gemm_space(tma_store=True, bn_tail=True, gluon=True)
+    params.setdefault("BN_TAIL", 0)
+    assert space.is_valid(params), space.why_invalid(params)
     for _ in range(2):  # twice: the second call reuses the compiled kernel
         c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
     ref = a.float() @ b.float()
