@@ -146,4 +146,4 @@ def prior_seeds(path: Any, space: Any, *, normalise: Any = None, **match: Any) -
 
 
 #: genes added to spaces after results were recorded: absent from an old row means off
-OPTIONAL_GENES = ("SWAP_AB", "GEMV", "FUSE_SILU", "SPLITK_FIXUP", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG")
+OPTIONAL_GENES = ("SWAP_AB", "GEMV", "FUSE_SILU", "SPLITK_FIXUP", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG", "GLUON")

@@ -20,6 +20,15 @@ def test_earlier_winners_seed_the_same_job_in_a_grown_space():
     results = ROOT / "benchmarks" / "results"
     gemm = prior_seeds(results / "gemm.json", gemm_space(swap_ab=True), model="llama3-8b", layer="down", M=256)
     assert len(gemm) == 1 and gemm[0]["SWAP_AB"] == 0  # recorded before the gene existed: off
+    # every recorded row seeds its own job in the benchmark's whole space (a gene added
+    # without being listed as optional dropped them all: GLUON, session 10, caught here)
+    import json
+
+    full = gemm_space(swap_ab=True, tma_store=True, bn_tail=True, gluon=True)
+    for row in json.loads((results / "gemm.json").read_text())["rows"]:
+        seeds = prior_seeds(results / "gemm.json", full, normalise=without_idle_genes, model=row["model"],
+                            layer=row["layer"], M=row["M"])
+        assert len(seeds) == 1 and seeds[0]["GLUON"] == 0, (row["model"], row["layer"], row["M"])
     # an MoE row keeps its winner as (up, down) configs; the structure genes default to off
     moe = prior_seeds(results / "moe.json", moe_space(gemv=True, fuse_silu=True), model="qwen3-30b-a3b", M=256)
     assert len(moe) == 1 and moe[0]["BLOCK_SIZE_M"] == 32 and moe[0]["FUSE_SILU"] == 0 and moe[0]["GEMV"] == 0
