@@ -3,8 +3,9 @@
     python examples/gemm_search.py [--budget 40] [--ms 16 256 2048 8192] [--epilogue bias+silu]
 
 On a GPU: a search per shape of the Hopper GEMM template (tiles, split-K, persistent tiles,
-stream-K, swap-AB, TMA, warp specialisation, clusters, register cap; judged by the
-sandboxed gate), then the
+swap-AB, TMA loads and stores, 96-320-wide tiles, warp specialisation, clusters, register
+cap, and the warp-specialised Gluon kernel as one more gene; judged by the sandboxed gate),
+then the
 winner, torch.matmul (cuBLAS) and the template's default config re-measured together
 (`benchmarks/gemm_h200.py`, which this runs); the table of winners against the baselines is
 printed at the end.
