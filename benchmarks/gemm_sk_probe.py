@@ -33,7 +33,10 @@ SHAPES = {"qkv-512": (512, 6144, 4096), "o-512": (512, 4096, 4096), "down-512": 
           # Qwen3-30B-A3B's qkv (N=5120, K=2048) where its rows lose most (0.81-0.87x cuBLAS)
           "qwen-qkv-256": (256, 5120, 2048), "qwen-qkv-512": (512, 5120, 2048), "qwen-qkv-2048": (2048, 5120, 2048),
           # where cuBLAS runs its cooperative kernels (call BB)
-          "qkv-2048": (2048, 6144, 4096), "o-8192": (8192, 4096, 4096), "gate_up-512": (512, 28672, 4096)}
+          "qkv-2048": (2048, 6144, 4096), "o-8192": (8192, 4096, 4096), "gate_up-512": (512, 28672, 4096),
+          # few tokens: the rows cuBLAS wins with narrow tiles 11-16 stages deep (call BB)
+          "o-64": (64, 4096, 4096), "qkv-64": (64, 6144, 4096), "o-16": (16, 4096, 4096),
+          "qwen-o-256": (256, 2048, 4096)}
 BASE = {"GROUP_M": 8, "SPLIT_K": 1, "SPLITK_FIXUP": 0, "WARP_SPEC": 0, "num_ctas": 1, "maxnreg": 0, "SWAP_AB": 0,
         "PERSISTENT": 1, "TMA": 1}
 #: name -> config: plain persistent, then the same tile with the stream-K phase
@@ -146,6 +149,28 @@ COOP_CONFIGS = {
     "64x128 s8 ts1 gluon": dict(GLUON_BASE, BM=64, BN=128, num_warps=4, num_stages=8, TMA_STORE=1, PERSISTENT=0),
 }
 
+#: --set small: few tokens, where cuBLAS runs 64x16-64x64 tiles (its rows x columns: the
+#: weights x the tokens) 11-16 stages deep (call BB): the searches' winners there, the
+#: template's deep narrow tiles, and the Gluon kernel's (swap-AB: the tokens as the MMA's
+#: narrow side)
+SMALL = dict(TAIL, BK=64, TMA=1, PERSISTENT=0, SWAP_AB=0, GLUON=0)
+SMALL_CONFIGS = {
+    "64x64x128 s5 splitk2 (o-64 winner)": dict(SMALL, BM=64, BN=64, BK=128, num_warps=4, num_stages=5, SPLIT_K=2,
+                                              TMA=0, GROUP_M=1, maxnreg=232, TMA_STORE=0),
+    "64x128x128 s4 splitk2 fixup (qwen-o-256 winner)": dict(SMALL, BM=64, BN=128, BK=128, num_warps=4, num_stages=4,
+                                                          SPLIT_K=2, SPLITK_FIXUP=1, maxnreg=232, TMA_STORE=0),
+    "64x64 s13 ts1": dict(SMALL, BM=64, BN=64, num_warps=4, num_stages=13, TMA_STORE=1),
+    "64x32 s16 ts1": dict(SMALL, BM=64, BN=32, num_warps=4, num_stages=16, TMA_STORE=1),
+    "32x64 s16 swap ts1": dict(SMALL, BM=32, BN=64, num_warps=4, num_stages=16, TMA_STORE=1, SWAP_AB=1),
+    "64x64 s13 ts1 gluon": dict(SMALL, BM=64, BN=64, num_warps=4, num_stages=13, TMA_STORE=1, GLUON=1),
+    "64x128 s8 ts1 gluon": dict(SMALL, BM=64, BN=128, num_warps=4, num_stages=8, TMA_STORE=1, GLUON=1),
+    "32x64 s16 swap gluon": dict(SMALL, BM=32, BN=64, num_warps=4, num_stages=16, TMA_STORE=1, SWAP_AB=1, GLUON=1),
+    "16x64 s16 swap gluon": dict(SMALL, BM=16, BN=64, num_warps=4, num_stages=16, TMA_STORE=1, SWAP_AB=1, GLUON=1),
+    "32x128 s8 swap gluon": dict(SMALL, BM=32, BN=128, num_warps=8, num_stages=8, TMA_STORE=1, SWAP_AB=1, GLUON=1),
+    "64x64 s13 P ts1 gluon": dict(SMALL, BM=64, BN=64, num_warps=4, num_stages=13, TMA_STORE=1, GLUON=1,
+                                  PERSISTENT=1),
+}
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -158,11 +183,12 @@ def main() -> None:
                          "time included); gate: the gate's own harness (evokernel.bench.time_cuda: 4 input sets "
                          "rotated, L2 flushed before each call), which ranks tiles as the searches do")
     ap.add_argument("--no-graph", dest="timing", action="store_const", const="plain", help="the same as --timing plain")
-    ap.add_argument("--set", choices=["streamk", "tail", "wide", "coop"], default="streamk",
-                    help="the stream-K configs (default), the tiles with a BN tail, the 320-wide tiles, or the "
-                         "warp-specialised cooperative kernels")
+    ap.add_argument("--set", choices=["streamk", "tail", "wide", "coop", "small"], default="streamk",
+                    help="the stream-K configs (default), the tiles with a BN tail, the 320-wide tiles, the "
+                         "warp-specialised cooperative kernels, or the narrow deep tiles for few tokens")
     args = ap.parse_args()
-    configs = {"tail": TAIL_CONFIGS, "wide": WIDE_CONFIGS, "coop": COOP_CONFIGS}.get(args.set, CONFIGS)
+    configs = {"tail": TAIL_CONFIGS, "wide": WIDE_CONFIGS, "coop": COOP_CONFIGS,
+               "small": SMALL_CONFIGS}.get(args.set, CONFIGS)
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

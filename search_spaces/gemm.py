@@ -119,7 +119,8 @@ def _warp_spec(limit: int, elem_bytes: int):
             return "warp specialisation: without a TMA store, swap-AB, maxnreg or a CTA cluster"
         need = _pipeline_bytes(p, elem_bytes) + _ws_scratch(p, elem_bytes)
         if need > limit:
-            return f"warp specialisation: the pipeline and the consumers' C tile need {need} B of shared memory > {limit} B"
+            return (f"warp specialisation: the pipeline and the consumers' C tile need {need} B of shared memory "
+                    f"> {limit} B")
         return None
     return check
 
@@ -217,15 +218,22 @@ def _gluon(limit: int, elem_bytes: int):
         if not p.get("GLUON"):
             return None
         if not (p["TMA"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"] and p["num_ctas"] == 1 and not p["maxnreg"]
-                and not (p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"))):
-            return ("Gluon: a TMA tile without split-K, swap-AB, stream-K, A_REG, WARP_SPEC (it is "
-                    "warp-specialised itself), a cluster or maxnreg")
-        if p["BM"] < 64 or p["BN"] < 64:
-            return "Gluon: a warpgroup MMA tile of at least 64 x 64"
-        if p["num_warps"] != gluon_warps(p["BM"]):
-            return f"Gluon: one consumer warpgroup per 64 rows, at most two (BM={p['BM']}: {gluon_warps(p['BM'])} warps)"
-        if p.get("TMA_STORE") not in (1, 2):
-            return "Gluon: C is stored by TMA, whole (TMA_STORE=1) or in halves (TMA_STORE=2)"
+                and not (p.get("STREAM_K") or p.get("A_REG"))):
+            return ("Gluon: a TMA tile without split-K, stream-K, A_REG, WARP_SPEC (it is warp-specialised "
+                    "itself), a cluster or maxnreg")
+        if p.get("SWAP_AB"):  # the tile transposed: BN the MMA's rows, BM (the tokens) its narrow side
+            if not (p["BM"] <= 64 and p["BN"] in (64, 128) and p["num_warps"] == 4 * (p["BN"] // 64)):
+                return "Gluon swap-AB: BM of 16-64 tokens, BN 64 or 128 (one consumer warpgroup per 64 of BN)"
+            if p.get("TMA_STORE") != 1 or p.get("BN_TAIL"):
+                return "Gluon swap-AB: C stored whole (TMA_STORE=1), no tail"
+        else:
+            if p["BM"] < 64 or p["BN"] < 64:
+                return "Gluon: a warpgroup MMA tile of at least 64 x 64"
+            if p["num_warps"] != gluon_warps(p["BM"]):
+                return (f"Gluon: one consumer warpgroup per 64 rows, at most two (BM={p['BM']}: "
+                        f"{gluon_warps(p['BM'])} warps)")
+            if p.get("TMA_STORE") not in (1, 2):
+                return "Gluon: C is stored by TMA, whole (TMA_STORE=1) or in halves (TMA_STORE=2)"
         # the pipeline's slots, C's staging and the slots' barriers (sm_90 builds: 128x256
         # s4 in halves 229556 B = 196608 + 32768 + 180; 64x64 s12 205108 = 196608 + 8192 + 308)
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes) + 512
@@ -335,8 +343,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
 def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
     how = ("streamk" if genome.params.get("STREAM_K") else "persistent") if genome["PERSISTENT"] else "grid"
-    return f"{genome['BM']}x{_width(genome.params)}/{how}" + (f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else "") \
-        + ("/gluon" if genome.params.get("GLUON") else "")
+    split = f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else ""
+    return f"{genome['BM']}x{_width(genome.params)}/{how}{split}" + ("/gluon" if genome.params.get("GLUON") else "")
 
 
 def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
@@ -419,8 +427,8 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
 
 def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None:
     """The Gluon kernel's form of a TMA tile (`GLUON=1`: search_spaces/gluon_gemm.py), or
-    None where it has none (swap-AB, split-K, fewer than 64 rows or columns, or no GLUON
-    gene in `space`): the same tile (its BN tail too) and schedule, one consumer warpgroup per 64
+    None where it has none (split-K, fewer than 64 rows or columns unswapped, or no GLUON
+    gene in `space`): the same tile (its BN tail, its swap-AB too) and schedule, one consumer warpgroup per 64
     rows, its pipeline as deep as `p`'s plus one stage or less where it does not fit, C
     staged whole where it fits, else in halves.
 
@@ -429,12 +437,14 @@ def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | Non
     >>> q["GLUON"], q["num_warps"], q["num_stages"], q["TMA_STORE"], q["PERSISTENT"]
     (1, 8, 4, 2, 1)
     """
-    if "GLUON" not in space.names or p["BM"] < 64 or p["BN"] < 64 or p["SPLIT_K"] > 1 or not p["TMA"] \
-            or p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"):
+    swap = bool(p.get("SWAP_AB"))
+    if "GLUON" not in space.names or p["SPLIT_K"] > 1 or not p["TMA"] or p.get("STREAM_K") or p.get("A_REG") \
+            or (p["BN"] < 64 if swap else (p["BM"] < 64 or p["BN"] < 64)):
         return None
-    base = dict(p, GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1, num_warps=gluon_warps(p["BM"]))
+    warps = 4 * (p["BN"] // 64) if swap else gluon_warps(p["BM"])
+    base = dict(p, GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1, num_warps=warps)
     for depth in range(min(p["num_stages"] + 1, 16), 1, -1):
-        for store in (1, 2):
+        for store in (1,) if swap else (1, 2):
             q = dict(base, num_stages=depth, TMA_STORE=store)
             if space.is_valid(q):
                 return q

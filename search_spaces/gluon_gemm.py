@@ -18,6 +18,9 @@ layout-level language) says all of that in Python:
   producer's warps give their registers to the consumers (setmaxnreg: 24 vs 240);
 - tiles BN + BN_TAIL wide (192, 320: cuBLAS's at Llama's and Qwen3's qkv) take the tail's
   columns as a second accumulator, loaded into their own slots beside B's;
+- with SWAP_AB (few tokens), each tile is computed transposed, C^T = B^T A^T, the weights'
+  64-128 columns as the MMA's rows and the 16-64 tokens as its narrow side (cuBLAS's
+  small-batch tiles, 64x16 and 64x32 with 11-16 stages, call BB);
 - the epilogue (bias, activation, residual in fp32, as `triton_gemm._epilogue`) goes
   through shared memory to a TMA store, whole or in two halves of BN/2 columns
   (`EPI_SPLIT`), and is waited for only before the next tile's epilogue writes the same
@@ -98,12 +101,13 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M,
 @gluon.jit
 def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout: gl.constexpr,
               BM: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr,
-              HAS_RES: gl.constexpr):
-    """acc (fp32, MMA layout) -> act(acc + bias) + residual, fp32: `triton_gemm._epilogue`."""
-    offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+              HAS_RES: gl.constexpr, TRANS: gl.constexpr = False):
+    """acc (fp32, MMA layout) -> act(acc + bias) + residual, fp32: `triton_gemm._epilogue`;
+    with TRANS, acc is the tile transposed (BN x BM: the swap-AB consumer's)."""
+    offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(1 if TRANS else 0, layout))
     if HAS_BIAS:
         bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)
-        acc = acc + gl.expand_dims(bias, 0)
+        acc = acc + gl.expand_dims(bias, 1 if TRANS else 0)
     if ACT == 1:
         acc = gl.maximum(acc, 0.0)
     elif ACT == 2:
@@ -112,9 +116,9 @@ def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, 
         inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
         acc = acc / (1.0 + gl.exp(-2.0 * inner))
     if HAS_RES:
-        offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-        rows = gl.expand_dims(offs_m, 1)
-        cols = gl.expand_dims(offs_n, 0)
+        offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(0 if TRANS else 1, layout))
+        rows = gl.expand_dims(offs_m, 0 if TRANS else 1)
+        cols = gl.expand_dims(offs_n, 1 if TRANS else 0)
         mask = (rows < M) & (cols < N)
         res = gl.load(res_ptr + rows * stride_rm + cols * stride_rn, mask=mask, other=0.0)
         acc = acc + res.to(gl.float32)
@@ -189,9 +193,50 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2
 
 
 @gluon.jit
+def _consumer_swapped(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, stride_rm,
+                      stride_rn, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+                      STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr,
+                      WARPS: gl.constexpr):
+    """SWAP_AB's default partition: each tile computed transposed, C^T = B^T A^T, so the
+    weights' BN columns fill the warpgroup MMA's 64-row side and the BM (16-64) tokens its
+    narrow one (n = BM), as cuBLAS runs its small-batch tiles (64x16, 64x32: call BB); the
+    operands are the same slots read through transposed views, the result transposed back
+    on its way to C's TMA store."""
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                     instr_shape=[16, BM, 16])
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    it = 0
+    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = gl.zeros((BN, BM), gl.float32, layout)
+        for kt in range(k_tiles):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            acc = warpgroup_mma(b_bufs.index(s).permute((1, 0)), a_bufs.index(s).permute((1, 0)), acc,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kt > 0)
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_tiles > 0)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        out = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
+                        HAS_BIAS, ACT, HAS_RES, True).to(c_desc.dtype)
+        tma.store_wait(0)
+        c_smem.store(gl.permute(out, [1, 0]))
+        fence_async_shared()
+        _tma_store(c_desc, [off_m, off_n], c_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
                        GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, BNT: gl.constexpr,
-                       HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr, num_warps: gl.constexpr):
+                       HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr, num_warps: gl.constexpr,
+                       SWAP: gl.constexpr = False):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -209,13 +254,22 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    gl.warp_specialize([
-        (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr,
-                     M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT, HAS_BIAS, ACT,
-                     HAS_RES, num_warps)),
-        (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
-                     GROUP_M, STAGES)),
-    ], [1], [24])
+    if SWAP:
+        gl.warp_specialize([
+            (_consumer_swapped, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K,
+                                 stride_rm, stride_rn, BM, BN, BK, GROUP_M, STAGES, HAS_BIAS, ACT, HAS_RES,
+                                 num_warps)),
+            (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
+                         GROUP_M, STAGES)),
+        ], [1], [24])
+    else:
+        gl.warp_specialize([
+            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
+                         res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
+                         HAS_BIAS, ACT, HAS_RES, num_warps)),
+            (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
+                         GROUP_M, STAGES)),
+        ], [1], [24])
 
 
 def gluon_launch_maxnreg(num_warps: int) -> int | None:
@@ -234,10 +288,12 @@ LAST: dict[str, object] = {"kernel": None}
 def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
                residual: torch.Tensor | None = None, activation: str = "none",
                BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
-               EPI_SPLIT: int = 1, BN_TAIL: int = 0) -> torch.Tensor:
+               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
     tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
-    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB)."""
+    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB); with
+    SWAP_AB, each tile computed as B^T A^T (BM 16-64 tokens as the MMA's narrow side, BN 64
+    or 128 weights as its rows: one consumer warpgroup per 64 of BN)."""
     if not a.is_cuda:
         raise ValueError("the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not "
                          "run Gluon kernels")
@@ -245,7 +301,12 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         raise ValueError(f"the Gluon GEMM takes bf16 or fp16 A and B of one dtype, got {a.dtype} and {b.dtype}")
     if activation not in GLUON_ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(GLUON_ACTIVATIONS)}, got {activation!r}")
-    if num_warps != 4 * max(1, BM // 64) and not (BM == 256 and num_warps == 8):
+    if SWAP_AB:
+        if not (BM in (16, 32, 64) and BN in (64, 128) and num_warps == 4 * (BN // 64) and EPI_SPLIT == 1
+                and not BN_TAIL):
+            raise ValueError(f"SWAP_AB: BM 16-64 tokens, BN 64 or 128 (one warpgroup per 64: {4 * max(1, BN // 64)} "
+                             f"warps), C whole, no tail; got BM={BM}, BN={BN}, num_warps={num_warps}")
+    elif num_warps != 4 * max(1, BM // 64) and not (BM == 256 and num_warps == 8):
         raise ValueError(f"the Gluon GEMM runs one consumer warpgroup per 64 rows (BM={BM}: {4 * max(1, BM // 64)} "
                          f"warps; 8 for BM=256), got num_warps={num_warps}")
     if EPI_SPLIT not in (1, 2):
@@ -290,7 +351,8 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
     LAST["kernel"] = _gluon_gemm_kernel[(programs,)](
         desc(a, [BM, BK]), b_desc, b2_desc, c_desc, c2_desc,
         bias if bias is not None else c, res, M, N, K, res.stride(0), res.stride(1),
-        GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, HAS_BIAS=bias is not None,
+        GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, SWAP=bool(SWAP_AB),
+        HAS_BIAS=bias is not None,
         ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None, num_warps=num_warps,
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )

@@ -600,16 +600,15 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     if GLUON:
-        if not (TMA and SPLIT_K == 1 and not (SWAP_AB or STREAM_K or A_REG or WARP_SPEC)
+        if not (TMA and SPLIT_K == 1 and not (STREAM_K or A_REG or WARP_SPEC)
                 and num_ctas == 1 and not maxnreg and TMA_STORE in (1, 2)):
             raise ValueError("GLUON: the Gluon kernel is a TMA tile (TMA=1, TMA_STORE 1 or 2) without split-K, "
-                             "swap-AB, stream-K, A_REG, WARP_SPEC (it is warp-specialised itself), a cluster or "
-                             "maxnreg")
+                             "stream-K, A_REG, WARP_SPEC (it is warp-specialised itself), a cluster or maxnreg")
         from evokernel.search_spaces import gluon_gemm
 
         c = gluon_gemm.gemm_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
                                   GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages,
-                                  PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE, BN_TAIL=BN_TAIL)
+                                  PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE, BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB)
         _LAST["kernel"] = gluon_gemm.LAST["kernel"]
         return c
     M, K = a.shape

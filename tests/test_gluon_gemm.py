@@ -32,7 +32,7 @@ def test_the_space_keeps_the_gluon_kernel_to_what_it_is():
     assert "one consumer warpgroup per 64 rows" in space.why_invalid(dict(POINT, BN=128, num_warps=4))
     assert "split-K" in space.why_invalid(dict(POINT, SPLIT_K=2))
     assert not space.is_valid(dict(POINT, WARP_SPEC=1))  # (it is warp-specialised itself)
-    assert "without split-K, swap-AB" in space.why_invalid(dict(POINT, BN=128, num_ctas=2, TMA_STORE=1))
+    assert "without split-K, stream-K" in space.why_invalid(dict(POINT, BN=128, num_ctas=2, TMA_STORE=1))
     assert "stored by TMA" in space.why_invalid(dict(POINT, TMA_STORE=0))
     assert "shared memory" in space.why_invalid(dict(POINT, TMA_STORE=1))  # 196608 + 65536 for C whole
     assert "at least 64 x 64" in space.why_invalid(dict(POINT, BM=32, num_warps=4, TMA_STORE=1))
@@ -58,7 +58,8 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
     assert '"GLUON": 1' in src and "def kernel(a, b):" in src
 
 
-def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, tail: int = 0, **epilogue):
+def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, tail: int = 0, swap: bool = False,
+                **epilogue):
     """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
     triton = pytest.importorskip("triton")
     try:
@@ -81,7 +82,7 @@ def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1
              "b2_desc": desc([BK, tail or BN]), "c2_desc": desc([BM, tail or BN // epi]),
              "bias_ptr": "*bf16", "res_ptr": "*bf16"}
     consts = {**dict(GROUP_M=8, STAGES=stages, EPI_SPLIT=epi, BNT=tail, HAS_BIAS=False, ACT=0, HAS_RES=False,
-                     num_warps=warps), **epilogue}
+                     num_warps=warps, SWAP=swap), **epilogue}
     names = list(_gluon_gemm_kernel.arg_names)
     signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in consts.items()}
@@ -129,6 +130,23 @@ def test_a_gluon_tile_with_a_tail_keeps_both_mmas_of_a_k_step_in_flight_for_sm90
     assert predicted < kernel.metadata.shared <= predicted + 512
 
 
+@pytest.mark.slow
+def test_a_swapped_gluon_tile_puts_the_tokens_on_the_mmas_narrow_side_for_sm90():
+    """SWAP_AB with 16 tokens and 64 weight columns, 16 stages (cuBLAS's 64x16 tile, call
+    BB): the MMA is m64n16 (the weights its 64 rows), one in flight."""
+    kernel = _gluon_sm90(16, 64, 64, 16, 4, swap=True, HAS_BIAS=True, HAS_RES=True)
+    ptx = kernel.asm["ptx"]
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)) == {"m64n16k16"}
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)
+    space = gemm_space(tma_store=True, swap_ab=True, gluon=True)
+    point = dict(POINT, BM=16, BN=64, num_warps=4, num_stages=16, TMA_STORE=1, SWAP_AB=1, PERSISTENT=0)
+    assert space.is_valid(point)
+    assert "swap-AB" in space.why_invalid(dict(point, TMA_STORE=2))
+    assert "swap-AB" in space.why_invalid(dict(point, BN=128, num_stages=8))  # 8 warps for 128 weight columns
+    predicted = (16 * 64 + 64 * 64) * 2 * 16 + 16 * 64 * 2
+    assert predicted < kernel.metadata.shared <= predicted + 512
+
+
 # --- on a GPU ---------------------------------------------------------------------------------
 
 _CUDA = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -145,6 +163,11 @@ GPU_CASES = [
     ({"BN": 128, "BN_TAIL": 64, "num_stages": 4, "TMA_STORE": 1, "PERSISTENT": 0}, (512, 6144, 4096), {}),
     ({"BN_TAIL": 64, "num_stages": 3}, (2048, 5120, 2048), {"bias": True, "residual": True}),
     ({"BM": 64, "num_warps": 4, "BN": 128, "BN_TAIL": 32, "num_stages": 5, "TMA_STORE": 1}, (100, 1000, 300), {}),
+    # swap-AB: the tokens on the MMA's narrow side (the last tile's tokens past M: clipped)
+    ({"BM": 16, "BN": 64, "num_warps": 4, "num_stages": 16, "TMA_STORE": 1, "SWAP_AB": 1, "PERSISTENT": 0},
+     (16, 4096, 4096), {}),
+    ({"BM": 32, "BN": 128, "num_warps": 8, "num_stages": 8, "TMA_STORE": 1, "SWAP_AB": 1}, (50, 6144, 1000),
+     {"bias": True, "activation": "silu", "residual": True}),
 ]
 
 
@@ -160,8 +183,9 @@ def test_the_gluon_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int,
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) if epi.get("residual") else None
     act = epi.get("activation", "none")
     params = dict(POINT, **over)
-    space = gemm_space(tma_store=True, bn_tail=True, gluon=True)
+    space = gemm_space(tma_store=True, bn_tail=True, swap_ab=True, gluon=True)
     params.setdefault("BN_TAIL", 0)
+    params.setdefault("SWAP_AB", 0)
     assert space.is_valid(params), space.why_invalid(params)
     for _ in range(2):  # twice: the second call reuses the compiled kernel
         c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
