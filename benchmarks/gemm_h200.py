@@ -210,7 +210,7 @@ def main() -> None:
     tstore = not args.no_tma_store and not args.fp8
     tail = not args.no_bn_tail and not args.fp8
     areg = args.a_reg and not args.fp8
-    glu = not args.no_gluon and tstore
+    glu = not args.no_gluon and tstore and args.device == "cuda"  # (Gluon kernels do not run on the CPU)
     space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
         gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg, gluon=glu)
     off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
