@@ -22,12 +22,19 @@ cp -r tests /tmp/pkg/ 2>/dev/null
 (cd /tmp/pkg && timeout 150 python3 -m pytest -q -p no:cacheprovider -rA tests/test_gluon_gemm.py \
     tests/test_triton_gemm.py -k "gpu or cooperative or gluon" > $D/tests.log 2>&1; echo "rc=$?" >> $D/tests.log)
 tail -25 $D/tests.log
-timeout ${DEADLINE:-230} python3 benchmarks/gemm_sk_probe.py --set coop --timing gate --rounds 3 \
+# a Gluon or cooperative kernel that failed its tests (or hung them: rc=124) stays out of the
+# probes, so that a hang cannot take the probes' other figures with it
+EXCLUDE=""
+grep -q "rc=124" $D/tests.log && EXCLUDE="gluon coop"
+grep -qE "FAILED .*gluon" $D/tests.log && EXCLUDE="$EXCLUDE gluon"
+grep -qE "FAILED .*cooperative" $D/tests.log && EXCLUDE="$EXCLUDE coop"
+echo "probes exclude: ${EXCLUDE:-nothing}"
+timeout ${DEADLINE:-230} python3 benchmarks/gemm_sk_probe.py --set coop --timing gate --rounds 3 --exclude $EXCLUDE \
     --deadline $(( ${DEADLINE:-230} - 30 )) --out $D \
     --shapes ${SHAPES:-qkv-512 o-8192 qkv-2048 gate_up-512 qwen-qkv-2048 o-512} > $D/probe.log 2>&1
 tail -3 $D/probe.log
 cat $D/coop_probe.md 2>/dev/null
-timeout ${SMALL_DEADLINE:-130} python3 benchmarks/gemm_sk_probe.py --set small --timing gate --rounds 3 \
+timeout ${SMALL_DEADLINE:-130} python3 benchmarks/gemm_sk_probe.py --set small --timing gate --rounds 3 --exclude $EXCLUDE \
     --deadline $(( ${SMALL_DEADLINE:-130} - 20 )) --out $D \
     --shapes ${SMALL_SHAPES:-o-64 qwen-o-256 qkv-64 o-16} > $D/small.log 2>&1
 tail -3 $D/small.log
