@@ -73,7 +73,7 @@ def short(p: dict[str, int]) -> str:
              f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
              "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else "",
              f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else "", "areg" if p.get("A_REG") else "",
-             "gluon" if p.get("GLUON") else ""]
+             {1: "gluon", 2: "gluon-pingpong"}.get(p.get("GLUON", 0), "")]
     width = f"({p['BN']}+{p['BN_TAIL']})" if p.get("BN_TAIL") else f"{p['BN']}"
     return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)

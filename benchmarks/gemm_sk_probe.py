@@ -147,6 +147,13 @@ COOP_CONFIGS = {
     "128x128 s6 P ts1 gluon": dict(GLUON_BASE, BM=128, BN=128, num_warps=8, num_stages=6, TMA_STORE=1, PERSISTENT=1),
     "64x256 s5 ts2 gluon": dict(GLUON_BASE, BM=64, BN=256, num_warps=4, num_stages=5, TMA_STORE=2, PERSISTENT=0),
     "64x128 s8 ts1 gluon": dict(GLUON_BASE, BM=64, BN=128, num_warps=4, num_stages=8, TMA_STORE=1, PERSISTENT=0),
+    # its ping-pong form (GLUON=2): two 4-warp consumers taking turns at whole tiles
+    "128x128 s4 P ts1 gluon-pingpong": dict(GLUON_BASE, BM=128, BN=128, num_warps=4, num_stages=4, TMA_STORE=1,
+                                            PERSISTENT=1, GLUON=2),
+    "128x128 s5 P ts2 gluon-pingpong": dict(GLUON_BASE, BM=128, BN=128, num_warps=4, num_stages=5, TMA_STORE=2,
+                                            PERSISTENT=1, GLUON=2),
+    "64x256 s4 P ts1 gluon-pingpong": dict(GLUON_BASE, BM=64, BN=256, num_warps=4, num_stages=4, TMA_STORE=1,
+                                           PERSISTENT=1, GLUON=2),
 }
 
 #: --set small: few tokens, where cuBLAS runs 64x16-64x64 tiles (its rows x columns: the

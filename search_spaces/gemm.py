@@ -221,6 +221,19 @@ def _gluon(limit: int, elem_bytes: int):
                 and not (p.get("STREAM_K") or p.get("A_REG"))):
             return ("Gluon: a TMA tile without split-K, stream-K, A_REG, WARP_SPEC (it is warp-specialised "
                     "itself), a cluster or maxnreg")
+        if p["GLUON"] == 2:  # ping-pong: two consumer warpgroups, a whole tile each, taking turns
+            if p.get("SWAP_AB") or p["num_warps"] != 4 or p["BM"] not in (64, 128) or p["BN"] < 64:
+                return "Gluon ping-pong: 4 warps a consumer, tiles of 64 or 128 rows and 64+ columns, not swapped"
+            if not p["PERSISTENT"]:  # one tile per program leaves the second consumer idle
+                return "Gluon ping-pong: persistent (the consumers take turns at a program's tiles)"
+            if p.get("TMA_STORE") not in (1, 2):
+                return "Gluon: C is stored by TMA, whole (TMA_STORE=1) or in halves (TMA_STORE=2)"
+            # each consumer stages its own C
+            need = _pipeline_bytes(p, elem_bytes) + 2 * _staged_c_bytes(p, elem_bytes) + 512
+            if need > limit:
+                return (f"Gluon ping-pong: the pipeline, two consumers' C staging and the barriers need {need} B "
+                        f"of shared memory > {limit} B")
+            return None
         if p.get("SWAP_AB"):  # the tile transposed: BN the MMA's rows, BM (the tokens) its narrow side
             if not (p["BM"] <= 64 and p["BN"] in (64, 128) and p["num_warps"] == 4 * (p["BN"] // 64)):
                 return "Gluon swap-AB: BM of 16-64 tokens, BN 64 or 128 (one consumer warpgroup per 64 of BN)"
@@ -264,7 +277,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     gene (a 128-256 column tile as 64-wide MMAs sharing A in registers), with `gluon` (and
     `tma_store`) the GLUON gene (the tile run by the warp-specialised Gluon kernel of
     search_spaces/gluon_gemm.py: a TMA producer warp, one consumer warpgroup per 64 rows,
-    one MMA in flight, C by TMA); see search_spaces/triton_gemm.py.
+    one MMA in flight, C by TMA; GLUON=2 its ping-pong form, two consumer warpgroups taking
+    turns at whole tiles); see search_spaces/triton_gemm.py.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
     "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -335,7 +349,7 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
         if not tma_store:
             raise ValueError("gemm_space(gluon=True) needs tma_store=True: the Gluon kernel's C store is the "
                              "TMA_STORE gene (1 whole, 2 in halves)")
-        space = SearchSpace([*space.params, Choice("GLUON", [0, 1])], constraints=[*space.constraints,
+        space = SearchSpace([*space.params, Choice("GLUON", [0, 1, 2])], constraints=[*space.constraints,
                             Constraint(_gluon(shared_memory_bytes, elem_bytes), "Gluon")], name=space.name + "_gluon")
     return space
 
@@ -344,7 +358,8 @@ def gemm_class(genome: Genome) -> str:
     """Niche in the elite archive: the output tile and how the work is scheduled."""
     how = ("streamk" if genome.params.get("STREAM_K") else "persistent") if genome["PERSISTENT"] else "grid"
     split = f"/splitk{genome['SPLIT_K']}" if genome["SPLIT_K"] > 1 else ""
-    return f"{genome['BM']}x{_width(genome.params)}/{how}{split}" + ("/gluon" if genome.params.get("GLUON") else "")
+    kernel = {1: "/gluon", 2: "/pingpong"}.get(genome.params.get("GLUON", 0), "")
+    return f"{genome['BM']}x{_width(genome.params)}/{how}{split}{kernel}"
 
 
 def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
@@ -647,10 +662,11 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         # the Gluon kernel (a TMA producer warp, one consumer warpgroup per 64 rows, one MMA
         # in flight): cuBLAS's cooperative 128x256 4-stage tile from a few hundred tokens up
         # (call BB), a deep 64-row one below
-        made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2),
-                dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1)] if m >= 128 else \
-            [dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1)]
-        made = [dict(q, GLUON=1, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {}))
+        made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=1),
+                dict(_point(128, 128, 64, 4, 4, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=2),  # ping-pong
+                dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)] if m >= 128 else \
+            [dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1, GLUON=1)]
+        made = [dict(q, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {}))
                 for q in made]
         out = made + [dict(q, GLUON=0) for q in out]
     if not swap_ab:

@@ -21,6 +21,9 @@ layout-level language) says all of that in Python:
 - with SWAP_AB (few tokens), each tile is computed transposed, C^T = B^T A^T, the weights'
   64-128 columns as the MMA's rows and the 16-64 tokens as its narrow side (cuBLAS's
   small-batch tiles, 64x16 and 64x32 with 11-16 stages, call BB);
+- with PINGPONG (GLUON=2), two consumer warpgroups each own a whole tile and take turns
+  at the program's tiles, one's epilogue under the other's main loop (CUTLASS's ping-pong
+  kernel: 128x128 tiles, 4 warps each);
 - the epilogue (bias, activation, residual in fp32, as `triton_gemm._epilogue`) goes
   through shared memory to a TMA store, whole or in two halves of BN/2 columns
   (`EPI_SPLIT`), and is waited for only before the next tile's epilogue writes the same
@@ -129,9 +132,14 @@ def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, 
 def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr, M, N, K,
               stride_rm, stride_rn, BM: gl.constexpr, BN: gl.constexpr, BNT: gl.constexpr, BK: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr,
-              ACT: gl.constexpr, HAS_RES: gl.constexpr, WARPS: gl.constexpr):
-    """The default partition: the MMAs of every tile, one K step in flight behind the next,
-    and the epilogue through TMA stores (the tail's columns as a second accumulator)."""
+              ACT: gl.constexpr, HAS_RES: gl.constexpr, WARPS: gl.constexpr, FIRST: gl.constexpr = 0,
+              STRIDE: gl.constexpr = 1):
+    """A consumer: the MMAs of its tiles, one K step in flight behind the next, and the
+    epilogue through TMA stores (the tail's columns as a second accumulator). Its tiles are
+    the program's FIRST-th, then every STRIDE-th (ping-pong: two consumers take turns, one's
+    epilogue under the other's main loop); the producer fills the slots in the program's
+    tile order, so this consumer's K steps are slot uses FIRST * k_tiles onwards, skipping
+    the other's."""
     # one warpgroup MMA per 16-row slice of warps, as wide as the tile (n up to 256)
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, BN, 16])
@@ -140,8 +148,9 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN + BNT)
     k_tiles = gl.cdiv(K, BK)
-    it = 0
-    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+    it = FIRST * k_tiles
+    for tile in range(gl.program_id(0) + FIRST * gl.num_programs(0), num_pid_m * num_pid_n,
+                      STRIDE * gl.num_programs(0)):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = gl.zeros((BM, BN), gl.float32, layout)
         if BNT > 0:
@@ -189,6 +198,7 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2
             c2_smem.store(out2)
             fence_async_shared()
             _tma_store(c2_desc, [off_m, off_n + BN], c2_smem)
+        it += (STRIDE - 1) * k_tiles  # the other consumer's K steps
     tma.store_wait(0)
 
 
@@ -236,7 +246,7 @@ def _consumer_swapped(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, re
 def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
                        GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, BNT: gl.constexpr,
                        HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr, num_warps: gl.constexpr,
-                       SWAP: gl.constexpr = False):
+                       SWAP: gl.constexpr = False, PINGPONG: gl.constexpr = False):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -249,6 +259,12 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
     else:
         b2_bufs = b_bufs
         c2_smem = c_smem
+    if PINGPONG:  # the second consumer's own C staging
+        d_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+        if BNT > 0:
+            d2_smem = gl.allocate_shared_memory(c2_desc.dtype, c2_desc.block_type.shape, c2_desc.layout)
+        else:
+            d2_smem = d_smem
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -262,6 +278,17 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
             (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
                          GROUP_M, STAGES)),
         ], [1], [24])
+    elif PINGPONG:  # two consumer warpgroups taking turns at the program's tiles, then the producer
+        gl.warp_specialize([
+            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
+                         res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
+                         HAS_BIAS, ACT, HAS_RES, num_warps, 0, 2)),
+            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, d_smem, d2_smem, bias_ptr,
+                         res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
+                         HAS_BIAS, ACT, HAS_RES, num_warps, 1, 2)),
+            (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
+                         GROUP_M, STAGES)),
+        ], [num_warps, 1], [232, 24])
     else:
         gl.warp_specialize([
             (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
@@ -288,12 +315,14 @@ LAST: dict[str, object] = {"kernel": None}
 def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
                residual: torch.Tensor | None = None, activation: str = "none",
                BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
-               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0) -> torch.Tensor:
+               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0, PINGPONG: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
     tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
     (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB); with
     SWAP_AB, each tile computed as B^T A^T (BM 16-64 tokens as the MMA's narrow side, BN 64
-    or 128 weights as its rows: one consumer warpgroup per 64 of BN)."""
+    or 128 weights as its rows: one consumer warpgroup per 64 of BN); with PINGPONG, two
+    consumer warpgroups of 4 warps each take every other tile of the program, one's epilogue
+    running under the other's main loop (CUTLASS's "ping-pong" Hopper kernel)."""
     if not a.is_cuda:
         raise ValueError("the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not "
                          "run Gluon kernels")
@@ -301,7 +330,11 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         raise ValueError(f"the Gluon GEMM takes bf16 or fp16 A and B of one dtype, got {a.dtype} and {b.dtype}")
     if activation not in GLUON_ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(GLUON_ACTIVATIONS)}, got {activation!r}")
-    if SWAP_AB:
+    if PINGPONG:
+        if not (num_warps == 4 and BM in (64, 128) and not SWAP_AB):
+            raise ValueError(f"PINGPONG: two consumer warpgroups of 4 warps each, one tile of 64 or 128 rows each, "
+                             f"not swapped; got BM={BM}, num_warps={num_warps}")
+    elif SWAP_AB:
         if not (BM in (16, 32, 64) and BN in (64, 128) and num_warps == 4 * (BN // 64) and EPI_SPLIT == 1
                 and not BN_TAIL):
             raise ValueError(f"SWAP_AB: BM 16-64 tokens, BN 64 or 128 (one warpgroup per 64: {4 * max(1, BN // 64)} "
@@ -345,13 +378,14 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
     else:
         programs = tiles
     res = residual if residual is not None else c
-    maxnreg = gluon_launch_maxnreg(num_warps)
+    maxnreg = gluon_launch_maxnreg(2 * num_warps if PINGPONG else num_warps)
     b_desc, c_desc = desc(b, [BK, BN]), desc(c, [BM, BN // EPI_SPLIT])
     b2_desc, c2_desc = (desc(b, [BK, BN_TAIL]), desc(c, [BM, BN_TAIL])) if BN_TAIL else (b_desc, c_desc)
     LAST["kernel"] = _gluon_gemm_kernel[(programs,)](
         desc(a, [BM, BK]), b_desc, b2_desc, c_desc, c2_desc,
         bias if bias is not None else c, res, M, N, K, res.stride(0), res.stride(1),
         GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, SWAP=bool(SWAP_AB),
+        PINGPONG=bool(PINGPONG),
         HAS_BIAS=bias is not None,
         ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None, num_warps=num_warps,
         **({"maxnreg": maxnreg} if maxnreg else {}),

@@ -89,7 +89,8 @@ ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
 #: through a tensor descriptor (1) or in two halves (2); BN_TAIL, tiles BN + BN_TAIL wide;
 #: A_REG, the tile's columns as 64-wide MMAs sharing each K step's A tile in registers;
-#: GLUON, the tile run by the warp-specialised Gluon kernel (`search_spaces/gluon_gemm.py`).
+#: GLUON, the tile run by the warp-specialised Gluon kernel (`search_spaces/gluon_gemm.py`:
+#: 1 one or two consumer warpgroups on each tile, 2 two taking turns at tiles, "ping-pong").
 OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG", "GLUON")
 
 
@@ -608,7 +609,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
 
         c = gluon_gemm.gemm_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
                                   GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages,
-                                  PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE, BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB)
+                                  PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE, BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB,
+                                  PINGPONG=int(GLUON == 2))
         _LAST["kernel"] = gluon_gemm.LAST["kernel"]
         return c
     M, K = a.shape

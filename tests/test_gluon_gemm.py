@@ -59,7 +59,7 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
 
 
 def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, tail: int = 0, swap: bool = False,
-                **epilogue):
+                pingpong: bool = False, **epilogue):
     """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
     triton = pytest.importorskip("triton")
     try:
@@ -82,14 +82,15 @@ def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1
              "b2_desc": desc([BK, tail or BN]), "c2_desc": desc([BM, tail or BN // epi]),
              "bias_ptr": "*bf16", "res_ptr": "*bf16"}
     consts = {**dict(GROUP_M=8, STAGES=stages, EPI_SPLIT=epi, BNT=tail, HAS_BIAS=False, ACT=0, HAS_RES=False,
-                     num_warps=warps, SWAP=swap), **epilogue}
+                     num_warps=warps, SWAP=swap, PINGPONG=pingpong), **epilogue}
     names = list(_gluon_gemm_kernel.arg_names)
     signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in consts.items()}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("M", "N", "K", "bias_ptr", "res_ptr", "stride_rm")}
     return triton.compile(GluonASTSource(_gluon_gemm_kernel, signature, constants, attrs),
                           target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps, "num_stages": 1, "maxnreg": gluon_launch_maxnreg(warps)})
+                          options={"num_warps": warps, "num_stages": 1,
+                                   "maxnreg": gluon_launch_maxnreg(2 * warps if pingpong else warps)})
 
 
 @pytest.mark.slow
@@ -147,6 +148,25 @@ def test_a_swapped_gluon_tile_puts_the_tokens_on_the_mmas_narrow_side_for_sm90()
     assert predicted < kernel.metadata.shared <= predicted + 512
 
 
+@pytest.mark.slow
+def test_the_ping_pong_gluon_kernel_builds_two_consumers_and_a_producer_for_sm90():
+    """GLUON=2: two 4-warp consumer warpgroups (232 registers each after setmaxnreg) and the
+    producer (24), each consumer with its own C staging."""
+    kernel = _gluon_sm90(128, 128, 64, 4, 4, pingpong=True)
+    ptx = kernel.asm["ptx"]
+    assert kernel.metadata.num_warps == 12
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)
+    point = dict(POINT, BN=128, num_warps=4, TMA_STORE=1, GLUON=2)
+    space = _space()
+    assert space.is_valid(point)
+    assert "persistent" in space.why_invalid(dict(point, PERSISTENT=0))
+    assert "ping-pong" in space.why_invalid(dict(point, num_stages=6))  # two C stagings beside 6 stages
+    predicted = (128 * 64 + 64 * 128) * 2 * 4 + 2 * 128 * 128 * 2
+    assert predicted < kernel.metadata.shared <= predicted + 512
+
+
 # --- on a GPU ---------------------------------------------------------------------------------
 
 _CUDA = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
@@ -168,6 +188,12 @@ GPU_CASES = [
      (16, 4096, 4096), {}),
     ({"BM": 32, "BN": 128, "num_warps": 8, "num_stages": 8, "TMA_STORE": 1, "SWAP_AB": 1}, (50, 6144, 1000),
      {"bias": True, "activation": "silu", "residual": True}),
+    # ping-pong: 1000x1000 in 128x128 tiles is 64 tiles (each program of 64 one, the second
+    # consumer idle); 4096x4096 is 1024 (7-8 a program: the consumers take turns, an odd
+    # count leaves the second one a tile short)
+    ({"BN": 128, "num_warps": 4, "TMA_STORE": 1, "GLUON": 2}, (1000, 1000, 1000), {}),
+    ({"BN": 128, "num_warps": 4, "TMA_STORE": 2, "GLUON": 2}, (4096, 4096, 4096), {"bias": True}),
+    ({"BM": 64, "num_warps": 4, "num_stages": 4, "GLUON": 2}, (2048, 5120, 2048), {}),
 ]
 
 
