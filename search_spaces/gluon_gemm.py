@@ -129,7 +129,7 @@ def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, 
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr, M, N, K,
+def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr, M, N, K,
               stride_rm, stride_rn, BM: gl.constexpr, BN: gl.constexpr, BNT: gl.constexpr, BK: gl.constexpr,
               GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr,
               ACT: gl.constexpr, HAS_RES: gl.constexpr, WARPS: gl.constexpr, FIRST: gl.constexpr = 0,
@@ -139,7 +139,11 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2
     the program's FIRST-th, then every STRIDE-th (ping-pong: two consumers take turns, one's
     epilogue under the other's main loop); the producer fills the slots in the program's
     tile order, so this consumer's K steps are slot uses FIRST * k_tiles onwards, skipping
-    the other's."""
+    the other's. With two consumers, each starts a tile's main loop only once the other has
+    finished its own (the `turn` barriers): a slot's ready barrier is waited on by parity,
+    which tells this round from the previous one but not from the one before, so a consumer
+    must never wait on a round of a slot whose earlier round the other has not yet waited
+    for (found by a review's model of the protocol, tests/test_gluon_gemm.py)."""
     # one warpgroup MMA per 16-row slice of warps, as wide as the tile (n up to 256)
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, BN, 16])
@@ -149,9 +153,12 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2
     num_pid_n = gl.cdiv(N, BN + BNT)
     k_tiles = gl.cdiv(K, BK)
     it = FIRST * k_tiles
+    n = 0
     for tile in range(gl.program_id(0) + FIRST * gl.num_programs(0), num_pid_m * num_pid_n,
                       STRIDE * gl.num_programs(0)):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
+        if STRIDE > 1:  # main loops in program tile order: the other consumer passed its ready waits
+            mbarrier.wait(turn.index(FIRST), (n + FIRST + 1) & 1, pred=(n + FIRST) > 0)
         acc = gl.zeros((BM, BN), gl.float32, layout)
         if BNT > 0:
             acc2 = gl.zeros((BM, BNT), gl.float32, layout2)
@@ -168,6 +175,9 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2
                 acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kt > 0)
             it += 1
+        if STRIDE > 1:
+            mbarrier.arrive(turn.index(1 - FIRST))
+        n += 1
         if BNT > 0:
             acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
         else:
@@ -270,6 +280,9 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
     if SWAP:
         gl.warp_specialize([
             (_consumer_swapped, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K,
@@ -280,10 +293,10 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
         ], [1], [24])
     elif PINGPONG:  # two consumer warpgroups taking turns at the program's tiles, then the producer
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
+            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
                          res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
                          HAS_BIAS, ACT, HAS_RES, num_warps, 0, 2)),
-            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, d_smem, d2_smem, bias_ptr,
+            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, d_smem, d2_smem, bias_ptr,
                          res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
                          HAS_BIAS, ACT, HAS_RES, num_warps, 1, 2)),
             (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
@@ -291,7 +304,7 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
         ], [num_warps, 1], [232, 24])
     else:
         gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
+            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
                          res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
                          HAS_BIAS, ACT, HAS_RES, num_warps)),
             (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
@@ -362,6 +375,8 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
     if residual is not None:
         assert residual.shape == (M, N), f"residual must be [{M}, {N}], got {tuple(residual.shape)}"
+        if (M - 1) * abs(residual.stride(0)) + (N - 1) * abs(residual.stride(1)) >= 2**31:
+            raise ValueError("the Gluon GEMM's residual offsets are int32: the residual is too large")
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     elem = gl.bfloat16 if a.dtype == torch.bfloat16 else gl.float16

@@ -58,6 +58,93 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
     assert '"GLUON": 1' in src and "def kernel(a, b):" in src
 
 
+# --- the slot protocol, modelled -----------------------------------------------------------
+
+
+def _protocol(k_tiles: int, stages: int, tiles: int, consumers: int, *, turns: bool, seed: int) -> str | None:
+    """The kernel's barrier protocol as coroutines scheduled at random (a producer and one
+    or two consumers, as `_producer` and `_consumer` wait and arrive), checking that every
+    MMA reads the slot use it waited for and that no slot is overwritten before its
+    release. An mbarrier wait by parity passes when the barrier's completed phases and the
+    parity differ in parity (`mbarrier.try_wait.parity`). None, or what went wrong."""
+    import random
+
+    rnd = random.Random(seed)
+    ready, empty, turn = [0] * stages, [0] * stages, [0, 0]
+    held: list[int | None] = [None] * stages
+    released: set[int] = set()
+    errors: list[str] = []
+
+    def producer():
+        for use in range(tiles * k_tiles):
+            s = use % stages
+            while empty[s] % 2 == ((use // stages) & 1) ^ 1:  # wait(empty[s], parity)
+                yield
+            if held[s] is not None and held[s] not in released:
+                errors.append(f"use {use} overwrote slot {s} holding unreleased use {held[s]}")
+            held[s] = use
+            yield  # the TMA load in flight
+            ready[s] += 1
+
+    def consumer(first: int, stride: int):
+        it, n = first * k_tiles, 0
+        for _ in range(first, tiles, stride):
+            if turns and stride > 1 and n + first > 0:  # wait(turn[first], (n + first + 1) & 1)
+                while turn[first] % 2 == (n + first + 1) & 1:
+                    yield
+            for kt in range(k_tiles):
+                s = it % stages
+                while ready[s] % 2 == (it // stages) & 1:
+                    yield
+                if held[s] != it:
+                    errors.append(f"consumer {first} read slot {s} for use {it}, holding {held[s]}")
+                yield  # the MMA issued; wait(1): the previous one done
+                if kt > 0:
+                    released.add(it - 1)
+                    empty[(it - 1) % stages] += 1
+                it += 1
+            if stride > 1:
+                turn[1 - first] += 1
+            yield  # wait(0)
+            if k_tiles:
+                released.add(it - 1)
+                empty[(it - 1) % stages] += 1
+            for _ in range(3):  # the epilogue
+                yield
+            it += (stride - 1) * k_tiles
+            n += 1
+
+    live = [producer()] + [consumer(c, consumers) for c in range(consumers)]
+    for _ in range(10**6):  # (a run takes a few thousand steps)
+        if not live or errors:
+            break
+        runner = rnd.choice(live)
+        try:
+            next(runner)
+        except StopIteration:
+            live.remove(runner)
+    return errors[0] if errors else ("hang" if live else None)
+
+
+@pytest.mark.parametrize("consumers", [1, 2])
+def test_the_slot_protocol_reads_what_it_waited_for_and_never_hangs(consumers: int) -> None:
+    for k_tiles in (1, 2, 3, 4, 5, 8, 16):
+        for stages in (2, 3, 4, 5, 8):
+            for seed in range(12):
+                got = _protocol(k_tiles, stages, 5, consumers, turns=True, seed=seed)
+                assert got is None, (k_tiles, stages, seed, got)
+
+
+def test_two_consumers_without_taking_turns_read_slots_before_they_are_loaded() -> None:
+    """Why the ping-pong consumers take turns: without the turn barriers, a consumer waits on
+    a slot's round by parity while the other consumer's earlier round of it is not loaded
+    yet, and passes (a review's finding, session 10): wherever a tile has at least as many K
+    steps as there are slots."""
+    failing = {(k, n) for k in (1, 2, 4, 8) for n in (2, 4)
+               if any(_protocol(k, n, 5, 2, turns=False, seed=seed) for seed in range(12))}
+    assert failing and all(k >= n for k, n in failing), failing
+
+
 def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, tail: int = 0, swap: bool = False,
                 pingpong: bool = False, **epilogue):
     """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
