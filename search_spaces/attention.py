@@ -5,8 +5,8 @@ Constraints rule out, before anything compiles, what cannot fit an H200 or is kn
 hopeless: shared memory for the pipelined K and V tiles, fp32 registers per thread for the
 accumulator and the scores, a query block split over more warps than it has rows of 16,
 and points that only fail or duplicate another (warp specialisation, which Triton 3.6 on
-Hopper cannot build for this kernel with 4 warps and builds as if absent with more; the KV
-order of a non-causal kernel; a reduction strategy with one split). The prefill KV tile stops at 128
+Hopper builds as if absent, or not at all with 4 warps and eager rescaling; the KV order of a
+non-causal kernel; a reduction strategy with one split). The prefill KV tile stops at 128
 keys: the 256x256 / 16-warp class of tiles made ptxas run for minutes on the H200, and
 every 256-key tile spills in sm_90 builds of this template, whatever the warps. What else fails (a
 warp-specialised loop this Triton cannot split, descriptors it cannot build) fails once and
@@ -94,10 +94,12 @@ def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int
             return "warp specialisation needs TMA loads"
         if p.WARP_SPEC:
             # sm_90 builds with Triton 3.6 (the H200's), on the CPU, session 10: with 4 warps
-            # its Hopper pass fails on this loop ("PassManager::run failed") at every tile and
-            # schedule tried; with 8 or 16 the PTX is the same as WARP_SPEC=0's
+            # its Hopper pass fails on this loop ("PassManager::run failed") unless
+            # LAZY_RESCALE=1, where it builds the same PTX as WARP_SPEC=0; with 8 or 16 warps
+            # the same PTX too. The recorded H200 sweep agrees: its 54 failed WARP_SPEC=1
+            # kernels are the 4-warp eager-rescale ones, the others ran as fast as their twins
             return ("warp specialisation: Triton 3.6 builds none for this kernel on Hopper (4 warps: its pass "
-                    "fails; 8-16: the same kernel as without)")
+                    "fails, or with LAZY_RESCALE=1 builds the same kernel as without; 8-16: the same kernel)")
         return None
 
     def kv_order(p: Point) -> str | None:

@@ -33,8 +33,8 @@ The genome (`PARAMS`):
   0 uses pointer loads. Needs contiguous q/k/v (else the call raises: a failure value);
 - WARP_SPEC: Triton's warp specialisation (`tl.range(..., warp_specialize=True)`) of the KV
   loop, or of the tile loop when persistent, where this Triton supports it on this GPU (a
-  compile error otherwise; Triton 3.6 on Hopper fails with 4 warps and ignores it with 8-16,
-  so `attention_space` rules it out there);
+  compile error otherwise; Triton 3.6 on Hopper ignores it, or fails with 4 warps and eager
+  rescaling, so `attention_space` rules it out there);
 - REVERSE_KV: 1 walks the KV blocks from the diagonal (the masked blocks) down to the
   first key; 0 from the first key up.
 
