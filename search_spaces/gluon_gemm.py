@@ -185,21 +185,27 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_tiles > 0)
         off_m = pid_m * BM
         off_n = pid_n * (BN + BNT)
-        out = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
-                        HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
-        tma.store_wait(0)  # the last tile's stores have read c_smem (and c2_smem)
         if EPI_SPLIT == 1:
+            out = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
+                            HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
+            tma.store_wait(0)  # the last tile's stores have read c_smem (and c2_smem)
             c_smem.store(out)
             fence_async_shared()
             _tma_store(c_desc, [off_m, off_n], c_smem)
-        else:  # two halves of BN/2 columns through one BM x BN/2 buffer
-            halves = gl.permute(gl.reshape(out, [BM, 2, BN // 2]), [0, 2, 1])
-            left, right = gl.split(halves)
-            c_smem.store(left)
+        else:  # two halves of BN/2 columns through one BM x BN/2 buffer, the epilogue a half at a
+            # time (a whole tile's residual beside the accumulator spilled: 136-528 B)
+            left, right = gl.split(gl.permute(gl.reshape(acc, [BM, 2, BN // 2]), [0, 2, 1]))
+            half: gl.constexpr = left.type.layout
+            out = _epilogue(left, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, half, BM, BN // 2,
+                            HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
+            tma.store_wait(0)  # the last tile's stores have read c_smem (and c2_smem)
+            c_smem.store(out)
             fence_async_shared()
             _tma_store(c_desc, [off_m, off_n], c_smem)
+            out = _epilogue(right, off_m, off_n + BN // 2, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, half, BM,
+                            BN // 2, HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
             tma.store_wait(0)
-            c_smem.store(right)
+            c_smem.store(out)
             fence_async_shared()
             _tma_store(c_desc, [off_m, off_n + BN // 2], c_smem)
         if BNT > 0:
