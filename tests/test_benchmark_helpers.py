@@ -221,3 +221,16 @@ def test_cublas_kernel_names_become_seeds_of_the_benchmark_space(monkeypatch, ca
     assert names == list(recorded)
     assert [(p["BM"], p["BN"], p["BN_TAIL"], p["num_warps"], p["SWAP_AB"]) for p in points] == [(64, 256, 64, 4, 0)]
     assert all(space.is_valid(p) for p in points)
+
+
+def test_every_probe_config_is_a_point_of_the_benchmark_space():
+    """The probe's configs (gemm_sk_probe.py: the sets run on the device) are points of the
+    whole GEMM space, optional genes filled as off: a config the space rules out would be a
+    wasted compile or a misleading row on the GPU."""
+    import gemm_sk_probe as probe
+
+    space = gemm_space(swap_ab=True, stream_k=True, tma_store=True, bn_tail=True, a_reg=True, gluon=True)
+    off = {p.name: p.values[0] for p in space.params}
+    for name, cfg in {**probe.COOP_CONFIGS, **probe.SMALL_CONFIGS}.items():  # (the older sets hold known failures)
+        point = {**off, **cfg}
+        assert space.is_valid(point), (name, space.why_invalid(point))
