@@ -132,6 +132,16 @@ def cublas_seeds(m: int, shape: dict, space, off: dict[str, int], *, tma_store: 
     return names, [p for p in points if space.is_valid(p)]
 
 
+def gluon_available() -> bool:
+    """Whether this Triton has Gluon's Hopper API (the GLUON gene's kernel): said when not."""
+    try:
+        import evokernel.search_spaces.gluon_gemm  # noqa: F401
+    except Exception as exc:  # an older Triton: the gene stays out of the space
+        print(f"no GLUON gene: this Triton's Gluon is missing or differs ({type(exc).__name__}: {exc})", flush=True)
+        return False
+    return True
+
+
 def fp8_seeds(m: int, defaults: dict[str, int]) -> list[dict[str, int]]:
     """Starting points for the fp8 template: its default, wide tiles for large M, small
     tiles with split-K for skinny M (weights-bound)."""
@@ -210,7 +220,7 @@ def main() -> None:
     tstore = not args.no_tma_store and not args.fp8
     tail = not args.no_bn_tail and not args.fp8
     areg = args.a_reg and not args.fp8
-    glu = not args.no_gluon and tstore and args.device == "cuda"  # (Gluon kernels do not run on the CPU)
+    glu = not args.no_gluon and tstore and args.device == "cuda" and gluon_available()  # (not on the CPU)
     space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
         gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg, gluon=glu)
     off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
