@@ -396,21 +396,25 @@ def _tile_rate(bm: int, w: int) -> float:
 
 
 def _fitting_point(space: SearchSpace, bm: int, bn: int, bk: int, depths: Iterable[int], *, tma_store: bool,
-                   coop: bool = False, **genes: int) -> dict[str, int] | None:
+                   coop: bool = False, warps: int | None = None, stores: tuple[int, ...] | None = None,
+                   **genes: int) -> dict[str, int] | None:
     """The first point of `space` with this tile at the deepest of `depths` that fits, C
     staged whole, else in halves, else stored from registers (a 128x320 tile's pipeline
     leaves no room for the whole of C); one warpgroup (4 warps) per tile of up to 64 rows,
     two for larger ones (64x320 ran 0.0160 ms with 4 warps, 0.0267 with 8: Qwen3 qkv
-    M=512, call BC). With `coop`, the warp-specialised form instead (`coop_variant`). None
-    where no depth fits."""
+    M=512, call BC). With `coop`, the warp-specialised form instead (`coop_variant`);
+    `warps` and `stores` (TMA_STORE values, in order) override those choices. None where no
+    depth fits."""
     if coop:
         genes = dict(genes, WARP_SPEC=1, PERSISTENT=0)
-    stores = (0,) if tma_store and coop else (1, 2, 0) if tma_store and genes.get("SPLIT_K", 1) == 1 \
-        else (0,) if tma_store else (None,)
+    if stores is None:
+        stores = (0,) if tma_store and coop else (1, 2, 0) if tma_store and genes.get("SPLIT_K", 1) == 1 \
+            else (0,) if tma_store else (None,)
+    if warps is None:
+        warps = 4 if bm <= 64 or coop else 8
     for depth in depths:
         for store in stores:
-            p = _point(bm, bn, bk, 4 if bm <= 64 or coop else 8, depth, **genes,
-                       **({} if store is None else {"TMA_STORE": store}))
+            p = _point(bm, bn, bk, warps, depth, **genes, **({} if store is None else {"TMA_STORE": store}))
             if space.is_valid(p):
                 return p
     return None
@@ -456,14 +460,11 @@ def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | Non
     if "GLUON" not in space.names or p["SPLIT_K"] > 1 or not p["TMA"] or p.get("STREAM_K") or p.get("A_REG") \
             or (p["BN"] < 64 if swap else (p["BM"] < 64 or p["BN"] < 64)):
         return None
-    warps = 4 * (p["BN"] // 64) if swap else gluon_warps(p["BM"])
-    base = dict(p, GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1, num_warps=warps)
-    for depth in range(min(p["num_stages"] + 1, 16), 1, -1):
-        for store in (1,) if swap else (1, 2):
-            q = dict(base, num_stages=depth, TMA_STORE=store)
-            if space.is_valid(q):
-                return q
-    return None
+    base = {k: v for k, v in p.items() if k not in ("BM", "BN", "BK", "num_warps", "num_stages", "TMA_STORE")}
+    base.update(GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1)
+    return _fitting_point(space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 16), 1, -1),
+                          tma_store=True, warps=4 * (p["BN"] // 64) if swap else gluon_warps(p["BM"]),
+                          stores=(1,) if swap else (1, 2), **base)
 
 
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
