@@ -279,7 +279,11 @@ def main() -> None:
             # wave seeds (a TMA producer warp, consumers keeping one MMA in flight: what
             # Triton's own warp specialisation does not do on Hopper)
             gluons = [q for q in (gluon_variant(space, {**off, **p}) for p in prior + from_cublas + waves) if q]
-            seeds = (prior + deep_variants(prior, space) + coops + gluons[:2] + from_cublas + waves + gluons[2:]
+            # (gemm_seeds' Gluon tiles next after the earlier winners: call S11b's probe found
+            # them 1-10% ahead of the winners at the rows the searches had lost)
+            made = [p for p in seeds if p.get("GLUON")]
+            seeds = (prior[:2] + made + prior[2:] + deep_variants(prior, space) + coops + gluons[:2] + from_cublas
+                     + waves + gluons[2:]
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also
@@ -287,7 +291,9 @@ def main() -> None:
             # and the sweeps' best points come first
             # (gemm_seeds knows the optional genes it was told of, not A_REG: each seed gets the
             # genes it lacks as off, as call BA's log showed two seeds dropped for want of A_REG)
-            seeds = [{**off, **p} for p in seeds]
+            # (and only valid ones count: a seed the space rules out, e.g. a recorded winner of
+            # a form since found to hang, would take a slot and be dropped by the search)
+            seeds = [q for q in ({**off, **p} for p in seeds) if space.is_valid(q)]
             seeds = [p for i, p in enumerate(seeds) if p not in seeds[:i]][:max(1, args.budget // 2)]
         shape = problem.shapes[0]
         if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default

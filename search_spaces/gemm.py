@@ -100,7 +100,12 @@ def _ws_scratch(p: Point, elem_bytes: int) -> int:
     return 8192 * elem_bytes * max(1, p["BN"] // 128) + 1536
 
 
-def _warp_spec(limit: int, elem_bytes: int):
+#: why WARP_SPEC=1 is out of `gemm_space` unless asked for (`warp_spec=True`)
+WARP_SPEC_HANGS = ("warp specialisation: Triton 3.6's cooperative kernel (4 warps, non-persistent) hung on the "
+                   "H200 in each of its 4 GPU test cases (call S11b); gemm_space(warp_spec=True) keeps it")
+
+
+def _warp_spec(limit: int, elem_bytes: int, allowed: bool = True):
     def check(p: Point) -> str | None:
         if not p["WARP_SPEC"]:
             return None
@@ -109,6 +114,8 @@ def _warp_spec(limit: int, elem_bytes: int):
         if warp_spec_idle(p):
             return ("warp specialisation: Triton 3.6 specialises only a non-persistent kernel of 4 warps on "
                     "Hopper (with 8 warps or persistent the kernel is the same as without)")
+        if not allowed:
+            return WARP_SPEC_HANGS
         if p["BM"] < 128:
             # its two consumer warpgroups each take BM/2 rows; at BM=64 each computed the whole
             # tile and 5 of 5 such kernels gave NaN (calls AF, BA, BD)
@@ -264,7 +271,8 @@ def _swap_ab(p: Point) -> str | None:
 
 def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
                swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False, a_reg: bool = False, gluon: bool = False) -> SearchSpace:
+               bn_tail: bool = False, a_reg: bool = False, gluon: bool = False,
+               warp_spec: bool = False) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
@@ -278,7 +286,9 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     `tma_store`) the GLUON gene (the tile run by the warp-specialised Gluon kernel of
     search_spaces/gluon_gemm.py: a TMA producer warp, one consumer warpgroup per 64 rows,
     one MMA in flight, C by TMA; GLUON=2 its ping-pong form, two consumer warpgroups taking
-    turns at whole tiles); see search_spaces/triton_gemm.py.
+    turns at whole tiles); see search_spaces/triton_gemm.py. Triton's own warp-specialised
+    kernel (WARP_SPEC=1: cooperative, 4 warps, non-persistent) only with `warp_spec`: it hung
+    on the H200 in every GPU test case (call S11b), so a search must not meet it.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
     "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -323,7 +333,7 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
         ],
         constraints=[shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes), thread_limit(),
                      Constraint(_registers, "registers"),
-                     Constraint(_warp_spec(shared_memory_bytes, elem_bytes), "warp specialisation"),
+                     Constraint(_warp_spec(shared_memory_bytes, elem_bytes, warp_spec), "warp specialisation"),
                      Constraint(_fixup, "split-K fixup")],
         name="gemm_hopper",
     )
@@ -430,10 +440,14 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
     stage (a producer with its own warps keeps more stages in flight), or less where it
     does not fit, C stored from registers (a TMA store fails to compile with it).
 
-    >>> q = coop_variant(gemm_space(), _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1))
+    Where `space` leaves it out (`gemm_space`'s default: it hung on the H200, call S11b), None.
+
+    >>> q = coop_variant(gemm_space(warp_spec=True), _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1))
     >>> q["num_warps"], q["num_stages"], q["WARP_SPEC"], q["PERSISTENT"]
     (4, 4, 1, 0)
-    >>> coop_variant(gemm_space(), _point(64, 256, 64, 4, 4, TMA=1)) is None
+    >>> coop_variant(gemm_space(warp_spec=True), _point(64, 256, 64, 4, 4, TMA=1)) is None
+    True
+    >>> coop_variant(gemm_space(), _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1)) is None
     True
     """
     if p["BM"] < 128 or not p["TMA"] or p.get("SWAP_AB") or p.get("STREAM_K") or p.get("A_REG"):
@@ -538,7 +552,7 @@ def _pow2_floor(x: int, lo: int, hi: int) -> int:
 
 
 def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool = False, swap_ab: bool = False,
-                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> dict[str, int] | None:
+                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES, warp_spec: bool = False) -> dict[str, int] | None:
     """The template's nearest point to the kernel cuBLAS ran at M x N (its name, as
     torch.profiler reports it), or None for a kernel whose name says no tile. cuBLAS computes
     C^T for row-major torch tensors, so its tile's rows run along our N and its columns along
@@ -548,7 +562,9 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     B^T A^T: the weights fill the MMA's 64 rows, the tokens its 16-32 columns), its
     split-K becomes SPLIT_K=2 with the in-kernel fixup, its cluster is dropped
     (num_ctas=2 fails or gives NaN in Triton 3.6 here). Its `coop` kernels (a producer
-    warpgroup and two consumer ones) become the warp-specialised form (`coop_variant`). At
+    warpgroup and two consumer ones) become Triton's warp-specialised form (`coop_variant`)
+    where `warp_spec` lets the space hold it (it hung on the H200, call S11b), else the plain
+    tile (whose Gluon form `gluon_variant` gives: the same structure). At
     Qwen3's qkv, M=512, cuBLAS's 320x64 tile became the 64x(256+64) that beat it (1.021,
     call BD).
 
@@ -561,9 +577,13 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     >>> p = cublas_seed("nvjet_sm90_tst_64x32_64x16_1x2_h_bz_NNT", 64, 4096, swap_ab=True)  # Llama's o
     >>> p["BM"], p["BN"], p["SWAP_AB"], p["num_stages"]
     (32, 64, 1, 16)
-    >>> p = cublas_seed("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", 512, 6144)  # Llama qkv, call BB
+    >>> name = "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT"  # Llama qkv M=512, call BB
+    >>> p = cublas_seed(name, 512, 6144, warp_spec=True)
     >>> p["BM"], p["BN"] + p["BN_TAIL"], p["num_warps"], p["num_stages"], p["WARP_SPEC"], p["PERSISTENT"]
     (128, 192, 4, 5, 1, 0)
+    >>> p = cublas_seed(name, 512, 6144)
+    >>> p["BM"], p["BN"] + p["BN_TAIL"], p["num_warps"], p["num_stages"], p["WARP_SPEC"]
+    (128, 192, 8, 5, 0)
     >>> cublas_seed("void cublasLt::splitKreduce_kernel<32, 16, int>", 16, 4096) is None
     True
     """
@@ -577,14 +597,15 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     tail = rows - bn if rows - bn in (32, 64) and rows - bn < bn and split == 1 else 0
     tiles = -(-m // bm) * -(-n // (bn + tail)) * split
     swap = {"SWAP_AB": int(bm < 64 and bn >= 64 and not tail)} if swap_ab else {}
-    space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab, shared_memory_bytes=shared_memory_bytes)
+    space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab, shared_memory_bytes=shared_memory_bytes,
+                       warp_spec=warp_spec)
     return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 16), 1, -1),
-                          tma_store=tma_store, coop="_coop" in kernel and bm >= 128, TMA=1, BN_TAIL=tail,
+                          tma_store=tma_store, coop="_coop" in kernel and bm >= 128 and warp_spec, TMA=1, BN_TAIL=tail,
                           PERSISTENT=int(tiles > sms and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1), **swap)
 
 
 def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False, gluon: bool = False) -> list[dict[str, int]]:
+               bn_tail: bool = False, gluon: bool = False, warp_spec: bool = False) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -600,9 +621,10 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         _point(256, 128, 64, 8, 3),
         _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1),
         _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1),
-        _point(128, 256, 64, 4, 4, TMA=1, WARP_SPEC=1),  # one producer and two consumer warpgroups
         _point(64, 256, 64, 4, 4),
     ]
+    if warp_spec:
+        big.insert(-1, _point(128, 256, 64, 4, 4, TMA=1, WARP_SPEC=1))  # one producer and two consumer warpgroups
     small = [
         _point(16, 64, 128, 4, 4),
         _point(16, 128, 128, 4, 4, SPLIT_K=2),
@@ -663,10 +685,23 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         # the Gluon kernel (a TMA producer warp, one consumer warpgroup per 64 rows, one MMA
         # in flight): cuBLAS's cooperative 128x256 4-stage tile from a few hundred tokens up
         # (call BB), a deep 64-row one below
+        # (call S11b, against cuBLAS: 128x128 s6 1.069 and the ping-pong s5 1.065 at gate_up
+        # M=512, 0.983 / 0.995 at Qwen3 qkv M=2048; 128x256 s4 0.998 at o M=8192; 64x64 s13
+        # persistent 0.915 at Qwen3 o M=256 (the searches' best 0.826); swap-AB 32x64 s16
+        # 0.961 at o M=64 (0.879), 16x64 s16 1.081 at o M=16)
         made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=1),
-                dict(_point(128, 128, 64, 4, 4, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=2),  # ping-pong
-                dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)] if m >= 128 else \
-            [dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1, GLUON=1)]
+                dict(_point(128, 128, 64, 4, 5, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=2),  # ping-pong
+                dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)] if m >= 512 else []
+        if 128 <= m <= 512:
+            made.append(dict(_point(64, 64, 64, 4, 13, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1))
+        if m < 128:
+            made = [dict(_point(64, 64, 64, 4, 13, TMA=1), TMA_STORE=1, GLUON=1),
+                    dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1, GLUON=1)]
+            if swap_ab:  # the tokens as the MMA's narrow side, 16-32 of them, the pipeline 16 deep
+                made = [dict(_point(32 if m > 16 else 16, 64, 64, 4, 16, TMA=1, SWAP_AB=1), TMA_STORE=1, GLUON=1),
+                        *made]
+        elif m < 512:
+            made += [dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)]
         made = [dict(q, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {}))
                 for q in made]
         out = made + [dict(q, GLUON=0) for q in out]
@@ -676,4 +711,4 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
     swapped = [dict(p, **({"STREAM_K": 0} if stream_k else {}), **({"TMA_STORE": 0} if tma_store else {}),
                     **({"BN_TAIL": 0} if bn_tail else {}), **({"GLUON": 0} if gluon and tma_store else {}))
                for p in swapped]
-    return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=0) for p in out]
+    return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=p.get("SWAP_AB", 0)) for p in out]

@@ -571,10 +571,10 @@ CUBLAS_KERNELS = [
 def test_every_tile_cublas_ran_has_a_valid_nearest_point():
     from evokernel.search_spaces import cublas_seed
 
-    for tma_store, swap_ab in ((False, False), (True, False), (True, True)):
-        space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab)
+    for tma_store, swap_ab, ws in ((False, False, True), (True, False, True), (True, True, True), (True, True, False)):
+        space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab, warp_spec=ws)
         for name, m, n in CUBLAS_KERNELS:
-            p = cublas_seed(name, m, n, tma_store=tma_store, swap_ab=swap_ab)
+            p = cublas_seed(name, m, n, tma_store=tma_store, swap_ab=swap_ab, warp_spec=ws)
             assert p is not None and space.is_valid(p), (name, p and space.why_invalid(p))
             rows, cols = (int(x) for x in name.split("_")[3].split("x"))
             assert p["BM"] <= cols and p["BN"] + p["BN_TAIL"] <= rows  # never a larger tile than cuBLAS's
@@ -582,8 +582,10 @@ def test_every_tile_cublas_ran_has_a_valid_nearest_point():
             assert p.get("SWAP_AB", 0) == int(swap_ab and cols < 64), name
             assert p["num_stages"] <= int(name.split("_")[4].split("x")[1]), name  # never deeper than cuBLAS's
             assert p["SPLIT_K"] == (2 if "splitK" in name else 1)
-            # cuBLAS's producer-and-consumers kernels as the warp-specialised form
-            assert (p["WARP_SPEC"], p["num_warps"]) == ((1, 4) if "_coop" in name else (0, p["num_warps"])), name
+            # cuBLAS's producer-and-consumers kernels as the warp-specialised form, where the
+            # space holds it (it hung on the H200: call S11b), else the plain tile
+            coop = "_coop" in name and ws
+            assert (p["WARP_SPEC"], p["num_warps"]) == ((1, 4) if coop else (0, p["num_warps"])), name
     assert cublas_seed("Memset (Device)", 16, 4096) is None
 
 
@@ -594,9 +596,12 @@ def test_warp_specialisation_is_the_cooperative_kernel_or_nothing():
     those out, and reads a winner recorded with them as the kernel it was."""
     from evokernel.search_spaces import coop_variant, without_idle_genes
 
-    space = gemm_space(tma_store=True, bn_tail=True)
+    space = gemm_space(tma_store=True, bn_tail=True, warp_spec=True)
     coop = dict(DEFAULTS, BN=256, num_warps=4, num_stages=4, TMA=1, WARP_SPEC=1, TMA_STORE=0, BN_TAIL=0)
     assert space.is_valid(coop)  # 64x256 per consumer: 128 accumulator registers a thread
+    # ... but out of the space unless asked for: it hung on the H200 in every GPU case (call S11b)
+    assert "hung on the H200" in gemm_space(tma_store=True, bn_tail=True).why_invalid(coop)
+    assert coop_variant(gemm_space(tma_store=True, bn_tail=True), dict(coop, WARP_SPEC=0)) is None
     assert "same as without" in space.why_invalid(dict(coop, num_warps=8))
     assert "same as without" in space.why_invalid(dict(coop, PERSISTENT=1))
     assert "BM >= 128" in space.why_invalid(dict(coop, BM=64))
@@ -658,13 +663,15 @@ def _coop_params(over: dict) -> dict:
 def test_every_cooperative_gpu_case_is_a_point_of_the_space() -> None:
     """(checked here, on the CPU: a case the space rules out would fail on the GPU for the
     wrong reason, and device time is short)"""
-    space = gemm_space(tma_store=True, bn_tail=True)
+    space = gemm_space(tma_store=True, bn_tail=True, warp_spec=True)
     for over, _ in COOP_GPU_CASES:
         assert space.is_valid(_coop_params(over)), (over, space.why_invalid(_coop_params(over)))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
+@pytest.mark.xfail(run=False, reason="each case hung past 45 s on the H200 (Triton 3.6, call S11b): not run, "
+                   "so that a GPU test run does not hang; WARP_SPEC=1 is out of gemm_space by default")
 @pytest.mark.parametrize("over, shape", COOP_GPU_CASES)
 def test_the_cooperative_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int, int, int]) -> None:
     import torch
@@ -676,7 +683,7 @@ def test_the_cooperative_kernel_matches_torch_on_the_gpu(over: dict, shape: tupl
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
     params = _coop_params(over)
-    assert gemm_space(tma_store=True, bn_tail=True).is_valid(params)
+    assert gemm_space(tma_store=True, bn_tail=True, warp_spec=True).is_valid(params)
     c = gemm(a, b, **params)
     ref = a.float() @ b.float()
     err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
