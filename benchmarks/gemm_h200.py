@@ -193,7 +193,7 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces import (coop_variant, gemm_class, gemm_seeds, gemm_space, gluon_variant,
+    from evokernel.search_spaces import (gemm_class, gemm_seeds, gemm_space, gluon_variant,
                                          wave_seeds, without_idle_genes)
     from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
@@ -267,10 +267,6 @@ def main() -> None:
             # (a winner recorded with a gene since ruled out as changing nothing is read as
             # the same kernel without it: `without_idle_genes`)
             prior = prior_seeds(args.prior, space, normalise=without_idle_genes, model=model, layer=layer, M=m)
-            # and each as the warp-specialised kernel cuBLAS's `coop` kernels are (a producer
-            # warpgroup, two consumer ones), never measured before session 10: the space held
-            # only 8-warp "ws" kernels, which Triton 3.6 compiles as if without
-            coops = [q for q in (coop_variant(space, p) for p in prior if not p.get("WARP_SPEC")) if q]
             # the tile cuBLAS itself runs here, in the template's terms (call BB: at the rows
             # we lost, cuBLAS ran tiles the seeds had never proposed)
             cublas_kernels, from_cublas = cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore) \
@@ -282,7 +278,7 @@ def main() -> None:
             # (gemm_seeds' Gluon tiles next after the earlier winners: call S11b's probe found
             # them 1-10% ahead of the winners at the rows the searches had lost)
             made = [p for p in seeds if p.get("GLUON")]
-            seeds = (prior[:2] + made + prior[2:] + deep_variants(prior, space) + coops + gluons[:2] + from_cublas
+            seeds = (prior[:2] + made + prior[2:] + deep_variants(prior, space) + gluons[:2] + from_cublas
                      + waves + gluons[2:]
                      + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m) + seeds)

@@ -689,19 +689,19 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         # M=512, 0.983 / 0.995 at Qwen3 qkv M=2048; 128x256 s4 0.998 at o M=8192; 64x64 s13
         # persistent 0.915 at Qwen3 o M=256 (the searches' best 0.826); swap-AB 32x64 s16
         # 0.961 at o M=64 (0.879), 16x64 s16 1.081 at o M=16)
-        made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=1),
-                dict(_point(128, 128, 64, 4, 5, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=2),  # ping-pong
-                dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)] if m >= 512 else []
-        if 128 <= m <= 512:
-            made.append(dict(_point(64, 64, 64, 4, 13, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1))
+        wide = dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)
+        deep = dict(_point(64, 64, 64, 4, 13, TMA=1, PERSISTENT=int(m >= 128)), TMA_STORE=1, GLUON=1)
         if m < 128:
-            made = [dict(_point(64, 64, 64, 4, 13, TMA=1), TMA_STORE=1, GLUON=1),
-                    dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1, GLUON=1)]
+            made = [deep, dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1, GLUON=1)]
             if swap_ab:  # the tokens as the MMA's narrow side, 16-32 of them, the pipeline 16 deep
-                made = [dict(_point(32 if m > 16 else 16, 64, 64, 4, 16, TMA=1, SWAP_AB=1), TMA_STORE=1, GLUON=1),
-                        *made]
+                made.insert(0, dict(_point(32 if m > 16 else 16, 64, 64, 4, 16, TMA=1, SWAP_AB=1), TMA_STORE=1,
+                                    GLUON=1))
         elif m < 512:
-            made += [dict(_point(128, 128, 64, 8, 6, TMA=1, PERSISTENT=1), TMA_STORE=1, GLUON=1)]
+            made = [wide, deep]
+        else:
+            made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=1),
+                    dict(_point(128, 128, 64, 4, 5, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=2),  # ping-pong
+                    wide, *([deep] if m == 512 else [])]
         made = [dict(q, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {}))
                 for q in made]
         out = made + [dict(q, GLUON=0) for q in out]
