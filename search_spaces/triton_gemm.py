@@ -186,9 +186,14 @@ def _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
     not persistent, call Z1)."""
     a = _a_tile(a_ptr, a_desc, pid_m * BM, kt, M, K, stride_am, stride_ak, BM, BK, TMA, EVEN_K)
     b = _b_tile(b_ptr, b_desc, kt, pid_n * BN, N, K, stride_bk, stride_bn, BK, BN, TMA, EVEN_K)
+    # (one return after the branch: Triton's code generator went on past a `return` inside
+    # a constexpr `if` and type-checked the other dot against the swapped accumulator, so
+    # every swap-AB kernel failed to compile from session 7 to 11; the interpreter ran it)
     if SWAP_AB:
-        return tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
-    return tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        acc = tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
+    else:
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    return acc
 
 
 @triton.jit

@@ -434,6 +434,22 @@ def _serialised_loads(ttgir: str) -> int:
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
+@pytest.mark.parametrize("genes", [
+    dict(BM=16, BN=128, BK=128, PERSISTENT=False, SPLIT_K=2, FIXUP=True, num_warps=4, num_stages=4),
+    dict(BM=32, BN=64, BK=64, PERSISTENT=False, TMA_STORE=1, num_warps=4, num_stages=16),
+    dict(BM=32, BN=64, BK=128, PERSISTENT=True, TMA=False, num_warps=4, num_stages=4),
+])
+def test_swap_ab_tiles_build_for_hopper_with_the_weights_as_the_mma_rows(genes: dict) -> None:
+    """Every swap-AB tile failed to build from session 7 to 11 ("accumulator shape is
+    incompatible": a `return` inside the constexpr `if SWAP_AB` did not stop Triton's code
+    generator, which type-checked the unswapped dot too); the interpreter ran it, so only an
+    sm_90 build shows it. The MMA's accumulator is BN x BM (the weights as its rows)."""
+    kernel = _hopper_kernel(SWAP_AB=True, **genes)
+    assert f"tensor<{genes['BN']}x{genes['BM']}xf32" in kernel.asm["ttgir"]
+    assert "warp_group_dot" in kernel.asm["ttgir"]
+
+
+@pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
 def test_the_stream_k_loop_is_software_pipelined_on_hopper() -> None:
     """Calls Z2 and Z3 measured stream-K 2-5x slower per K step than the plain persistent
     kernel: its K loop was not pipelined (an atomic and a barrier inside it). The plain
