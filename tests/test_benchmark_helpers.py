@@ -25,13 +25,14 @@ def test_earlier_winners_seed_the_same_job_in_a_grown_space():
     import json
 
     full = gemm_space(swap_ab=True, tma_store=True, bn_tail=True, gluon=True)
-    for row in json.loads((results / "gemm.json").read_text())["rows"]:
+    rows = json.loads((results / "gemm.json").read_text())["rows"]
+    for row in rows:
         seeds = prior_seeds(results / "gemm.json", full, normalise=without_idle_genes, model=row["model"],
                             layer=row["layer"], M=row["M"])
         # (GLUON as recorded: the Gluon kernel's winners since session 11, off in older rows)
         recorded = row["winner"].get("GLUON", 0)
         assert len(seeds) == 1 and seeds[0]["GLUON"] == recorded, (row["model"], row["layer"], row["M"])
-    assert any(row["winner"].get("GLUON") for row in json.loads((results / "gemm.json").read_text())["rows"])
+    assert any(row["winner"].get("GLUON") for row in rows)
     # an MoE row keeps its winner as (up, down) configs; the structure genes default to off
     moe = prior_seeds(results / "moe.json", moe_space(gemv=True, fuse_silu=True), model="qwen3-30b-a3b", M=256)
     assert len(moe) == 1 and moe[0]["BLOCK_SIZE_M"] == 32 and moe[0]["FUSE_SILU"] == 0 and moe[0]["GEMV"] == 0
