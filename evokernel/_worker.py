@@ -381,7 +381,13 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         perturbations = Perturber.report_many(pending)
         phases["report"] = _perf_counter() - t0
     except Exception as exc:
+        from .bench import GraphCaptureError, HostSync
+
         text = _error_text(exc)
+        if _isinstance(exc, HostSync):
+            return failed("host_sync", str(exc))
+        if _isinstance(exc, GraphCaptureError):
+            return failed("graph_capture", str(exc))
         return failed("cuda_error" if _is_cuda_error(text) else "raised", text)
     tamper = _tampering()
     if tamper:

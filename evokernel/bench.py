@@ -17,7 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber", "perturbable", "StreamHold"]
+from .footing import HostSync
+
+__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber", "perturbable", "StreamHold",
+           "HostSync", "GraphCaptureError", "check_no_host_sync"]
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -297,26 +300,81 @@ def prewarm_cuda(input_dtypes: Sequence[Any], output_dtypes: Sequence[Any], *, f
         start.elapsed_time(end)
 
 
-def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]] | None:
-    """Each function captured into a CUDA graph (a replay returns the graph's outputs), or
-    None if it cannot be captured."""
+class GraphCaptureError(RuntimeError):
+    """A call that cannot be captured in a CUDA graph, where the footing asked for graphs."""
+
+
+def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]]:
+    """Each function captured into a CUDA graph (a replay returns the graph's outputs); a
+    call that cannot be captured raises HostSync when the capture failed on a host
+    synchronisation, else GraphCaptureError, never a silent fall back to eager timing."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(side)
+    runners = []
     try:
-        with torch.cuda.stream(side):
-            for f in fns:
-                f()
-        torch.cuda.current_stream().wait_stream(side)
-        runners = []
         for f in fns:
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 out = f()
             runners.append(lambda g=g, out=out: (g.replay(), out)[1])
-    except Exception:
-        torch.cuda.synchronize()
-        return None
+    except Exception as exc:
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
+        if any(s in text.lower() for s in ("synchroniz", "not permitted when stream is capturing",
+                                          "operation would make the legacy stream depend")):
+            raise HostSync(f"host-synchronising: kernel() waits for the GPU inside the call, so it cannot be "
+                           f"captured in a CUDA graph ({text})") from None
+        raise GraphCaptureError(f"kernel() cannot be captured in a CUDA graph ({text}); time it with "
+                                "GateOptions(graph='off') if it must run eagerly") from None
     return runners
+
+
+def check_no_host_sync(fns: list[Callable[[], Any]], torch: Any, hold: StreamHold | None) -> None:
+    """Raise HostSync if a call waits for the GPU from the host. Each function is called
+    once with torch's sync debug mode set to "error" (torch raises on `.item()`,
+    `.tolist()`, `.cpu()`, blocking copies and the like) and, where the driver can hold a
+    stream, with the stream held: a call that synchronises with the device cannot return
+    until the hold's watchdog lets the stream go, which the watchdog counts (this catches
+    `torch.cuda.synchronize()` and syncs outside torch too). Costs nothing for a call that
+    does not synchronise; the hold's timeout for one that does."""
+    set_mode = getattr(torch.cuda, "set_sync_debug_mode", None)
+    get_mode = getattr(torch.cuda, "get_sync_debug_mode", None)
+    for f in fns:
+        before = hold.tripped if hold is not None else 0
+        old = get_mode() if get_mode is not None else 0
+        error: str | None = None
+        if hold is not None:
+            hold.hold()
+        try:
+            if set_mode is not None:
+                set_mode("error")
+            f()
+        except RuntimeError as exc:
+            text = str(exc)
+            if "synchroniz" not in text.lower():
+                raise
+            error = text.strip().splitlines()[0][:300]
+        finally:
+            if set_mode is not None:
+                set_mode(old)
+            if hold is not None:
+                hold.release()
+        torch.cuda.synchronize()
+        if error is not None:
+            raise HostSync(f"host-synchronising: kernel() synchronises with the GPU inside the call ({error}); "
+                           "pass host-side values (lengths, maximum lengths) as plain Python arguments instead "
+                           "of reading them back from device tensors")
+        if hold is not None and hold.tripped != before:
+            raise HostSync(f"host-synchronising: kernel() waited for the GPU inside the call (the held stream "
+                           f"was let go by the watchdog after {hold.timeout_s:.2f} s): a device or stream "
+                           "synchronisation, a blocking copy to the host, or an event wait")
 
 
 def time_cuda(
@@ -328,7 +386,7 @@ def time_cuda(
     batch: int = 25,
     rel_ci: float = 0.005,
     max_s: float = 2.0,
-    graph: str = "auto",  # "auto": replay a graph when a call takes under graph_below_ms
+    graph: str = "on",  # "on": replay CUDA graphs; "off": held eager launches; "auto": graph under graph_below_ms
     graph_below_ms: float = 0.1,
     flush_mb: int = 256,
     warmup: int = 3,
@@ -345,6 +403,14 @@ def time_cuda(
     exposes work that escaped the timed stream. `sample` sees every timed call's outputs
     right after its end event (outside the timed region). `phases`, if given, receives the
     wall seconds of each step (setup, warmup, probe, graph, measure, escape).
+
+    Every call is first checked for host synchronisation (`check_no_host_sync`): a call that
+    waits for the GPU inside the timed region would be timed on another footing than the
+    rest, so it raises HostSync instead. With `graph="on"` (the default) every sample is a
+    graph replay, and a call that cannot be captured raises (HostSync or GraphCaptureError),
+    never a silent fall back to eager launches; `"off"` times held eager launches; `"auto"`
+    (graphs below `graph_below_ms`) lets the footing depend on the candidate's speed, so its
+    figures compare only with others that landed on the same mode.
 
     `hold`: timed calls are queued in blocks of this many behind a StreamHold, released
     once the block is queued (0: no hold). Where the hold is off or the driver cannot hold
@@ -407,6 +473,8 @@ def time_cuda(
         rounds += 1
 
     lap("warmup")
+    check_no_host_sync(fns, torch, holder if holder is not None else StreamHold.shared(torch, hold_timeout_s))
+    lap("sync_check")
     last: list[Any] = [None, 0, []]
 
     def measure(runners: list[Callable[[], Any]], n: int, offset: int, check: bool = True) -> list[float]:
@@ -430,13 +498,13 @@ def time_cuda(
     runners, used_graph = fns, False
     probe = measure(fns, min(5, max_reps), 0, check=False)
     lap("probe")
+    if graph not in ("on", "off", "auto"):
+        raise ValueError(f"graph must be 'on', 'off' or 'auto', got {graph!r}")
     if graph == "on" or (graph == "auto" and statistics.median(probe) < graph_below_ms):
-        captured = _graphs(fns, torch)
-        if captured is not None:
-            runners, used_graph = captured, True
-            for r in runners:
-                r()
-            sync()
+        runners, used_graph = _graphs(fns, torch), True
+        for r in runners:
+            r()
+        sync()
         lap("graph")
     samples: list[float] = []
     t0 = clock()

@@ -29,6 +29,7 @@ import msgspec
 
 from ._worker import Done, Ready, Timing
 from .bench import median_ci, perturbable
+from .footing import Footing
 from .hardware import Peaks, peaks_for
 from .problem import Problem, shape_key
 from .result import Result, Status
@@ -49,6 +50,11 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     samples: int = 8  # timed calls whose outputs are checked, drawn at random after each call
     sample_rate: float = 0.3  # chance that a timed call's output is copied out for checking
     timing: dict[str, Any] = msgspec.field(default_factory=dict)  # passed to bench.time_cuda / time_cpu
+    # how timed calls run on CUDA: "on" replays each from a CUDA graph (every candidate, so
+    # all figures of a search stand on one footing; a call that cannot be captured fails),
+    # "off" launches them eagerly behind a stream hold (the host's launch cost hidden), "auto"
+    # picks per candidate by its speed (figures then compare only within one mode)
+    graph: str = "on"
     # racing: when the best median so far of a shape is known, a candidate is first timed in
     # a short block of `race_reps` calls, and timed no further if it is more than `race`
     # times slower (its figure is then coarser, but it is no contender); 0 turns this off
@@ -67,6 +73,7 @@ class ShapeTiming(msgspec.Struct, frozen=True, kw_only=True):
     ci_high_ms: float
     samples: int
     graph: bool
+    footing: Footing | None = None  # how the samples were timed (graph replay, held eager calls, CPU wall clock)
     tflops: float | None = None
     gbps: float | None = None
     roofline_pct: float | None = None  # of the measured peaks
@@ -290,7 +297,7 @@ _STATUS = {
     "setup": Status.CRASH, "import": Status.COMPILE_ERROR, "no_kernel": Status.COMPILE_ERROR,
     "compile": Status.COMPILE_ERROR, "raised": Status.RUNTIME_ERROR, "cuda_error": Status.CRASH,
     "structure": Status.INCORRECT, "aliasing": Status.INCORRECT, "tampering": Status.INCORRECT,
-    "threads": Status.INCORRECT,
+    "threads": Status.INCORRECT, "host_sync": Status.RUNTIME_ERROR, "graph_capture": Status.RUNTIME_ERROR,
 }
 
 
@@ -303,6 +310,7 @@ class _Run:
         self.seeds: list[int] = []
         self.samples: dict[str, list[float]] = {}
         self.graph: dict[str, bool] = {}
+        self.footing: dict[str, Footing] = {}
         self.phases: dict[str, float] = {}
         self.steps: dict[str, float] = {}  # finer: the judge's and the worker's steps
         self.raced: list[str] = []
@@ -367,9 +375,12 @@ class _Run:
         self._phase("timing", start)
         if isinstance(got, Verdict):
             return self._done(got)
-        samples, graph = got
+        samples, graph, footing = got
+        if self.footing.get(shape.key, footing) != footing:  # (graph="auto" may switch): one footing per figure
+            self.samples[shape.key] = []
         self.samples.setdefault(shape.key, []).extend(samples)
         self.graph[shape.key] = graph
+        self.footing[shape.key] = footing
         return None
 
     def recheck(self) -> Verdict | None:
@@ -384,7 +395,8 @@ class _Run:
             xs = self.samples.get(shape.key)
             if not xs:
                 continue
-            got = self.judge._roofline(shape, self.judge._summary(shape, xs, self.graph[shape.key]))
+            got = self.judge._roofline(shape, self.judge._summary(shape, xs, self.graph[shape.key],
+                                                                  self.footing.get(shape.key)))
             if isinstance(got, Verdict):
                 return self._done(got)
             timings.append(got)
@@ -579,15 +591,15 @@ class Judge:
 
     def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any],
                     steps: dict[str, float] | None = None,
-                    seeds: Sequence[int] | None = None) -> tuple[list[float], bool] | Verdict:
+                    seeds: Sequence[int] | None = None) -> tuple[list[float], bool, Footing] | Verdict:
         """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
-        timed stream). Returns (samples in ms, graphs replayed)."""
+        timed stream). Returns (samples in ms, graphs replayed, the footing they stand on)."""
         steps = steps if steps is not None else {}
         t = time.monotonic()
         pristine = shape.refill_rotation(seeds)
         k = self.problem.perturb if self.options.perturb is None else self.options.perturb
-        spec = {**timing, "sample_rate": self.options.sample_rate, "perturb": k}
+        spec = {"graph": self.options.graph, **timing, "sample_rate": self.options.sample_rate, "perturb": k}
         self._settle()
         t = _lap(steps, "time_prep", t)
         got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
@@ -638,13 +650,19 @@ class Judge:
             return Verdict(accepted=False, status=Status.INCORRECT,
                            reason=(f"work escaped the timed stream: {got.wall_ms_per_call:.4f} ms per call with "
                                    f"the device synchronised, {med:.4f} ms timed ({shape.key})"))
-        return list(samples), got.graph
+        if self.device == "cuda":
+            mode = "graph" if got.graph else "held" if got.phases.get("held") else "eager"
+            flush = int(spec.get("flush_mb", 256))
+        else:
+            mode, flush = "cpu", 0
+        footing = Footing(mode=mode, calls=1, flush_mb=flush, sets=len(shape.rotation), perturb=k)
+        return list(samples), got.graph, footing
 
     @staticmethod
-    def _summary(shape: _Shape, samples: list[float], graph: bool) -> ShapeTiming:
+    def _summary(shape: _Shape, samples: list[float], graph: bool, footing: Footing | None = None) -> ShapeTiming:
         lo, hi = median_ci(samples)
         return ShapeTiming(shape=shape.key, median_ms=statistics.median(samples), ci_low_ms=lo, ci_high_ms=hi,
-                           samples=len(samples), graph=graph)
+                           samples=len(samples), graph=graph, footing=footing)
 
     def _settle(self) -> None:
         """Finish the judge's own writes (new inputs, poisoned slots) before the candidate's
