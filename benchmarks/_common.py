@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import msgspec
+
 __all__ = ["geomean", "pick", "landscape_seeds", "search_and_measure", "prior_seeds"]
 
 
@@ -98,8 +100,13 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
             tie_break["kept"] = winner.id
         results = ev.remeasure([winner, *baselines.values()], rounds=rounds)
         lat = [r.latency_ms if r.is_ok else None for r in results]
+    # a speedup divides figures timed the same way: refuse otherwise (evokernel.footing)
+    from evokernel.footing import check_results
+
+    footing = check_results(dict(zip(["winner", *names], results)))
     part = {
         "winner": dict(winner.params), "winner_ms": lat[0], "search_ms": report.best.latency_ms,
+        "timing": {"gate": msgspec.to_builtins(footing) if footing is not None else None},
         "final_pick": final, "tie_break": tie_break, "evaluations": report.evaluations, "statuses": report.statuses,
         # the pick kept a baseline (nothing the search found was faster when re-measured)
         "winner_is_baseline": next((n for n, g in baselines.items() if g.id == winner.id), None),

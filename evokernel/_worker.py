@@ -41,6 +41,17 @@ _current_stream = torch.cuda.current_stream
 _TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
            "time.perf_counter": time.perf_counter}
 
+_VALUE = "py:"  # the dtype field of a plain input value's reference: "py:" + its JSON (gate.VALUE_PREFIX)
+
+
+def _plain_value(dtype: str) -> Any:
+    """A plain input value from its reference (JSON lists back to tuples, as the judge sent them)."""
+    def tuples(x: Any) -> Any:
+        return tuple(tuples(v) for v in x) if _isinstance(x, list) else x
+
+    return tuples(msgspec.json.decode(dtype[len(_VALUE):]))
+
+
 # what the harness relies on, captured before any candidate code runs
 _WATCHED: dict[str, Any] = {}
 
@@ -239,6 +250,7 @@ def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]
     try:
         for shape_specs in specs:
             inputs = [
+                _plain_value(dtype) if dtype.startswith(_VALUE) else
                 torch.empty_strided(tuple(shape), tuple(stride), dtype=getattr(torch, dtype), device=device)
                 for shape, stride, dtype in shape_specs
             ]
@@ -263,7 +275,7 @@ def _check_outputs(out: Any, slots: list[torch.Tensor], inputs: list[torch.Tenso
     outs = list(out) if _isinstance(out, (tuple, list)) else [out]
     if len(outs) != len(slots):
         return "structure", f"kernel returned {len(outs)} outputs, the reference {len(slots)}"
-    spans = [_storage_span(t) for t in inputs if t.numel()]
+    spans = [_storage_span(t) for t in inputs if _isinstance(t, _Tensor) and t.numel()]
     for i, (o, slot) in enumerate(zip(outs, slots)):
         if _type(o) is not _Tensor:
             return "structure", f"output {i} is a {_type(o).__module__}.{_type(o).__qualname__}, not a plain torch.Tensor"
@@ -411,8 +423,10 @@ def _map_block(arena: Any) -> Any:
 def _viewer(arena: Any) -> Any:
     """Turns (byte offset, shape, dtype) into a view of the judge's block."""
 
-    def view(ref: Any) -> torch.Tensor:
+    def view(ref: Any) -> Any:
         off, shape, dtype = ref
+        if dtype.startswith(_VALUE):  # a plain host-side input, carried in the reference itself
+            return _plain_value(dtype)
         dt = getattr(torch, dtype)
         n = math.prod(shape) * dt.itemsize
         return arena[off:off + n].view(dt).view(tuple(shape))
@@ -525,7 +539,8 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
         from .bench import prewarm_cuda
 
         try:
-            prewarm_cuda([getattr(torch, d) for spec in setup.input_specs for _, _, d in spec],
+            prewarm_cuda([getattr(torch, d) for spec in setup.input_specs for _, _, d in spec
+                          if not d.startswith(_VALUE)],
                          [getattr(torch, d) for d in setup.output_dtypes])
         except Exception as exc:  # the harness's own warm-up: a failure here is the GPU's, say so
             _send(conn, Failed(kind="setup", error=f"harness warm-up failed: {_error_text(exc)}"))

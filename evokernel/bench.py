@@ -53,7 +53,10 @@ def torch_uint8() -> Any:
 
 def perturbable(t: Any, k: int) -> bool:
     """Whether the harness changes `k` elements of this input before each timed call."""
-    return k > 0 and t.is_floating_point() and t.numel() >= 2 * k and t.is_contiguous()
+    import torch
+
+    return (k > 0 and isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= 2 * k
+            and t.is_contiguous())
 
 
 class Perturber:
@@ -73,7 +76,7 @@ class Perturber:
         import torch
 
         self.sets, self.k, self.batch = sets, k, batch
-        device = sets[0][0].device if sets and sets[0] else "cpu"
+        device = next((t.device for t in (sets[0] if sets else []) if isinstance(t, torch.Tensor)), "cpu")
         self.gen = torch.Generator(device=device).manual_seed(seed)
         self.torch = torch
         self._plans: list[list[tuple[int, Any, Any, Any]]] = [[] for _ in sets]  # per set: batched draws

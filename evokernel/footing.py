@@ -37,8 +37,8 @@ import msgspec
 
 from .errors import EvokernelError
 
-__all__ = ["Footing", "Timed", "FootingMismatch", "HostSync", "speedup", "check_same", "side_by_side",
-           "host_time_us", "read_clocks"]
+__all__ = ["Footing", "FootingMismatch", "HostSync", "Timed", "check_results", "check_same", "host_time_us",
+           "read_clocks", "side_by_side", "speedup"]
 
 _MODES = {"graph": "graph replay", "held": "held eager calls (host time hidden)",
           "eager": "eager calls", "cpu": "CPU wall clock"}
@@ -115,6 +115,26 @@ def check_same(footings: Mapping[str, Any]) -> Footing:
             raise FootingMismatch(f"cannot compare {first_name} ({first.describe()}) with {name} ({f.describe()}): "
                                   "time both the same way")
     return first
+
+
+def check_results(results: Mapping[str, Any]) -> Footing | None:
+    """The one footing of these named gate results (`Result`s whose `meta["timings"]` say how
+    each shape was timed), shape by shape; FootingMismatch where two differ. Failed results
+    and results with no recorded footing (older ones) are skipped; None if none has one."""
+    per_shape: dict[str, dict[str, Any]] = {}
+    for name, r in results.items():
+        if not getattr(r, "is_ok", False):
+            continue
+        for t in (getattr(r, "meta", None) or {}).get("timings", []):
+            if isinstance(t, Mapping) and t.get("footing"):
+                per_shape.setdefault(str(t.get("shape")), {})[name] = t["footing"]
+    found = None
+    for shape, named in per_shape.items():
+        try:
+            found = check_same(named)
+        except FootingMismatch as exc:
+            raise FootingMismatch(f"{shape}: {exc}") from None
+    return found
 
 
 def speedup(candidate: Timed, baseline: Timed) -> float:

@@ -31,7 +31,7 @@ from ._worker import Done, Ready, Timing
 from .bench import median_ci, perturbable
 from .footing import Footing
 from .hardware import Peaks, peaks_for
-from .problem import Problem, shape_key
+from .problem import Problem, ProblemError, shape_key
 from .result import Result, Status
 from .sandbox import Outcome, Sandbox, SandboxOptions
 from .toolcache import SeedCache
@@ -156,7 +156,41 @@ def _as_list(x: Any) -> list[Any]:
 def _bytes_equal(a: Any, b: Any) -> bool:
     import torch
 
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return type(a) is type(b) and a == b
     return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+#: the dtype field of a reference to a plain (host-side) input value: "py:" + its JSON
+VALUE_PREFIX = "py:"
+
+
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def _plain(value: Any, where: str) -> Any:
+    """A problem's host-side input (a length, a maximum length, a tuple of lengths) as it is
+    handed to the kernel: ints, floats, bools, strings and tuples of them, checked here so the
+    candidate's process gets it back exactly (lists become tuples)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v, where) for v in value)
+    if isinstance(value, (bool, int, float, str)) and not (isinstance(value, float) and not math.isfinite(value)):
+        return value
+    raise ProblemError(f"{where}: make_inputs returned a {type(value).__name__}; inputs are tensors or plain "
+                       "host-side values (int, float, bool, str, or tuples of them)")
+
+
+def _value_ref(value: Any) -> tuple[int, list[int], str]:
+    """A reference (offset, shape, dtype) that carries a plain input value itself (no memory in
+    the arena); its (shape, stride, dtype) spec for the candidate's compile is `[], [], dtype`."""
+    return (-1, [], VALUE_PREFIX + msgspec.json.encode(value).decode())
+
+
+def _clone(x: Any) -> Any:
+    return x.clone() if _is_tensor(x) else x
 
 
 def _seed() -> int:
@@ -214,15 +248,20 @@ class _Shape:
         self.problem, self.shape, self.device = problem, shape, device
         self.key = shape_key(shape)
         first = _as_list(problem.make_inputs(dict(shape), _seed(), device))
+        # host-side inputs (lengths, maximum lengths: what real varlen APIs take as Python
+        # values) are part of the shape: the same in every draw, handed over as values
+        self.values = {i: _plain(x, f"{problem.name} {self.key}, input {i}") for i, x in enumerate(first)
+                       if not _is_tensor(x)}
         refs = _as_list(problem.reference(*first))
-        self.specs = [(list(t.shape), list(t.contiguous().stride()), str(t.dtype).removeprefix("torch."))
-                      for t in first]
-        ins = [(t.shape, t.dtype) for t in first]
+        self.specs = [([], [], _value_ref(self.values[i])[2]) if i in self.values else
+                      (list(t.shape), list(t.contiguous().stride()), str(t.dtype).removeprefix("torch."))
+                      for i, t in enumerate(first)]
+        ins = [None if i in self.values else (t.shape, t.dtype) for i, t in enumerate(first)]
         outs = [(r.shape, r.dtype) for r in refs]
         self._ids = {
-            "inputs": [arena.request(*x) for x in ins],
+            "inputs": [self._request(arena, x) for x in ins],
             "slots": [arena.request(*x) for x in outs],
-            "rotation": [[arena.request(*x) for x in ins] for _ in range(rotate)],
+            "rotation": [[self._request(arena, x) for x in ins] for _ in range(rotate)],
             "samples": [[arena.request(*x) for x in outs] for _ in range(samples)],
         }
         self.inputs: list[Any] = []
@@ -230,26 +269,47 @@ class _Shape:
         self.rotation: list[list[Any]] = []
         self.samples: list[list[Any]] = []
 
+    @staticmethod
+    def _request(arena: _Arena, x: Any) -> Any:
+        return arena.request(*x) if x is not None else None
+
     def bind(self, views: list[Any], refs: list[Any]) -> None:
         ids = self._ids
-        self.inputs = [views[i] for i in ids["inputs"]]
+
+        def inputs(group: list[Any], of: list[Any]) -> list[Any]:
+            return [of[i] if i is not None else (self.values[j] if of is views else _value_ref(self.values[j]))
+                    for j, i in enumerate(group)]
+
+        self.inputs = inputs(ids["inputs"], views)
         self.slots = [views[i] for i in ids["slots"]]
-        self.rotation = [[views[i] for i in group] for group in ids["rotation"]]
+        self.rotation = [inputs(group, views) for group in ids["rotation"]]
         self.samples = [[views[i] for i in group] for group in ids["samples"]]
         self.refs = {
-            "inputs": [refs[i] for i in ids["inputs"]],
+            "inputs": inputs(ids["inputs"], refs),
             "slots": [refs[i] for i in ids["slots"]],
-            "rotation": [[refs[i] for i in group] for group in ids["rotation"]],
+            "rotation": [inputs(group, refs) for group in ids["rotation"]],
             "samples": [[refs[i] for i in group] for group in ids["samples"]],
         }
+
+    def _fill(self, bufs: list[Any], fresh: list[Any]) -> None:
+        """Copy a fresh draw into the buffers; a host-side value must be the shape's own."""
+        if len(fresh) != len(bufs):
+            raise ProblemError(f"{self.problem.name} {self.key}: make_inputs returned {len(fresh)} inputs, "
+                               f"then {len(bufs)}")
+        for i, (buf, new) in enumerate(zip(bufs, fresh)):
+            if i in self.values:
+                if _plain(new, self.key) != self.values[i]:
+                    raise ProblemError(f"{self.problem.name} {self.key}: host-side input {i} changed between "
+                                       f"draws ({self.values[i]!r}, then {new!r}): it must follow from the shape")
+            else:
+                buf.copy_(new)
 
     def refill(self, seed: int) -> tuple[list[Any], list[Any]]:
         """New values in the same buffers; returns (reference outputs, pristine input copies)."""
         fresh = _as_list(self.problem.make_inputs(dict(self.shape), seed, self.device))
-        for buf, new in zip(self.inputs, fresh):
-            buf.copy_(new)
-        pristine = [t.clone() for t in self.inputs]
-        refs = _as_list(self.problem.reference(*[t.clone() for t in self.inputs]))
+        self._fill(self.inputs, fresh)
+        pristine = [_clone(t) for t in self.inputs]
+        refs = _as_list(self.problem.reference(*[_clone(t) for t in self.inputs]))
         _poison(self.slots)
         return refs, pristine
 
@@ -260,9 +320,8 @@ class _Shape:
         for j, group in enumerate(self.rotation):
             seed = seeds[j] if seeds is not None else _seed()
             fresh = _as_list(self.problem.make_inputs(dict(self.shape), seed, self.device))
-            for buf, new in zip(group, fresh):
-                buf.copy_(new)
-            pristine.append([t.clone() for t in group])
+            self._fill(group, fresh)
+            pristine.append([_clone(t) for t in group])
         for group in self.samples:
             _poison(group)
         return pristine
@@ -272,7 +331,7 @@ class _Shape:
         or why the reported changes are not what the worker was asked to make."""
         import torch
 
-        inputs = [t.clone() for t in base]
+        inputs = [_clone(t) for t in base]
         expected = {j for j, t in enumerate(base) if perturbable(t, k)}
         seen = set()
         for j, positions, values in changes:
@@ -620,7 +679,7 @@ class Judge:
                                reason=f"no timed output was handed over for checking ({shape.key}, timing)")
             if len(got.perturbations) != len(got.sampled):
                 return Verdict(accepted=False, status=Status.INCORRECT, reason="perturbations missing from the worker")
-            changed = k == 0 or not any(t.is_floating_point() for t in pristine[0])
+            changed = k == 0 or not any(_is_tensor(t) and t.is_floating_point() for t in pristine[0])
             for slot, which, changes in zip(shape.samples, got.sampled, got.perturbations):
                 if not 0 <= which < len(pristine):
                     return Verdict(accepted=False, status=Status.INCORRECT, reason="bad sample index from the worker")

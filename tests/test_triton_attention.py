@@ -119,7 +119,7 @@ def test_space_rules_out_what_cannot_fit_and_renders_every_valid_point():
     rng = np.random.default_rng(0)
     for _ in range(20):
         g = space.genome(space.sample(rng))
-        assert "def kernel(q, k, v, cu_seqlens):" in candidate_source(g.params, causal=True)
+        assert "def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):" in candidate_source(g.params, causal=True)
         assert attention_class(g).startswith(f"{g['BLOCK_M']}x{g['BLOCK_N']}/")
     with pytest.raises(ValueError, match="exactly"):
         candidate_source({"BLOCK_M": 64}, causal=True)

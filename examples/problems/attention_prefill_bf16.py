@@ -1,7 +1,11 @@
 """Attention prefill (flash-attention forward) over packed variable-length sequences, in bf16.
 
 Inputs, in the layout serving engines pass: q [T, H_q, D], k and v [T, H_kv, D] (T the total
-tokens of the batch), cu_seqlens [B + 1] int32 (prefix sums of the lengths). Output:
+tokens of the batch), cu_seqlens [B + 1] int32 on the device (prefix sums of the lengths),
+and the host-side metadata a varlen API takes as plain Python values: max_seqlen (int) and
+seqlens (a tuple of ints), so no kernel or baseline needs to read lengths back from the GPU
+inside a timed call (flash-attention's varlen API takes max_seqlen so; SGLang keeps the
+lengths on the host too). Output:
 [T, H_q, D], softmax(q k^T / sqrt(D) [+ causal mask]) v per sequence and head, query head h
 reading KV head h // (H_q / H_kv). q and k are drawn from 1.5 * randn (logits of standard
 deviation 2.25: peaked rows, so outputs are O(1) and a wrong mask or scale shows), v from
@@ -79,7 +83,7 @@ TOLERANCE = {
 }
 
 
-def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple[torch.Tensor, ...]:
+def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple:
     lens = parse_lens(shape["lens"])
     T, hq, hkv, d = sum(lens), shape["Hq"], shape["Hkv"], shape["D"]
     g = torch.Generator(device=device).manual_seed(seed)
@@ -87,14 +91,15 @@ def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple[torch.Ten
     k = (1.5 * torch.randn(T, hkv, d, generator=g, device=device)).to(DTYPE)
     v = torch.randn(T, hkv, d, generator=g, device=device).to(DTYPE)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
-    return q, k, v, cu
+    return q, k, v, cu, max(lens), tuple(lens)
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
+              seqlens: tuple[int, ...]) -> torch.Tensor:
     T, hq, d = q.shape
     group = hq // k.shape[1]
     out = torch.empty((T, hq, d), device=q.device, dtype=torch.float32)
-    bounds = cu_seqlens.tolist()
+    bounds = [0, *torch.tensor(seqlens).cumsum(0).tolist()]
     for s, e in zip(bounds[:-1], bounds[1:]):
         n = e - s
         heads = max(group, (1 << 28) // max(1, n * n) // group * group)  # ~1 GiB of fp32 scores at a time
