@@ -54,6 +54,18 @@ LOG_COMMANDS = {"callN/moe.log": "moe_h200.py --out $OUT/moe --models qwen3-30b-
 GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sglang_h200"],
            "attention_prefill": ["best_sdpa", "sdpa_cudnn", "sdpa_flash", "triton_default"],
            "attention_decode": ["sglang_default", "sdpa_gathered"]}
+#: re-measurements of every row's winner and baselines on both footings, graph-replayed and called
+#: eagerly (benchmarks/footing_h200.py), oldest first: a row measured there takes these figures
+#: (the search call's own stay under the row's `recorded`)
+FOOTING: dict[str, list[tuple[str, str]]] = {
+    "gemm": [("S12a", "footing/s12a/footing_gemm.json")],
+    "moe": [("S12a", "footing/s12a/footing_moe.json")],
+    "attention_prefill": [("S12a", "footing/s12a/footing_attention.json")],
+    "attention_decode": [("S12a", "footing/s12a/footing_decode.json")],
+}
+#: candidates a footing file times for the record that are not baselines (the winner through
+#: another launch path): reported as host time, never as a speedup
+DIAGNOSTIC = {"winner_gemm_call"}
 #: the issues' names for some baselines
 ALIAS = {"attention_decode": {"sglang_default": "split_kv_default", "sdpa_gathered": "sdpa"},
          "attention_prefill": {"best_sdpa": "sdpa_best"}}
@@ -65,6 +77,57 @@ def _key(kind: str, row: dict[str, Any]) -> tuple:
     if kind == "moe":
         return (row["model"], row["M"])
     return (row["model"], row.get("shape") or row["spec"])
+
+
+def _footed(kind: str, row: dict[str, Any], f: dict[str, Any], call: str, command: str) -> dict[str, Any]:
+    """The row with the figures of its footing re-measurement: `speedup` (graph-replayed, both
+    sides), `speedup_eager` (both sides called eagerly), `timing` (how, host time per call),
+    the search call's own figures kept under `recorded`."""
+    g, e = f["graph"], f["eager"]
+    keep = lambda d: {n: v for n, v in d.items() if n not in DIAGNOSTIC}  # noqa: E731
+    speed, eager = keep(g["speedup"]), keep(e["speedup"])
+    out = {k: v for k, v in row.items() if k not in ("tflops", "rate")}
+    out["recorded"] = {k: row.get(k) for k in ("winner_ms", "baselines", "speedup", "tflops", "rate", "call",
+                                                "best_sdpa", "best_sdpa_ms") if k in row}
+    if kind == "attention_prefill":  # the fastest SDPA backend on each footing
+        for d in (speed, eager):
+            sdpa = {n: v for n, v in d.items() if n.startswith("sdpa_") and v}
+            if sdpa:
+                d["best_sdpa"] = min(sdpa.values())
+        sdpa_ms = {n: v for n, v in g["ms"].items() if n.startswith("sdpa_")}
+        out["best_sdpa"] = min(sdpa_ms, key=sdpa_ms.get) if sdpa_ms else None
+        out["best_sdpa_ms"] = sdpa_ms.get(out["best_sdpa"]) if sdpa_ms else None
+    out.update(
+        winner_ms=g["ms"]["winner"], baselines=keep({n: v for n, v in g["ms"].items() if n != "winner"}),
+        speedup=speed, speedup_eager=eager, eager_ms=keep(e["ms"]),
+        errors={**{n: v for n, v in (f.get("errors") or {}).items()}},
+        timing={"mode": "graph", "graph": g["footing"], "eager": e["footing"], "host_us": e["host_us"]["winner"],
+                "host_us_all": e["host_us"], "speedup_ci": g.get("speedup_ci"),
+                "speedup_eager_ci": e.get("speedup_ci"), "clocks": g.get("clocks"), "call": call,
+                "command": command},
+        call=call,
+    )
+    if kind == "gemm":
+        out["tflops"] = 2.0 * row["M"] * row["N"] * row["K"] / (out["winner_ms"] * 1e-3) / 1e12
+    return out
+
+
+def apply_footing(kind: str, rows: dict[tuple, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every row re-measured in a footing call takes that call's figures (the latest call's
+    per row). Returns the footing calls used (call -> file, command, date)."""
+    used: dict[str, dict[str, Any]] = {}
+    for call, rel in FOOTING.get(kind, []):
+        path = RESULTS / rel
+        if not path.exists():
+            continue
+        doc = json.loads(path.read_text())
+        for f in doc.get("rows", []):
+            key = _key(kind, f)
+            if key not in rows or "error" in f.get("graph", {"error": 1}) or "error" in f.get("eager", {"error": 1}):
+                continue
+            rows[key] = _footed(kind, rows[key], f, call, doc.get("command", ""))
+            used[call] = {"file": rel, "command": doc.get("command"), "date": doc.get("date")}
+    return used
 
 
 def collect(kind: str) -> dict[str, Any] | None:
@@ -93,19 +156,37 @@ def collect(kind: str) -> dict[str, Any] | None:
             rows[_key(kind, row)] = dict(row, call=call)
     if not rows:
         return None
+    footing = apply_footing(kind, rows)
     kept = list(rows.values())
-    used = {r["call"] for r in kept}
+    used = {r.get("recorded", {}).get("call") or r["call"] for r in kept}  # the search calls
     sources = {c: v for c, v in sources.items() if c in used}  # the calls whose rows were kept
     alias = ALIAS.get(kind, {})
     gm = {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept]) for b in GEOMEAN[kind]}
     # the same per model (the issue's "geometric mean over M" read model by model)
     by_model = {m: {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept if r.get("model") == m])
                     for b in GEOMEAN[kind]} for m in sorted({r.get("model") for r in kept if r.get("model")})}
-    return {"device": device, "date": max(s["date"] or "" for s in sources.values()),
-            "command": "; ".join(f"call {c}: {s['command']}" for c, s in sources.items()), "sources": sources,
-            "note": "per row, the latest call that measured the shape; the winner and its baselines were measured "
-                    "together in that call (benchmarks/collect_results.py)",
-            "rows": kept, "geomean": gm, "geomean_by_model": by_model}
+    doc = {"device": device, "date": max(s["date"] or "" for s in [*sources.values(), *footing.values()]),
+           "command": "; ".join(f"call {c}: {s['command']}" for c, s in [*sources.items(), *footing.items()]),
+           "sources": sources, "footing": footing,
+           "note": "per row, the winner the latest search call found at the shape; its figures, where a footing call "
+                   "re-measured it (`timing`), are that call's: the winner and its baselines timed together, "
+                   "interleaved, graph-replayed (`speedup`, `winner_ms`, `baselines`) and called eagerly "
+                   "(`speedup_eager`, `eager_ms`, `timing.host_us`: the winner's host time per call), each side "
+                   "timed the same way; the search call's own figures under `recorded` (benchmarks/collect_results.py)",
+           "rows": kept, "geomean": gm, "geomean_by_model": by_model}
+    if any("speedup_eager" in r for r in kept):
+        doc["geomean_eager"] = {alias.get(b, b): geomean([r.get("speedup_eager", {}).get(b) for r in kept])
+                                for b in GEOMEAN[kind]}
+    if kind == "gemm":  # the issue's targets: M >= 256, and the winners' host time over cuBLAS's
+        big = [r for r in kept if r["M"] >= 256]
+        doc["geomean_m256"] = {b: geomean([r["speedup"].get(b) for r in big]) for b in GEOMEAN[kind]}
+        doc["geomean_eager_m256"] = {b: geomean([r.get("speedup_eager", {}).get(b) for r in big])
+                                     for b in GEOMEAN[kind]}
+        over = [r["timing"]["host_us"] - r["timing"]["host_us_all"]["cublas"] for r in kept
+                if r.get("timing") and r["timing"]["host_us_all"].get("cublas")]
+        doc["host_us_over_cublas"] = {"max": max(over, default=None),
+                                      "median": sorted(over)[len(over) // 2] if over else None, "rows": len(over)}
+    return doc
 
 
 def main() -> None:
@@ -115,8 +196,11 @@ def main() -> None:
             print(f"{kind}: no source file")
             continue
         (RESULTS / f"{kind}.json").write_text(json.dumps(doc, indent=1))
-        print(f"{kind}: {len(doc['rows'])} rows from calls {', '.join(doc['sources'])}; geomean "
-              + ", ".join(f"{b} {v:.3f}" for b, v in doc["geomean"].items() if v))
+        print(f"{kind}: {len(doc['rows'])} rows from calls {', '.join(doc['sources'])}, footing "
+              f"{', '.join(doc['footing']) or '-'}; geomean "
+              + ", ".join(f"{b} {v:.3f}" for b, v in doc["geomean"].items() if v)
+              + ("; eager " + ", ".join(f"{b} {v:.3f}" for b, v in doc["geomean_eager"].items() if v)
+                 if doc.get("geomean_eager") else ""))
 
 
 if __name__ == "__main__":
