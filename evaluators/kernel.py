@@ -15,12 +15,13 @@ the judge checks and times one candidate at a time on the GPU: two timings never
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +41,18 @@ __all__ = ["KernelEvaluator", "reference_source"]
 Render = Callable[[Genome], str]
 
 
-def reference_source(problem_path: str) -> str:
+def reference_source(problem_path: str, params: Mapping[str, Any] | None = None) -> str:
     """A candidate whose kernel is the problem's own reference: always right, used to check
-    that the GPU is healthy after a candidate faulted."""
+    that the GPU is healthy after a candidate faulted. The problem is loaded with `params`
+    (its resolved parameters, `Problem.params`), so the reference is that of the same problem
+    whatever the candidate's environment holds."""
+    args = repr(str(Path(problem_path).resolve()))
+    if params is not None:
+        args += f", params=_json.loads({json.dumps(params, sort_keys=True)!r})"
     return (
-        "import importlib.util as _u\n"
-        f"_spec = _u.spec_from_file_location('evokernel_reference_problem', {str(Path(problem_path).resolve())!r})\n"
-        "_mod = _u.module_from_spec(_spec)\n"
-        "_spec.loader.exec_module(_mod)\n"
-        "kernel = _mod.reference\n"
+        "import json as _json\n"
+        "from evokernel.problem import Problem as _Problem\n"
+        f"kernel = _Problem.load({args}).reference\n"
     )
 
 
@@ -280,7 +284,7 @@ class KernelEvaluator:
         self.faults += 1
         if not self.problem.path:
             return
-        verdict = self.judge.check(reference_source(self.problem.path), label="health check")
+        verdict = self.judge.check(reference_source(self.problem.path, self.problem.params), label="health check")
         if not verdict.accepted:
             raise EvaluatorError(
                 f"the GPU failed a health check after a candidate faulted ({after.reason.splitlines()[0]}): "
