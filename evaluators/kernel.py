@@ -35,6 +35,7 @@ from evokernel.genome import Genome
 from evokernel.problem import Problem
 from evokernel.result import Result, Status
 from evokernel.sandbox import Sandbox
+from evokernel.template import template_hash
 
 __all__ = ["KernelEvaluator", "reference_source"]
 
@@ -103,7 +104,12 @@ def _first_ready(queue: Sequence[tuple[int, Genome, Any]], *, wait_s: float) -> 
 
 class KernelEvaluator:
     """Evaluator protocol over the gate. `render` turns a genome into candidate source text
-    (a genome carrying its own source that defines `kernel` is used as it is)."""
+    (a genome carrying its own source that defines `kernel` is used as it is).
+
+    The fingerprint covers the problem (its source, parameters and shapes), the device and
+    toolchain, the gate's options and the template: a hash of render's code and of the
+    template modules it uses (`evokernel.template.template_hash`), or `template`, a name the
+    caller gives it (e.g. for a render whose output depends on data it closes over)."""
 
     name = "kernel"
 
@@ -116,9 +122,11 @@ class KernelEvaluator:
         options: GateOptions | None = None,
         workers: int | None = None,
         reuse: int = 64,
+        template: str | None = None,
     ) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         self.render = render
+        self._template = template
         if device is None:
             import torch
 
@@ -156,6 +164,13 @@ class KernelEvaluator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def template(self) -> str:
+        """The template's identity: the `template` given, else a hash of render's code."""
+        if self._template is None:
+            self._template = template_hash(self.render)
+        return self._template
+
     def fingerprint(self) -> dict[str, Any]:
         where = toolchain() if self.device == "cuda" else {"cpu": platform.processor() or platform.machine()}
         return {
@@ -165,6 +180,7 @@ class KernelEvaluator:
             "shapes": self.problem.shapes,  # the tuning shapes themselves (exports read them)
             **where,
             "gate": msgspec.to_builtins(self.options),
+            "template": self.template,
         }
 
     def transfer_key(self) -> dict[str, Any]:
