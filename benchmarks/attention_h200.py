@@ -102,22 +102,22 @@ def write(out: Path, doc: dict[str, Any]) -> None:
     (out / "attention.md").write_text("\n".join(lines))
 
 
-def jobs_from(args: argparse.Namespace) -> list[tuple[str, str, dict[str, str]]]:
-    """(kind, label, environment) per search, from the shape arguments."""
+def jobs_from(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]:
+    """(kind, label, the problem's parameters) per search, from the shape arguments."""
     prefill, decode = args.prefill, args.decode
     if prefill is None and decode is None:
         prefill, decode = DEFAULT_PREFILL, DEFAULT_DECODE
     jobs = []
     for spec in prefill or []:
         model, _, lens = spec.partition(":")
-        env = {"EVOKERNEL_ATTN_MODEL": model, "EVOKERNEL_ATTN_SEQLENS": lens, "EVOKERNEL_ATTN_DTYPE": args.dtype}
-        jobs.append(("prefill", spec, env))
+        params = {"model": model, "seqlens": [int(n) for n in lens.split(",") if n.strip()], "dtype": args.dtype}
+        jobs.append(("prefill", spec, params))
     for spec in decode or []:
         model, batch, context = (spec.split(":") + ["", ""])[:3]
-        env = {"EVOKERNEL_DECODE_MODEL": model, "EVOKERNEL_DECODE_BATCH": batch or "32",
-               "EVOKERNEL_DECODE_CONTEXT": context or "4096", "EVOKERNEL_DECODE_PAGE": str(args.page),
-               "EVOKERNEL_DECODE_DTYPE": args.dtype}
-        jobs.append(("decode", spec, env))
+        params = {"model": model, "batch": int(batch or 32),
+                  "context": [int(c) for c in (context or "4096").split(",") if c.strip()], "page": args.page,
+                  "dtype": args.dtype}
+        jobs.append(("decode", spec, params))
     return jobs
 
 
@@ -159,13 +159,12 @@ def main() -> None:
     store = SQLiteStore(out / "attention.db")
     jobs = jobs_from(args)
     ev = None
-    for i, (kind, spec, env) in enumerate(jobs):
+    for i, (kind, spec, params) in enumerate(jobs):
         left = args.deadline - (time.monotonic() - t0)
         if left < 60:  # a search's floor (15 s) plus re-measuring four to six candidates
             doc["skipped"].append(f"{kind} {spec}: deadline")
             continue
-        os.environ.update(env)
-        problem = Problem.load(PREFILL if kind == "prefill" else DECODE)
+        problem = Problem.load(PREFILL if kind == "prefill" else DECODE, params=params)
         mod, shape = problem.module, problem.shapes[0]
         if ev is not None:  # the last job's judge holds its input sets in GPU memory: give them back
             ev.close()

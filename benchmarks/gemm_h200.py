@@ -41,9 +41,6 @@ from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
 
-if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
-    os.environ.setdefault("EVOKERNEL_GEMM_DTYPE", "float16")  # a CPU check of this script: no bf16 dots there
-
 
 
 
@@ -186,7 +183,6 @@ def main() -> None:
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    os.environ["EVOKERNEL_GEMM_EPILOGUE"] = args.epilogue
 
     import torch
 
@@ -205,7 +201,6 @@ def main() -> None:
         from evokernel.search_spaces.triton_gemm_fp8 import candidate_source as fp8_source
         from evokernel.search_spaces.triton_gemm_fp8 import scaled_mm_source
 
-        os.environ["EVOKERNEL_FP8_SCALES"] = args.fp8
         problem_path = ROOT / "examples" / "problems" / "gemm_fp8.py"
 
     doc: dict[str, Any] = {
@@ -238,10 +233,16 @@ def main() -> None:
         if left < 30:
             doc["skipped"].append(f"{model}:{layer} M={m}: deadline")
             continue
-        os.environ.update(EVOKERNEL_GEMM_MODEL=model, EVOKERNEL_GEMM_LAYER=layer, EVOKERNEL_GEMM_M=str(m))
         from evokernel.problem import Problem
 
-        problem = Problem.load(problem_path)
+        params: dict[str, Any] = {"model": model, "layer": layer, "m": [m]}
+        if args.fp8:
+            params["scales"] = args.fp8
+        else:
+            params["epilogue"] = args.epilogue
+            if args.device == "cpu":
+                params["dtype"] = "float16"  # a CPU check of this script: no bf16 dots there
+        problem = Problem.load(problem_path, params=params)
         if ev is not None:  # the last job's judge holds its input sets in GPU memory: give them back
             ev.close()
         cublas_kernels: list[str] = []

@@ -19,7 +19,7 @@ row, and the search database `moe.db` (`evokernel export sglang-moe moe.db --out
         --budget 40 --deadline 540
 
 `--fp8 tensor|block`: the same for fp8 w8a8 experts (`examples/problems/moe_fp8.py`, its
-EVOKERNEL_FP8_SCALES set to the mode; `moe_space(fp8=...)`, no GEMV: that path is bf16 only);
+parameter scales set to the mode; `moe_space(fp8=...)`, no GEMV: that path is bf16 only);
 files `moe_fp8_<mode>.json/.md/.db`. Baselines:
 
 - `sglang_default`: the template at SGLang's default fp8 config (`default_fp8_config`, from
@@ -48,10 +48,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-if "--device" in sys.argv and sys.argv[sys.argv.index("--device") + 1] == "cpu":
-    # the interpreter cannot do bf16 dots: a CPU run (a check of this script) uses fp16
-    os.environ.setdefault("EVOKERNEL_MOE_DTYPE", "float16")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -154,6 +150,7 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
+    from evokernel.problem import Problem
     from evokernel.search_spaces import moe_space, shared_params
     from evokernel.search_spaces.sglang import default_config, shipped_config, shipped_elsewhere
     from evokernel.search_spaces.triton_moe import candidate_source, split_config
@@ -161,9 +158,7 @@ def main() -> None:
 
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     stem = f"moe_fp8_{args.fp8}" if args.fp8 else "moe"
-    problem = PROBLEM_FP8 if args.fp8 else PROBLEM
-    if args.fp8:
-        os.environ["EVOKERNEL_FP8_SCALES"] = args.fp8
+    problem_path = PROBLEM_FP8 if args.fp8 else PROBLEM
     store = SQLiteStore(out / f"{stem}.db")
     doc: dict[str, Any] = {
         "device": device_name, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -182,9 +177,12 @@ def main() -> None:
         if left < 45:
             doc["skipped"].append(f"{model} M={m}: deadline")
             continue
-        os.environ["EVOKERNEL_MOE_MODEL"], os.environ["EVOKERNEL_MOE_M"] = model, str(m)
+        params: dict[str, Any] = {"model": model, "m": [m], **({"scales": args.fp8} if args.fp8 else {})}
+        if args.device == "cpu":
+            params["dtype"] = "float16"  # the interpreter cannot do bf16 dots: a CPU run (a check of this script)
         if ev is not None:  # the last job's judge holds its input sets in GPU memory: give them back
             ev.close()
+        problem = Problem.load(problem_path, params=params)
         ev = KernelEvaluator(problem, lambda g: candidate_source(g.params, fp8=args.fp8), device=args.device)
         shape = ev.problem.shapes[0]
         E, N = int(shape["E"]), int(shape["I"])

@@ -15,12 +15,13 @@ the judge checks and times one candidate at a time on the GPU: two timings never
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +35,25 @@ from evokernel.genome import Genome
 from evokernel.problem import Problem
 from evokernel.result import Result, Status
 from evokernel.sandbox import Sandbox
+from evokernel.template import template_hash
 
 __all__ = ["KernelEvaluator", "reference_source"]
 
 Render = Callable[[Genome], str]
 
 
-def reference_source(problem_path: str) -> str:
+def reference_source(problem_path: str, params: Mapping[str, Any] | None = None) -> str:
     """A candidate whose kernel is the problem's own reference: always right, used to check
-    that the GPU is healthy after a candidate faulted."""
+    that the GPU is healthy after a candidate faulted. The problem is loaded with `params`
+    (its resolved parameters, `Problem.params`), so the reference is that of the same problem
+    whatever the candidate's environment holds."""
+    args = repr(str(Path(problem_path).resolve()))
+    if params is not None:
+        args += f", params=_json.loads({json.dumps(params, sort_keys=True)!r})"
     return (
-        "import importlib.util as _u\n"
-        f"_spec = _u.spec_from_file_location('evokernel_reference_problem', {str(Path(problem_path).resolve())!r})\n"
-        "_mod = _u.module_from_spec(_spec)\n"
-        "_spec.loader.exec_module(_mod)\n"
-        "kernel = _mod.reference\n"
+        "import json as _json\n"
+        "from evokernel.problem import Problem as _Problem\n"
+        f"kernel = _Problem.load({args}).reference\n"
     )
 
 
@@ -99,7 +104,12 @@ def _first_ready(queue: Sequence[tuple[int, Genome, Any]], *, wait_s: float) -> 
 
 class KernelEvaluator:
     """Evaluator protocol over the gate. `render` turns a genome into candidate source text
-    (a genome carrying its own source that defines `kernel` is used as it is)."""
+    (a genome carrying its own source that defines `kernel` is used as it is).
+
+    The fingerprint covers the problem (its source, parameters and shapes), the device and
+    toolchain, the gate's options and the template: a hash of render's code and of the
+    template modules it uses (`evokernel.template.template_hash`), or `template`, a name the
+    caller gives it (e.g. for a render whose output depends on data it closes over)."""
 
     name = "kernel"
 
@@ -112,9 +122,11 @@ class KernelEvaluator:
         options: GateOptions | None = None,
         workers: int | None = None,
         reuse: int = 64,
+        template: str | None = None,
     ) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         self.render = render
+        self._template = template
         if device is None:
             import torch
 
@@ -152,6 +164,13 @@ class KernelEvaluator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def template(self) -> str:
+        """The template's identity: the `template` given, else a hash of render's code."""
+        if self._template is None:
+            self._template = template_hash(self.render)
+        return self._template
+
     def fingerprint(self) -> dict[str, Any]:
         where = toolchain() if self.device == "cuda" else {"cpu": platform.processor() or platform.machine()}
         return {
@@ -161,6 +180,7 @@ class KernelEvaluator:
             "shapes": self.problem.shapes,  # the tuning shapes themselves (exports read them)
             **where,
             "gate": msgspec.to_builtins(self.options),
+            "template": self.template,
         }
 
     def transfer_key(self) -> dict[str, Any]:
@@ -280,7 +300,7 @@ class KernelEvaluator:
         self.faults += 1
         if not self.problem.path:
             return
-        verdict = self.judge.check(reference_source(self.problem.path), label="health check")
+        verdict = self.judge.check(reference_source(self.problem.path, self.problem.params), label="health check")
         if not verdict.accepted:
             raise EvaluatorError(
                 f"the GPU failed a health check after a candidate faulted ({after.reason.splitlines()[0]}): "

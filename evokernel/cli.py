@@ -107,6 +107,9 @@ def _build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seeds", type=_positive_int, default=1, help="checks per tuning shape before timing")
     c.add_argument("--timeout", type=_positive_float, default=None, help="seconds per step (import, call, timing)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a parameter of the problem (its Params), as text: e.g. --param m=64,128; repeatable; "
+                        "overrides the problem's environment variable")
 
     sw = sub.add_parser("sweep", help="measure every valid point of a search file's space into a landscape CSV")
     sw.add_argument("target", help="a search file (.py defining `space` and `evaluator`)")
@@ -534,6 +537,19 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _param_text(items: list[str]) -> dict[str, str]:
+    """`--param NAME=VALUE` arguments as {NAME: VALUE} (converted by the problem's Params)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ConfigError(f"--param {item!r}: expected NAME=VALUE")
+        if name.strip() in out:
+            raise ConfigError(f"--param {name.strip()} is given twice")
+        out[name.strip()] = value
+    return out
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 if the candidate is accepted, 1 if it is rejected, 2 for usage errors."""
     for path in (args.problem, args.candidate):
@@ -554,7 +570,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA GPU is available here")
-    problem = Problem.load(args.problem)
+    problem = Problem.load(args.problem, param_text=_param_text(args.param) if args.param else None)
     sandbox = SandboxOptions() if args.timeout is None else SandboxOptions(
         start_timeout_s=args.timeout, call_timeout_s=args.timeout, time_timeout_s=args.timeout)
     options = GateOptions(seeds=args.seeds, time=not args.no_time, sandbox=sandbox)

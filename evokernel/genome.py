@@ -8,6 +8,11 @@ the same genome, evaluated once.
 >>> g = Genome.of({"BM": 128, "BN": 64})
 >>> g.id == Genome.of({"BN": 64, "BM": 128}, operator="point").id
 True
+>>> g.params["BM"] = 64
+Traceback (most recent call last):
+TypeError: Genome.params is immutable: use genome.replace(...)
+>>> g.replace(BM=64)["BM"]
+64
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, Union
 
 import msgspec
 
-__all__ = ["Value", "Lineage", "Genome", "canonical_json"]
+__all__ = ["Value", "Lineage", "Genome", "FrozenParams", "canonical_json"]
 
 #: The values a parameter may take: JSON scalars, so a genome encodes losslessly.
 Value = Union[bool, int, float, str]
@@ -29,6 +34,24 @@ _ENCODER = msgspec.json.Encoder(order="sorted")
 def canonical_json(obj: Any) -> bytes:
     """JSON with sorted keys and no whitespace: equal objects give equal bytes."""
     return _ENCODER.encode(obj)
+
+
+class FrozenParams(dict):  # type: ignore[type-arg]
+    """A genome's parameters: a dict that cannot change in place (the genome's id is a hash
+    of it). It encodes, compares and copies as a plain dict; `dict(params)` is a mutable copy."""
+
+    __slots__ = ()
+
+    def _immutable(self, *args: object, **kwargs: object) -> Any:
+        raise TypeError("Genome.params is immutable: use genome.replace(...)")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _immutable
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle and copy rebuild it whole, never item by item
+        return (FrozenParams, (dict(self),))
+
+    def __repr__(self) -> str:
+        return dict.__repr__(self)
 
 
 class Lineage(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,9 +67,13 @@ class Genome(msgspec.Struct, frozen=True, kw_only=True):
 
     Lineage is carried along but is not part of the identity (`id`)."""
 
-    params: dict[str, Value]
+    params: dict[str, Value]  # a FrozenParams once built (by `of`, `replace`, decoding or pickle)
     source: str | None = None
     lineage: Lineage = Lineage()
+
+    def __post_init__(self) -> None:
+        if type(self.params) is not FrozenParams:
+            msgspec.structs.force_setattr(self, "params", FrozenParams(self.params))
 
     @classmethod
     def of(

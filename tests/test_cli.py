@@ -184,3 +184,22 @@ def test_a_search_file_may_seed_its_first_generation_from_a_landscape(tmp_path, 
     assert data["best"]["latency_ms"] == pytest.approx(optimum)
     [info] = SQLiteStore(db, create=False).runs()
     assert len(info.config["seeds"]) == 3
+
+
+def test_check_takes_the_problems_parameters(tmp_path, evokernel_cmd, cli_env):
+    root = Path(__file__).resolve().parents[1]
+    problem = root / "examples" / "problems" / "gemm_bf16.py"
+    cand = tmp_path / "torch_gemm.py"
+    cand.write_text("def kernel(a, b, bias):\n    return (a.float() @ b.float() + bias.float()).to(a.dtype)\n")
+    env = {k: v for k, v in cli_env.items() if not k.startswith("EVOKERNEL_GEMM")}
+    env["EVOKERNEL_GEMM_EPILOGUE"] = "bias+silu"  # --param overrides it
+    params = ["--param", "model=tiny", "--param", "dtype=float32", "--param", "m=8,24", "--param", "epilogue=bias"]
+    out = run(evokernel_cmd, env, "check", str(problem), str(cand), "--device", "cpu", "--no-time", "--json", *params)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert json.loads(out.stdout)["accepted"]
+    assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "mm=8"),
+                          "unknown parameter 'mm' (parameters: model: str = 'llama3-8b'")
+    assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m=eight"),
+                          "--param m='eight': expected tuple[int, ...] (comma-separated)")
+    assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m"),
+                          "--param 'm': expected NAME=VALUE")

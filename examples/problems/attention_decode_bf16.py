@@ -6,15 +6,16 @@ drawn as a random permutation of the pool, so pages are scattered; entries past 
 sequence's last page are 0); context_lens [B] int32. Output [B, H_q, D]: softmax(q k^T /
 sqrt(D)) v over each sequence's context_lens[b] cached tokens, query head h reading KV head
 h // (H_q / H_kv). q and k are drawn from 1.5 * randn, v from randn (see the prefill
-problem). The shape comes from the environment, read when the module is loaded:
+problem). The shape is the problem's parameters (`Params`: `Problem.load(path, params={...})`,
+else the environment variable EVOKERNEL_DECODE_<NAME>, read when the module is loaded):
 
-- EVOKERNEL_DECODE_MODEL: llama3-8b (default; 32 query heads, 8 KV heads, D 128),
+- model (EVOKERNEL_DECODE_MODEL): llama3-8b (default; 32 query heads, 8 KV heads, D 128),
   qwen3-30b-a3b (32/4, D 128), tiny (4/1, D 64: the CPU tests); see MODELS;
-- EVOKERNEL_DECODE_BATCH: sequences (default 32);
-- EVOKERNEL_DECODE_CONTEXT: context length of every sequence (default 4096), or a
+- batch (EVOKERNEL_DECODE_BATCH): sequences (default 32);
+- context (EVOKERNEL_DECODE_CONTEXT): context length of every sequence (default 4096), or a
   comma-separated list cycled over the batch (e.g. "512,8192,30000");
-- EVOKERNEL_DECODE_PAGE: tokens per page (default 16; SGLang's default is 1, vLLM's 16);
-- EVOKERNEL_DECODE_DTYPE: bfloat16 (default), or float16 / float32 (the CPU interpreter).
+- page (EVOKERNEL_DECODE_PAGE): tokens per page (default 16; SGLang's default is 1, vLLM's 16);
+- dtype (EVOKERNEL_DECODE_DTYPE): bfloat16 (default), or float16 / float32 (the CPU interpreter).
 
 The reference gathers each sequence's pages and computes in fp32 with plain torch, one
 sequence at a time, rounded once.
@@ -23,9 +24,12 @@ sequence at a time, rounded once.
 from __future__ import annotations
 
 import math
-import os
+from typing import Literal
 
+import msgspec
 import torch
+
+from evokernel.problem import problem_params
 
 #: (H_q, H_kv, D) of each model's attention.
 MODELS = {
@@ -33,15 +37,28 @@ MODELS = {
     "qwen3-30b-a3b": (32, 4, 128),
     "tiny": (4, 1, 64),  # tests (the CPU interpreter)
 }
-MODEL = os.environ.get("EVOKERNEL_DECODE_MODEL", "llama3-8b")
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters (see the module's docstring)."""
+
+    model: str = "llama3-8b"
+    batch: int = 32
+    context: tuple[int, ...] = (4096,)
+    page: int = 16
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+P = problem_params(Params, env="EVOKERNEL_DECODE_")
+MODEL = P.model
 if MODEL not in MODELS:
-    raise ValueError(f"EVOKERNEL_DECODE_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
+    raise ValueError(f"model (EVOKERNEL_DECODE_MODEL) must be one of {sorted(MODELS)}, got {MODEL!r}")
 HQ, HKV, D = MODELS[MODEL]
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-DTYPE = _DTYPES[os.environ.get("EVOKERNEL_DECODE_DTYPE", "bfloat16")]
-BATCH = int(os.environ.get("EVOKERNEL_DECODE_BATCH", "32"))
-_CTX = [int(c) for c in os.environ.get("EVOKERNEL_DECODE_CONTEXT", "4096").split(",") if c.strip()]
-PAGE = int(os.environ.get("EVOKERNEL_DECODE_PAGE", "16"))
+DTYPE = _DTYPES[P.dtype]
+BATCH = P.batch
+_CTX = list(P.context)
+PAGE = P.page
 if BATCH < 1 or not _CTX or min(_CTX) < 1 or PAGE < 1:
     raise ValueError(f"batch, contexts and page size must be positive: {BATCH}, {_CTX}, {PAGE}")
 LENS = [_CTX[i % len(_CTX)] for i in range(BATCH)]

@@ -28,9 +28,12 @@ score matrices' memory), rounded once to the dtype.
 from __future__ import annotations
 
 import math
-import os
+from typing import Literal
 
+import msgspec
 import torch
+
+from evokernel.problem import problem_params
 
 #: (H_q, H_kv, D, causal, default lengths) of each model's attention.
 MODELS = {
@@ -40,18 +43,31 @@ MODELS = {
     "d64": (16, 16, 64, True, [2048] * 4),
     "tiny": (4, 2, 64, True, [37, 64, 20]),  # tests (the CPU interpreter)
 }
-MODEL = os.environ.get("EVOKERNEL_ATTN_MODEL", "llama3-8b")
-if MODEL not in MODELS:
-    raise ValueError(f"EVOKERNEL_ATTN_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
-HQ, HKV, D, _CAUSAL, _LENS = MODELS[MODEL]
-CAUSAL = bool(int(os.environ.get("EVOKERNEL_ATTN_CAUSAL", str(int(_CAUSAL)))))
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-DTYPE = _DTYPES[os.environ.get("EVOKERNEL_ATTN_DTYPE", "bfloat16")]
 
-_env_lens = [int(n) for n in os.environ.get("EVOKERNEL_ATTN_SEQLENS", "").split(",") if n.strip()]
-LENS = _env_lens or _LENS
-if len(LENS) == 1 and os.environ.get("EVOKERNEL_ATTN_BATCH"):
-    LENS = LENS * int(os.environ["EVOKERNEL_ATTN_BATCH"])
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters, from `Problem.load(path, params={...})` or else the environment
+    (EVOKERNEL_ATTN_<NAME>, see above); seqlens () is the model's lengths, causal None its masking."""
+
+    model: str = "llama3-8b"
+    seqlens: tuple[int, ...] = ()
+    batch: int | None = None
+    causal: bool | None = None
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+P = problem_params(Params, env="EVOKERNEL_ATTN_")
+MODEL = P.model
+if MODEL not in MODELS:
+    raise ValueError(f"model (EVOKERNEL_ATTN_MODEL) must be one of {sorted(MODELS)}, got {MODEL!r}")
+HQ, HKV, D, _CAUSAL, _LENS = MODELS[MODEL]
+CAUSAL = _CAUSAL if P.causal is None else P.causal
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPE = _DTYPES[P.dtype]
+
+LENS = list(P.seqlens) or _LENS
+if len(LENS) == 1 and P.batch is not None:
+    LENS = LENS * P.batch
 if not LENS or min(LENS) < 1:
     raise ValueError(f"sequence lengths must be positive, got {LENS}")
 

@@ -1,15 +1,16 @@
 """C = epilogue(A @ B) in bf16 at the projection shapes of LLMs (fp32 accumulation).
 
 A[M, K] is drawn from randn / sqrt(K) and B[K, N] from randn, so C's entries are O(1). The
-shape comes from the environment, read when the module is loaded:
+shape is the problem's parameters (`Params`: `Problem.load(path, params={...})`, else the
+environment variable EVOKERNEL_GEMM_<NAME>, read when the module is loaded):
 
-- EVOKERNEL_GEMM_MODEL: llama3-8b (default) or qwen3-30b-a3b (its attention projections;
-  its experts are the fused-MoE problem's), see MODELS;
-- EVOKERNEL_GEMM_LAYER: qkv, o, gate_up or down (default qkv; see MODELS);
-- EVOKERNEL_GEMM_M: tokens (default 2048; a comma-separated list tunes one config for all);
-- EVOKERNEL_GEMM_EPILOGUE: none (default; the cuBLAS comparison), or "+"-joined parts of
-  bias, relu / silu / gelu_tanh, residual, e.g. bias+silu or bias+gelu_tanh+residual;
-- EVOKERNEL_GEMM_DTYPE: bfloat16 (default), or float16 / float32 (the CPU interpreter).
+- model (EVOKERNEL_GEMM_MODEL): llama3-8b (default) or qwen3-30b-a3b (its attention
+  projections; its experts are the fused-MoE problem's), see MODELS;
+- layer (EVOKERNEL_GEMM_LAYER): qkv, o, gate_up or down (default qkv; see MODELS);
+- m (EVOKERNEL_GEMM_M): tokens (default 2048; a comma-separated list tunes one config for all);
+- epilogue (EVOKERNEL_GEMM_EPILOGUE): none (default; the cuBLAS comparison), or "+"-joined
+  parts of bias, relu / silu / gelu_tanh, residual, e.g. bias+silu or bias+gelu_tanh+residual;
+- dtype (EVOKERNEL_GEMM_DTYPE): bfloat16 (default), or float16 / float32 (the CPU interpreter).
 
 The reference is `torch.matmul` and plain torch for the epilogue, in fp32, rounded once.
 """
@@ -17,10 +18,13 @@ The reference is `torch.matmul` and plain torch for the epilogue, in fp32, round
 from __future__ import annotations
 
 import math
-import os
+from typing import Literal
 
+import msgspec
 import torch
 import torch.nn.functional as F
+
+from evokernel.problem import problem_params
 
 #: (N, K) of each projection: C[M, N] = X[M, K] @ W[K, N].
 MODELS = {
@@ -30,23 +34,35 @@ MODELS = {
     "qwen3-30b-a3b": {"qkv": (5120, 2048), "o": (2048, 4096)},
     "tiny": {"qkv": (72, 80)},  # tests (the CPU interpreter)
 }
-MODEL = os.environ.get("EVOKERNEL_GEMM_MODEL", "llama3-8b")
-LAYER = os.environ.get("EVOKERNEL_GEMM_LAYER", "qkv")
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters (see the module's docstring)."""
+
+    model: str = "llama3-8b"
+    layer: str = "qkv"
+    m: tuple[int, ...] = (2048,)
+    epilogue: str = "none"
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+P = problem_params(Params, env="EVOKERNEL_GEMM_")
+MODEL, LAYER = P.model, P.layer
 if MODEL not in MODELS or LAYER not in MODELS[MODEL]:
-    raise ValueError(f"EVOKERNEL_GEMM_MODEL/LAYER must name one of {MODELS}, got {MODEL!r}/{LAYER!r}")
+    raise ValueError(f"model/layer (EVOKERNEL_GEMM_MODEL/LAYER) must name one of {MODELS}, got {MODEL!r}/{LAYER!r}")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-DTYPE = _DTYPES[os.environ.get("EVOKERNEL_GEMM_DTYPE", "bfloat16")]
-_PARTS = [p for p in os.environ.get("EVOKERNEL_GEMM_EPILOGUE", "none").split("+") if p and p != "none"]
+DTYPE = _DTYPES[P.dtype]
+_PARTS = [p for p in P.epilogue.split("+") if p and p != "none"]
 BIAS = "bias" in _PARTS
 RESIDUAL = "residual" in _PARTS
 _ACTS = [p for p in _PARTS if p in ("relu", "silu", "gelu_tanh")]
 if len(_ACTS) > 1 or set(_PARTS) - {"bias", "residual", "relu", "silu", "gelu_tanh"}:
-    raise ValueError(f"EVOKERNEL_GEMM_EPILOGUE: bias, one of relu/silu/gelu_tanh, residual; got {_PARTS}")
+    raise ValueError(f"epilogue (EVOKERNEL_GEMM_EPILOGUE): bias, one of relu/silu/gelu_tanh, residual; got {_PARTS}")
 ACTIVATION = _ACTS[0] if _ACTS else "none"
 EPILOGUE = {"bias": BIAS, "residual": RESIDUAL, "activation": ACTIVATION}
 
 _N, _K = MODELS[MODEL][LAYER]
-_MS = [int(m) for m in os.environ.get("EVOKERNEL_GEMM_M", "2048").split(",") if m.strip()]
+_MS = list(P.m)
 FAMILY = f"gemm_{str(DTYPE).removeprefix('torch.')}_{'+'.join(_PARTS) or 'plain'}"
 SHAPES = [{"M": m, "N": _N, "K": _K} for m in _MS]
 HELDOUT_SHAPES = [{"M": max(1, _MS[0] // 2 + 5), "N": _N, "K": _K}]  # an odd M near the tuned one

@@ -1,24 +1,27 @@
 """C = (A_q * a_scale) @ (B_q * b_scale)^T with fp8 (e4m3) operands, C in bf16, at LLM shapes.
 
 The activation A [M, K] and the weight B [N, K] (nn.Linear's layout) are drawn like the bf16
-problem's (A ~ randn / sqrt(K), B ~ randn), then quantised to e4m3 with fp32 scales:
+problem's (A ~ randn / sqrt(K), B ~ randn), then quantised to e4m3 with fp32 scales, by the
+parameter `scales` (environment: EVOKERNEL_FP8_SCALES):
 
-- EVOKERNEL_FP8_SCALES=tensor (default): one scale each;
-- EVOKERNEL_FP8_SCALES=block: A per token and 128 columns ([M, K/128]), B per 128x128 block
-  ([N/128, K/128]), as DeepSeek-V3 serves its weights.
+- tensor (default): one scale each;
+- block: A per token and 128 columns ([M, K/128]), B per 128x128 block ([N/128, K/128]), as
+  DeepSeek-V3 serves its weights.
 
 The reference dequantises in fp32 and multiplies, rounded once to bf16: the candidates are
-judged on the GEMM, not on the quantisation. Shapes as `gemm_bf16.py`: EVOKERNEL_GEMM_MODEL,
-EVOKERNEL_GEMM_LAYER, EVOKERNEL_GEMM_M.
+judged on the GEMM, not on the quantisation. Shapes as `gemm_bf16.py`: the parameters model,
+layer and m (EVOKERNEL_GEMM_MODEL, EVOKERNEL_GEMM_LAYER, EVOKERNEL_GEMM_M).
 """
 
 from __future__ import annotations
 
 import math
-import os
+from typing import Literal
 
+import msgspec
 import torch
 
+from evokernel.problem import problem_params
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
 
 MODELS = {  # (N, K) per projection: the same as gemm_bf16.py's
@@ -26,16 +29,25 @@ MODELS = {  # (N, K) per projection: the same as gemm_bf16.py's
     "qwen3-30b-a3b": {"qkv": (5120, 2048), "o": (2048, 4096)},
     "tiny": {"qkv": (200, 256)},  # tests (the CPU interpreter)
 }
-MODEL = os.environ.get("EVOKERNEL_GEMM_MODEL", "llama3-8b")
-LAYER = os.environ.get("EVOKERNEL_GEMM_LAYER", "qkv")
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters (see the module's docstring)."""
+
+    model: str = "llama3-8b"
+    layer: str = "qkv"
+    m: tuple[int, ...] = (2048,)
+    scales: Literal["tensor", "block"] = "tensor"
+
+
+P = problem_params(Params, env="EVOKERNEL_GEMM_", env_names={"scales": "EVOKERNEL_FP8_SCALES"})
+MODEL, LAYER = P.model, P.layer
 if MODEL not in MODELS or LAYER not in MODELS[MODEL]:
-    raise ValueError(f"EVOKERNEL_GEMM_MODEL/LAYER must name one of {MODELS}, got {MODEL!r}/{LAYER!r}")
-SCALES = os.environ.get("EVOKERNEL_FP8_SCALES", "tensor")
-if SCALES not in ("tensor", "block"):
-    raise ValueError(f"EVOKERNEL_FP8_SCALES must be tensor or block, got {SCALES!r}")
+    raise ValueError(f"model/layer (EVOKERNEL_GEMM_MODEL/LAYER) must name one of {MODELS}, got {MODEL!r}/{LAYER!r}")
+SCALES = P.scales
 BLOCKWISE = SCALES == "block"
 _N, _K = MODELS[MODEL][LAYER]
-_MS = [int(m) for m in os.environ.get("EVOKERNEL_GEMM_M", "2048").split(",") if m.strip()]
+_MS = list(P.m)
 FAMILY = f"gemm_fp8_{SCALES}"
 SHAPES = [{"M": m, "N": _N, "K": _K} for m in _MS]
 HELDOUT_SHAPES = [{"M": max(1, _MS[0] // 2 + 5), "N": _N, "K": _K}]

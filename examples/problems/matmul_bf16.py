@@ -4,24 +4,33 @@ A[M, K] and B[K, N] are row-major; A is drawn from randn / sqrt(K) and B from ra
 every entry of C is a sum of K random terms with variance about 1: O(1) outputs, where
 bf16 rounding is the only expected error. Inputs are drawn on the target device.
 
-Set EVOKERNEL_MATMUL_DTYPE=float16 or float32 (before the module is loaded) to check the
-same problem in another dtype, e.g. on the CPU, where Triton's interpreter cannot do bf16
-dots. The tolerances are per output dtype.
+The parameter `dtype` (`Problem.load(path, params={"dtype": "float16"})`, or the environment
+variable EVOKERNEL_MATMUL_DTYPE=float16 before the module is loaded) checks the same problem
+in float16 or float32, e.g. on the CPU, where Triton's interpreter cannot do bf16 dots. The
+tolerances are per output dtype.
 """
 
 from __future__ import annotations
 
 import math
-import os
+from typing import Literal
 
+import msgspec
 import torch
 
-#: Input and output dtype (bfloat16 unless EVOKERNEL_MATMUL_DTYPE says otherwise).
+from evokernel.problem import problem_params
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters: the input and output dtype (EVOKERNEL_MATMUL_DTYPE)."""
+
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+
+
+P = problem_params(Params, env="EVOKERNEL_MATMUL_")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_DTYPE_NAME = os.environ.get("EVOKERNEL_MATMUL_DTYPE", "bfloat16")
-if _DTYPE_NAME not in _DTYPES:
-    raise ValueError(f"EVOKERNEL_MATMUL_DTYPE must be one of {sorted(_DTYPES)}, got {_DTYPE_NAME!r}")
-DTYPE: torch.dtype = _DTYPES[_DTYPE_NAME]
+#: Input and output dtype (bfloat16 unless the parameter dtype says otherwise).
+DTYPE: torch.dtype = _DTYPES[P.dtype]
 
 #: The four shapes of the shipped landscapes (decode, small batch, prefill, large square-ish).
 SHAPES = [

@@ -8,50 +8,71 @@ fp32, softmax over the chosen logits, renormalised). The output is
 
 computed here in plain torch, expert by expert, in fp32, rounded once to x's dtype.
 
-The model and batch size come from the environment (read when the module is loaded):
-EVOKERNEL_MOE_MODEL (default qwen3-30b-a3b; see MODELS), EVOKERNEL_MOE_M (default 64; a
-comma-separated list tunes one config for all), EVOKERNEL_MOE_DTYPE (bfloat16, or float16
-/ float32, e.g. for the CPU, where Triton's interpreter cannot do bf16 dots).
+The model and batch size are the problem's parameters (`Params`: `Problem.load(path,
+params={...})`, else the environment variable EVOKERNEL_MOE_<NAME>, read when the module is
+loaded): model (EVOKERNEL_MOE_MODEL, default qwen3-30b-a3b; see MODELS), m (EVOKERNEL_MOE_M,
+default 64; a comma-separated list tunes one config for all), dtype (EVOKERNEL_MOE_DTYPE:
+bfloat16, or float16 / float32, e.g. for the CPU, where Triton's interpreter cannot do bf16
+dots).
 
-EVOKERNEL_MOE_TRACE (optional; a JSONL or CSV trace, see `evokernel.workload`) tunes for the
-traffic instead: the trace's decode batch sizes (a continuous-batching replay, at most 256
-running) are bucketed to SGLang's config grid (GRID, nearest), the buckets holding at least 1%
-of the decode steps become the SHAPES (the 6 heaviest at most) and their shares the WEIGHTS;
-EVOKERNEL_MOE_M is then ignored.
+trace (EVOKERNEL_MOE_TRACE; optional, the path of a JSONL or CSV trace, see
+`evokernel.workload`) tunes for the traffic instead: the trace's decode batch sizes (a
+continuous-batching replay, at most 256 running) are bucketed to SGLang's config grid (GRID,
+nearest), the buckets holding at least 1% of the decode steps become the SHAPES (the 6
+heaviest at most) and their shares the WEIGHTS; m is then ignored.
 """
 
 from __future__ import annotations
 
 import math
-import os
+from pathlib import Path
+from typing import Literal
 
+import msgspec
 import torch
 import torch.nn.functional as F
 
+from evokernel.problem import problem_params
 from evokernel.search_spaces.moe import MOE_MODELS, distinct_experts
 
 #: E experts, hidden size H, expert intermediate size I, experts per token (the shared table).
 MODELS = MOE_MODELS
-MODEL = os.environ.get("EVOKERNEL_MOE_MODEL", "qwen3-30b-a3b")
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters (see the module's docstring)."""
+
+    model: str = "qwen3-30b-a3b"
+    m: tuple[int, ...] = (64,)
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    trace: str = ""  # made absolute: the judge's health check loads the problem from another folder
+
+    def __post_init__(self) -> None:
+        if self.trace:
+            msgspec.structs.force_setattr(self, "trace", str(Path(self.trace).resolve()))
+
+
+P = problem_params(Params, env="EVOKERNEL_MOE_")
+MODEL = P.model
 if MODEL not in MODELS:
-    raise ValueError(f"EVOKERNEL_MOE_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
+    raise ValueError(f"model (EVOKERNEL_MOE_MODEL) must be one of {sorted(MODELS)}, got {MODEL!r}")
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-DTYPE = _DTYPES[os.environ.get("EVOKERNEL_MOE_DTYPE", "bfloat16")]
+DTYPE = _DTYPES[P.dtype]
 #: the batch sizes SGLang ships fused-MoE configs for
 GRID = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
-TRACE = os.environ.get("EVOKERNEL_MOE_TRACE", "")
+TRACE = P.trace
 if TRACE:
     from evokernel.workload import Trace as _Trace, weights as _weights
 
     _decode = _Trace.load(TRACE).decode_batches()
     if not _decode:
-        raise ValueError(f"EVOKERNEL_MOE_TRACE={TRACE}: no decode steps (every request has output_len 1)")
+        raise ValueError(f"trace (EVOKERNEL_MOE_TRACE) {TRACE}: no decode steps (every request has output_len 1)")
     _shares = _weights(_decode, GRID)
     _heavy = sorted((m for m in GRID if _shares[m] >= 0.01), key=lambda m: (-_shares[m], m))[:6]
     _MS = sorted(_heavy)
     WEIGHTS = {m: _shares[m] for m in _MS}
 else:
-    _MS = [int(m) for m in os.environ.get("EVOKERNEL_MOE_M", "64").split(",") if m.strip()]
+    _MS = list(P.m)
 
 FAMILY = f"moe_{MODEL}_{str(DTYPE).removeprefix('torch.')}"
 SHAPES = [{"M": m, **MODELS[MODEL]} for m in _MS]

@@ -8,7 +8,7 @@ with the expert weights stored in e4m3 and fp32 scales, and the activations quan
 inside the call (dynamically), as serving engines run fp8 checkpoints
 (`search_spaces/triton_moe.py` says how the kernel does it). Inputs: x [M, H] (bf16),
 w1 [E, 2I, H] and w2 [E, H, I] in e4m3 (gate rows, then up rows), w1_scale, w2_scale (fp32),
-topk_weights (fp32), topk_ids (int32). EVOKERNEL_FP8_SCALES picks the scheme:
+topk_weights (fp32), topk_ids (int32). The parameter scales (EVOKERNEL_FP8_SCALES) picks the scheme:
 
 - tensor: one scale per expert weight matrix (w1_scale, w2_scale [E]); x and the
   intermediate each get one dynamic scale for the whole tensor, max(amax, 1e-12) / 448;
@@ -26,33 +26,51 @@ accumulation order; where that order moves an intermediate value across an e4m3 
 boundary the two differ by one e4m3 step there (12.5% of that value at most), which the
 TOLERANCE covers (and the fp8 accumulation of Hopper's tensor cores, on the H200).
 
-Shapes from the environment as `moe_bf16.py`: EVOKERNEL_MOE_MODEL (default qwen3-30b-a3b;
-see MODELS), EVOKERNEL_MOE_M (default 64; a comma-separated list tunes one config for all),
-EVOKERNEL_MOE_DTYPE (x's dtype: bfloat16, or float16 / float32 for the CPU interpreter).
+Shapes from the parameters as `moe_bf16.py`'s: model (EVOKERNEL_MOE_MODEL, default
+qwen3-30b-a3b; see MODELS), m (EVOKERNEL_MOE_M, default 64; a comma-separated list tunes one
+config for all), dtype (EVOKERNEL_MOE_DTYPE: x's dtype, bfloat16, or float16 / float32 for
+the CPU interpreter).
 """
 
 from __future__ import annotations
 
 import math
-import os
+from typing import Literal
 
+import msgspec
 import torch
 
+from evokernel.problem import problem_params
 from evokernel.search_spaces.moe import MOE_MODELS, distinct_experts
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
 
 #: E experts, hidden size H, expert intermediate size I, experts per token (the shared table).
 MODELS = MOE_MODELS
-MODEL = os.environ.get("EVOKERNEL_MOE_MODEL", "qwen3-30b-a3b")
+
+
+class Params(msgspec.Struct, frozen=True, kw_only=True):
+    """The problem's parameters (see the module's docstring); scales None is the model's
+    checkpoint scheme (set when the parameters are resolved)."""
+
+    model: str = "qwen3-30b-a3b"
+    m: tuple[int, ...] = (64,)
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    scales: Literal["tensor", "block"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.scales is None:
+            msgspec.structs.force_setattr(self, "scales", "block" if self.model.startswith("deepseek") else "tensor")
+
+
+P = problem_params(Params, env="EVOKERNEL_MOE_", env_names={"scales": "EVOKERNEL_FP8_SCALES"})
+MODEL = P.model
 if MODEL not in MODELS:
-    raise ValueError(f"EVOKERNEL_MOE_MODEL must be one of {sorted(MODELS)}, got {MODEL!r}")
-SCALES = os.environ.get("EVOKERNEL_FP8_SCALES", "block" if MODEL.startswith("deepseek") else "tensor")
-if SCALES not in ("tensor", "block"):
-    raise ValueError(f"EVOKERNEL_FP8_SCALES must be tensor or block, got {SCALES!r}")
+    raise ValueError(f"model (EVOKERNEL_MOE_MODEL) must be one of {sorted(MODELS)}, got {MODEL!r}")
+SCALES = P.scales
 BLOCKWISE = SCALES == "block"
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-DTYPE = _DTYPES[os.environ.get("EVOKERNEL_MOE_DTYPE", "bfloat16")]
-_MS = [int(m) for m in os.environ.get("EVOKERNEL_MOE_M", "64").split(",") if m.strip()]
+DTYPE = _DTYPES[P.dtype]
+_MS = list(P.m)
 
 FAMILY = f"moe_fp8_{SCALES}_{MODEL}_{str(DTYPE).removeprefix('torch.')}"
 SHAPES = [{"M": m, **MODELS[MODEL]} for m in _MS]
