@@ -15,7 +15,7 @@ D=$OUT/launch
 mkdir -p $D
 if [ -z "${SKIP_TESTS:-}" ]; then
   cp -r tests /tmp/pkg/ 2>/dev/null
-  (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rA -x \
+  (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rA \
       tests/test_launch_gpu.py > $D/tests.log 2>&1; echo "rc=$?" >> $D/tests.log)
   (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rfE \
       "tests/test_triton_gemm.py::test_the_last_compiled_kernel_is_the_one_launched" \
