@@ -31,6 +31,11 @@ launch passes the hooks and the launch metadata as the JIT does; without, it pas
 ...     ("ws_ptr", "c_ptr", "bias_ptr", "res_ptr"))
 >>> launch.dynamic, launch.jit_calls, launch.fast_calls, launch.compiled
 (('ws_ptr', 'c_ptr', 'bias_ptr', 'res_ptr'), 0, 0, False)
+
+Where a template function keeps its ordinary launch (`fn[grid](*args, **kwargs)`, every
+argument worked out per call), `LaunchCache` is the drop-in: `launches(fn, grid, *args,
+**kwargs)` keeps one `KernelLaunch` per launch signature, its key every non-tensor argument
+by type and value and, of each tensor (or descriptor), what Triton specialises on.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["KernelLaunch", "fast_launch_enabled", "quick_descriptor"]
+import torch
+
+__all__ = ["KernelLaunch", "LaunchCache", "fast_launch_enabled", "quick_descriptor"]
 
 
 def fast_launch_enabled() -> bool:
@@ -215,3 +222,70 @@ def _globals_unchanged(fn: Any) -> bool:
     missing = object()
     return all(scope.get(name, missing) == value for (name, _), (value, scope) in fn.used_global_vals.items())
 
+
+def _spec(v: Any) -> Any:
+    """What Triton specialises a launch on, of one argument: a tensor's dtype and whether its
+    pointer is 16-byte aligned; a host tensor descriptor's type, dtype, block shape (and
+    layout); anything else its type and value. (Raises TypeError for an unhashable value.)"""
+    if isinstance(v, torch.Tensor):
+        return v.dtype, v.data_ptr() % 16 == 0
+    if hasattr(v, "block_shape") and hasattr(v, "base"):
+        layout = getattr(v, "layout", None)
+        return type(v), v.base.dtype, tuple(v.block_shape), None if layout is None else repr(layout)
+    if isinstance(v, float):  # (by its bits: 0.0 and -0.0 are equal, and NaN is not equal to itself)
+        return float, v.hex()
+    hash(v)
+    return type(v), v
+
+
+def _dynamic(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) or (hasattr(v, "block_shape") and hasattr(v, "base"))
+
+
+class LaunchCache:
+    """`KernelLaunch`es made on demand, for template functions that work out their launch's
+    arguments on every call: `launches(fn, grid, *args, **kwargs)` does what
+    `fn[grid](*args, **kwargs)` does, through a launch kept per launch signature (the kernel,
+    the grid, the argument names, every non-tensor argument by type and value, and `_spec` of
+    each tensor and descriptor, which are the arguments given per call). A value that cannot
+    be hashed sends the call through the JIT. At most `size` launches are kept (the oldest
+    made goes first).
+
+    >>> cache = LaunchCache(size=2)
+    >>> len(cache), cache.size
+    (0, 2)
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._launches: dict[tuple, tuple[KernelLaunch, tuple[int, ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+    def __call__(self, fn: Any, grid: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        try:
+            key = (fn, tuple(grid), len(args), *map(_spec, args), *kwargs, *map(_spec, kwargs.values()))
+            entry = self._launches.get(key)
+        except TypeError:  # (an unhashable argument)
+            return fn[grid](*args, **kwargs)
+        values = (*args, *kwargs.values())
+        if entry is None:
+            names = (*fn.arg_names[:len(args)], *kwargs)
+            dynamic = tuple(i for i, v in enumerate(values) if _dynamic(v))
+            static = {names[i]: v for i, v in enumerate(values) if i not in dynamic}
+            launch = KernelLaunch(fn, grid, static, [names[i] for i in dynamic])
+            if len(self._launches) >= self.size:
+                try:
+                    del self._launches[next(iter(self._launches))]
+                except (RuntimeError, KeyError, StopIteration):  # (another thread changed it meanwhile)
+                    pass
+            entry = self._launches[key] = (launch, dynamic)
+        launch, dynamic = entry
+        return launch(*[values[i] for i in dynamic])
+
+    def stats(self) -> dict[str, int]:
+        """Launches kept, and calls through the JIT and through the compiled handles."""
+        kept = [launch for launch, _ in self._launches.values()]
+        return {"launches": len(kept), "jit_calls": sum(x.jit_calls for x in kept),
+                "fast_calls": sum(x.fast_calls for x in kept)}

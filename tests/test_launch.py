@@ -387,6 +387,76 @@ def test_kernel_launch_checks_its_arguments() -> None:
         KernelLaunch(fn, (1,), {}, ("ws_ptr", "c_ptr"))(1)
 
 
+
+def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device: list[int]) -> None:
+    """The decode template's split kernel through a `LaunchCache`: calls alike but for what
+    Triton specialises on (alignment, dtype, an int equal to 1 or divisible by 16, True
+    against 1, 0.0 against -0.0) get launches of their own; each direct launch passes what
+    the JIT would bind for the same call, with its first call's specialisation."""
+    from evokernel.launch import LaunchCache
+    from evokernel.search_spaces.triton_decode import _split_kernel
+
+    jit = RecordingJit(_split_kernel)
+    cache = LaunchCache()
+    q = torch.zeros(2, 8, 64, dtype=torch.float16)
+    kv = torch.zeros(10, 16, 2, 64, dtype=torch.float16)
+    table = torch.zeros(2, 4, dtype=torch.int32)
+    lens = torch.ones(2, dtype=torch.int32)
+    wide = torch.zeros(2 * 8 * 64 + 1, dtype=torch.float16)
+
+    def call(q: torch.Tensor, o: torch.Tensor, scale: Any = 0.125, h: int = 8, reduce: Any = 0) -> tuple:
+        args = (q, kv, kv, table, lens, o, o, o, o, scale, h, 2, *q.stride()[:2], *kv.stride()[:3], *kv.stride()[:3],
+                table.stride(0), *o.stride()[:2])
+        kwargs = dict(PAGE=16, BLOCK_N=16, REDUCE=reduce, INPUT_PRECISION="tf32", GROUP=4, HEAD_DIM=64, BLOCK_H=16,
+                      SPLITS=1, num_warps=4, num_stages=2)
+        cache(jit, (1, 2, 2), *args, **kwargs)
+        return args, kwargs
+
+    variants = [
+        lambda: call(q.clone(), torch.empty_like(q)),
+        lambda: call(wide[1:].view(2, 8, 64), torch.empty_like(q)),  # q 2 bytes past alignment
+        lambda: call(q.float(), torch.empty_like(q)),  # another dtype
+        lambda: call(q.clone(), torch.empty_like(q), h=16),  # an int divisible by 16
+        lambda: call(q.clone(), torch.empty_like(q), h=1),  # an int equal to 1
+        lambda: call(q.clone(), torch.empty_like(q), reduce=False),  # False, not 0
+        lambda: call(q.clone(), torch.empty_like(q), scale=-0.0),
+        lambda: call(q.clone(), torch.empty_like(q), scale=0.0),
+    ]
+    calls = [v() for _ in range(3) for v in variants]
+    assert len(cache) == len(variants) and len(jit.jit_calls) == len(variants)
+    assert cache.stats() == {"launches": len(variants), "jit_calls": len(variants),
+                             "fast_calls": 2 * len(variants)}
+    for i, (args, kwargs) in enumerate(calls[len(variants):]):
+        launched = jit.launches[i][9:]
+        want, want_spec = jit.bind(tuple(args) + tuple(kwargs[n] for n in jit.arg_names[len(args):]),
+                                   {"num_warps": 4, "num_stages": 2})
+        for name, x, y in zip(jit.arg_names, launched, want):
+            assert x is y or (type(x) is type(y) and x == y and str(x) == str(y)), name
+        assert want_spec == jit.jit_calls[i % len(variants)][2]
+    small = LaunchCache(size=2)
+    for h in (3, 5, 7):
+        small(jit, (1,), *calls[0][0][:10], h, *calls[0][0][11:], **calls[0][1])
+    assert len(small) == 2
+
+
+def test_a_launch_cache_sends_unhashable_arguments_through_the_jit() -> None:
+    from evokernel.launch import LaunchCache
+
+    class Jit:
+        arg_names = ["x", "n"]
+
+        def __init__(self) -> None:
+            self.calls = []
+
+        def __getitem__(self, grid: Any) -> Any:
+            return lambda *args, **kwargs: self.calls.append((args, kwargs))
+
+    jit, cache = Jit(), LaunchCache()
+    cache(jit, (1,), torch.zeros(2), [1, 2])
+    cache(jit, (1,), torch.zeros(2), n=[1, 2])
+    assert len(jit.calls) == 2 and len(cache) == 0
+
+
 # --- in Triton's interpreter: the results, bitwise ------------------------------------------
 
 _SCRIPT = r'''
