@@ -18,10 +18,14 @@ keeps one launch per input signature (shapes, strides, dtypes, device, pointer a
 as `search_spaces/triton_gemm.py`'s `GemmLauncher` does.
 
 Whatever this module cannot vouch for goes through the JIT on every call instead, never a
-wrong launch: no `CompiledKernel` returned (Triton's CPU interpreter), a Triton without the
-attributes it uses, a pre-run hook on the kernel, a global the kernel reads that changed
-(the JIT then raises its error), another current device than the first call's, a change of
-`TRITON_DEBUG` at run time, or `EVOKERNEL_FAST_LAUNCH=0` in the environment. Launch hooks
+wrong launch: no `CompiledKernel` returned (Triton's CPU interpreter), a Triton other than
+those whose launch protocol it follows (`TRITON_VERSIONS`) or without the attributes it
+uses, a pre-run hook on the kernel, a global the kernel reads that changed (the JIT then
+raises its error), another current device than the first call's, a change of
+`TRITON_DEBUG` at run time, a pipeline inspection hook (Triton 3.9's
+`knobs.runtime.add_stages_inspection_hook`), or `EVOKERNEL_FAST_LAUNCH=0` in the
+environment. (Compile options read from the environment, such as TRITON_F32_DEFAULT or the
+instrumentation mode, are the first call's: set them before it.) Launch hooks
 (profilers: Triton's `knobs.runtime.launch_enter_hook`) are honoured: with a hook set, the
 launch passes the hooks and the launch metadata as the JIT does; without, it passes None.
 
@@ -47,12 +51,26 @@ from typing import Any
 
 import torch
 
-__all__ = ["KernelLaunch", "LaunchCache", "fast_launch_enabled", "quick_descriptor"]
+__all__ = ["TRITON_VERSIONS", "KernelLaunch", "LaunchCache", "fast_launch_enabled", "quick_descriptor"]
+
+
+#: Triton versions whose launch protocol this module follows (read in their sources: 3.6's
+#: and 3.9's `JITFunction.run` and `CompiledKernel`); others launch through the JIT
+TRITON_VERSIONS: tuple[tuple[int, int], tuple[int, int]] = ((3, 6), (3, 9))
 
 
 def fast_launch_enabled() -> bool:
-    """False when `EVOKERNEL_FAST_LAUNCH=0` (every launch then goes through the JIT)."""
-    return os.environ.get("EVOKERNEL_FAST_LAUNCH", "1") != "0"
+    """Whether direct launches are allowed: a Triton of `TRITON_VERSIONS`, and not switched
+    off (`EVOKERNEL_FAST_LAUNCH=0`: every launch then goes through the JIT)."""
+    if os.environ.get("EVOKERNEL_FAST_LAUNCH", "1") == "0":
+        return False
+    try:
+        import triton
+
+        version = tuple(int(x) for x in triton.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        return False
+    return TRITON_VERSIONS[0] <= version <= TRITON_VERSIONS[1]
 
 
 def quick_descriptor(template: Any, base: Any) -> Any:
@@ -148,15 +166,15 @@ class KernelLaunch:
         h = self._handle
         if h is not None:
             fn = self.fn
+            runtime = h.knobs.runtime
             if (not fn.pre_run_hooks and (not fn.used_global_vals or _globals_unchanged(fn))
-                    and h.knobs.runtime.debug == h.debug):
+                    and runtime.debug == h.debug and getattr(runtime, "add_stages_inspection_hook", None) is None):
                 device = h.get_device()
                 if device == h.device:
                     stream = h.get_stream(device)
                     args = h.args.copy()
                     for i, v in zip(h.slots, values):
                         args[i] = v
-                    runtime = h.knobs.runtime
                     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
                     if _hooked(enter) or _hooked(leave):
                         metadata = h.compiled.launch_metadata(self.grid, stream, *args)

@@ -306,6 +306,18 @@ def test_fast_launches_can_be_switched_off(jits: tuple[RecordingJit, RecordingJi
     assert (len(main.jit_calls), len(main.launches)) == (3, 0)
 
 
+
+def test_direct_launches_need_a_triton_whose_launch_protocol_was_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton
+
+    from evokernel.launch import fast_launch_enabled
+
+    monkeypatch.delenv("EVOKERNEL_FAST_LAUNCH", raising=False)
+    for version, allowed in (("3.6.0", True), ("3.9.0", True), ("3.5.1", False), ("3.10.0", False),
+                             ("4.0.0+git", False), ("nightly", False)):
+        monkeypatch.setattr(triton, "__version__", version)
+        assert fast_launch_enabled() is allowed, version
+
 def test_no_compiled_kernel_or_a_broken_one_keeps_the_jit_path(device: list[int]) -> None:
     class Jit:
         def __init__(self, result: Any) -> None:
