@@ -51,8 +51,14 @@ next call on the same stream starts after this kernel ends, so it finds them at 
 different streams use different buffers; a kernel killed half way (a fault) leaves counters
 set, but a fault loses the CUDA context and the buffer with it.
 
-`gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration;
-`candidate_source(params, epilogue=...)` writes the candidate module a search evaluates.
+`gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration, checking
+everything and launching through Triton's JIT on every call (the reference path: 70-230 us
+of host time a call on the H200, more than many of these kernels take on the GPU);
+`GemmLauncher(params, activation=)(a, b, bias=None, residual=None)` runs the same plan and
+kernels, bitwise, with the checks and the JIT's binding done once per input signature and
+later calls launched through the compiled kernels' handles (`evokernel.launch`);
+`candidate_source(params, epilogue=...)` writes the candidate module a search evaluates
+(a `GemmLauncher` built at import from its literal CONFIG).
 Everything runs in Triton's interpreter on the CPU too (where num_ctas, maxnreg and warp
 specialisation have no effect), which is how the tests check every path.
 
