@@ -224,3 +224,96 @@ def test_the_launchers_host_time_is_a_fraction_of_gemms() -> None:
     matmul = min(host_us(lambda: torch.matmul(a, b)) for _ in range(3))
     print(f"host us per call: launcher {fast:.1f}, gemm {slow:.1f}, torch.matmul {matmul:.1f}")
     assert fast < slow / 2, (fast, slow)
+
+
+# --- the templates that launch through a LaunchCache (fused MoE, attention prefill, decode) ----
+
+
+def _through_the_jit_then_direct(module: Any, call: Any, sets: list[tuple], monkeypatch: pytest.MonkeyPatch,
+                                 *, bitwise: bool = True) -> None:
+    """`call(*inputs)` on each input set: first every launch through the JIT (the reference:
+    direct launches off, a fresh cache), then through a fresh cache, three rounds; the same
+    outputs (bitwise, or within 1e-3 where the kernels' atomics may order sums differently),
+    and direct launches after each launch signature's first."""
+    from evokernel.launch import LaunchCache
+
+    monkeypatch.setenv("EVOKERNEL_FAST_LAUNCH", "0")
+    monkeypatch.setattr(module, "_LAUNCHES", LaunchCache())
+    want = [call(*inputs).clone() for inputs in sets]
+    monkeypatch.delenv("EVOKERNEL_FAST_LAUNCH")
+    cache = LaunchCache()
+    monkeypatch.setattr(module, "_LAUNCHES", cache)
+    for _ in range(3):
+        for inputs, w in zip(sets, want):
+            got = call(*inputs)
+            torch.cuda.synchronize()
+            if bitwise:
+                assert torch.equal(got, w)
+            else:
+                torch.testing.assert_close(got, w, atol=1e-3, rtol=1e-3)
+    stats = cache.stats()
+    assert stats["fast_calls"] >= 2 * stats["jit_calls"] > 0, stats
+
+
+@pytest.mark.parametrize("over", [{}, {"TMA": 1}, {"PERSISTENT": 1}])
+def test_the_attention_template_launches_directly(over: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evokernel.search_spaces import triton_attention
+
+    lens, h, hkv, d = [300, 77, 512], 8, 2, 128
+    total = sum(lens)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], device="cuda", dtype=torch.int32)
+
+    def inputs(seed: int) -> tuple:
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        return tuple(torch.randn(total, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
+                     for n in (h, hkv, hkv)) + (cu,)
+
+    params = dict(triton_attention.DEFAULTS, **over)
+    _through_the_jit_then_direct(triton_attention, lambda *x: triton_attention.attention(*x, causal=True, **params),
+                                 [inputs(s) for s in range(3)], monkeypatch)
+
+
+@pytest.mark.parametrize("over", [{}, {"NUM_SPLITS": 4, "REDUCE": 1}, {"NUM_SPLITS": 1}])
+def test_the_decode_template_launches_directly(over: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evokernel.search_spaces import triton_decode
+
+    lens, h, hkv, d, page = [1000, 37, 4000, 129], 32, 8, 128, 16
+    per_seq = [-(-n // page) for n in lens]
+    pages = sum(per_seq) + 2
+    table = torch.zeros(len(lens), max(per_seq), dtype=torch.int32)
+    order = torch.randperm(pages, generator=torch.Generator().manual_seed(0))
+    start = 0
+    for i, n in enumerate(per_seq):
+        table[i, :n] = order[start:start + n]
+        start += n
+    table, ctx = table.cuda(), torch.tensor(lens, device="cuda", dtype=torch.int32)
+
+    def inputs(seed: int) -> tuple:
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        q = torch.randn(len(lens), h, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        k, v = (torch.randn(pages, page, hkv, d, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+        return q, k, v, table, ctx
+
+    params = dict(triton_decode.DEFAULTS, **over)
+    _through_the_jit_then_direct(triton_decode, lambda *x: triton_decode.decode(*x, **params),
+                                 [inputs(s) for s in range(3)], monkeypatch)
+
+
+@pytest.mark.parametrize("structure", [{}, {"gemv": 1}, {"gemv": 2}, {"fuse_silu": True}])
+def test_the_fused_moe_template_launches_directly(structure: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from evokernel.search_spaces import triton_moe
+
+    m, e, hidden, inter, top_k = 64, 8, 512, 256, 2
+    cfg = dict(zip(triton_moe.GEMM_KEYS, (32, 64, 64, 1, 4, 3)))
+
+    def inputs(seed: int) -> tuple:
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16, generator=g)
+        w1 = torch.randn(e, 2 * inter, hidden, device="cuda", dtype=torch.bfloat16, generator=g) / hidden ** 0.5
+        w2 = torch.randn(e, hidden, inter, device="cuda", dtype=torch.bfloat16, generator=g) / inter ** 0.5
+        logits = torch.randn(m, e, device="cuda", generator=g)
+        weights, ids = torch.topk(torch.softmax(logits, dim=-1), top_k, dim=-1)
+        return x, w1, w2, weights, ids.to(torch.int32)
+
+    _through_the_jit_then_direct(triton_moe, lambda *x: triton_moe.fused_moe(*x, up=cfg, down=cfg, **structure),
+                                 [inputs(s) for s in range(3)], monkeypatch, bitwise=False)
