@@ -2,8 +2,10 @@
 # One device call (about 4-6 minutes): the compiled-handle launch path of the GEMM template
 # (evokernel/launch.py, GemmLauncher), issue "One footing for every figure".
 #  1. GPU tests (unless SKIP_TESTS=1): tests/test_launch_gpu.py (the launcher bitwise gemm's
-#     on every path and the Gluon kernel, one JIT launch per plan, graphs, streams, hooks),
-#     then the template's last-compiled probe and the Gluon kernel's GPU tests (both through gemm()); logs in $OUT/launch/tests.log;
+#     on every path and the Gluon kernel, one JIT launch per plan, graphs, streams, hooks; the
+#     MoE, attention and decode templates through their LaunchCache), then the template's
+#     last-compiled probe and the Gluon kernel's GPU tests (both through gemm()); logs in
+#     $OUT/launch/tests.log;
 #  2. benchmarks/launch_overhead.py: host time per eager call of torch.matmul, gemm() and the
 #     launcher at every row of benchmarks/results/gemm.json; $OUT/launch/launch_overhead.{json,md}.
 # DEADLINE (default 240) bounds the benchmark; EXTRA passes it more flags (e.g. EXTRA="--rows
