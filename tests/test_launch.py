@@ -419,8 +419,8 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
     def call(q: torch.Tensor, o: torch.Tensor, scale: Any = 0.125, h: int = 8, reduce: Any = 0) -> tuple:
         args = (q, kv, kv, table, lens, o, o, o, o, scale, h, 2, *q.stride()[:2], *kv.stride()[:3], *kv.stride()[:3],
                 table.stride(0), *o.stride()[:2])
-        kwargs = dict(PAGE=16, BLOCK_N=16, REDUCE=reduce, INPUT_PRECISION="tf32", GROUP=4, HEAD_DIM=64, BLOCK_H=16,
-                      SPLITS=1, num_warps=4, num_stages=2)
+        kwargs = {"PAGE": 16, "BLOCK_N": 16, "REDUCE": reduce, "INPUT_PRECISION": "tf32", "GROUP": 4, "HEAD_DIM": 64,
+                  "BLOCK_H": 16, "SPLITS": 1, "num_warps": 4, "num_stages": 2}
         cache(jit, (1, 2, 2), *args, **kwargs)
         return args, kwargs
 
@@ -455,10 +455,10 @@ def test_a_launch_cache_sends_unhashable_arguments_through_the_jit() -> None:
     from evokernel.launch import LaunchCache
 
     class Jit:
-        arg_names = ["x", "n"]
+        arg_names = ("x", "n")
 
         def __init__(self) -> None:
-            self.calls = []
+            self.calls: list = []
 
         def __getitem__(self, grid: Any) -> Any:
             return lambda *args, **kwargs: self.calls.append((args, kwargs))
