@@ -164,7 +164,7 @@ class KernelLaunch:
         """Launch with the dynamic arguments `values`; returns what `fn[grid](...)` returns
         (the CompiledKernel, or None in the interpreter)."""
         h = self._handle
-        if h is not None:
+        if h is not None and len(values) == len(h.slots):
             fn = self.fn
             runtime = h.knobs.runtime
             if (not fn.pre_run_hooks and (not fn.used_global_vals or _globals_unchanged(fn))
