@@ -39,6 +39,10 @@ results on the GPU.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -51,7 +55,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-__all__ = ["gemm_gluon", "GLUON_ACTIVATIONS", "gluon_launch_maxnreg"]
+from evokernel.launch import KernelLaunch
+
+__all__ = [
+    "GLUON_ACTIVATIONS",
+    "GLUON_ARGS",
+    "GluonPlan",
+    "gemm_gluon",
+    "gluon_launch_maxnreg",
+    "launch_gluon",
+    "plan_gluon",
+]
 
 # Triton 3.6 (the H200's) names the TMA copies async_copy_global_to_shared and
 # async_copy_shared_to_global; later Triton renamed them async_load and async_store (3.9
@@ -329,19 +343,37 @@ def gluon_launch_maxnreg(num_warps: int) -> int | None:
 _SMS: dict[int, int] = {}
 #: the compiled kernel `gemm_gluon` launched last (`triton_gemm.last_compiled` reads it)
 LAST: dict[str, object] = {"kernel": None}
+#: the kernel's arguments given per call (`launch_gluon`), in this order
+GLUON_ARGS: tuple[str, ...] = ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc", "bias_ptr", "res_ptr")
 
 
-def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+@dataclass(frozen=True)
+class GluonPlan:
+    """What `gemm_gluon` checks and works out before it launches, for one input signature:
+    the grid, the descriptors (tensor 0 A / 1 B / 2 C, block shape, shared-memory layout,
+    each layout made once), which descriptor each of the kernel's five descriptor arguments
+    takes (`slots`: without a tail, the tail's are B's and C's), and every other argument."""
+
+    grid: tuple[int]
+    descs: tuple[tuple[int, tuple[int, int], Any], ...]
+    slots: tuple[int, int, int, int, int]
+    static: dict[str, Any]
+
+    def descriptor(self, j: int, t: torch.Tensor) -> Any:
+        """Descriptor j over t, by Gluon's checking constructor."""
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        _, block, layout = self.descs[j]
+        return TensorDescriptor.from_tensor(t, list(block), layout)
+
+
+def plan_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
                residual: torch.Tensor | None = None, activation: str = "none",
                BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
-               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0, PINGPONG: int = 0) -> torch.Tensor:
-    """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
-    tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
-    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB); with
-    SWAP_AB, each tile computed as B^T A^T (BM 16-64 tokens as the MMA's narrow side, BN 64
-    or 128 weights as its rows: one consumer warpgroup per 64 of BN); with PINGPONG, two
-    consumer warpgroups of 4 warps each take every other tile of the program, one's epilogue
-    running under the other's main loop (CUTLASS's "ping-pong" Hopper kernel)."""
+               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0,
+               PINGPONG: int = 0) -> tuple[GluonPlan | None, torch.Tensor]:
+    """`gemm_gluon`'s checks and arithmetic for these inputs, and the C they were made with
+    (the first call's output); the plan is None when M or N is 0 (C is all there is)."""
     if not a.is_cuda:
         raise ValueError("the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not "
                          "run Gluon kernels")
@@ -372,7 +404,7 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if M == 0 or N == 0:
-        return c
+        return None, c
     for name, t in (("A", a), ("B", b), ("C", c)):
         if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             raise ValueError(f"the Gluon GEMM loads and stores by TMA: {name} must be row-major with 16-byte "
@@ -383,12 +415,10 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         assert residual.shape == (M, N), f"residual must be [{M}, {N}], got {tuple(residual.shape)}"
         if (M - 1) * abs(residual.stride(0)) + (N - 1) * abs(residual.stride(1)) >= 2**31:
             raise ValueError("the Gluon GEMM's residual offsets are int32: the residual is too large")
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     elem = gl.bfloat16 if a.dtype == torch.bfloat16 else gl.float16
 
-    def desc(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
-        return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, elem))
+    def desc(src: int, block: tuple[int, int]) -> tuple[int, tuple[int, int], Any]:
+        return src, block, gl.NVMMASharedLayout.get_default_for(list(block), elem)
 
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN + BN_TAIL)
     if PERSISTENT:
@@ -400,15 +430,49 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         programs = tiles
     res = residual if residual is not None else c
     maxnreg = gluon_launch_maxnreg(2 * num_warps if PINGPONG else num_warps)
-    b_desc, c_desc = desc(b, [BK, BN]), desc(c, [BM, BN // EPI_SPLIT])
-    b2_desc, c2_desc = (desc(b, [BK, BN_TAIL]), desc(c, [BM, BN_TAIL])) if BN_TAIL else (b_desc, c_desc)
-    LAST["kernel"] = _gluon_gemm_kernel[(programs,)](
-        desc(a, [BM, BK]), b_desc, b2_desc, c_desc, c2_desc,
-        bias if bias is not None else c, res, M, N, K, res.stride(0), res.stride(1),
-        GROUP_M=GROUP_M, STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, SWAP=bool(SWAP_AB),
-        PINGPONG=bool(PINGPONG),
-        HAS_BIAS=bias is not None,
-        ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None, num_warps=num_warps,
-        **({"maxnreg": maxnreg} if maxnreg else {}),
-    )
+    descs = [desc(0, (BM, BK)), desc(1, (BK, BN)), desc(2, (BM, BN // EPI_SPLIT))]
+    if BN_TAIL:  # the tail's own B and C descriptors
+        descs += [desc(1, (BK, BN_TAIL)), desc(2, (BM, BN_TAIL))]
+    slots = (0, 1, 3, 2, 4) if BN_TAIL else (0, 1, 1, 2, 2)
+    static = dict(M=M, N=N, K=K, stride_rm=res.stride(0), stride_rn=res.stride(1), GROUP_M=GROUP_M,
+                  STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, SWAP=bool(SWAP_AB), PINGPONG=bool(PINGPONG),
+                  HAS_BIAS=bias is not None, ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None,
+                  num_warps=num_warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+    return GluonPlan(grid=(programs,), descs=tuple(descs), slots=slots, static=static), c
+
+
+def launch_gluon(plan: GluonPlan, launch: Callable[..., Any], descriptor: Callable[[int, torch.Tensor], Any],
+                 c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                 residual: torch.Tensor | None) -> Any:
+    """Launch `plan` into c (of its shape, freshly allocated) through `launch` (an
+    `evokernel.launch.KernelLaunch` of `_gluon_gemm_kernel` taking `GLUON_ARGS`), the
+    descriptors made by `descriptor(j, tensor)`; returns what the launch returns."""
+    tensors = (a, b, c)
+    descs = [descriptor(j, tensors[src]) for j, (src, _, _) in enumerate(plan.descs)]
+    s = plan.slots
+    LAST["kernel"] = launch(descs[s[0]], descs[s[1]], descs[s[2]], descs[s[3]], descs[s[4]],
+                            bias if bias is not None else c, residual if residual is not None else c)
+    return LAST["kernel"]
+
+
+def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+               residual: torch.Tensor | None = None, activation: str = "none",
+               BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
+               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0, PINGPONG: int = 0) -> torch.Tensor:
+    """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
+    tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
+    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB); with
+    SWAP_AB, each tile computed as B^T A^T (BM 16-64 tokens as the MMA's narrow side, BN 64
+    or 128 weights as its rows: one consumer warpgroup per 64 of BN); with PINGPONG, two
+    consumer warpgroups of 4 warps each take every other tile of the program, one's epilogue
+    running under the other's main loop (CUTLASS's "ping-pong" Hopper kernel). Every call
+    checks everything and launches through Triton's JIT (`triton_gemm.GemmLauncher` plans
+    once per input signature and launches the compiled kernel directly)."""
+    plan, c = plan_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
+                         GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages, PERSISTENT=PERSISTENT,
+                         EPI_SPLIT=EPI_SPLIT, BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB, PINGPONG=PINGPONG)
+    if plan is None:
+        return c
+    launch = KernelLaunch(_gluon_gemm_kernel, plan.grid, plan.static, GLUON_ARGS, fast=False)
+    launch_gluon(plan, launch, plan.descriptor, c, a, b, bias, residual)
     return c

@@ -59,6 +59,7 @@ import triton
 import triton.language as tl
 
 from evokernel.candidate import check_params
+from evokernel.launch import LaunchCache
 from evokernel.search_spaces.triton_gemm import num_sms
 
 __all__ = ["PARAMS", "DEFAULTS", "SDPA_BACKENDS", "attention", "candidate_source", "sdpa_source"]
@@ -71,6 +72,8 @@ DEFAULTS: dict[str, int] = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_
 SDPA_BACKENDS: tuple[str, ...] = ("flash", "efficient", "cudnn", "math", "varlen")
 
 _LOG2E = 1.4426950408889634
+#: the module's kernel launches, through their compiled handles after the first of each signature
+_LAUNCHES = LaunchCache()
 
 
 @triton.jit
@@ -252,7 +255,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: tor
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     programs = min(num_sms(q.device), tiles * H) if PERSISTENT else 0
     grid = (programs,) if PERSISTENT else (H, tiles)
-    _attn_kernel[grid](
+    _LAUNCHES(_attn_kernel, grid,
         q, k, v, o, q_desc, k_desc, v_desc, cu_seqlens, B, H, tiles, programs, scale * (_LOG2E if EXP2 else 1.0),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
         GROUP=H // k.shape[1], HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_B=triton.next_power_of_2(B + 1),

@@ -49,6 +49,7 @@ import triton
 import triton.language as tl
 
 from evokernel.candidate import check_params
+from evokernel.launch import LaunchCache
 from evokernel.search_spaces.triton_gemm import num_sms
 
 __all__ = ["PARAMS", "DEFAULTS", "decode", "auto_splits", "candidate_source", "sglang_default_params",
@@ -159,6 +160,8 @@ def _reduce_kernel(part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
              GROUP, HEAD_DIM, BLOCK_H, SPLITS, False)
 
 
+#: the module's kernel launches, through their compiled handles after the first of each signature
+_LAUNCHES = LaunchCache()
 _COUNTERS: dict[tuple[str, int], torch.Tensor] = {}
 
 
@@ -210,7 +213,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
     counts = _counters(q.device, B * H_kv) if (splits > 1 and REDUCE) else o
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
-    _split_kernel[(splits, H_kv, B)](
+    _LAUNCHES(_split_kernel, (splits, H_kv, B),
         q, k_cache, v_cache, block_table, context_lens, o, part_o, part_lse, counts, scale, H, H_kv,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0), o.stride(0), o.stride(1),
@@ -219,7 +222,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
         num_warps=num_warps, num_stages=num_stages,
     )
     if splits > 1 and not REDUCE:
-        _reduce_kernel[(H_kv, B)](part_o, part_lse, o, H, o.stride(0), o.stride(1), **consts, num_warps=4)
+        _LAUNCHES(_reduce_kernel, (H_kv, B), part_o, part_lse, o, H, o.stride(0), o.stride(1), **consts, num_warps=4)
     return o
 
 

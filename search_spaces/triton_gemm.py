@@ -51,8 +51,14 @@ next call on the same stream starts after this kernel ends, so it finds them at 
 different streams use different buffers; a kernel killed half way (a fault) leaves counters
 set, but a fault loses the CUDA context and the buffer with it.
 
-`gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration;
-`candidate_source(params, epilogue=...)` writes the candidate module a search evaluates.
+`gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration, checking
+everything and launching through Triton's JIT on every call (the reference path: 70-230 us
+of host time a call on the H200, more than many of these kernels take on the GPU);
+`GemmLauncher(params, activation=)(a, b, bias=None, residual=None)` runs the same plan and
+kernels, bitwise, with the checks and the JIT's binding done once per input signature and
+later calls launched through the compiled kernels' handles (`evokernel.launch`);
+`candidate_source(params, epilogue=...)` writes the candidate module a search evaluates
+(a `GemmLauncher` built at import from its literal CONFIG).
 Everything runs in Triton's interpreter on the CPU too (where num_ctas, maxnreg and warp
 specialisation have no effect), which is how the tests check every path.
 
@@ -65,7 +71,9 @@ True
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -73,10 +81,21 @@ import triton
 import triton.language as tl
 
 from evokernel.candidate import check_params
+from evokernel.launch import KernelLaunch, quick_descriptor
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
-__all__ = ["PARAMS", "DEFAULTS", "ACTIVATIONS", "gemm", "candidate_source", "torch_source", "num_sms",
-           "stream_k_tiles"]
+__all__ = [
+    "ACTIVATIONS",
+    "DEFAULTS",
+    "PARAMS",
+    "GemmLauncher",
+    "candidate_source",
+    "gemm",
+    "last_compiled",
+    "num_sms",
+    "stream_k_tiles",
+    "torch_source",
+]
 
 PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "SPLITK_FIXUP",
                            "PERSISTENT", "TMA", "WARP_SPEC", "num_ctas", "maxnreg")
@@ -560,10 +579,19 @@ def stream_k_tiles(tiles: int, programs: int) -> int:
 _COUNTERS: dict[tuple[str, int | None, int], torch.Tensor] = {}
 
 
+def _raw_stream(index: int | None) -> int:
+    """The current CUDA stream's handle on device `index` (torch.cuda.current_stream(index)
+    .cuda_stream, without making a Stream object: what Triton's launches read)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is not None and index is not None:
+        return get(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
     """The split-K fixup's per-tile ticket counters on this device and stream: zeroed once,
     left at zero by every call (see the module docstring)."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    stream = _raw_stream(device.index) if device.type == "cuda" else 0
     key = (device.type, device.index, stream)
     counters = _COUNTERS.get(key)
     if counters is None or counters.numel() < tiles:
@@ -584,27 +612,54 @@ _LAST: dict[str, Any] = {"kernel": None}
 
 
 def last_compiled() -> Any:
-    """The compiled kernel `gemm` launched last (registers: `.n_regs`, spills: `.n_spills`),
-    or None (none yet, or the CPU interpreter). For probes: a lookup in Triton's kernel cache
-    reads a stale entry (the registers column of calls AB-BC repeated one kernel's count)."""
+    """The compiled kernel `gemm` (or a `GemmLauncher`) launched last (registers: `.n_regs`,
+    spills: `.n_spills`), or None (none yet, or the CPU interpreter). For probes: a lookup in
+    Triton's kernel cache reads a stale entry (the registers column of calls AB-BC repeated
+    one kernel's count)."""
     return _LAST["kernel"]
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
-         residual: torch.Tensor | None = None, activation: str = "none",
-         BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
-         SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
-         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0,
-         BN_TAIL: int = 0, A_REG: int = 0, GLUON: int = 0) -> torch.Tensor:
-    """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
-    tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
-    tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; `GLUON`:
-    the tile run by the warp-specialised Gluon kernel, C stored by TMA whole (TMA_STORE=1)
-    or in halves (2); optional genes, see `gemm_space`)."""
+#: the main kernel's arguments given per call (then the plan's descriptors), and the reduction's
+_TENSOR_ARGS: tuple[str, ...] = ("a_ptr", "b_ptr", "c_ptr", "ws_ptr", "counter_ptr", "bias_ptr", "res_ptr")
+_REDUCE_ARGS: tuple[str, ...] = ("ws_ptr", "c_ptr", "bias_ptr", "res_ptr")
+_DESCRIPTORS: tuple[str, ...] = ("a_desc", "b_desc", "c_desc", "b2_desc", "c2_desc")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one configuration runs on one input signature (shapes, strides, dtypes, devices and
+    pointer alignment of A, B, bias and residual): all that `gemm` checks and works out before
+    it launches. A call then allocates C (and the workspace), makes its tensors' descriptors
+    and launches. `descs`: (kernel argument, tensor 0 A / 1 B / 2 C, block shape);
+    `counters`: the tile counters a call takes (0: none, C stands in); `gluon`: the Gluon
+    kernel's own plan (`gluon_gemm.GluonPlan`) when GLUON is set."""
+
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    device: torch.device
+    empty: bool = False
+    ws: tuple[int, ...] | None = None
+    counters: int = 0
+    descs: tuple[tuple[str, int, tuple[int, int]], ...] = ()
+    grid: tuple[int, ...] = ()
+    static: Mapping[str, Any] = field(default_factory=dict)
+    reduce_grid: tuple[int, int] | None = None
+    reduce_static: Mapping[str, Any] = field(default_factory=dict)
+    gluon: Any = None
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
+          activation: str, cfg: Mapping[str, int]) -> tuple[_Plan, torch.Tensor]:
+    """`gemm`'s checks and arithmetic for these inputs at configuration `cfg` (every gene,
+    `_genes`), and the C they were made with (the first call's output)."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.device == b.device, f"{a.dtype}/{a.device} vs {b.dtype}/{b.device}"
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    BM, BN, BK, SPLIT_K, PERSISTENT, TMA = (cfg[k] for k in ("BM", "BN", "BK", "SPLIT_K", "PERSISTENT", "TMA"))
+    WARP_SPEC, num_ctas, maxnreg, SWAP_AB, STREAM_K = (cfg[k] for k in ("WARP_SPEC", "num_ctas", "maxnreg",
+                                                                        "SWAP_AB", "STREAM_K"))
+    TMA_STORE, BN_TAIL, A_REG, GLUON = cfg["TMA_STORE"], cfg["BN_TAIL"], cfg["A_REG"], cfg["GLUON"]
     if GLUON:
         if not (TMA and SPLIT_K == 1 and not (STREAM_K or A_REG or WARP_SPEC)
                 and num_ctas == 1 and not maxnreg and TMA_STORE in (1, 2)):
@@ -612,17 +667,17 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
                              "stream-K, A_REG, WARP_SPEC (it is warp-specialised itself), a cluster or maxnreg")
         from evokernel.search_spaces import gluon_gemm
 
-        c = gluon_gemm.gemm_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
-                                  GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages,
-                                  PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE, BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB,
-                                  PINGPONG=int(GLUON == 2))
-        _LAST["kernel"] = gluon_gemm.LAST["kernel"]
-        return c
+        gplan, c = gluon_gemm.plan_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN,
+                                         BK=BK, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"],
+                                         num_stages=cfg["num_stages"], PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE,
+                                         BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB, PINGPONG=int(GLUON == 2))
+        return _Plan(shape=(c.shape[0], c.shape[1]), dtype=c.dtype, device=c.device, empty=gplan is None,
+                     gluon=gplan), c
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if M == 0 or N == 0:
-        return c
+        return _Plan(shape=(M, N), dtype=a.dtype, device=a.device, empty=True), c
     if bias is not None:
         assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
     if residual is not None:
@@ -644,87 +699,262 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
         raise ValueError("TMA_STORE (C through a tensor descriptor) goes with TMA loads and no split-K")
     if TMA_STORE and not _tma_ok(c):
         raise ValueError("TMA_STORE needs C's rows 16-byte aligned")
-    a_desc = b_desc = c_desc = b2_desc = c2_desc = None
+    descs: list[tuple[str, int, tuple[int, int]]] = []
     if TMA:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        a_desc = TensorDescriptor.from_tensor(a, [BM, BK])
-        b_desc = TensorDescriptor.from_tensor(b, [BK, BN])
+        descs += [("a_desc", 0, (BM, BK)), ("b_desc", 1, (BK, BN))]
         if TMA_STORE:
-            c_desc = TensorDescriptor.from_tensor(c, [BM, BN // 2 if TMA_STORE == 2 else BN])
+            descs.append(("c_desc", 2, (BM, BN // 2 if TMA_STORE == 2 else BN)))
         if BN_TAIL or A_REG:  # the tail's (or, with A_REG, every 64-column chunk's) descriptors
             chunk = 64 if A_REG else BN_TAIL
-            b2_desc = TensorDescriptor.from_tensor(b, [BK, chunk])
-            c2_desc = TensorDescriptor.from_tensor(c, [BM, chunk]) if TMA_STORE else None
+            descs.append(("b2_desc", 1, (BK, chunk)))
+            if TMA_STORE:
+                descs.append(("c2_desc", 2, (BM, chunk)))
     if STREAM_K and not (PERSISTENT and SPLIT_K == 1 and not WARP_SPEC):
         raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K or warp specialisation "
                          "(PERSISTENT=1, SPLIT_K=1, WARP_SPEC=0)")
     if K == 0:  # no K steps to deal out: the whole-tile schedule writes the epilogue of zeros
         STREAM_K = 0
-    ws = torch.empty((SPLIT_K, M, N), device=a.device, dtype=torch.float32) if SPLIT_K > 1 else c
-    fixup = SPLIT_K > 1 and bool(SPLITK_FIXUP)
+    ws = (SPLIT_K, M, N) if SPLIT_K > 1 else None
+    fixup = SPLIT_K > 1 and bool(cfg["SPLITK_FIXUP"])
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, W) * SPLIT_K
-    counters = _tile_counters(a.device, tiles // SPLIT_K) if fixup else c
+    counters = tiles // SPLIT_K if fixup else 0
     programs = min(num_sms(a.device), tiles) if PERSISTENT else tiles
     sk_tiles = 0
     if STREAM_K:
         programs = num_sms(a.device)
         sk_tiles = stream_k_tiles(tiles, programs)
         if sk_tiles:  # (whole waves only: no partials, no workspace)
-            ws = torch.empty((programs, 2, BM, BN), device=a.device, dtype=torch.float32)
-            counters = _tile_counters(a.device, sk_tiles)
+            ws = (programs, 2, BM, BN)
+            counters = sk_tiles
     res = residual if residual is not None else c
-    launch = {"num_warps": num_warps, "num_stages": num_stages}
+    launch = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     if num_ctas != 1:
         launch["num_ctas"] = num_ctas
     if maxnreg:
         launch["maxnreg"] = maxnreg
     epi = {"HAS_BIAS": bias is not None, "ACT": ACTIVATIONS[activation], "HAS_RES": residual is not None}
-    _LAST["kernel"] = _gemm_kernel[(programs,)](
-        a, b, c, a_desc, b_desc, c_desc, ws, counters, bias if bias is not None else c, res,
-        M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        res.stride(0), res.stride(1), programs,
-        BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M, SPLIT_K=SPLIT_K, FIXUP=fixup, PERSISTENT=bool(PERSISTENT), TMA=bool(TMA),
-        WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT), WS_K=bool(WARP_SPEC) and not PERSISTENT,
-        EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
-        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), BNT=int(BN_TAIL), b2_desc=b2_desc,
-        c2_desc=c2_desc, AREG=bool(A_REG), HOLD=bool(A_REG) and a.is_cuda, **epi, **launch,
+    static: dict[str, Any] = dict(
+        M=M, N=N, K=K, stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
+        stride_cm=c.stride(0), stride_cn=c.stride(1), stride_rm=res.stride(0), stride_rn=res.stride(1),
+        num_programs=programs, BM=BM, BN=BN, BK=BK, GROUP_M=cfg["GROUP_M"], SPLIT_K=SPLIT_K, FIXUP=fixup,
+        PERSISTENT=bool(PERSISTENT), TMA=bool(TMA), WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT),
+        WS_K=bool(WARP_SPEC) and not PERSISTENT, EVEN_K=K % BK == 0,
+        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
+        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), BNT=int(BN_TAIL), AREG=bool(A_REG),
+        HOLD=bool(A_REG) and a.is_cuda, **epi, **launch,
     )
+    given = {name for name, _, _ in descs}
+    static.update({name: None for name in _DESCRIPTORS if name not in given})
+    reduce_grid = reduce_static = None
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128
-        _splitk_reduce_kernel[(triton.cdiv(M, RB), triton.cdiv(N, RN))](
-            ws, c, bias if bias is not None else c, res, M, N, c.stride(0), c.stride(1), res.stride(0), res.stride(1),
-            SPLIT_K=SPLIT_K, BM=RB, BN=RN, **epi, num_warps=4,
-        )
-    return c
+        reduce_grid = (triton.cdiv(M, RB), triton.cdiv(N, RN))
+        reduce_static = dict(M=M, N=N, stride_cm=c.stride(0), stride_cn=c.stride(1), stride_rm=res.stride(0),
+                             stride_rn=res.stride(1), SPLIT_K=SPLIT_K, BM=RB, BN=RN, **epi, num_warps=4)
+    return _Plan(shape=(M, N), dtype=a.dtype, device=a.device, ws=ws, counters=counters, descs=tuple(descs),
+                 grid=(programs,), static=static, reduce_grid=reduce_grid, reduce_static=reduce_static or {}), c
+
+
+class _Launches:
+    """A plan's kernel launches and its tensors' descriptors. With `fast=False` (`gemm`) every
+    launch goes through Triton's JIT and every descriptor through its checking constructor;
+    with `fast=True` (`GemmLauncher`) the launches go through the compiled kernels' handles
+    after the first call (`evokernel.launch.KernelLaunch`) and the descriptors are copies of
+    the first call's, over this call's tensors (the plan checked their shapes and strides)."""
+
+    __slots__ = ("_make", "_templates", "fast", "main", "plan", "reduce")
+
+    def __init__(self, plan: _Plan, *, fast: bool) -> None:
+        self.plan = plan
+        self.fast = fast
+        self.main: KernelLaunch | None = None
+        self.reduce: KernelLaunch | None = None
+        self._make: Any = None
+        if plan.gluon is not None:
+            from evokernel.search_spaces import gluon_gemm
+
+            g = plan.gluon
+            self.main = KernelLaunch(gluon_gemm._gluon_gemm_kernel, g.grid, g.static, gluon_gemm.GLUON_ARGS, fast=fast)
+            self._make = g.descriptor
+        elif not plan.empty:
+            self.main = KernelLaunch(_gemm_kernel, plan.grid, plan.static,
+                                     _TENSOR_ARGS + tuple(name for name, _, _ in plan.descs), fast=fast)
+            if plan.reduce_grid is not None:
+                self.reduce = KernelLaunch(_splitk_reduce_kernel, plan.reduce_grid, plan.reduce_static, _REDUCE_ARGS,
+                                           fast=fast)
+            self._make = self._triton_descriptor
+        self._templates: list[Any] = []
+
+    def _triton_descriptor(self, j: int, t: torch.Tensor) -> Any:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return TensorDescriptor.from_tensor(t, list(self.plan.descs[j][2]))
+
+    def descriptor(self, j: int, t: torch.Tensor) -> Any:
+        """Descriptor j of the plan over tensor t."""
+        if j < len(self._templates):
+            return quick_descriptor(self._templates[j], t)
+        d = self._make(j, t)
+        if self.fast and j == len(self._templates):
+            self._templates.append(quick_descriptor(d, None))
+        return d
+
+    def __call__(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                 residual: torch.Tensor | None) -> torch.Tensor:
+        """C = epilogue(a @ b), into the caller's c (of the plan's shape, dtype and device)."""
+        plan = self.plan
+        if plan.empty:
+            return c
+        if plan.gluon is not None:
+            from evokernel.search_spaces import gluon_gemm
+
+            _LAST["kernel"] = gluon_gemm.launch_gluon(plan.gluon, self.main, self.descriptor, c, a, b, bias, residual)
+            return c
+        ws = torch.empty(plan.ws, device=plan.device, dtype=torch.float32) if plan.ws is not None else c
+        counters = _tile_counters(plan.device, plan.counters) if plan.counters else c
+        bias_arg = bias if bias is not None else c
+        res = residual if residual is not None else c
+        tensors = (a, b, c)
+        descs = [self.descriptor(j, tensors[src]) for j, (_, src, _) in enumerate(plan.descs)]
+        _LAST["kernel"] = self.main(a, b, c, ws, counters, bias_arg, res, *descs)
+        if self.reduce is not None:
+            self.reduce(ws, c, bias_arg, res)
+        return c
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+         residual: torch.Tensor | None = None, activation: str = "none",
+         BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
+         SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
+         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0,
+         BN_TAIL: int = 0, A_REG: int = 0, GLUON: int = 0) -> torch.Tensor:
+    """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
+    tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
+    tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; `GLUON`:
+    the tile run by the warp-specialised Gluon kernel, C stored by TMA whole (TMA_STORE=1)
+    or in halves (2); optional genes, see `gemm_space`).
+
+    The reference path: every call checks everything and launches through Triton's JIT.
+    `GemmLauncher` runs the same plan and kernels with the checks and the JIT's binding done
+    once per input signature (bitwise the same results, a fraction of the host time)."""
+    cfg = {"BM": BM, "BN": BN, "BK": BK, "GROUP_M": GROUP_M, "num_warps": num_warps, "num_stages": num_stages,
+           "SPLIT_K": SPLIT_K, "SPLITK_FIXUP": SPLITK_FIXUP, "PERSISTENT": PERSISTENT, "TMA": TMA,
+           "WARP_SPEC": WARP_SPEC, "num_ctas": num_ctas, "maxnreg": maxnreg, "SWAP_AB": SWAP_AB, "STREAM_K": STREAM_K,
+           "TMA_STORE": TMA_STORE, "BN_TAIL": BN_TAIL, "A_REG": A_REG, "GLUON": GLUON}
+    plan, c = _plan(a, b, bias, residual, activation, cfg)
+    return _Launches(plan, fast=False)(c, a, b, bias, residual)
+
+
+#: the optional genes' defaults (gemm's)
+_GENE_DEFAULTS: dict[str, int] = {
+    name: p.default for name, p in inspect.signature(gemm).parameters.items()
+    if name in PARAMS + OPTIONAL and p.default is not inspect.Parameter.empty
+}
+
+
+def _genes(params: Mapping[str, int]) -> dict[str, int]:
+    """Every gene of a configuration, the optional ones defaulted as `gemm` defaults them;
+    TypeError for a missing or unknown one (as `gemm(**params)` raises)."""
+    unknown = set(params) - set(PARAMS + OPTIONAL)
+    missing = set(PARAMS) - set(_GENE_DEFAULTS) - set(params)
+    if unknown or missing:
+        raise TypeError(f"a GEMM configuration has the genes {list(PARAMS)} (and optionally {list(OPTIONAL)}); "
+                        f"unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+    return {**_GENE_DEFAULTS, **{k: int(v) for k, v in params.items()}}
+
+
+def _signature(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+               residual: torch.Tensor | None) -> tuple:
+    """All a plan depends on, and all Triton specialises a launch on, of a call's inputs:
+    shapes, strides, dtypes, devices, and whether each pointer is 16-byte aligned (C, the
+    workspace and the counters are fresh allocations, always aligned)."""
+    return (a.shape, a.stride(), a.dtype, a.get_device(), a.data_ptr() % 16 == 0,
+            b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() % 16 == 0,
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(),
+                                       bias.data_ptr() % 16 == 0),
+            None if residual is None else (residual.shape, residual.stride(), residual.dtype, residual.get_device(),
+                                           residual.data_ptr() % 16 == 0))
+
+
+class GemmLauncher:
+    """`gemm` at one configuration, for calling again and again at a host cost near
+    `torch.matmul`'s: `GemmLauncher(params, activation=...)(a, b, bias=None, residual=None)`.
+
+    The first call for an input signature (`_signature`: shapes, strides, dtypes, devices,
+    pointer alignment, which of bias and residual are given) makes `gemm`'s plan, with all of
+    its checks (a configuration or an input `gemm` refuses raises here the same error), and
+    launches through Triton's JIT; later calls with that signature allocate C (and the
+    split-K workspace), copy the first call's descriptors over their tensors and launch the
+    compiled kernels directly (`evokernel.launch`). The results are bitwise `gemm`'s. Where
+    no compiled kernel can be launched directly (Triton's CPU interpreter, another Triton),
+    every call goes through the JIT as `gemm` does. `stats()` counts plans and launches.
+
+    >>> import torch
+    >>> run = GemmLauncher(dict(DEFAULTS, BM=16, BN=32, BK=32), activation="relu")
+    >>> run.stats()
+    {'plans': 0, 'jit_launches': 0, 'fast_launches': 0}
+    >>> run(torch.zeros(0, 8), torch.zeros(8, 8)).shape  # (no rows: nothing to launch)
+    torch.Size([0, 8])
+    >>> run.stats()
+    {'plans': 1, 'jit_launches': 0, 'fast_launches': 0}
+    """
+
+    def __init__(self, params: Mapping[str, int], *, activation: str = "none") -> None:
+        self.params = dict(params)
+        self.activation = activation
+        self._cfg = _genes(params)
+        self._plans: dict[tuple, _Launches] = {}
+
+    def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
+                 residual: torch.Tensor | None = None) -> torch.Tensor:
+        key = _signature(a, b, bias, residual)
+        launches = self._plans.get(key)
+        if launches is None:
+            plan, c = _plan(a, b, bias, residual, self.activation, self._cfg)
+            launches = _Launches(plan, fast=True)
+            out = launches(c, a, b, bias, residual)
+            self._plans[key] = launches  # (only once a call went through)
+            return out
+        plan = launches.plan
+        return launches(torch.empty(plan.shape, dtype=plan.dtype, device=plan.device), a, b, bias, residual)
+
+    def stats(self) -> dict[str, int]:
+        """Plans made, and launches through the JIT and through the compiled handles."""
+        runs = [x for p in self._plans.values() for x in (p.main, p.reduce) if x is not None]
+        return {"plans": len(self._plans), "jit_launches": sum(x.jit_calls for x in runs),
+                "fast_launches": sum(x.fast_calls for x in runs)}
 
 
 _CANDIDATE = '''"""Candidate: the Hopper GEMM template at one configuration (generated)."""
 
-from evokernel.search_spaces.triton_gemm import gemm
+from evokernel.search_spaces.triton_gemm import GemmLauncher
 
 
 CONFIG = {config}
 
+# checked and planned once per input signature, then launched through the compiled kernel
+_gemm = GemmLauncher(CONFIG{launcher})
+
 
 def kernel({args}):
-    return gemm({call}, **CONFIG)
+    return _gemm({call})
 '''
 
 
 def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual: bool = False,
                      activation: str = "none") -> str:
-    """The text of a candidate module running `gemm` at `params`, with the problem's
-    epilogue (its inputs are a, b, then bias and residual where present)."""
+    """The text of a candidate module running the template at `params` (a `GemmLauncher`
+    built at import from its literal `CONFIG`, which the evaluator binds a genome into), with
+    the problem's epilogue (its inputs are a, b, then bias and residual where present)."""
     check_params(params, PARAMS, optional=OPTIONAL)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     args = ["a", "b"] + (["bias"] if bias else []) + (["residual"] if residual else [])
     call = ["a", "b"] + (["bias=bias"] if bias else []) + (["residual=residual"] if residual else [])
-    if activation != "none":
-        call.append(f"activation={activation!r}")
+    launcher = f", activation={activation!r}" if activation != "none" else ""
     config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
-    return _CANDIDATE.format(config="{" + config + "}", args=", ".join(args), call=", ".join(call))
+    return _CANDIDATE.format(config="{" + config + "}", args=", ".join(args), call=", ".join(call),
+                             launcher=launcher)
 
 
 _TORCH = '''"""Baseline: torch.matmul (cuBLAS), then the epilogue in eager torch (generated)."""

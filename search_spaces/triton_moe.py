@@ -84,6 +84,7 @@ import triton
 import triton.language as tl
 
 from evokernel.candidate import check_integers
+from evokernel.launch import LaunchCache
 from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
@@ -94,6 +95,8 @@ __all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe"
 #: fp8 scale modes: one scale per tensor (per expert for the weights), or DeepSeek-V3's blocks.
 FP8_MODES: tuple[str, ...] = ("tensor", "block")
 _EPS = 1e-12  # the smallest amax a scale is computed from (as `triton_gemm_fp8.quantize`)
+#: the module's kernel launches, through their compiled handles after the first of each signature
+_LAUNCHES = LaunchCache()
 
 #: Per-GEMM config keys, as SGLang's tuned config files name them.
 GEMM_KEYS: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
@@ -262,12 +265,12 @@ def _quantize_act(a: torch.Tensor, block_k: int | None, gated: bool) -> tuple[to
         amax = torch.zeros(1, device=a.device, dtype=torch.float32)
         scale = torch.empty(1, device=a.device, dtype=torch.float32)
         for pass_ in (0, 1):
-            _act_quant_kernel[(rows, triton.cdiv(n, cols))](
+            _LAUNCHES(_act_quant_kernel, (rows, triton.cdiv(n, cols)),
                 a, q, scale, amax, n, a.stride(0), q.stride(0), 0,
                 GATED=gated, PASS=pass_, COLS=cols, FP8=FP8_MAX, EPS=_EPS)
         return q, scale
     scale = torch.empty((rows, triton.cdiv(n, block_k)), device=a.device, dtype=torch.float32)
-    _act_quant_kernel[(rows, scale.shape[1])](
+    _LAUNCHES(_act_quant_kernel, (rows, scale.shape[1]),
         a, q, scale, scale, n, a.stride(0), q.stride(0), scale.stride(0),
         GATED=gated, PASS=2, COLS=block_k, FP8=FP8_MAX, EPS=_EPS)
     return q, scale
@@ -370,20 +373,20 @@ def _fused_moe_gemv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
     ids = topk_ids.reshape(-1).contiguous()
     act = torch.empty((M * top_k, inter), device=x.device, dtype=torch.float32)
     bn, bk = up["BLOCK_SIZE_N"], up["BLOCK_SIZE_K"]
-    _gemv_up_kernel[(M * top_k, triton.cdiv(inter, bn))](
+    _LAUNCHES(_gemv_up_kernel, (M * top_k, triton.cdiv(inter, bn)),
         x, w1, act, ids, H, inter, x.stride(0), w1.stride(0), w1.stride(1), w1.stride(2), act.stride(0),
         TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0,
         num_warps=up["num_warps"], num_stages=up["num_stages"])
     bn, bk = down["BLOCK_SIZE_N"], down["BLOCK_SIZE_K"]
     if per_pair:
         parts = torch.empty((M * top_k, H), device=x.device, dtype=x.dtype)
-        _gemv_down_pairs_kernel[(M * top_k, triton.cdiv(H, bn))](
+        _LAUNCHES(_gemv_down_pairs_kernel, (M * top_k, triton.cdiv(H, bn)),
             act, w2, parts, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2),
             parts.stride(0), BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
             num_warps=down["num_warps"], num_stages=down["num_stages"])
         return parts.view(M, top_k, H).sum(dim=1)
     out = torch.empty((M, H), device=x.device, dtype=x.dtype)
-    _gemv_down_kernel[(M, triton.cdiv(H, bn))](
+    _LAUNCHES(_gemv_down_kernel, (M, triton.cdiv(H, bn)),
         act, w2, out, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2), out.stride(0),
         TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
         num_warps=down["num_warps"], num_stages=down["num_stages"])
@@ -461,10 +464,10 @@ def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
     total = torch.empty((1,), dtype=torch.int32, device=dev)
     cursor = torch.empty((ep,), dtype=torch.int32, device=dev)
     blocks = max(16, min(128, 8192 // ep))
-    _align_count_kernel[(1,)](flat, sorted_ids, expert_ids, total, cursor, pairs, upper, E=num_experts, EP=ep,
-                              BLOCK_M=block_m, CHUNK=_ALIGN_CHUNK, BLOCKS=blocks, num_warps=4)
-    _align_scatter_kernel[(triton.cdiv(pairs, _ALIGN_CHUNK),)](flat, sorted_ids, cursor, pairs,
-                                                              CHUNK=_ALIGN_CHUNK, num_warps=4)
+    _LAUNCHES(_align_count_kernel, (1,), flat, sorted_ids, expert_ids, total, cursor, pairs, upper, E=num_experts,
+              EP=ep, BLOCK_M=block_m, CHUNK=_ALIGN_CHUNK, BLOCKS=blocks, num_warps=4)
+    _LAUNCHES(_align_scatter_kernel, (triton.cdiv(pairs, _ALIGN_CHUNK),), flat, sorted_ids, cursor, pairs,
+              CHUNK=_ALIGN_CHUNK, num_warps=4)
     return sorted_ids, expert_ids, total
 
 
@@ -516,8 +519,8 @@ def _silu_mul(cache1: torch.Tensor, inter: int) -> torch.Tensor:
     pairs = cache1.shape[0]
     out = torch.empty((pairs, inter), device=cache1.device, dtype=cache1.dtype)
     block = min(1024, triton.next_power_of_2(inter))
-    _silu_mul_kernel[(pairs, triton.cdiv(inter, block))](cache1, out, inter, cache1.stride(0), out.stride(0),
-                                                          BLOCK=block, num_warps=4)
+    _LAUNCHES(_silu_mul_kernel, (pairs, triton.cdiv(inter, block)), cache1, out, inter, cache1.stride(0),
+              out.stride(0), BLOCK=block, num_warps=4)
     return out
 
 
@@ -537,7 +540,7 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tens
     b_strides = (b_scale.stride(0), b_scale.stride(1), b_scale.stride(2)) if quant == 2 else \
         (b_scale.stride(0), 0, 0) if quant == 1 else (0, 0, 0)
     group_n, group_k = block_shape or (1, 1)
-    _moe_gemm_kernel[grid](
+    _LAUNCHES(_moe_gemm_kernel, grid,
         a, b, c, weights, sorted_ids, expert_ids, total, sa, sb,
         N, K, EM, c.shape[0],
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),

@@ -1,0 +1,309 @@
+"""Launching a Triton (or Gluon) JIT kernel through its compiled handle, at a host cost near cuBLAS's.
+
+`fn[grid](*args, **kwargs)` binds every argument, works out the kernel's specialisation and
+cache key and looks the compiled kernel up again on every call: 50-200 us of Python for a
+kernel with forty arguments, more than many GEMMs take on the GPU. A `KernelLaunch` is one
+launch site whose arguments are fixed except for a few named ones (the pointers and tensor
+descriptors of the call's tensors). Its first call goes through the JIT as usual, which
+returns the `CompiledKernel`; the launch records the argument vector that kernel's launcher
+takes (every parameter in `fn.arg_names` order, constexprs included, as Triton's own
+`JITFunction.run` passes `bound_args.values()`) with the positions of the arguments that
+change. Each later call copies that vector, fills those positions and calls the compiled
+kernel's launcher directly on the current stream: no binding, no specialisation, no key.
+
+What the caller promises: the arguments that change keep the first call's specialisation
+(tensors of the same dtypes whose pointers are 16-byte aligned or not alike, descriptors of
+the same dtype, block shape and layout), and the static arguments are the same. A caller
+keeps one launch per input signature (shapes, strides, dtypes, device, pointer alignment),
+as `search_spaces/triton_gemm.py`'s `GemmLauncher` does.
+
+Whatever this module cannot vouch for goes through the JIT on every call instead, never a
+wrong launch: no `CompiledKernel` returned (Triton's CPU interpreter), a Triton other than
+those whose launch protocol it follows (`TRITON_VERSIONS`) or without the attributes it
+uses, a pre-run hook on the kernel, a global the kernel reads that changed (the JIT then
+raises its error), another current device than the first call's, a change of
+`TRITON_DEBUG` at run time, a pipeline inspection hook (Triton 3.9's
+`knobs.runtime.add_stages_inspection_hook`), or `EVOKERNEL_FAST_LAUNCH=0` in the
+environment. (Compile options read from the environment, such as TRITON_F32_DEFAULT or the
+instrumentation mode, are the first call's: set them before it.) Launch hooks
+(profilers: Triton's `knobs.runtime.launch_enter_hook`) are honoured: with a hook set, the
+launch passes the hooks and the launch metadata as the JIT does; without, it passes None.
+
+>>> from evokernel.search_spaces.triton_gemm import _splitk_reduce_kernel
+>>> launch = KernelLaunch(_splitk_reduce_kernel, (2, 1), dict(M=64, N=128, stride_cm=128, stride_cn=1,
+...     stride_rm=128, stride_rn=1, SPLIT_K=2, BM=32, BN=128, HAS_BIAS=False, ACT=0, HAS_RES=False, num_warps=4),
+...     ("ws_ptr", "c_ptr", "bias_ptr", "res_ptr"))
+>>> launch.dynamic, launch.jit_calls, launch.fast_calls, launch.compiled
+(('ws_ptr', 'c_ptr', 'bias_ptr', 'res_ptr'), 0, 0, False)
+
+Where a template function keeps its ordinary launch (`fn[grid](*args, **kwargs)`, every
+argument worked out per call), `LaunchCache` is the drop-in: `launches(fn, grid, *args,
+**kwargs)` keeps one `KernelLaunch` per launch signature, its key every non-tensor argument
+by type and value and, of each tensor (or descriptor), what Triton specialises on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["TRITON_VERSIONS", "KernelLaunch", "LaunchCache", "fast_launch_enabled", "quick_descriptor"]
+
+
+#: Triton versions whose launch protocol this module follows (read in their sources: 3.6's
+#: and 3.9's `JITFunction.run` and `CompiledKernel`); others launch through the JIT
+TRITON_VERSIONS: tuple[tuple[int, int], tuple[int, int]] = ((3, 6), (3, 9))
+
+
+def fast_launch_enabled() -> bool:
+    """Whether direct launches are allowed: a Triton of `TRITON_VERSIONS`, and not switched
+    off (`EVOKERNEL_FAST_LAUNCH=0`: every launch then goes through the JIT)."""
+    if os.environ.get("EVOKERNEL_FAST_LAUNCH", "1") == "0":
+        return False
+    try:
+        import triton
+
+        version = tuple(int(x) for x in triton.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        return False
+    return TRITON_VERSIONS[0] <= version <= TRITON_VERSIONS[1]
+
+
+def quick_descriptor(template: Any, base: Any) -> Any:
+    """A copy of `template` (a Triton or Gluon host `TensorDescriptor`) over the tensor
+    `base`, without the checks its constructor runs: for a tensor of the shape and strides
+    the template was validated for (the caller's plan makes sure of that). A template made
+    with `base=None` holds no tensor.
+
+    >>> import torch
+    >>> from triton.tools.tensor_descriptor import TensorDescriptor
+    >>> a, b = torch.zeros(64, 32, dtype=torch.float16), torch.ones(64, 32, dtype=torch.float16)
+    >>> template = quick_descriptor(TensorDescriptor.from_tensor(a, [16, 32]), None)
+    >>> d = quick_descriptor(template, b)
+    >>> d.base is b, d.shape, d.strides, d.block_shape
+    (True, torch.Size([64, 32]), (32, 1), [16, 32])
+    """
+    d = object.__new__(type(template))
+    d.__dict__.update(template.__dict__)
+    d.base = base
+    return d
+
+
+def _driver() -> Any:
+    from triton.runtime import driver
+
+    return driver.active
+
+
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook is set: a HookChain (Triton 3.5+) with calls in it, or a
+    plain callable (earlier versions)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
+
+
+class _Handle:
+    """What a fast launch needs, recorded from the first call's compiled kernel."""
+
+    __slots__ = (
+        "args",
+        "compiled",
+        "debug",
+        "device",
+        "function",
+        "get_device",
+        "get_stream",
+        "grid3",
+        "knobs",
+        "packed",
+        "run",
+        "slots",
+    )
+
+    def __init__(self, **fields: Any) -> None:
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+
+class KernelLaunch:
+    """One launch site of the JIT kernel `fn`: the `grid`, the arguments that stay (`static`,
+    by name, launch options such as `num_warps` included) and the names of those given per
+    call (`dynamic`, in the order `__call__` takes them). Counts the calls that went through
+    the JIT (`jit_calls`) and through the compiled handle (`fast_calls`); `compiled` says
+    whether the handle was recorded. `fast=False` keeps every call on the JIT."""
+
+    __slots__ = ("_fast", "_handle", "dynamic", "fast_calls", "fn", "grid", "jit_calls", "static")
+
+    def __init__(self, fn: Any, grid: Sequence[int], static: Mapping[str, Any], dynamic: Sequence[str], *,
+                 fast: bool = True) -> None:
+        self.fn = fn
+        self.grid = tuple(int(g) for g in grid)
+        if not 1 <= len(self.grid) <= 3:
+            raise ValueError(f"a grid has 1 to 3 dimensions, got {grid!r}")
+        self.static = dict(static)
+        self.dynamic = tuple(dynamic)
+        both = set(self.static) & set(self.dynamic)
+        if both:
+            raise ValueError(f"arguments both static and dynamic: {sorted(both)}")
+        self.jit_calls = 0
+        self.fast_calls = 0
+        self._handle: _Handle | None = None
+        self._fast = fast and fast_launch_enabled()
+
+    @property
+    def compiled(self) -> bool:
+        return self._handle is not None
+
+    def __call__(self, *values: Any) -> Any:
+        """Launch with the dynamic arguments `values`; returns what `fn[grid](...)` returns
+        (the CompiledKernel, or None in the interpreter)."""
+        h = self._handle
+        if h is not None and len(values) == len(h.slots):
+            fn = self.fn
+            runtime = h.knobs.runtime
+            if (not fn.pre_run_hooks and (not fn.used_global_vals or _globals_unchanged(fn))
+                    and runtime.debug == h.debug and getattr(runtime, "add_stages_inspection_hook", None) is None):
+                device = h.get_device()
+                if device == h.device:
+                    stream = h.get_stream(device)
+                    args = h.args.copy()
+                    for i, v in zip(h.slots, values):
+                        args[i] = v
+                    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+                    if _hooked(enter) or _hooked(leave):
+                        metadata = h.compiled.launch_metadata(self.grid, stream, *args)
+                        h.run(*h.grid3, stream, h.function, h.packed, metadata, enter, leave, *args)
+                    else:
+                        h.run(*h.grid3, stream, h.function, h.packed, None, None, None, *args)
+                    self.fast_calls += 1
+                    return h.compiled
+        return self._jit(values)
+
+    def _jit(self, values: Sequence[Any]) -> Any:
+        if len(values) != len(self.dynamic):
+            raise TypeError(f"expected {len(self.dynamic)} dynamic arguments {self.dynamic}, got {len(values)}")
+        kwargs = dict(self.static)
+        kwargs.update(zip(self.dynamic, values))
+        self.jit_calls += 1
+        result = self.fn[self.grid](**kwargs)
+        if self._fast and self._handle is None:
+            self._record(result, kwargs)
+        return result
+
+    def _record(self, result: Any, kwargs: Mapping[str, Any]) -> None:
+        """Keep what later calls need from the first call's compiled kernel; on anything
+        unexpected, keep nothing and stop trying (every call then goes through the JIT)."""
+        try:
+            from triton import knobs
+            from triton.compiler import CompiledKernel
+
+            if not isinstance(result, CompiledKernel) or hasattr(result, "result"):
+                return  # the interpreter (None), or an asynchronous compilation's future
+            fn = self.fn
+            names = list(fn.arg_names)
+            params = fn.signature.parameters
+            if len(params) != len(names):
+                raise RuntimeError("the kernel's signature and arg_names differ")
+            args = []
+            for name in names:  # the JIT's bound arguments: given, else the parameter's default
+                if name in kwargs:
+                    args.append(kwargs[name])
+                elif params[name].default is not inspect.Parameter.empty:
+                    args.append(params[name].default)
+                else:
+                    raise RuntimeError(f"no value for {name}")
+            slots = tuple(names.index(n) for n in self.dynamic)
+            for i in slots:
+                args[i] = None  # hold none of the caller's tensors
+            _ = fn.pre_run_hooks, fn.used_global_vals  # (read on every fast call)
+            driver = _driver()
+            run = result.run  # (loads the binary and builds the launcher if the JIT did not)
+            grid3 = (self.grid + (1, 1))[:3]
+            self._handle = _Handle(compiled=result, run=run, function=result.function,
+                                   packed=result.packed_metadata, args=args, slots=slots,
+                                   device=driver.get_current_device(), get_device=driver.get_current_device,
+                                   get_stream=driver.get_current_stream, grid3=grid3, debug=knobs.runtime.debug,
+                                   knobs=knobs)
+        except Exception:  # noqa: BLE001 (anything unexpected: the JIT path, never a wrong launch)
+            self._fast = False
+            self._handle = None
+
+
+def _globals_unchanged(fn: Any) -> bool:
+    """The JIT's check that the globals a kernel read at compile time still hold their values."""
+    missing = object()
+    return all(scope.get(name, missing) == value for (name, _), (value, scope) in fn.used_global_vals.items())
+
+
+def _spec(v: Any) -> Any:
+    """What Triton specialises a launch on, of one argument: a tensor's dtype and whether its
+    pointer is 16-byte aligned; a host tensor descriptor's type, dtype, block shape (and
+    layout); anything else its type and value. (Raises TypeError for an unhashable value.)"""
+    if isinstance(v, torch.Tensor):
+        return v.dtype, v.data_ptr() % 16 == 0
+    if hasattr(v, "block_shape") and hasattr(v, "base"):
+        layout = getattr(v, "layout", None)
+        return type(v), v.base.dtype, tuple(v.block_shape), None if layout is None else repr(layout)
+    if isinstance(v, float):  # (by its bits: 0.0 and -0.0 are equal, and NaN is not equal to itself)
+        return float, v.hex()
+    hash(v)
+    return type(v), v
+
+
+def _dynamic(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) or (hasattr(v, "block_shape") and hasattr(v, "base"))
+
+
+class LaunchCache:
+    """`KernelLaunch`es made on demand, for template functions that work out their launch's
+    arguments on every call: `launches(fn, grid, *args, **kwargs)` does what
+    `fn[grid](*args, **kwargs)` does, through a launch kept per launch signature (the kernel,
+    the grid, the argument names, every non-tensor argument by type and value, and `_spec` of
+    each tensor and descriptor, which are the arguments given per call). A value that cannot
+    be hashed sends the call through the JIT. At most `size` launches are kept (the oldest
+    made goes first).
+
+    >>> cache = LaunchCache(size=2)
+    >>> len(cache), cache.size
+    (0, 2)
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self.size = size
+        self._launches: dict[tuple, tuple[KernelLaunch, tuple[int, ...]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+    def __call__(self, fn: Any, grid: Sequence[int], *args: Any, **kwargs: Any) -> Any:
+        try:
+            key = (fn, tuple(grid), len(args), *map(_spec, args), *kwargs, *map(_spec, kwargs.values()))
+            entry = self._launches.get(key)
+        except TypeError:  # (an unhashable argument)
+            return fn[grid](*args, **kwargs)
+        values = (*args, *kwargs.values())
+        if entry is None:
+            names = (*fn.arg_names[:len(args)], *kwargs)
+            dynamic = tuple(i for i, v in enumerate(values) if _dynamic(v))
+            static = {names[i]: v for i, v in enumerate(values) if i not in dynamic}
+            launch = KernelLaunch(fn, grid, static, [names[i] for i in dynamic])
+            if len(self._launches) >= self.size:
+                try:
+                    del self._launches[next(iter(self._launches))]
+                except (RuntimeError, KeyError, StopIteration):  # (another thread changed it meanwhile)
+                    pass
+            entry = self._launches[key] = (launch, dynamic)
+        launch, dynamic = entry
+        return launch(*[values[i] for i in dynamic])
+
+    def stats(self) -> dict[str, int]:
+        """Launches kept, and calls through the JIT and through the compiled handles."""
+        kept = [launch for launch, _ in self._launches.values()]
+        return {"launches": len(kept), "jit_calls": sum(x.jit_calls for x in kept),
+                "fast_calls": sum(x.fast_calls for x in kept)}
