@@ -14,9 +14,40 @@ mkdir -p "$OUT"
 if [ -z "${SKIP_TESTS:-}" ]; then
   cp -r tests benchmarks examples /tmp/pkg/ 2>/dev/null
   (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
-     ${TESTS:-tests/test_footing.py "tests/test_gate.py::test_corpus_verdict" -k "footing or host_sync or side_by_side or host_side or synchronises"}) \
+     ${TESTS:-tests/test_footing.py tests/test_launch_gpu.py "tests/test_gate.py::test_corpus_verdict" -k "footing or host_sync or side_by_side or host_side or synchronises or launch"}) \
      > "$OUT/tests.log" 2>&1
   echo "tests rc=$?"; tail -15 "$OUT/tests.log"
+fi
+if [ -z "${SKIP_CHECKS:-}" ]; then
+  # the gate end to end on the GPU: a prefill winner and cuDNN SDPA under the varlen contract
+  # (host-side lengths as plain inputs), a GEMM winner through its launcher; graph-timed
+  python3 - <<'PY'
+import json, pathlib
+from evokernel.search_spaces import triton_attention as t, triton_gemm as g
+rows = json.loads(pathlib.Path("benchmarks/results/attention_prefill.json").read_text())["rows"]
+pathlib.Path("/tmp/attn_winner.py").write_text(t.candidate_source(rows[0]["winner"], causal=True))
+pathlib.Path("/tmp/attn_cudnn.py").write_text(t.sdpa_source("cudnn", causal=True))
+gemm = json.loads(pathlib.Path("benchmarks/results/gemm.json").read_text())["rows"]
+pathlib.Path("/tmp/gemm_winner.py").write_text(g.candidate_source(gemm[31]["winner"]))
+print("qwen3 qkv M=512 winner:", gemm[31]["winner_short"])
+PY
+  for c in attn_winner attn_cudnn; do
+    timeout 240 python3 -m evokernel.cli check examples/problems/attention_prefill_bf16.py /tmp/$c.py --device cuda \
+      --json > "$OUT/check_$c.json" 2>> "$OUT/checks.log"; echo "check $c rc=$?"
+  done
+  timeout 240 python3 -m evokernel.cli check examples/problems/gemm_bf16.py /tmp/gemm_winner.py --device cuda --json \
+    --param model=qwen3-30b-a3b --param layer=qkv --param m=512 > "$OUT/check_gemm_winner.json" 2>> "$OUT/checks.log"
+  echo "check gemm_winner rc=$?"
+  python3 -c "
+import json, glob
+for f in sorted(glob.glob('$OUT/check_*.json')):
+    try:
+        d = json.load(open(f))
+    except Exception as e:
+        print(f, 'unreadable', e); continue
+    t = (d.get('timings') or [{}])[0]
+    print(f.split('/')[-1], d.get('accepted'), d.get('reason', '')[:200], t.get('median_ms'), t.get('footing'))
+"
 fi
 python3 benchmarks/footing_h200.py --out "$OUT" --deadline "${DEADLINE:-400}" ${FAMILIES:+--families $FAMILIES} \
   2>&1 | tee "$OUT/footing.log" | tail -140
