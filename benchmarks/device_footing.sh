@@ -20,8 +20,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 if [ -z "${SKIP_CHECKS:-}" ]; then
   # the gate end to end on the GPU: a prefill winner and cuDNN SDPA under the varlen contract
-  # (host-side lengths as plain inputs), a GEMM winner through its launcher; graph-timed
-  python3 - <<'PY'
+  # (host-side lengths as plain inputs), a GEMM winner through its launcher; graph-timed.
+  # (run from /tmp/pkg: the checkout's own evokernel/ holds the core alone)
+  cp -r examples benchmarks /tmp/pkg/ 2>/dev/null
+  (cd /tmp/pkg && python3 - <<'PY'
 import json, pathlib
 from evokernel.search_spaces import triton_attention as t, triton_gemm as g
 rows = json.loads(pathlib.Path("benchmarks/results/attention_prefill.json").read_text())["rows"]
@@ -33,21 +35,21 @@ print("qwen3 qkv M=512 winner:", gemm[31]["winner_short"])
 PY
   for c in attn_winner attn_cudnn; do
     timeout 240 python3 -m evokernel.cli check examples/problems/attention_prefill_bf16.py /tmp/$c.py --device cuda \
-      --json > "$OUT/check_$c.json" 2>> "$OUT/checks.log"; echo "check $c rc=$?"
+      --json > /tmp/check_$c.json 2>> /tmp/checks.err &
   done
   timeout 240 python3 -m evokernel.cli check examples/problems/gemm_bf16.py /tmp/gemm_winner.py --device cuda --json \
-    --param model=qwen3-30b-a3b --param layer=qkv --param m=512 > "$OUT/check_gemm_winner.json" 2>> "$OUT/checks.log"
-  echo "check gemm_winner rc=$?"
+    --param model=qwen3-30b-a3b --param layer=qkv --param m=512 > /tmp/check_gemm_winner.json 2>> /tmp/checks.err &
+  wait
   python3 -c "
 import json, glob
-for f in sorted(glob.glob('$OUT/check_*.json')):
+for f in sorted(glob.glob('/tmp/check_*.json')):
     try:
         d = json.load(open(f))
     except Exception as e:
         print(f, 'unreadable', e); continue
     t = (d.get('timings') or [{}])[0]
-    print(f.split('/')[-1], d.get('accepted'), d.get('reason', '')[:200], t.get('median_ms'), t.get('footing'))
-"
+    print(f.split('/')[-1], 'accepted' if d.get('accepted') else 'REJECTED', d.get('reason', '')[:300], t.get('median_ms'), t.get('footing'))
+" | tee "$OUT/checks.log"; tail -5 /tmp/checks.err >> "$OUT/checks.log")
 fi
 python3 benchmarks/footing_h200.py --out "$OUT" --deadline "${DEADLINE:-400}" ${FAMILIES:+--families $FAMILIES} \
   2>&1 | tee "$OUT/footing.log" | tail -140

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+import triton
 
 from evokernel.search_spaces.triton_gemm import DEFAULTS, GemmLauncher, candidate_source, gemm, last_compiled
 
@@ -110,6 +111,8 @@ def _check(params: dict, shape: tuple[int, int, int], epi: dict[str, Any], unali
     plans = 1 + unaligned
     assert run.stats() == {"plans": plans, "jit_launches": kernels * plans,
                            "fast_launches": kernels * (3 * len(sets) - plans)}, run.stats()
+    if triton.__version__.startswith("3.6."):  # below the launcher's Python wrapper, tensor maps cached
+        assert all(p.main._handle.raw is not None for p in run._plans.values()), "not the raw launch"
 
 
 @pytest.mark.parametrize("over, shape, epi, unaligned", TRITON_CASES)
