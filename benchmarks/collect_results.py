@@ -58,10 +58,13 @@ GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sgla
 #: eagerly (benchmarks/footing_h200.py), oldest first: a row measured there takes these figures
 #: (the search call's own stay under the row's `recorded`)
 FOOTING: dict[str, list[tuple[str, str]]] = {
-    "gemm": [("S12a", "footing/s12a/footing_gemm.json")],
+    # (S12a: the templates' launch through Triton's JIT; S12b: through the compiled handles,
+    # evokernel.launch; S12b's MoE file did not come back, its figures are in its log only)
+    "gemm": [("S12a", "footing/s12a/footing_gemm.json"), ("S12b", "footing/s12b/footing_gemm.json")],
     "moe": [("S12a", "footing/s12a/footing_moe.json")],
-    "attention_prefill": [("S12a", "footing/s12a/footing_attention.json")],
-    "attention_decode": [("S12a", "footing/s12a/footing_decode.json")],
+    "attention_prefill": [("S12a", "footing/s12a/footing_attention.json"),
+                          ("S12b", "footing/s12b/footing_attention.json")],
+    "attention_decode": [("S12a", "footing/s12a/footing_decode.json"), ("S12b", "footing/s12b/footing_decode.json")],
 }
 #: candidates a footing file times for the record that are not baselines (the winner through
 #: another launch path): reported as host time, never as a speedup
@@ -87,8 +90,9 @@ def _footed(kind: str, row: dict[str, Any], f: dict[str, Any], call: str, comman
     keep = lambda d: {n: v for n, v in d.items() if n not in DIAGNOSTIC}  # noqa: E731
     speed, eager = keep(g["speedup"]), keep(e["speedup"])
     out = {k: v for k, v in row.items() if k not in ("tflops", "rate")}
-    out["recorded"] = {k: row.get(k) for k in ("winner_ms", "baselines", "speedup", "tflops", "rate", "call",
-                                                "best_sdpa", "best_sdpa_ms") if k in row}
+    out["recorded"] = row.get("recorded") or {  # (the search call's own, not an earlier footing call's)
+        k: row.get(k) for k in ("winner_ms", "baselines", "speedup", "tflops", "rate", "call", "best_sdpa",
+                                "best_sdpa_ms") if k in row}
     if kind == "attention_prefill":  # the fastest SDPA backend on each footing
         for d in (speed, eager):
             sdpa = {n: v for n, v in d.items() if n.startswith("sdpa_") and v}
