@@ -271,8 +271,9 @@ class _RawLaunch:
             if type(run).__name__ != "CudaLauncher" or run.global_scratch_size or run.profile_scratch_size:
                 return None
             launch = run.launch
-            cells = dict(zip(launch.__code__.co_freevars, (c.cell_contents for c in launch.__closure__ or ())))
-            if not cells:  # no descriptor arguments: the wrapper is the C launch itself
+            code = getattr(launch, "__code__", None)
+            cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch.__closure__ or ()))) if code else {}
+            if code is None:  # no descriptor arguments: no wrapper, the C launch itself
                 c_launch, metas = launch, {}
             elif {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(cells):
                 indices = sorted(cells["tensordesc_indices"])
