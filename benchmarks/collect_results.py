@@ -58,13 +58,17 @@ GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sgla
 #: eagerly (benchmarks/footing_h200.py), oldest first: a row measured there takes these figures
 #: (the search call's own stay under the row's `recorded`)
 FOOTING: dict[str, list[tuple[str, str]]] = {
-    # (S12a: the templates' launch through Triton's JIT; S12b: through the compiled handles,
-    # evokernel.launch; S12b's MoE file did not come back, its figures are in its log only)
-    "gemm": [("S12a", "footing/s12a/footing_gemm.json"), ("S12b", "footing/s12b/footing_gemm.json")],
-    "moe": [("S12a", "footing/s12a/footing_moe.json")],
+    # S12a: the templates launched through Triton's JIT; S12b: through the compiled handles
+    # (evokernel.launch; its MoE file did not come back); S12c: also below Triton 3.6's launcher
+    # wrapper for kernels with descriptors; S12d (GEMM): for every kernel
+    "gemm": [("S12a", "footing/s12a/footing_gemm.json"), ("S12b", "footing/s12b/footing_gemm.json"),
+             ("S12c", "footing/s12c/footing_gemm.json"), ("S12d", "footing/s12d/footing_gemm.json")],
+    "moe": [("S12a", "footing/s12a/footing_moe.json"), ("S12c", "footing/s12c/footing_moe.json")],
     "attention_prefill": [("S12a", "footing/s12a/footing_attention.json"),
-                          ("S12b", "footing/s12b/footing_attention.json")],
-    "attention_decode": [("S12a", "footing/s12a/footing_decode.json"), ("S12b", "footing/s12b/footing_decode.json")],
+                          ("S12b", "footing/s12b/footing_attention.json"),
+                          ("S12c", "footing/s12c/footing_attention.json")],
+    "attention_decode": [("S12a", "footing/s12a/footing_decode.json"), ("S12b", "footing/s12b/footing_decode.json"),
+                         ("S12c", "footing/s12c/footing_decode.json")],
 }
 #: candidates a footing file times for the record that are not baselines (the winner through
 #: another launch path): reported as host time, never as a speedup
@@ -131,7 +135,8 @@ def apply_footing(kind: str, rows: dict[tuple, dict[str, Any]]) -> dict[str, dic
                 continue
             rows[key] = _footed(kind, rows[key], f, call, doc.get("command", ""))
             used[call] = {"file": rel, "command": doc.get("command"), "date": doc.get("date")}
-    return used
+    kept = {r.get("timing", {}).get("call") for r in rows.values()}  # the latest call per row
+    return {c: v for c, v in used.items() if c in kept}
 
 
 def collect(kind: str) -> dict[str, Any] | None:

@@ -46,7 +46,8 @@ TRITON_CASES = [
     ({"BM": 128, "BN": 128, "BN_TAIL": 64, "num_warps": 8, "TMA": 1, "TMA_STORE": 1}, (512, 6144, 1024), {},
      False),
     ({"BN": 128, "BN_TAIL": 32}, (256, 1000, 512), BIAS_SILU_RES, True),
-    ({"BM": 128, "BN": 256, "num_warps": 8, "TMA": 1, "PERSISTENT": 1, "STREAM_K": 1}, (512, 1536, 1024), {},
+    # (128x128: a 128x256 tile with BASE's 3 stages needs 278552 B of shared memory, over the H200's 232448)
+    ({"BM": 128, "BN": 128, "num_warps": 8, "TMA": 1, "PERSISTENT": 1, "STREAM_K": 1}, (512, 1536, 1024), {},
      False),
     ({"BM": 64, "BN": 64, "BK": 128, "GROUP_M": 1, "num_stages": 7, "maxnreg": 232}, (16, 6144, 4096), {},
      True),  # Llama-3-8B qkv at M=16's winner
