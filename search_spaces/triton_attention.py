@@ -40,12 +40,13 @@ The genome (`PARAMS`):
 
 `attention(q, k, v, cu_seqlens, causal=..., **params)` runs one configuration;
 `candidate_source(params, causal=...)` writes the candidate module a search evaluates
-(`kernel(q, k, v, cu_seqlens)`), `sdpa_source(backend, causal=...)` the torch baselines.
+(`kernel(q, k, v, cu_seqlens, max_seqlen, seqlens)`: the lengths also as host values, so
+nothing reads them back from the GPU), `sdpa_source(backend, causal=...)` the torch baselines.
 Everything runs in Triton's interpreter on the CPU too (where warp specialisation and the
 launch parameters have no effect), which is how the tests check every path.
 
 >>> src = candidate_source(dict(DEFAULTS, BLOCK_M=64), causal=True)
->>> "def kernel(q, k, v, cu_seqlens):" in src and '"BLOCK_M": 64' in src and "causal=True" in src
+>>> "def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):" in src and '"BLOCK_M": 64' in src and "causal=True" in src
 True
 """
 
