@@ -176,28 +176,6 @@ def host_time_us(fn: Callable[[], Any], *, calls: int = 200, repeats: int = 5) -
     return statistics.median(out)
 
 
-def _capture(block: Callable[[], Any], torch: Any) -> Any:
-    """A CUDA graph of `block` (warmed up on a side stream first), or HostSync/RuntimeError
-    saying why it cannot be captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        block()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(g):
-            block()
-    except Exception as exc:
-        torch.cuda.synchronize()
-        text = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        if "captur" in text.lower() or "synchroniz" in text.lower():
-            raise HostSync(f"the call cannot be captured in a CUDA graph, a host sync inside it? ({text})") from None
-        raise
-    return g
-
-
 def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequence[Sequence[Any]], *,
                  mode: str = "graph", rounds: int = 9, calls: int | None = None, target_ms: float = 2.0,
                  baseline: str | None = None, host: bool = True) -> dict[str, Any]:
@@ -216,7 +194,7 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
     each function's host time per call (`host_time_us`)."""
     import torch
 
-    from .bench import median_ci
+    from .bench import _graphs, median_ci
 
     if mode not in ("graph", "eager"):
         raise ValueError(f"side_by_side times mode 'graph' or 'eager', got {mode!r}")
@@ -251,9 +229,9 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
 
     blocks = {n: block_of(n) for n in names}
     runners: dict[str, Callable[[], Any]] = {}
-    if mode == "graph":
-        for n in names:
-            runners[n] = _capture(blocks[n], torch).replay
+    if mode == "graph":  # (a block that cannot be captured raises HostSync or GraphCaptureError)
+        for n, replay in zip(names, _graphs([blocks[n] for n in names], torch)):
+            runners[n] = replay
     else:
         runners = blocks
     footing = Footing(mode=mode, calls=calls, sets=len(sets))
