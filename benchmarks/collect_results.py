@@ -108,7 +108,7 @@ def _footed(kind: str, row: dict[str, Any], f: dict[str, Any], call: str, comman
     out.update(
         winner_ms=g["ms"]["winner"], baselines=keep({n: v for n, v in g["ms"].items() if n != "winner"}),
         speedup=speed, speedup_eager=eager, eager_ms=keep(e["ms"]),
-        errors={**{n: v for n, v in (f.get("errors") or {}).items()}},
+        errors=dict(f.get("errors") or {}),
         timing={"mode": "graph", "graph": g["footing"], "eager": e["footing"], "host_us": e["host_us"]["winner"],
                 "host_us_all": e["host_us"], "speedup_ci": g.get("speedup_ci"),
                 "speedup_eager_ci": e.get("speedup_ci"), "clocks": g.get("clocks"), "call": call,

@@ -153,10 +153,11 @@ def _kernels(job: dict[str, Any], folder: Path) -> dict[str, Any]:
         path.write_text(src)
         kernel = load_module(path, prefix="_footing").kernel
         fns[name] = lambda s, k=kernel: k(*s)
-    for name, params in job.get("direct", {}).items():
+    if job.get("direct"):
         from evokernel.search_spaces.triton_gemm import gemm
 
-        fns[name] = lambda s, p=params: gemm(*s, **p)
+        for name, params in job["direct"].items():
+            fns[name] = lambda s, p=params: gemm(*s, **p)
     return fns
 
 
@@ -221,7 +222,7 @@ def measure(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
             if wrong:
                 errors[name] = f"wrong result: {wrong}"
                 continue
-            check_no_host_sync([lambda fn=fn: fn(first)], torch, StreamHold.shared(torch))
+            check_no_host_sync([lambda fn=fn, s=first: fn(s)], torch, StreamHold.shared(torch))
             fns[name] = fn
         except HostSync as exc:
             errors[name] = str(exc)[:300]
@@ -237,8 +238,7 @@ def measure(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
     order = ["winner", base] + [n for n in fns if n not in ("winner", base)]
     for mode in ("graph", "eager"):
         try:
-            got = side_by_side({n: fns[n] for n in order}, sets, mode=mode, rounds=rounds, baseline=base,
-                               host=(mode == "eager"))
+            got = side_by_side({n: fns[n] for n in order}, sets, mode=mode, rounds=rounds, baseline=base)
         except Exception as exc:
             row[mode] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue

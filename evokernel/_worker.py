@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import torch
 
-__all__ = ["main", "Ready", "Done", "Timing", "Failed", "WorkerMessage"]
+__all__ = ["main", "Ready", "Done", "Timing", "Failed", "WorkerMessage", "VALUE_PREFIX"]
 
 _type = builtins.type
 _isinstance = builtins.isinstance
@@ -41,7 +41,9 @@ _current_stream = torch.cuda.current_stream
 _TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
            "time.perf_counter": time.perf_counter}
 
-_VALUE = "py:"  # the dtype field of a plain input value's reference: "py:" + its JSON (gate.VALUE_PREFIX)
+#: the dtype field of a reference to a plain (host-side) input value: "py:" + its JSON (the
+#: judge's `gate._value_ref` writes them)
+VALUE_PREFIX = "py:"
 
 
 def _plain_value(dtype: str) -> Any:
@@ -49,7 +51,7 @@ def _plain_value(dtype: str) -> Any:
     def tuples(x: Any) -> Any:
         return tuple(tuples(v) for v in x) if _isinstance(x, list) else x
 
-    return tuples(msgspec.json.decode(dtype[len(_VALUE):]))
+    return tuples(msgspec.json.decode(dtype[len(VALUE_PREFIX):]))
 
 
 # what the harness relies on, captured before any candidate code runs
@@ -250,7 +252,7 @@ def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]
     try:
         for shape_specs in specs:
             inputs = [
-                _plain_value(dtype) if dtype.startswith(_VALUE) else
+                _plain_value(dtype) if dtype.startswith(VALUE_PREFIX) else
                 torch.empty_strided(tuple(shape), tuple(stride), dtype=getattr(torch, dtype), device=device)
                 for shape, stride, dtype in shape_specs
             ]
@@ -425,7 +427,7 @@ def _viewer(arena: Any) -> Any:
 
     def view(ref: Any) -> Any:
         off, shape, dtype = ref
-        if dtype.startswith(_VALUE):  # a plain host-side input, carried in the reference itself
+        if dtype.startswith(VALUE_PREFIX):  # a plain host-side input, carried in the reference itself
             return _plain_value(dtype)
         dt = getattr(torch, dtype)
         n = math.prod(shape) * dt.itemsize
@@ -540,7 +542,7 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
 
         try:
             prewarm_cuda([getattr(torch, d) for spec in setup.input_specs for _, _, d in spec
-                          if not d.startswith(_VALUE)],
+                          if not d.startswith(VALUE_PREFIX)],
                          [getattr(torch, d) for d in setup.output_dtypes])
         except Exception as exc:  # the harness's own warm-up: a failure here is the GPU's, say so
             _send(conn, Failed(kind="setup", error=f"harness warm-up failed: {_error_text(exc)}"))

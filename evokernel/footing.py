@@ -91,7 +91,7 @@ class Timed(msgspec.Struct, kw_only=False):
     footing: Footing
     median_ms: float
     samples_ms: list[float] = []
-    host_us: float | None = None  # host time per call (eager: the Python call; graph: one replay / calls)
+    host_us: float | None = None  # host time per eager call (`host_time_us`); None for graph replays
     clocks: dict[str, float] = {}  # SM and memory clocks (MHz) read before timing, where readable
 
 
@@ -190,8 +190,8 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
 
     Returns {"footing": Footing, "timed": {name: Timed}, "ratios": {name: {"median", "lo",
     "hi"}}} where ratios are the per-round paired ratios baseline / name (the first function
-    unless `baseline` names another), with the median's 95% interval. `host`: also measure
-    each function's host time per call (`host_time_us`)."""
+    unless `baseline` names another), with the median's 95% interval. `host`: in eager mode,
+    also measure each function's host time per call (`host_time_us`)."""
     import torch
 
     from .bench import _graphs, median_ci
@@ -228,12 +228,8 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
         return block
 
     blocks = {n: block_of(n) for n in names}
-    runners: dict[str, Callable[[], Any]] = {}
-    if mode == "graph":  # (a block that cannot be captured raises HostSync or GraphCaptureError)
-        for n, replay in zip(names, _graphs([blocks[n] for n in names], torch)):
-            runners[n] = replay
-    else:
-        runners = blocks
+    # (in graph mode, a block that cannot be captured raises HostSync or GraphCaptureError)
+    runners = dict(zip(names, _graphs([blocks[n] for n in names], torch))) if mode == "graph" else blocks
     footing = Footing(mode=mode, calls=calls, sets=len(sets))
     clocks = read_clocks(torch.cuda.current_device())
     samples: dict[str, list[float]] = {n: [] for n in names}
@@ -250,10 +246,10 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
             end.synchronize()
             samples[n].append(start.elapsed_time(end) / calls)
     hosts: dict[str, float | None] = {n: None for n in names}
-    if host:
+    if host and mode == "eager":
         for n in names:
             f, s0 = fns[n], sets[0]
-            hosts[n] = host_time_us(lambda f=f, s0=s0: f(s0)) if mode == "eager" else None
+            hosts[n] = host_time_us(lambda f=f, s0=s0: f(s0))
     timed = {n: Timed(n, footing, statistics.median(samples[n]), samples[n], hosts[n], clocks) for n in names}
     ratios = {}
     for n in names:

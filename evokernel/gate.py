@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ._worker import Done, Ready, Timing
+from ._worker import VALUE_PREFIX, Done, Ready, Timing
 from .bench import median_ci, perturbable
 from .footing import Footing
 from .hardware import Peaks, peaks_for
@@ -159,10 +159,6 @@ def _bytes_equal(a: Any, b: Any) -> bool:
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return type(a) is type(b) and a == b
     return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-
-
-#: the dtype field of a reference to a plain (host-side) input value: "py:" + its JSON
-VALUE_PREFIX = "py:"
 
 
 def _is_tensor(x: Any) -> bool:
@@ -368,7 +364,6 @@ class _Run:
         self.judge, self.sandbox = judge, sandbox
         self.seeds: list[int] = []
         self.samples: dict[str, list[float]] = {}
-        self.graph: dict[str, bool] = {}
         self.footing: dict[str, Footing] = {}
         self.phases: dict[str, float] = {}
         self.steps: dict[str, float] = {}  # finer: the judge's and the worker's steps
@@ -434,11 +429,10 @@ class _Run:
         self._phase("timing", start)
         if isinstance(got, Verdict):
             return self._done(got)
-        samples, graph, footing = got
+        samples, footing = got
         if self.footing.get(shape.key, footing) != footing:  # (graph="auto" may switch): one footing per figure
             self.samples[shape.key] = []
         self.samples.setdefault(shape.key, []).extend(samples)
-        self.graph[shape.key] = graph
         self.footing[shape.key] = footing
         return None
 
@@ -454,8 +448,7 @@ class _Run:
             xs = self.samples.get(shape.key)
             if not xs:
                 continue
-            got = self.judge._roofline(shape, self.judge._summary(shape, xs, self.graph[shape.key],
-                                                                  self.footing.get(shape.key)))
+            got = self.judge._roofline(shape, self.judge._summary(shape, xs, self.footing[shape.key]))
             if isinstance(got, Verdict):
                 return self._done(got)
             timings.append(got)
@@ -650,10 +643,10 @@ class Judge:
 
     def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any],
                     steps: dict[str, float] | None = None,
-                    seeds: Sequence[int] | None = None) -> tuple[list[float], bool, Footing] | Verdict:
+                    seeds: Sequence[int] | None = None) -> tuple[list[float], Footing] | Verdict:
         """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
-        timed stream). Returns (samples in ms, graphs replayed, the footing they stand on)."""
+        timed stream). Returns (samples in ms, the footing they stand on)."""
         steps = steps if steps is not None else {}
         t = time.monotonic()
         pristine = shape.refill_rotation(seeds)
@@ -715,13 +708,13 @@ class Judge:
         else:
             mode, flush = "cpu", 0
         footing = Footing(mode=mode, calls=1, flush_mb=flush, sets=len(shape.rotation), perturb=k)
-        return list(samples), got.graph, footing
+        return list(samples), footing
 
     @staticmethod
-    def _summary(shape: _Shape, samples: list[float], graph: bool, footing: Footing | None = None) -> ShapeTiming:
+    def _summary(shape: _Shape, samples: list[float], footing: Footing) -> ShapeTiming:
         lo, hi = median_ci(samples)
         return ShapeTiming(shape=shape.key, median_ms=statistics.median(samples), ci_low_ms=lo, ci_high_ms=hi,
-                           samples=len(samples), graph=graph, footing=footing)
+                           samples=len(samples), graph=footing.mode == "graph", footing=footing)
 
     def _settle(self) -> None:
         """Finish the judge's own writes (new inputs, poisoned slots) before the candidate's
