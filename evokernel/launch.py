@@ -114,7 +114,6 @@ class _Handle:
     __slots__ = (
         "args",
         "compiled",
-        "raw",
         "debug",
         "device",
         "function",
@@ -123,6 +122,7 @@ class _Handle:
         "grid3",
         "knobs",
         "packed",
+        "raw",
         "run",
         "slots",
     )
@@ -173,17 +173,19 @@ class KernelLaunch:
                 device = h.get_device()
                 if device == h.device:
                     stream = h.get_stream(device)
-                    args = h.args.copy()
-                    for i, v in zip(h.slots, values):
-                        args[i] = v
                     enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
-                    if _hooked(enter) or _hooked(leave):
-                        metadata = h.compiled.launch_metadata(self.grid, stream, *args)
-                        h.run(*h.grid3, stream, h.function, h.packed, metadata, enter, leave, *args)
-                    elif h.raw is not None:
+                    hooked = _hooked(enter) or _hooked(leave)
+                    if h.raw is not None and not hooked:
                         h.raw(stream, values)
                     else:
-                        h.run(*h.grid3, stream, h.function, h.packed, None, None, None, *args)
+                        args = h.args.copy()
+                        for i, v in zip(h.slots, values):
+                            args[i] = v
+                        if hooked:
+                            metadata = h.compiled.launch_metadata(self.grid, stream, *args)
+                            h.run(*h.grid3, stream, h.function, h.packed, metadata, enter, leave, *args)
+                        else:
+                            h.run(*h.grid3, stream, h.function, h.packed, None, None, None, *args)
                     self.fast_calls += 1
                     return h.compiled
         return self._jit(values)
@@ -240,23 +242,32 @@ class KernelLaunch:
 
 
 class _RawLaunch:
-    """Triton 3.6's CUDA launch below its Python wrapper, with each tensor descriptor's
-    encoded CUtensorMap kept per (pointer, shape, strides).
+    """Triton 3.6's CUDA launch below its Python wrapper: the C launcher called with one
+    argument vector built at the first call, each tensor given as its device pointer (an int)
+    and each tensor descriptor as a CUtensorMap kept per pointer.
 
     On Triton 3.6 a compiled kernel's launcher (`CudaLauncher`) wraps the C launch in a
     Python loop over every argument (constexprs included) that encodes each host tensor
-    descriptor into a CUtensorMap (`make_tensordesc_arg`, a driver call) on every launch:
-    about 10 us of a TMA GEMM's host time on the H200 (call S12b). Here the arguments are
-    expanded once, in that loop's order and form; a call fills its tensors and descriptors
-    in, taking a descriptor's encoding from a small cache keyed by everything the encoding
-    is made of besides the plan's constants (the base pointer, shape, strides and padding:
-    equal keys encode the same CUtensorMap, so no tensor needs to be kept alive for it).
+    descriptor into a CUtensorMap (`make_tensordesc_arg`: the driver's encoder behind a few
+    Python lookups) on every launch, and the C launch asks the driver about every tensor's
+    pointer (`cuPointerGetAttribute`, to refuse host tensors) on every call. Here the vector
+    (the launch's fixed head, then the kernel's arguments expanded in that loop's order and
+    form) is built once; a call copies it and fills in the stream, each CUDA tensor's
+    `data_ptr()` (an int, which the C launch takes as is: any other value, a host tensor
+    included, goes in as given and gets Triton's own check) and each descriptor's encoding.
+
+    A descriptor of the first call's shape, strides and padding (a `quick_descriptor` copy of
+    it shares them) is encoded by the driver's encoder with the first call's constants and
+    kept per base pointer: the encoding is made of the pointer and those constants alone, so
+    equal pointers give the same CUtensorMap and no tensor is kept alive for it. Any other
+    descriptor is encoded as Triton does and kept per (pointer, shape, strides, padding).
     `of` returns None wherever the launcher is not the one read (another Triton, launch
     scratch, descriptors not lowered to CUtensorMaps), and the caller keeps Triton's path."""
 
-    __slots__ = ("_cache", "_call", "_descs", "_final", "_head", "_tensors", "_encode")
+    __slots__ = ("_args", "_cache", "_call", "_descs", "_encode", "_fill", "_tensors")
 
     CACHE = 64  # encodings kept per launch (cleared when full)
+    STREAM = 3  # the stream's position in the C launch's arguments
 
     @classmethod
     def of(cls, run: Any, args: list[Any], slots: Sequence[int], first: Sequence[Any], grid3: tuple[int, ...],
@@ -285,46 +296,71 @@ class _RawLaunch:
                 return None
             if getattr(c_launch, "__name__", "") != "launch" or not callable(c_launch):
                 return None
+            fill = triton.runtime.driver.active.utils.fill_tma_descriptor
             self = cls()
             self._encode = nv.make_tensordesc_arg
-            final: list[Any] = []
-            positions: dict[int, tuple[int, int]] = {}  # argument index -> (start, length) in final
+            # the C launch's head (grid, stream, function, launch flags, scratch, metadata, hooks)
+            vector: list[Any] = [*grid3, None, compiled.function, run.launch_cooperative_grid, run.launch_pdl, None,
+                                 None, compiled.packed_metadata, None, None, None]
+            positions: dict[int, tuple[int, int]] = {}  # argument index -> (start, length) in the vector
+            descs = []
             for i, a in enumerate(args):
                 if i in metas:
                     d = first[list(slots).index(i)] if i in slots else a
-                    part = self._encode(d, metas[i])
-                    positions[i] = (len(final), len(part))
-                    final.extend(part)
+                    meta = metas[i]
+                    part = self._encode(d, meta)
+                    positions[i] = (len(vector), len(part))
+                    vector.extend(part)
+                    if i in slots:
+                        constants = None
+                        if not meta["fp4_padded"] and d.strides[-1] == 1:
+                            constants = (meta["swizzle"], meta["elem_size"], nv.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+                                         meta["block_size"], d.shape, d.strides, 1 if d.padding == "nan" else 0)
+                        descs.append((list(slots).index(i), len(vector) - len(part), len(part), meta, i, d.shape,
+                                      d.strides, d.padding, constants))
                 else:
-                    positions[i] = (len(final), 1)
-                    final.append(a)
-            self._final = final
-            self._tensors = [(k, positions[i][0]) for k, i in enumerate(slots) if i not in metas]
-            self._descs = [(k, positions[i][0], positions[i][1], metas[i], i) for k, i in enumerate(slots) if i in metas]
-            self._head = (*grid3, None, compiled.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-                          compiled.packed_metadata, None, None, None)
+                    positions[i] = (len(vector), 1)
+                    vector.append(a)
+            self._args = vector
+            self._tensors = tuple((k, positions[i][0]) for k, i in enumerate(slots) if i not in metas)
+            self._descs = tuple(descs)
             self._call = c_launch
-            self._cache: dict[tuple, list[Any]] = {}
+            self._cache: dict[tuple, Any] = {}
+            self._fill = fill
             return self
         except Exception:  # noqa: BLE001 (anything not as read: Triton's own launcher)
             return None
 
     def __call__(self, stream: int, values: Sequence[Any]) -> None:
-        final = self._final.copy()
+        args = self._args.copy()
+        args[3] = stream
+        tensor = torch.Tensor
         for k, at in self._tensors:
-            final[at] = values[k]
-        cache = self._cache
-        for k, at, n, meta, i in self._descs:
-            d = values[k]
-            key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides), d.padding)
-            part = cache.get(key)
-            if part is None:
-                if len(cache) >= self.CACHE:
-                    cache.clear()
-                part = cache[key] = self._encode(d, meta)
-            final[at:at + n] = part
-        head = self._head
-        self._call(head[0], head[1], head[2], stream, *head[4:], *final)
+            v = values[k]
+            args[at] = v.data_ptr() if type(v) is tensor and v.is_cuda else v
+        if self._descs:
+            cache = self._cache
+            for k, at, n, meta, i, shape, strides, padding, constants in self._descs:
+                d = values[k]
+                ptr = d.base.data_ptr()
+                if constants is not None and (d.shape is shape or d.shape == shape) and (
+                        d.strides is strides or d.strides == strides) and d.padding == padding:
+                    key = (i, ptr)
+                    tensor_map = cache.get(key)
+                    if tensor_map is None:
+                        if len(cache) >= self.CACHE:
+                            cache.clear()
+                        tensor_map = cache[key] = self._fill(ptr, *constants)
+                    args[at] = tensor_map  # (the shape and strides after it are the first call's)
+                else:
+                    key = (i, ptr, tuple(d.shape), tuple(d.strides), d.padding)
+                    part = cache.get(key)
+                    if part is None:
+                        if len(cache) >= self.CACHE:
+                            cache.clear()
+                        part = cache[key] = self._encode(d, meta)
+                    args[at:at + n] = part
+        self._call(*args)
 
 
 def _globals_unchanged(fn: Any) -> bool:

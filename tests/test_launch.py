@@ -389,6 +389,49 @@ def test_the_gluon_launcher_refuses_cpu_tensors_as_gemm_does() -> None:
         GemmLauncher(dict(point, TILE=3))
 
 
+def _raw(vector: list, tensors: tuple, descs: tuple, calls: list, fills: list, encodes: list) -> Any:
+    """A `_RawLaunch` as `of` builds one on Triton 3.6 (read there from the compiled kernel's
+    launcher), with the C launch, the driver's encoder and Triton's encoding recorded."""
+    raw = object.__new__(launch_mod._RawLaunch)
+    raw._args, raw._tensors, raw._descs, raw._cache = vector, tensors, descs, {}
+    raw._call = lambda *args: calls.append(args)
+    raw._fill = lambda ptr, *constants: fills.append((ptr, constants)) or f"map@{ptr}"
+    raw._encode = lambda d, meta: encodes.append(d) or [f"enc@{d.base.data_ptr()}", *d.shape, *d.strides]
+    return raw
+
+
+def test_the_raw_launch_fills_pointers_and_keeps_one_encoding_per_pointer() -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    a, b = torch.zeros(64, 32, dtype=torch.float16), torch.zeros(64, 32, dtype=torch.float16)
+    first = TensorDescriptor.from_tensor(a, [16, 32])
+    template = quick_descriptor(first, None)
+    head = [2, 1, 1, None, 77, 0, 0, None, None, (4, 1, 0), None, None, None]
+    # arguments: x (a tensor, slot 0), 5 (static), d (a descriptor, slot 1: map, 2 dims, 2 strides)
+    vector = [*head, None, 5, "map@first", 64, 32, 32, 1]
+    constants = (128, 2, 6, [16, 32], first.shape, first.strides, 0)
+    calls, fills, encodes = [], [], []
+    raw = _raw(vector, ((0, 13),), ((1, 15, 5, {}, 2, first.shape, first.strides, first.padding, constants),),
+               calls, fills, encodes)
+
+    raw(STREAM, (a, quick_descriptor(template, a)))
+    raw(STREAM, (a, quick_descriptor(template, a)))
+    raw(STREAM, (b, quick_descriptor(template, b)))
+    assert [c[3] for c in calls] == [STREAM] * 3 and all(c[:3] == (2, 1, 1) and c[4:13] == tuple(head[4:]) for c in calls)
+    assert calls[0][13] is a and calls[2][13] is b  # host tensors go in as given (Triton's own check refuses them)
+    assert [c[14] for c in calls] == [5, 5, 5] and all(c[16:] == (64, 32, 32, 1) for c in calls)
+    assert [c[15] for c in calls] == [f"map@{a.data_ptr()}"] * 2 + [f"map@{b.data_ptr()}"]
+    assert fills == [(a.data_ptr(), constants), (b.data_ptr(), constants)] and not encodes  # one encoding a pointer
+    assert vector == [*head, None, 5, "map@first", 64, 32, 32, 1]  # the first call's vector is never changed
+
+    other = TensorDescriptor.from_tensor(a[:32], [16, 32])  # another shape: encoded as Triton does, kept apart
+    raw(STREAM, (a, other))
+    raw(STREAM, (a, other))
+    assert len(encodes) == 1 and calls[-1][15:] == (f"enc@{a.data_ptr()}", 32, 32, 32, 1)
+    raw(STREAM, (a, quick_descriptor(template, a)))
+    assert calls[-1][15:] == (f"map@{a.data_ptr()}", 64, 32, 32, 1) and len(fills) == 2
+
+
 def test_kernel_launch_checks_its_arguments() -> None:
     fn = triton_gemm._splitk_reduce_kernel
     with pytest.raises(ValueError, match="grid"):
