@@ -190,6 +190,27 @@ class KernelLaunch:
                     return h.compiled
         return self._jit(values)
 
+    def direct(self) -> tuple[Any, int] | None:
+        """`(raw, stream)` where a call now would go through the raw launch (`_RawLaunch`:
+        the first call recorded it, and every check `__call__` makes passes, no launch hook
+        set), counted as a fast call: the caller then launches `raw(stream, values, bases)`,
+        with `bases=True` passing each descriptor's tensor in its place. None otherwise (the
+        caller calls the launch as usual)."""
+        h = self._handle
+        if h is None or h.raw is None:
+            return None
+        fn = self.fn
+        runtime = h.knobs.runtime
+        if (fn.pre_run_hooks or (fn.used_global_vals and not _globals_unchanged(fn)) or runtime.debug != h.debug
+                or getattr(runtime, "add_stages_inspection_hook", None) is not None
+                or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)):
+            return None
+        device = h.get_device()
+        if device != h.device:
+            return None
+        self.fast_calls += 1
+        return h.raw, h.get_stream(device)
+
     def _jit(self, values: Sequence[Any]) -> Any:
         if len(values) != len(self.dynamic):
             raise TypeError(f"expected {len(self.dynamic)} dynamic arguments {self.dynamic}, got {len(values)}")
@@ -316,8 +337,8 @@ class _RawLaunch:
                         if not meta["fp4_padded"] and d.strides[-1] == 1:
                             constants = (meta["swizzle"], meta["elem_size"], nv.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
                                          meta["block_size"], d.shape, d.strides, 1 if d.padding == "nan" else 0)
-                        descs.append((list(slots).index(i), len(vector) - len(part), len(part), meta, i, d.shape,
-                                      d.strides, d.padding, constants))
+                        descs.append((list(slots).index(i), len(vector) - len(part), len(part), meta, i,
+                                      quick_descriptor(d, None), constants))
                 else:
                     positions[i] = (len(vector), 1)
                     vector.append(a)
@@ -331,7 +352,10 @@ class _RawLaunch:
         except Exception:  # noqa: BLE001 (anything not as read: Triton's own launcher)
             return None
 
-    def __call__(self, stream: int, values: Sequence[Any]) -> None:
+    def __call__(self, stream: int, values: Sequence[Any], bases: bool = False) -> None:
+        """Launch on `stream` with the dynamic arguments `values`; with `bases`, each
+        descriptor's place holds the tensor it is over instead: the first call's descriptor
+        over that tensor (the caller vouches that the tensor has its shape and strides)."""
         args = self._args.copy()
         args[3] = stream
         tensor = torch.Tensor
@@ -340,11 +364,19 @@ class _RawLaunch:
             args[at] = v.data_ptr() if type(v) is tensor and v.is_cuda else v
         if self._descs:
             cache = self._cache
-            for k, at, n, meta, i, shape, strides, padding, constants in self._descs:
+            for k, at, n, meta, i, template, constants in self._descs:
                 d = values[k]
-                ptr = d.base.data_ptr()
-                if constants is not None and (d.shape is shape or d.shape == shape) and (
-                        d.strides is strides or d.strides == strides) and d.padding == padding:
+                ptr = None  # set where the descriptor is the first call's over another tensor
+                if bases:
+                    if constants is not None:
+                        ptr = d.data_ptr()
+                    else:
+                        d = quick_descriptor(template, d)
+                elif constants is not None and (d.shape is template.shape or d.shape == template.shape) and (
+                        d.strides is template.strides or d.strides == template.strides) and (
+                        d.padding == template.padding):
+                    ptr = d.base.data_ptr()
+                if ptr is not None:
                     key = (i, ptr)
                     tensor_map = cache.get(key)
                     if tensor_map is None:
@@ -353,7 +385,7 @@ class _RawLaunch:
                         tensor_map = cache[key] = self._fill(ptr, *constants)
                     args[at] = tensor_map  # (the shape and strides after it are the first call's)
                 else:
-                    key = (i, ptr, tuple(d.shape), tuple(d.strides), d.padding)
+                    key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides), d.padding)
                     part = cache.get(key)
                     if part is None:
                         if len(cache) >= self.CACHE:

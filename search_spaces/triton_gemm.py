@@ -72,6 +72,7 @@ True
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -762,7 +763,7 @@ class _Launches:
     after the first call (`evokernel.launch.KernelLaunch`) and the descriptors are copies of
     the first call's, over this call's tensors (the plan checked their shapes and strides)."""
 
-    __slots__ = ("_make", "_templates", "fast", "main", "plan", "reduce")
+    __slots__ = ("_make", "_templates", "_ws", "fast", "main", "plan", "reduce")
 
     def __init__(self, plan: _Plan, *, fast: bool) -> None:
         self.plan = plan
@@ -770,6 +771,7 @@ class _Launches:
         self.main: KernelLaunch | None = None
         self.reduce: KernelLaunch | None = None
         self._make: Any = None
+        self._ws: dict[tuple[int, int], torch.Tensor] = {}
         if plan.gluon is not None:
             from evokernel.search_spaces import gluon_gemm
 
@@ -784,6 +786,52 @@ class _Launches:
                                            fast=fast)
             self._make = self._triton_descriptor
         self._templates: list[Any] = []
+
+    def _direct(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
+                residual: torch.Tensor | None) -> bool:
+        """Launch through the compiled kernels' raw launches (`KernelLaunch.direct`), each
+        descriptor given as its tensor (the plan's signature fixes their shapes and strides),
+        the split-K workspace kept per stream and thread (every call writes all of it before
+        the reduction reads it, in stream order); False, launching nothing, where a launch
+        would not go that way (the caller launches as usual)."""
+        r = None
+        if self.reduce is not None:
+            r = self.reduce.direct()
+            if r is None:
+                return False
+        m = self.main.direct()
+        if m is None:
+            if r is not None:
+                self.reduce.fast_calls -= 1  # (not launched)
+            return False
+        raw, stream = m
+        plan = self.plan
+        tensors = (a, b, c)
+        bias_arg = bias if bias is not None else c
+        res = residual if residual is not None else c
+        g = plan.gluon
+        if g is not None:
+            from evokernel.search_spaces import gluon_gemm
+
+            bases = [tensors[src] for src, _, _ in g.descs]
+            s = g.slots
+            raw(stream, (bases[s[0]], bases[s[1]], bases[s[2]], bases[s[3]], bases[s[4]], bias_arg, res), True)
+            _LAST["kernel"] = gluon_gemm.LAST["kernel"] = self.main._handle.compiled
+            return True
+        ws = c
+        if plan.ws is not None:
+            key = (stream, threading.get_ident())
+            ws = self._ws.get(key)
+            if ws is None:
+                if len(self._ws) >= 8:
+                    self._ws.clear()
+                ws = self._ws[key] = torch.empty(plan.ws, device=plan.device, dtype=torch.float32)
+        counters = _tile_counters(plan.device, plan.counters) if plan.counters else c
+        raw(stream, (a, b, c, ws, counters, bias_arg, res, *[tensors[src] for _, src, _ in plan.descs]), True)
+        if r is not None:
+            r[0](r[1], (ws, c, bias_arg, res))
+        _LAST["kernel"] = self.main._handle.compiled
+        return True
 
     def _triton_descriptor(self, j: int, t: torch.Tensor) -> Any:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -804,6 +852,8 @@ class _Launches:
         """C = epilogue(a @ b), into the caller's c (of the plan's shape, dtype and device)."""
         plan = self.plan
         if plan.empty:
+            return c
+        if self.fast and self._direct(c, a, b, bias, residual):
             return c
         if plan.gluon is not None:
             from evokernel.search_spaces import gluon_gemm
@@ -883,9 +933,11 @@ class GemmLauncher:
     The first call for an input signature (`_signature`: shapes, strides, dtypes, devices,
     pointer alignment, which of bias and residual are given) makes `gemm`'s plan, with all of
     its checks (a configuration or an input `gemm` refuses raises here the same error), and
-    launches through Triton's JIT; later calls with that signature allocate C (and the
-    split-K workspace), copy the first call's descriptors over their tensors and launch the
-    compiled kernels directly (`evokernel.launch`). The results are bitwise `gemm`'s. Where
+    launches through Triton's JIT; later calls with that signature allocate C and launch the
+    compiled kernels directly (`evokernel.launch`): on Triton 3.6 through the raw C launch,
+    each descriptor's CUtensorMap kept per pointer and the split-K workspace per stream and
+    thread (one buffer each, held by the launcher), elsewhere through the compiled kernel's
+    launcher with the first call's descriptors copied over this call's tensors. The results are bitwise `gemm`'s. Where
     no compiled kernel can be launched directly (Triton's CPU interpreter, another Triton),
     every call goes through the JIT as `gemm` does. `stats()` counts plans and launches.
 

@@ -178,6 +178,48 @@ def test_every_direct_launch_passes_what_gemm_passes_through_the_jit(jits: tuple
     assert run.stats() == {"plans": 1, "jit_launches": len(kernels), "fast_launches": 5 * len(kernels)}
 
 
+@pytest.mark.parametrize("over, epi", CONFIGS)
+def test_the_direct_path_launches_what_the_handle_path_launches(jits: tuple[RecordingJit, RecordingJit],
+                                                                over: dict, epi: tuple) -> None:
+    """Where the raw launch is there (Triton 3.6 on a GPU), GemmLauncher hands it each
+    descriptor's tensor in its place (`bases`): the tensors the handle path's descriptors are
+    over, the call's own tensors, the split-K workspace kept (alike to a fresh one)."""
+    has_bias, act, has_res = epi
+    run = GemmLauncher({**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, **over}, activation=act)
+    sets = [_inputs(33, 72, 80, seed, bias=has_bias, residual=has_res) for seed in range(2)]
+    run(*sets[0])  # through the JIT
+    for x in sets:
+        run(*x)  # through the handle (its launches recorded by the stand-in)
+    (launches,) = run._plans.values()
+    kernels = [(launch, jit) for launch, jit in ((launches.main, jits[0]), (launches.reduce, jits[1]))
+               if launch is not None]
+    direct: dict[int, list] = {id(launch): [] for launch, _ in kernels}
+    for launch, _ in kernels:  # the raw launches, recorded
+        launch._handle.raw = (lambda rec: lambda stream, values, bases=False: rec.append((stream, values, bases)))(
+            direct[id(launch)])
+    for x in sets * 2:
+        run(*x)
+    for launch, jit in kernels:
+        got = direct[id(launch)]
+        assert len(got) == 4 and all(stream == STREAM and bases == (launch is launches.main) for stream, _, bases in got)
+        workspaces = set()
+        for i, (_, values, _) in enumerate(got):
+            handle_args = jit.launches[i % 2][9:]  # the handle path's launch on the same inputs
+            own = [t for t in sets[i % 2] if t is not None]
+            for name, v in zip(launch.dynamic, values):
+                want = handle_args[jit.arg_names.index(name)]
+                if hasattr(want, "block_shape"):
+                    assert v is want.base or _equivalent(v, want.base) and not any(want.base is t for t in own), name
+                elif any(want is t for t in own):
+                    assert v is want, f"{name}: the call's own tensor"
+                else:  # C (fresh each call), the workspace (kept), the counters
+                    assert _equivalent(v, want), name
+                if name == "ws_ptr" and launches.plan.ws is not None:
+                    workspaces.add(v.data_ptr())
+        assert len(workspaces) <= 1, "one workspace kept for the stream"
+    assert run.stats()["fast_launches"] == 6 * len(kernels)
+
+
 def _variants(m: int, n: int, k: int) -> dict[str, tuple]:
     """Inputs of one shape and of others: contiguous; a view at another aligned address (the
     same key); views whose pointers or row strides are not 16-byte aligned; no bias."""
@@ -411,8 +453,7 @@ def test_the_raw_launch_fills_pointers_and_keeps_one_encoding_per_pointer() -> N
     vector = [*head, None, 5, "map@first", 64, 32, 32, 1]
     constants = (128, 2, 6, [16, 32], first.shape, first.strides, 0)
     calls, fills, encodes = [], [], []
-    raw = _raw(vector, ((0, 13),), ((1, 15, 5, {}, 2, first.shape, first.strides, first.padding, constants),),
-               calls, fills, encodes)
+    raw = _raw(vector, ((0, 13),), ((1, 15, 5, {}, 2, template, constants),), calls, fills, encodes)
 
     raw(STREAM, (a, quick_descriptor(template, a)))
     raw(STREAM, (a, quick_descriptor(template, a)))
@@ -430,6 +471,9 @@ def test_the_raw_launch_fills_pointers_and_keeps_one_encoding_per_pointer() -> N
     assert len(encodes) == 1 and calls[-1][15:] == (f"enc@{a.data_ptr()}", 32, 32, 32, 1)
     raw(STREAM, (a, quick_descriptor(template, a)))
     assert calls[-1][15:] == (f"map@{a.data_ptr()}", 64, 32, 32, 1) and len(fills) == 2
+    c = torch.zeros(64, 32, dtype=torch.float16)
+    raw(STREAM, (a, c), True)  # the descriptor's tensor in its place: the first call's descriptor over it
+    assert calls[-1][15:] == (f"map@{c.data_ptr()}", 64, 32, 32, 1) and fills[-1] == (c.data_ptr(), constants)
 
 
 def test_kernel_launch_checks_its_arguments() -> None:
