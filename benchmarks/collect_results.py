@@ -33,7 +33,7 @@ SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
              ("AG", "callAG/g2/gemm.json", None), ("BA", "callBA/weak/gemm.json", None),
              ("BC", "callBC/q/gemm.json", None), ("BD", "callBD/g/gemm.json", None),
              ("BE", "callBE/g/gemm.json", None), ("S11c", "call_s11c/g/gemm.json", None),
-             ("S11d", "call_s11d/h/gemm.json", None)],
+             ("S11d", "call_s11d/h/gemm.json", None), ("S13b", "call_s13b/g/gemm.json", None)],
     "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None),
             ("U", "callU/g0/moe_qwen.json", None), ("U", "callU/g0/moe_mixtral.json", None),
             ("W", "callW/g0/moe_small/moe.json", None), ("W", "callW/g0/moe_ds/moe.json", None),
@@ -60,9 +60,12 @@ GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sgla
 FOOTING: dict[str, list[tuple[str, str]]] = {
     # S12a: the templates launched through Triton's JIT; S12b: through the compiled handles
     # (evokernel.launch; its MoE file did not come back); S12c: also below Triton 3.6's launcher
-    # wrapper for kernels with descriptors; S12d (GEMM): for every kernel
+    # wrapper for kernels with descriptors; S12d (GEMM): for every kernel; S13a: tensors passed as
+    # pointers, CUtensorMaps per pointer; S13b: GemmLauncher's direct path, and the eight rows
+    # under 0.95 graph-replayed searched again under the graph footing (call S13b's searches)
     "gemm": [("S12a", "footing/s12a/footing_gemm.json"), ("S12b", "footing/s12b/footing_gemm.json"),
-             ("S12c", "footing/s12c/footing_gemm.json"), ("S12d", "footing/s12d/footing_gemm.json")],
+             ("S12c", "footing/s12c/footing_gemm.json"), ("S12d", "footing/s12d/footing_gemm.json"),
+             ("S13a", "footing/s13a/footing_gemm.json"), ("S13b", "footing/s13b/footing_gemm.json")],
     "moe": [("S12a", "footing/s12a/footing_moe.json"), ("S12c", "footing/s12c/footing_moe.json")],
     "attention_prefill": [("S12a", "footing/s12a/footing_attention.json"),
                           ("S12b", "footing/s12b/footing_attention.json"),
