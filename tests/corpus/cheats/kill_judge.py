@@ -14,10 +14,13 @@ import torch
 
 
 def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("PPid:"):
-                return int(line.split()[1])
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("PPid:"):
+                    return int(line.split()[1])
+    except OSError:  # not visible (a PID namespace)
+        pass
     return 0
 
 
