@@ -546,9 +546,13 @@ def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int) -> None:
             _send(conn, Failed(kind="sandbox", error=f"cannot confine the candidate: {exc}"))
             os._exit(1)
         _main(conn, setup, arena)
-    except BaseException as exc:  # the harness failed setting up: say why rather than die silently
+    except SystemExit as exc:  # the candidate's sys.exit: its code, as Python would exit with it
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    except BaseException as exc:
         code = 1
-        if not _STATE["ready"]:
+        if not _STATE["ready"] and isinstance(exc, Exception):  # the harness failed setting up: say why
             try:
                 _send(conn, Failed(kind="setup", error=_error_text(exc) + "\n" + traceback.format_exc()[-1500:]))
             except Exception:
