@@ -55,7 +55,8 @@ PROTECTIONS: dict[str, str] = {
     "net": "no network",
     "ipc": "no System V IPC or message queues shared with the host",
     "caps": "every capability dropped, no_new_privs",
-    "seccomp": "ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, mounts, namespaces refused",
+    "seccomp": "ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, mounts, namespaces refused "
+               "(and, without a PID namespace, every signal but to itself)",
     "limits": "file size, process count and core dumps limited",
 }
 
@@ -210,7 +211,8 @@ def confine(plan: Plan) -> None:
     if "caps" in on:
         _drop_capabilities()
     if "seccomp" in on:
-        _install_filter(REFUSED)
+        # without a PID namespace the judge is in sight: no signal but to itself
+        _install_filter(REFUSED, own_pid=None if "pid" in on else os.getpid())
 
 
 def _confine_mounts(plan: Plan, own_proc: bool) -> None:
@@ -275,26 +277,57 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _filter(refused: Iterable[str], arch: str = _ARCH) -> bytes:
+_SIGNALS = {  # calls that signal a process named by their first argument
+    "x86_64": {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+               "pidfd_open": 434, "pidfd_send_signal": 424},
+    "aarch64": {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
+                "pidfd_open": 434, "pidfd_send_signal": 424},
+}
+
+
+def _filter(refused: Iterable[str], arch: str = _ARCH, own_pid: int | None = None) -> bytes:
     """A classic-BPF seccomp program: foreign architectures killed, x32 calls and `refused`
-    answered EPERM, everything else allowed."""
+    answered EPERM, everything else allowed. With `own_pid` (no PID namespace to hide the
+    judge), signals too are refused unless their first argument is `own_pid` (a process may
+    still signal itself), and pidfds are refused."""
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | errno.EPERM
-    numbers = sorted({_NR[arch][n] for n in refused})
-    ins = [(ld_abs, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[arch]), (ret, 0, 0, kill), (ld_abs, 0, 0, 0)]
+    numbers = {_NR[arch][n] for n in refused}
+    signals: set[int] = set()
+    if own_pid is not None:
+        table = _SIGNALS[arch]
+        numbers |= {table["pidfd_open"], table["pidfd_send_signal"]}
+        signals = {nr for name, nr in table.items() if not name.startswith("pidfd")}
+    # (code, true target, false target, k): targets are labels or None (the next instruction)
+    ins: list[tuple[int, str | None, str | None, int]] = [
+        (ld_abs, None, None, 4), (jeq, None, "kill", _AUDIT_ARCH[arch]), (ld_abs, None, None, 0)]
     if arch == "x86_64":
-        ins.append((jge, len(numbers) + 1, 0, 0x40000000))  # the x32 ABI: refused whole
-    for i, nr in enumerate(numbers):
-        ins.append((jeq, len(numbers) - i, 0, nr))  # to the EPERM return below
-    ins += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    return b"".join(struct.pack("HBBI", *i) for i in ins)
+        ins.append((jge, "deny", None, 0x40000000))  # the x32 ABI: refused whole
+    ins += [(jeq, "deny", None, nr) for nr in sorted(numbers)]
+    ins += [(jeq, "signal", None, nr) for nr in sorted(signals)]
+    ins.append((ret, None, None, allow))
+    labels = {}
+    if signals:
+        labels["signal"] = len(ins)
+        ins += [(ld_abs, None, None, 16), (jeq, "allow", "deny", own_pid or 0)]  # args[0], low half
+    labels["allow"] = len(ins)
+    ins.append((ret, None, None, allow))
+    labels["kill"] = len(ins)
+    ins.append((ret, None, None, kill))
+    labels["deny"] = len(ins)
+    ins.append((ret, None, None, eperm))
+
+    def offset(i: int, label: str | None) -> int:
+        return 0 if label is None else labels[label] - i - 1
+
+    return b"".join(struct.pack("HBBI", code, offset(i, t), offset(i, f), k) for i, (code, t, f, k) in enumerate(ins))
 
 
-def _install_filter(refused: Iterable[str]) -> None:
+def _install_filter(refused: Iterable[str], own_pid: int | None = None) -> None:
     if _ARCH not in _NR:
         raise SetupError("seccomp", f"no system call table for {_ARCH}", errno.ENOSYS)
     _prctl(_PR_SET_NO_NEW_PRIVS, 1, "seccomp")
-    program = _filter(refused)
+    program = _filter(refused, own_pid=own_pid)
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p).value)
     _check(_libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0),

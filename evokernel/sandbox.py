@@ -326,6 +326,19 @@ def _kill_user(uid: int) -> None:
             continue
 
 
+def _kill_namespace(userns: int) -> None:
+    """SIGKILL every process in the user namespace `userns` (a candidate's, used by nothing
+    else): where there is no PID namespace, what the candidate left running, whatever its
+    process group or session."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(f"/proc/{entry.name}/ns/user").st_ino == userns:
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                continue
+
+
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """Why a sandbox stopped answering: timeout, crash (a signal), exit (the candidate
     called sys.exit/os._exit), or a failure the worker reported (import, no_kernel, ...)."""
@@ -476,6 +489,7 @@ class Sandbox:
         self.conn: Any = None
         self.inner_pid: int | None = None  # the candidate's process (the keeper's child), as the judge sees it
         self._inner_fd: int | None = None  # a pidfd on it
+        self._userns: int | None = None  # its user namespace (inode), where it has no PID namespace
         self._ipc_slot: tuple[bytes, int] | None = None  # this process's counter slot on the judge's block
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
@@ -678,6 +692,10 @@ class Sandbox:
         if ppid != self.process.pid:
             return False
         self.inner_pid, self._inner_fd = pid, _pidfd(pid)
+        if "pid" not in self.isolation and "user" in self.isolation:
+            # no PID namespace to end with it: its processes are found by their user namespace
+            with contextlib.suppress(OSError):
+                self._userns = os.stat(f"/proc/{pid}/ns/user").st_ino
         return True
 
     def _dead(self, doing: str) -> Outcome:
@@ -717,6 +735,8 @@ class Sandbox:
                 signal.pidfd_send_signal(self._inner_fd, signal.SIGKILL)
         if self.uid is not None:
             _kill_user(self.uid)
+        if self._userns is not None:
+            _kill_namespace(self._userns)
 
     def log_tail(self, limit: int = 1200) -> str:
         """The end of what the candidate printed, without walls of PTX."""

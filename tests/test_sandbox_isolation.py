@@ -169,10 +169,45 @@ def test_seccomp_program_shape() -> None:
         prog = _isolation._filter(_isolation.REFUSED if arch == _isolation._ARCH else ["ptrace"], arch)
         ins = [struct.unpack("HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
         assert ins[0] == (0x20, 0, 0, 4) and ins[1][3] == _isolation._AUDIT_ARCH[arch]
-        assert ins[-2] == (0x06, 0, 0, 0x7FFF0000) and ins[-1] == (0x06, 0, 0, 0x00050000 | errno.EPERM)
+        assert 1 + 1 + ins[1][2] == len(ins) - 2 and ins[-2] == (0x06, 0, 0, 0x80000000)  # foreign: killed
+        assert ins[-1] == (0x06, 0, 0, 0x00050000 | errno.EPERM)
         for i, (code, jt, _, _) in enumerate(ins):
             if code in (0x15, 0x35) and i > 1:
                 assert i + 1 + jt == len(ins) - 1  # every match jumps to the EPERM return
+
+
+def _signals_outside(_: str) -> dict:
+    out = {}
+    for name, pid in (("parent", os.getppid()), ("self", os.getpid()), ("group", 0), ("everyone", -1)):
+        try:
+            os.kill(pid, 0)
+            out[name] = "sent"
+        except OSError as exc:
+            out[name] = errno.errorcode[exc.errno]
+    try:
+        os.close(os.pidfd_open(os.getppid()))
+        out["pidfd"] = "opened"
+    except OSError as exc:
+        out["pidfd"] = errno.errorcode[exc.errno]
+    return out
+
+
+def test_without_a_pid_namespace_seccomp_refuses_signals_but_to_itself() -> None:
+    """The fallback for a judge in sight (a GPU path that needs no PID namespace)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            _isolation._install_filter(_isolation.REFUSED, own_pid=os.getpid())
+            os.write(w, json.dumps(_signals_outside("")).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = os.read(r, 4096)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert json.loads(data) == {"parent": "EPERM", "self": "sent", "group": "EPERM", "everyone": "EPERM",
+                                "pidfd": "EPERM"}
 
 
 def _refused(_: str) -> dict:
