@@ -243,13 +243,15 @@ class CorpusRuns:
         args = [str(PROBLEMS / f"{e.problem}.py"), str(e.path), "--device", e.device, "--json"]
         return args + (["--timeout", str(e.timeout_s)] if e.timeout_s is not None else [])
 
-    def _run(self, args: list[str], *, cwd: Path = ROOT, prefix: list[str] | None = None) -> Run:
-        """`evokernel check ARGS` (after `prefix`, a wrapper command), in a TMPDIR of its own."""
+    def _run(self, args: list[str], *, cwd: Path = ROOT, prefix: list[str] | None = None,
+             env: dict[str, str] | None = None) -> Run:
+        """`evokernel check ARGS` (after `prefix`, a wrapper command; `env` added to the
+        environment), in a TMPDIR of its own."""
         cmd = [*(prefix or []), sys.executable, "-m", "evokernel.cli", "check", *args]
         tmp = tempfile.mkdtemp(prefix="evokernel-run-")
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(cmd, env={**self.env, "TMPDIR": tmp}, cwd=cwd, capture_output=True, text=True,
+            proc = subprocess.run(cmd, env={**self.env, **(env or {}), "TMPDIR": tmp}, cwd=cwd, capture_output=True, text=True,
                                   timeout=RUN_TIMEOUT_S)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -279,6 +281,10 @@ def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str])
             extra["uid-clash"] = _uid_clash_job
         elif name == "test_candidate_cannot_write_the_judges_files":
             extra["tamper"] = _tamper_job
+        elif name == "test_probes_fail_without_a_pid_namespace" and FULL_SANDBOX:
+            e = item.callspec.params["entry"]
+            extra[f"nopid:{e.id}"] = lambda runs, e=e: runs._run(CorpusRuns.command(e),
+                                                                  env={"EVOKERNEL_SANDBOX_WITHOUT": "pid"})
         spec = getattr(item, "callspec", None)
         if spec is None or "corpus_runs" not in getattr(item, "fixturenames", ()):
             continue
@@ -466,6 +472,28 @@ def test_judge_cannot_be_frozen(corpus_runs: CorpusRuns, entry: Entry) -> None:
     run = corpus_runs.get(entry)
     assert run.returncode == 1 and "wrong result" in json.loads(run.stdout)["reason"], run.stdout
     assert run.wall_s < RUN_TIMEOUT_S / 2
+
+
+#: The probes a PID namespace stops, and the fallback must stop too (a GPU path whose CUDA IPC
+#: needs the judge in sight: seccomp then refuses signals but to itself, the judge kills the
+#: candidate's processes by user namespace).
+_NO_PID_PROBES = ["cheats/kill_judge.py", "cheats/sigstop_judge.py", "cheats/fake_verdict_parent_fd.py",
+                  "honest/env_probe_ancestors.py", "honest/memory_probe.py", "cheats/spawn_detached_child.py",
+                  "cheats/spawn_setpgid_child.py"]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("entry", [pytest.param(BY_ID[i], id=i) for i in _NO_PID_PROBES])
+def test_probes_fail_without_a_pid_namespace(corpus_runs: CorpusRuns, entry: Entry) -> None:
+    run = corpus_runs.get(f"nopid:{entry.id}")
+    lines = run.stdout.splitlines()
+    assert len(lines) == 1, (run.stdout[-2000:], run.stderr[-2000:])
+    data = json.loads(lines[0])
+    assert "pid" in data["sandbox"]["off"] and "user" in data["sandbox"]["on"], data["sandbox"]
+    assert data["accepted"] == entry.accepted, data["reason"]
+    assert any(alt.strip().lower() in data["reason"].lower() for alt in entry.reason.split("|")), data["reason"]
+    if entry.reason == "timeout":
+        _assert_no_survivor(run)
 
 
 def test_every_class_has_a_corpus_file() -> None:
