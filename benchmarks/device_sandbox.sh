@@ -6,17 +6,17 @@
 #   2. gate_h200.py fidelity + throughput with the sandbox on (minus what 1 recommends) and
 #      off, one after the other (same machine, same cores): top-10 within 1%, >= 600/min.
 # Usage (one `run` call each; each fits in 10 minutes; carry [".whl"] as device_setup.sh says):
-#   STEP=probe bash benchmarks/device_sandbox.sh      # ~2-3 min
+#   STEP=probe bash benchmarks/device_sandbox.sh      # ~2-4 min
 #   STEP=on    bash benchmarks/device_sandbox.sh      # gate_h200 with the sandbox (WITHOUT=... to override)
 #   STEP=off   bash benchmarks/device_sandbox.sh      # gate_h200 with EVOKERNEL_SANDBOX=off
-#   STEP=all   bash benchmarks/device_sandbox.sh      # the three, with DEADLINE=170 s per gate run
+#   STEP=all   bash benchmarks/device_sandbox.sh      # the three, with DEADLINE=150 s per gate run (under 10 min)
 # Files under $OUT (at most 5): sandbox_h200.jsonl, sandbox_without.txt, on/gate_h200.jsonl,
 # off/gate_h200.jsonl, device_sandbox.log.
 set -u
 source benchmarks/device_setup.sh || exit 1
 STEP=${STEP:-all}
-DEADLINE=${DEADLINE:-$([ "$STEP" = all ] && echo 170 || echo 520)}
-WINDOW=${WINDOW:-$([ "$STEP" = all ] && echo 60 || echo 120)}
+DEADLINE=${DEADLINE:-$([ "$STEP" = all ] && echo 150 || echo 520)}
+WINDOW=${WINDOW:-$([ "$STEP" = all ] && echo 50 || echo 120)}
 LOG=$OUT/device_sandbox.log
 {
   echo "== $(date -u +%FT%TZ) step=$STEP kernel=$(uname -r) euid=$(id -u)"
@@ -26,7 +26,7 @@ LOG=$OUT/device_sandbox.log
 } >> "$LOG"
 
 if [ "$STEP" = probe ] || [ "$STEP" = all ]; then
-  timeout -k 10 240 python3 benchmarks/sandbox_h200.py --out "$OUT" >> "$LOG" 2>&1
+  timeout -k 10 $([ "$STEP" = all ] && echo 150 || echo 500) python3 benchmarks/sandbox_h200.py --out "$OUT" >> "$LOG" 2>&1
   echo "probe exit $?" >> "$LOG"
 fi
 if [ "$STEP" = on ] || [ "$STEP" = all ]; then

@@ -30,12 +30,16 @@ T0 = time.monotonic()
 #: (name, SandboxOptions fields); the order is the fallback order for the recommendation
 VARIANTS: list[tuple[str, dict]] = [
     ("all", {"isolation": "auto"}),
+    ("all-shm", {"isolation": "auto", "without": ("shm",)}),
+    ("all-seccomp", {"isolation": "auto", "without": ("seccomp",)}),
+    ("all-ipc", {"isolation": "auto", "without": ("ipc",)}),
+    ("all-net", {"isolation": "auto", "without": ("net",)}),
+    ("all-shm-seccomp", {"isolation": "auto", "without": ("shm", "seccomp")}),
     ("all-pid", {"isolation": "auto", "without": ("pid",)}),
+    ("all-pid-shm", {"isolation": "auto", "without": ("pid", "shm")}),
     ("all-user", {"isolation": "auto", "without": ("user",)}),
     ("all-user-pid", {"isolation": "auto", "without": ("user", "pid")}),
-    ("all-mount", {"isolation": "auto", "without": ("mount",)}),
-    ("all-net", {"isolation": "auto", "without": ("net",)}),
-    ("all-ipc", {"isolation": "auto", "without": ("ipc",)}),
+    ("all-mount", {"isolation": "auto", "without": ("mount", "shm")}),
     ("all-seccomp-caps", {"isolation": "auto", "without": ("seccomp", "caps")}),
     ("off", {"isolation": "off"}),
 ]
@@ -91,17 +95,23 @@ def main() -> None:
     log(out, {"env": True, "kernel": platform.release(), "python": sys.version.split()[0], "euid": os.geteuid(),
               "max_user_namespaces": max_userns, "sandbox_here": isolation_report().describe()})
     works: dict[str, bool] = {}
-    for name, fields in VARIANTS + [(f"only-{p}", {"isolation": "auto",
-                                                   "without": tuple(sorted(set(PROTECTIONS) - {p}))})
-                                    for p in ALONE]:
+
+    def run(name: str, fields: dict) -> None:
         try:
             works[name] = judge_variant(out, name, fields, args.device)
         except Exception as exc:  # a variant the judge cannot even set up: say so, go on
             works[name] = False
             log(out, {"variant": name, "crashed": f"{type(exc).__name__}: {exc}"[:600]})
+
+    for name, fields in VARIANTS:
+        run(name, fields)
+    # the first variant (fewest protections off, least important first) under which the GPU works
     recommended = next((",".join(f.get("without", ())) for n, f in VARIANTS if n != "off" and works.get(n)), "off")
-    log(out, {"summary": True, "works": works, "without": recommended})
     (out / "sandbox_without.txt").write_text(recommended + "\n")
+    log(out, {"summary": True, "works": works, "without": recommended})
+    for p in ALONE:  # diagnosis: which namespace alone breaks it
+        run(f"only-{p}", {"isolation": "auto", "without": tuple(sorted(set(PROTECTIONS) - {p}))})
+    log(out, {"summary": True, "works": works, "without": recommended})
 
 
 if __name__ == "__main__":

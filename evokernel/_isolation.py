@@ -28,7 +28,7 @@ Each protection has a name (`PROTECTIONS`); `probe()` tries them all in a throwa
 process tree and says which hold on this machine, so the judge can say which are off.
 
 >>> sorted(PROTECTIONS)
-['caps', 'ipc', 'limits', 'mount', 'net', 'pid', 'seccomp', 'user']
+['caps', 'ipc', 'limits', 'mount', 'net', 'pid', 'seccomp', 'shm', 'user']
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ __all__ = ["PROTECTIONS", "Plan", "Report", "probe", "enter_namespaces", "die_wi
 PROTECTIONS: dict[str, str] = {
     "user": "a user namespace: no capability over anything outside, no ptrace or /proc/<pid>/mem of the judge",
     "pid": "a PID namespace: the judge and every other process invisible and unsignalled; the tree dies with it",
-    "mount": "a read-only file system except the candidate's own folder, a private /tmp and /dev/shm",
+    "mount": "a read-only file system except the candidate's own folder and a private /tmp",
+    "shm": "a private /dev/shm (else the host's, read-write: CUDA may need it)",
     "net": "no network",
     "ipc": "no System V IPC or message queues shared with the host",
     "caps": "every capability dropped, no_new_privs",
@@ -224,7 +225,9 @@ def _confine_mounts(plan: Plan, own_proc: bool) -> None:
     held = [(path, os.open(path, os.O_PATH), writable) for path, writable in keep if os.path.exists(path)]
     try:
         _mount_setattr("/", set_=_MOUNT_ATTR_RDONLY)
-        for place in ("/tmp", "/dev/shm"):
+        if "shm" not in plan.protections and os.path.isdir("/dev/shm"):
+            _mount_setattr("/dev/shm", clear=_MOUNT_ATTR_RDONLY)
+        for place in ("/tmp", "/dev/shm") if "shm" in plan.protections else ("/tmp",):
             if os.path.isdir(place):
                 _mount("tmpfs", place, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={plan.tmp_bytes},mode=1777")
         for path, fd, writable in held:
@@ -343,6 +346,9 @@ def probe(wanted: Iterable[str] = tuple(PROTECTIONS)) -> Report:
     (a host that forbids user namespaces) does not hide the others."""
     on = set(wanted) & set(PROTECTIONS)
     off: dict[str, str] = {n: "switched off" for n in set(PROTECTIONS) - on}
+    if "shm" in on and "mount" not in on:
+        on.discard("shm")
+        off["shm"] = "needs the mount namespace"
     while True:
         failed = _try(frozenset(on))
         if failed is None:
@@ -352,6 +358,9 @@ def probe(wanted: Iterable[str] = tuple(PROTECTIONS)) -> Report:
             return Report(frozenset(), {**off, **{n: reason for n in on}})
         on.discard(name)
         off[name] = reason
+        if name == "mount" and "shm" in on:
+            on.discard("shm")
+            off["shm"] = "needs the mount namespace"
         if name == "user" and os.geteuid() != 0:  # the other namespaces need it when not root
             for n in ("pid", "mount", "net", "ipc"):
                 if n in on:

@@ -490,6 +490,10 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
 
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
     os.setsid()  # the judge signals the whole group: the keeper and the candidate's process
+    if setup.isolation:
+        # the fork server ends with its judge: the keeper with it, then the candidate's process
+        # (its own parent-death signal), then its namespace; nothing outlives a killed judge
+        _isolation.die_with_parent()
     # opened before the namespaces: a file open for writing in the new mount namespace would
     # keep the candidate's process from making it read-only
     log_fd = os.open(setup.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

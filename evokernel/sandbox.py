@@ -2,9 +2,22 @@
 
 Candidates are forked from a server that imported torch and triton once (so a new
 candidate costs a fork, not an interpreter start) and was started with a scrubbed
-environment: no API keys, tokens or secrets reach candidate code. Each candidate becomes
-the leader of a new process group; on a timeout, the whole group is killed. What the
-candidate sends back is decoded as msgspec structs, never unpickled.
+environment: no API keys, tokens or secrets reach candidate code. The forked process is the
+candidate's *keeper* (`_worker.main`): it enters new user, PID, mount, network and IPC
+namespaces, forks the candidate's process (pid 1 of the new PID namespace), tells the judge
+that process's pid (a `Sandboxed` message, the first on the channel), keeps what it prints
+in a log cut after `output_bytes`, and exits as that process did. The candidate's process
+confines itself before any candidate code runs (`evokernel._isolation.confine`: a read-only
+file system but its own folder, a private /tmp and /dev/shm, its own /proc, every capability
+dropped, a seccomp filter, limits). The judge kills the keeper's process group and the
+candidate's process (through a pidfd); pid 1's death ends its namespace and everything in
+it. What the candidate sends back is decoded as msgspec structs, never unpickled.
+
+Which protections hold here is probed once per judge process (`isolation_report`);
+`SandboxOptions.isolation` (or EVOKERNEL_SANDBOX) is "auto" (all that hold, the rest said),
+"require" (SandboxUnavailable unless all hold) or "off" (no namespaces, as before: then, as
+before, a user of its own per candidate where the judge is root and others can reach its
+Python); `without` (or EVOKERNEL_SANDBOX_WITHOUT=pid,...) leaves chosen protections out.
 
 >>> sorted(k for k in scrubbed_environment({"PATH": "/bin", "ANTHROPIC_API_KEY": "x", "HF_TOKEN": "y",
 ...                                           "CUDA_VISIBLE_DEVICES": "0", "TRITON_AUTH": "z"}))

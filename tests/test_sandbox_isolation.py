@@ -265,3 +265,20 @@ def test_where_namespaces_are_refused_the_judge_says_which_protections_are_off()
     required = _check_without_namespaces("--require-sandbox")
     assert required.returncode == 2 and "the sandbox is required" in required.stderr, required.stderr
     assert not required.stdout
+
+
+def test_a_search_records_the_sandbox_and_results_do_not_depend_on_it() -> None:
+    """A kernel evaluator's environment (recorded with each run) names the protections; its
+    fingerprint (what stored results are reused under) leaves the sandbox out."""
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.gate import GateOptions
+
+    def render(genome):
+        return HONEST.read_text()
+
+    on = KernelEvaluator(PROBLEMS / "matmul_small.py", render, device="cpu", template="t")
+    off = KernelEvaluator(PROBLEMS / "matmul_small.py", render, device="cpu", template="t",
+                          options=GateOptions(sandbox=SandboxOptions(isolation="off", without=("pid",))))
+    assert on.fingerprint() == off.fingerprint()
+    assert on.environment()["sandbox"] == {"on": sorted(REPORT.on), "off": REPORT.off}
+    assert off.environment()["sandbox"]["on"] == []
