@@ -227,7 +227,10 @@ def _exit_as(status: int) -> None:
     import signal
 
     if os.WIFSIGNALED(status):
+        import resource
+
         sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the signal, not a core file of the keeper
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 1)
