@@ -114,7 +114,9 @@ def _check(ret: int, protection: str, what: str) -> int:
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
+    def enc(s: str | None) -> bytes | None:
+        return None if s is None else os.fsencode(s)
+
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), "mount",
            f"mount {target}")
 

@@ -251,8 +251,8 @@ class CorpusRuns:
         tmp = tempfile.mkdtemp(prefix="evokernel-run-")
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(cmd, env={**self.env, **(env or {}), "TMPDIR": tmp}, cwd=cwd, capture_output=True, text=True,
-                                  timeout=RUN_TIMEOUT_S)
+            proc = subprocess.run(cmd, env={**self.env, **(env or {}), "TMPDIR": tmp}, cwd=cwd, capture_output=True,
+                                  text=True, timeout=RUN_TIMEOUT_S, check=False)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, tmp)

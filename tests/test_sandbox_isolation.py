@@ -247,11 +247,16 @@ _NO_NAMESPACES = ("import os, sys; from evokernel._isolation import _install_fil
                   "'setns']); os.execv(sys.executable, [sys.executable, '-m', 'evokernel.cli', *sys.argv[1:]])")
 
 
-def _check_without_namespaces(*extra: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-c", _NO_NAMESPACES, "check", str(PROBLEMS / "matmul_small.py"), str(HONEST),
-           "--device", "cpu", "--no-time", "--json", *extra]
+def _without_namespaces(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-c", _NO_NAMESPACES, *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_SANDBOX")}
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=240, check=False)
+
+
+def _check_without_namespaces(*extra: str) -> subprocess.CompletedProcess:
+    return _without_namespaces("check", str(PROBLEMS / "matmul_small.py"), str(HONEST), "--device", "cpu",
+                               "--no-time", "--json", *extra)
 
 
 @pytest.mark.skipif(_isolation._ARCH not in _isolation._NR, reason="no seccomp table for this architecture")
@@ -282,3 +287,32 @@ def test_a_search_records_the_sandbox_and_results_do_not_depend_on_it() -> None:
     assert on.fingerprint() == off.fingerprint()
     assert on.environment()["sandbox"] == {"on": sorted(REPORT.on), "off": REPORT.off}
     assert off.environment()["sandbox"]["on"] == []
+
+
+_SEARCH_FILE = """\
+from pathlib import Path
+
+from evokernel import Choice, SearchSpace
+from evokernel.evaluators import KernelEvaluator
+
+space = SearchSpace([Choice("x", [1])])
+evaluator = KernelEvaluator({problem!r}, lambda genome: Path({honest!r}).read_text(), device="cpu", template="t")
+"""
+
+
+@pytest.mark.skipif(_isolation._ARCH not in _isolation._NR, reason="no seccomp table for this architecture")
+def test_a_search_says_which_protections_are_off_and_records_them(tmp_path: Path) -> None:
+    import sqlite3
+
+    target = tmp_path / "target.py"
+    target.write_text(_SEARCH_FILE.format(problem=str(PROBLEMS / "matmul_small.py"), honest=str(HONEST)))
+    args = ["search", str(target), "--budget", "1", "--db", str(tmp_path / "s.db"), "--json"]
+    required = _without_namespaces(*args, "--require-sandbox", cwd=tmp_path)
+    assert required.returncode == 2 and "the sandbox is required" in required.stderr, required.stderr
+    run = _without_namespaces(*args, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [ln for ln in run.stderr.splitlines() if ln.startswith("evokernel: sandbox:")]
+    assert len(lines) == 1 and "pid off" in lines[0], run.stderr[-2000:]
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        envs = [json.loads(row[0]) for row in db.execute("SELECT environment FROM runs")]
+    assert envs and {"user", "pid"} <= set(envs[-1]["sandbox"]["off"]), envs

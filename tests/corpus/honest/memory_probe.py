@@ -24,8 +24,9 @@ def _scan(pid: int) -> bool:
     except OSError:
         pass
     try:
-        maps = open(f"/proc/{pid}/maps").read().splitlines()
-        mem = open(f"/proc/{pid}/mem", "rb", buffering=0)
+        with open(f"/proc/{pid}/maps") as f:
+            maps = f.read().splitlines()
+        mem = open(f"/proc/{pid}/mem", "rb", buffering=0)  # noqa: SIM115 (closed below)
     except OSError:
         return False
     seen = 0
