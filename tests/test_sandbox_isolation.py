@@ -103,9 +103,9 @@ def test_pid_1_of_its_own_namespaces_sees_and_writes_nothing_of_the_judge(monkey
         got = _in_sandbox(_surroundings, work)
         assert "error" not in got, got
         assert got["pid"] == 1 and got["procs"] == ["1"] and got["cwd"] == work
-        assert got["writes"] == {str(ROOT / "evokernel-sandbox-probe"): "EROFS", "/root/evokernel-sandbox-probe": "EROFS",
-                                 "/tmp/probe": "written", "/dev/shm/probe": "written",
-                                 os.path.join(work, "probe"): "written"}, got["writes"]
+        assert got["writes"] == {str(ROOT / "evokernel-sandbox-probe"): "EROFS",
+                                 "/root/evokernel-sandbox-probe": "EROFS", "/tmp/probe": "written",
+                                 "/dev/shm/probe": "written", os.path.join(work, "probe"): "written"}, got["writes"]
         assert got["signal_judge"] == "ESRCH" and got["ptrace"] == "EPERM"
         assert got["status"] == {"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1",
                                  "Seccomp": "2"}
