@@ -34,7 +34,8 @@ from evokernel.gate import GateOptions, Judge, Verdict
 from evokernel.genome import Genome
 from evokernel.problem import Problem
 from evokernel.result import Result, Status
-from evokernel.sandbox import Sandbox
+from evokernel._isolation import Report
+from evokernel.sandbox import ISOLATION_FIELDS, Sandbox, isolation_report
 from evokernel.template import template_hash
 
 __all__ = ["KernelEvaluator", "reference_source"]
@@ -179,9 +180,19 @@ class KernelEvaluator:
             "device": self.device,
             "shapes": self.problem.shapes,  # the tuning shapes themselves (exports read them)
             **where,
-            "gate": msgspec.to_builtins(self.options),
+            "gate": _gate_identity(self.options),
             "template": self.template,
         }
+
+    def sandbox(self) -> Report:
+        """Which sandbox protections this evaluator's candidates get here (SandboxUnavailable
+        if they are required and one does not hold)."""
+        return isolation_report(self.options.sandbox)
+
+    def environment(self) -> dict[str, Any]:
+        """Recorded with each run: the sandbox's protections, on and off."""
+        report = self.sandbox()
+        return {"sandbox": {"on": sorted(report.on), "off": report.off}}
 
     def transfer_key(self) -> dict[str, Any]:
         """The problem's family (its FAMILY, else its name) on this device, and its first tuning
@@ -306,3 +317,12 @@ class KernelEvaluator:
                 f"the GPU failed a health check after a candidate faulted ({after.reason.splitlines()[0]}): "
                 f"{verdict.reason.splitlines()[0]}"
             )
+
+
+def _gate_identity(options: GateOptions) -> dict[str, Any]:
+    """The gate's options as they bear on results: how candidates are sandboxed is left out
+    (a result measured with the sandbox on is the result with it off)."""
+    out = msgspec.to_builtins(options)
+    for name in ISOLATION_FIELDS:
+        out.get("sandbox", {}).pop(name, None)
+    return out

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 import torch
 
-__all__ = ["main", "Ready", "Done", "Timing", "Failed", "WorkerMessage", "VALUE_PREFIX"]
+__all__ = ["main", "Sandboxed", "Ready", "Done", "Timing", "Failed", "WorkerMessage", "VALUE_PREFIX"]
 
 _type = builtins.type
 _isinstance = builtins.isinstance
@@ -126,11 +126,18 @@ class Timing(msgspec.Struct, tag="timing"):
 
 
 class Failed(msgspec.Struct, tag="failed"):
-    kind: str  # import, no_kernel, compile, setup
+    kind: str  # import, no_kernel, compile, setup, sandbox
     error: str
 
 
-WorkerMessage = Ready | Done | Timing | Failed
+class Sandboxed(msgspec.Struct, tag="sandboxed"):
+    """The keeper's first message, before the candidate's process may run: that process's
+    pid as the judge sees it (pid 1 of its own PID namespace, when it has one)."""
+
+    pid: int
+
+
+WorkerMessage = Sandboxed | Ready | Done | Timing | Failed
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -177,15 +184,56 @@ class Setup(msgspec.Struct):
     output_dtypes: list[str] = []  # the reference's output dtypes, for prewarm
     prewarm: bool = True  # load the timing harness's kernels while compiling (bench.prewarm_cuda)
     reusable: bool = False  # a trusted candidate's process: after a failed import or compile, wait for the next
+    isolation: list[str] = []  # the protections to set up (evokernel._isolation.PROTECTIONS)
+    shared_files: list[str] = []  # stay writable inside (the judge's CUDA block's reference counter)
+    readable: list[str] = []  # stay readable inside (the Triton cache seed)
+    output_bytes: int = 4 << 20  # what the candidate prints is cut after this many bytes
+    file_bytes: int = 1 << 30  # no file the candidate writes grows past this (RLIMIT_FSIZE)
 
 
-def _redirect_output(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+def _keep_output(fd: int, log_fd: int, limit: int, child: int) -> None:
+    """Copy what the candidate's processes print (the pipe `fd`) into the log `log_fd`, up
+    to `limit` bytes and a note; the rest is read and dropped, so no writer blocks. Returns
+    once every writer is gone, or once the candidate's process has exited and the pipe is
+    drained (a descendant outside a PID namespace may hold it open)."""
+    import select
+
+    written, noted = 0, False
+    with open(log_fd, "ab", buffering=0) as log:
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if not ready:
+                if os.waitpid(child, os.WNOHANG)[0]:
+                    os.set_blocking(fd, False)
+                    ready = [fd]
+                else:
+                    continue
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not data:
+                return
+            if written < limit:
+                log.write(data[: limit - written])
+                written += min(len(data), limit - written)
+            elif not noted:
+                log.write(f"\n[evokernel: output cut after {limit} bytes]\n".encode())
+                noted = True
+
+
+def _exit_as(status: int) -> None:
+    """Exit the way the candidate's process did (its signal, or its exit code)."""
+    import signal
+
+    if os.WIFSIGNALED(status):
+        import resource
+
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the signal, not a core file of the keeper
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 1)
 
 
 def _seed_cache(seed: str, cache_dir: str) -> None:
@@ -437,25 +485,99 @@ def _viewer(arena: Any) -> Any:
 
 
 def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
-    """Process entry (forked from the server): set up, import, compile, then serve the judge."""
+    """Process entry (forked from the server): the keeper. It enters the sandbox's
+    namespaces, forks the candidate's process (pid 1 of the new PID namespace), tells the
+    judge that process's pid, keeps what it prints (capped), and exits as it did. The keeper
+    runs no candidate code; it stays outside the PID namespace, unseen by the candidate."""
+    from . import _isolation
+
+    setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
+    os.setsid()  # the judge signals the whole group: the keeper and the candidate's process
+    if setup.isolation:
+        # the fork server ends with its judge: the keeper with it, then the candidate's process
+        # (its own parent-death signal), then its namespace; nothing outlives a killed judge
+        _isolation.die_with_parent()
+    # opened before the namespaces: a file open for writing in the new mount namespace would
+    # keep the candidate's process from making it read-only
+    log_fd = os.open(setup.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        _main(conn, setup_bytes, arena)
-    except Exception as exc:  # the harness failed setting up: say why rather than die silently
-        if not _STATE["ready"]:
+        _isolation.enter_namespaces(setup.isolation)
+    except OSError as exc:
+        _send(conn, Failed(kind="sandbox", error=f"cannot enter the sandbox's namespaces: {exc}"))
+        return
+    out_r, out_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the candidate's process
+        os.close(out_r)
+        os.close(go_w)
+        os.close(log_fd)
+        _candidate(conn, setup, arena, out_w, go_r)  # never returns
+    os.close(out_w)
+    os.close(go_r)
+    try:
+        _send(conn, Sandboxed(pid=pid))
+        os.write(go_w, b"1")  # go_w stays open: its end tells the candidate's process that the keeper died
+    finally:
+        conn.close()  # the judge's channel closes when the candidate's process ends, not the keeper
+    _keep_output(out_r, log_fd, setup.output_bytes, pid)
+    _, status = os.waitpid(pid, 0)
+    _exit_as(status)
+
+
+def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int) -> None:
+    """The candidate's process: confined, then the harness (`_main`); exits, never returns."""
+    import select
+
+    from . import _isolation
+
+    code = 0
+    try:
+        if "pid" in setup.isolation:
+            _isolation.die_with_parent()
+        # wait for the keeper to have told the judge this pid; gone keeper: leave
+        if os.read(go, 1) != b"1" or select.select([go], [], [], 0)[0]:
+            os._exit(1)
+        os.close(go)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        try:
+            _isolation.confine(_isolation.Plan(
+                protections=frozenset(setup.isolation), work_dir=setup.work_dir,
+                shared_files=tuple(setup.shared_files), readable=tuple(setup.readable),
+                file_bytes=setup.file_bytes))
+        except OSError as exc:
+            _send(conn, Failed(kind="sandbox", error=f"cannot confine the candidate: {exc}"))
+            os._exit(1)
+        _main(conn, setup, arena)
+    except SystemExit as exc:  # the candidate's sys.exit: its code, as Python would exit with it
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+    except BaseException as exc:
+        code = 1
+        if not _STATE["ready"] and isinstance(exc, Exception):  # the harness failed setting up: say why
             try:
                 _send(conn, Failed(kind="setup", error=_error_text(exc) + "\n" + traceback.format_exc()[-1500:]))
             except Exception:
                 pass
-        raise
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 _STATE = {"ready": False}
 
 
-def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
+def _main(conn: Any, setup: Setup, arena: Any = None) -> None:
     stamps = {"entered": time.time()}
-    os.setsid()  # the judge kills the whole group: the candidate's own children die with it
-    setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
     try:  # as the judge's user: the driver refuses the IPC mapping once privileges are dropped
         arena = _map_block(arena)
     except Exception as exc:
@@ -473,7 +595,6 @@ def _main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
         except OSError as exc:
             _send(conn, Failed(kind="setup", error=f"cannot drop privileges to uid {setup.uid}: {exc}"))
             return
-    _redirect_output(setup.log_path)
     warnings.simplefilter("ignore")
     cache_dir = os.path.join(setup.work_dir, "triton-cache")
     os.environ["TRITON_CACHE_DIR"] = cache_dir

@@ -87,6 +87,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "claude-sonnet-5); off, with one line saying why, when it cannot run")
     s.add_argument("--llm-dollars", type=_positive_float, default=None,
                    help="stop LLM calls once they cost this much (the search goes on)")
+    s.add_argument("--require-sandbox", action="store_true",
+                   help="refuse to judge candidates unless every sandbox protection holds on this machine")
     common(s, db_default="evokernel.db")
 
     r = sub.add_parser("replay", help="run a strategy against a recorded landscape")
@@ -107,6 +109,8 @@ def _build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seeds", type=_positive_int, default=1, help="checks per tuning shape before timing")
     c.add_argument("--timeout", type=_positive_float, default=None, help="seconds per step (import, call, timing)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    c.add_argument("--require-sandbox", action="store_true",
+                   help="exit 2 unless every sandbox protection (namespaces, seccomp, limits) holds here")
     c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a parameter of the problem (its Params), as text: e.g. --param m=64,128; repeatable; "
                         "overrides the problem's environment variable")
@@ -393,10 +397,21 @@ def _run(search: Search, args: argparse.Namespace, progress: _Progress | None) -
 
 
 # -- commands ----------------------------------------------------------------------------
+def _say_sandbox(report: Any) -> None:
+    """One line on stderr when candidates run with a protection off."""
+    if report.off:
+        print(f"evokernel: {report.describe()}", file=sys.stderr)
+
+
 def _cmd_search(args: argparse.Namespace) -> int:
     from .store import open_store
 
+    if args.require_sandbox:  # read by every sandbox the search file's evaluator starts
+        os.environ["EVOKERNEL_SANDBOX"] = "require"
     what = _target(args, args.target)
+    sandbox = getattr(what["evaluator"], "sandbox", None)
+    if callable(sandbox):
+        _say_sandbox(sandbox())
     store = open_store(args.db)
     progress = None if (args.quiet or args.json) else _Progress(args.budget)
     search = _make_search(args, what, store, [progress] if progress else [])
@@ -561,7 +576,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot read {args.candidate}: {exc}") from None
     from .gate import GateOptions, Judge
     from .problem import Problem
-    from .sandbox import SandboxOptions
+    from .sandbox import SandboxOptions, isolation_report
 
     device = args.device
     import torch
@@ -571,8 +586,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     elif device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA GPU is available here")
     problem = Problem.load(args.problem, param_text=_param_text(args.param) if args.param else None)
-    sandbox = SandboxOptions() if args.timeout is None else SandboxOptions(
-        start_timeout_s=args.timeout, call_timeout_s=args.timeout, time_timeout_s=args.timeout)
+    limits = {} if args.timeout is None else {
+        "start_timeout_s": args.timeout, "call_timeout_s": args.timeout, "time_timeout_s": args.timeout}
+    sandbox = SandboxOptions(**limits, isolation="require" if args.require_sandbox else None)
+    report = isolation_report(sandbox)  # SandboxUnavailable (exit 2) if required and not all there
+    _say_sandbox(report)
     options = GateOptions(seeds=args.seeds, time=not args.no_time, sandbox=sandbox)
     try:
         judge = Judge(problem, device, options)
@@ -582,7 +600,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.problem}: {type(exc).__name__}: {exc}") from None
     verdict = judge.check(source, label=args.candidate)
     if args.json:
-        print(json.dumps({**msgspec.to_builtins(verdict), "device": device}))
+        print(json.dumps({**msgspec.to_builtins(verdict), "device": device,
+                          "sandbox": {"on": sorted(report.on), "off": report.off}}))
     elif verdict.accepted:
         figures = ", ".join(f"{t.shape}: {t.median_ms:.5f} ms" for t in verdict.timings)
         print(f"accepted{': ' + figures if figures else ''}")

@@ -483,6 +483,11 @@ class Judge:
         self.problem = problem
         self.device = device
         self.options = options or GateOptions()
+        from .sandbox import isolation_report
+
+        # which protections candidates get here (SandboxUnavailable now, before any device
+        # memory is taken, if they are required and one does not hold)
+        self.isolation = isolation_report(self.options.sandbox)
         self.peaks: Peaks | None = peaks_for(device)
         arena = _Arena(device)
         opt = self.options

@@ -2,9 +2,22 @@
 
 Candidates are forked from a server that imported torch and triton once (so a new
 candidate costs a fork, not an interpreter start) and was started with a scrubbed
-environment: no API keys, tokens or secrets reach candidate code. Each candidate becomes
-the leader of a new process group; on a timeout, the whole group is killed. What the
-candidate sends back is decoded as msgspec structs, never unpickled.
+environment: no API keys, tokens or secrets reach candidate code. The forked process is the
+candidate's *keeper* (`_worker.main`): it enters new user, PID, mount, network and IPC
+namespaces, forks the candidate's process (pid 1 of the new PID namespace), tells the judge
+that process's pid (a `Sandboxed` message, the first on the channel), keeps what it prints
+in a log cut after `output_bytes`, and exits as that process did. The candidate's process
+confines itself before any candidate code runs (`evokernel._isolation.confine`: a read-only
+file system but its own folder, a private /tmp and /dev/shm, its own /proc, every capability
+dropped, a seccomp filter, limits). The judge kills the keeper's process group and the
+candidate's process (through a pidfd); pid 1's death ends its namespace and everything in
+it. What the candidate sends back is decoded as msgspec structs, never unpickled.
+
+Which protections hold here is probed once per judge process (`isolation_report`);
+`SandboxOptions.isolation` (or EVOKERNEL_SANDBOX) is "auto" (all that hold, the rest said),
+"require" (SandboxUnavailable unless all hold) or "off" (no namespaces, as before: then, as
+before, a user of its own per candidate where the judge is root and others can reach its
+Python); `without` (or EVOKERNEL_SANDBOX_WITHOUT=pid,...) leaves chosen protections out.
 
 >>> sorted(k for k in scrubbed_environment({"PATH": "/bin", "ANTHROPIC_API_KEY": "x", "HF_TOKEN": "y",
 ...                                           "CUDA_VISIBLE_DEVICES": "0", "TRITON_AUTH": "z"}))
@@ -30,9 +43,12 @@ from typing import Any
 
 import msgspec
 
-from ._worker import Done, Failed, Ready, Setup, Timing, WorkerMessage
+from ._isolation import PROTECTIONS, Report, probe
+from ._worker import Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
+from .errors import EvokernelError
 
-__all__ = ["Sandbox", "SandboxOptions", "Outcome", "scrubbed_environment", "can_drop_privileges"]
+__all__ = ["Sandbox", "SandboxOptions", "Outcome", "scrubbed_environment", "can_drop_privileges",
+           "isolation_report", "SandboxUnavailable"]
 
 _KEEP = re.compile(
     r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|TEMP|TMP|PWD|"
@@ -156,6 +172,60 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     # CUDA: load the timing harness's kernels while the candidate compiles, so the judge does
     # not wait for it (bench.prewarm_cuda)
     prewarm: bool = True
+    # namespaces, capabilities, seccomp, limits (evokernel._isolation): "auto" sets up every
+    # protection this machine allows and says which are off, "require" refuses to judge
+    # without all of them, "off" runs candidates as before (for an A/B). None: the
+    # environment's EVOKERNEL_SANDBOX, else "auto". `without` names protections to leave
+    # off (with EVOKERNEL_SANDBOX_WITHOUT=pid,user, comma-separated).
+    isolation: str | None = None
+    without: tuple[str, ...] = ()
+    output_bytes: int = 4 << 20  # what a candidate prints is cut after this, with a note
+    file_bytes: int = 1 << 30  # no file a candidate writes grows past this
+
+
+#: SandboxOptions fields that do not change what a candidate's measurement means (left out of
+#: evaluator fingerprints)
+ISOLATION_FIELDS = ("isolation", "without", "output_bytes", "file_bytes")
+
+
+class SandboxUnavailable(EvokernelError):
+    """The sandbox was required, and this machine does not allow every protection."""
+
+
+def _isolation_wanted(options: SandboxOptions) -> tuple[str, frozenset[str]]:
+    """(mode, protections wanted) from the options, else the environment."""
+    mode = options.isolation or os.environ.get("EVOKERNEL_SANDBOX", "").strip().lower() or "auto"
+    if mode not in ("auto", "require", "off"):
+        raise SandboxUnavailable(f"EVOKERNEL_SANDBOX={mode!r}: expected auto, require or off")
+    without = set(options.without) | {w.strip() for w in os.environ.get("EVOKERNEL_SANDBOX_WITHOUT", "").split(",")
+                                      if w.strip()}
+    unknown = without - set(PROTECTIONS)
+    if unknown:
+        raise SandboxUnavailable(f"unknown protections {sorted(unknown)}: expected some of {sorted(PROTECTIONS)}")
+    return mode, frozenset() if mode == "off" else frozenset(PROTECTIONS) - without
+
+
+@functools.lru_cache(maxsize=8)
+def _probe(wanted: frozenset[str]) -> Report:
+    if not wanted:
+        return Report(frozenset(), {n: "switched off" for n in PROTECTIONS})
+    return probe(wanted)
+
+
+def isolation_report(options: SandboxOptions | None = None) -> Report:
+    """Which protections candidates get on this machine under `options` (probed once per
+    process and set of protections). Raises SandboxUnavailable if they are required and
+    one that was not switched off does not hold.
+
+    >>> isolation_report(SandboxOptions(isolation="off")).on
+    frozenset()
+    """
+    mode, wanted = _isolation_wanted(options or SandboxOptions())
+    report = _probe(wanted)
+    missing = {k: v for k, v in report.off.items() if v != "switched off"}
+    if mode == "require" and missing:
+        raise SandboxUnavailable("the sandbox is required, and " + Report(report.on, missing).describe())
+    return report
 
 
 _UID_RANGE = 500_000
@@ -269,6 +339,19 @@ def _kill_user(uid: int) -> None:
             continue
 
 
+def _kill_namespace(userns: int) -> None:
+    """SIGKILL every process in the user namespace `userns` (a candidate's, used by nothing
+    else): where there is no PID namespace, what the candidate left running, whatever its
+    process group or session."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if os.stat(f"/proc/{entry.name}/ns/user").st_ino == userns:
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except OSError:
+                continue
+
+
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     """Why a sandbox stopped answering: timeout, crash (a signal), exit (the candidate
     called sys.exit/os._exit), or a failure the worker reported (import, no_kernel, ...)."""
@@ -294,7 +377,8 @@ _CLEAN_FAILURES = ("import", "no_kernel", "compile")
 # until the 6th job ran out of the H200's memory (call AA). So the block is shared here by
 # hand (`_share_cuda_`, what torch.multiprocessing does when it pickles a CUDA tensor) and
 # the judge releases a killed process's slot once the process is gone.
-_DEAD_HOLDERS: list[tuple[Any, bytes, int]] = []  # (process, counter file, slot) of killed candidates
+_DEAD_HOLDERS: list[tuple[Any, int | None, bytes, int]] = []  # (keeper, pidfd of the candidate's process,
+#                                                              counter file, slot) of killed candidates
 _HOLDERS_LOCK = threading.Lock()
 
 
@@ -317,11 +401,15 @@ def _share_cuda_block(block: Any) -> tuple[Any, tuple[bytes, int]]:
 _COUNTER_FILE = (64, 10000, 8)
 
 
+def _counter_path(handle: bytes) -> str:
+    return os.path.join("/dev/shm", os.fsdecode(handle).lstrip("/"))
+
+
 def _slot_value(handle: bytes, slot: int) -> int | None:
     """A reference-counter slot's value, read from its shared-memory file; None where the
     file is not there or not of the layout above (the caller then releases as if held)."""
     header, slots, width = _COUNTER_FILE
-    path = os.path.join("/dev/shm", os.fsdecode(handle).lstrip("/"))
+    path = _counter_path(handle)
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size != header + slots * width or not 0 <= slot < slots:
@@ -343,11 +431,13 @@ def release_dead_holders(wait_s: float = 0.0) -> int:
         pending = list(_DEAD_HOLDERS)
         _DEAD_HOLDERS.clear()
     alive = []
-    for process, handle, slot in pending:
+    for process, pidfd, handle, slot in pending:
         process.join(max(0.0, deadline - time.monotonic()))
-        if process.exitcode is None:
-            alive.append((process, handle, slot))
+        if process.exitcode is None or not _gone(pidfd, max(0.0, deadline - time.monotonic())):
+            alive.append((process, pidfd, handle, slot))
             continue
+        if pidfd is not None:
+            os.close(pidfd)
         # a process that freed its mapping on its way out (its `_main` returned) took its slot
         # to 0 itself; the counter is unsigned, so releasing it again would wrap it and keep
         # the block for good
@@ -356,6 +446,22 @@ def release_dead_holders(wait_s: float = 0.0) -> int:
     with _HOLDERS_LOCK:
         _DEAD_HOLDERS.extend(alive)
     return len(alive)
+
+
+def _gone(pidfd: int | None, wait_s: float = 0.0) -> bool:
+    """Whether the process behind `pidfd` has exited (a pidfd turns readable then)."""
+    if pidfd is None:
+        return True
+    import select
+
+    return bool(select.select([pidfd], [], [], wait_s)[0])
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # gone already, or a kernel before 5.3
+        return None
 
 
 class Sandbox:
@@ -384,14 +490,19 @@ class Sandbox:
         self.input_specs = input_specs
         self.options = options or SandboxOptions()
         self.label = label
+        self.isolation = isolation_report(self.options).on
         self.work_dir = tempfile.mkdtemp(prefix="evokernel-candidate-")
-        self.log_path = os.path.join(self.work_dir, "log.txt")
-        claim = _claim_uid(self.options)
+        self.log_path = self.work_dir + ".log"  # written by the keeper, out of the candidate's sight
+        # a user of its own (the old way) only where namespaces do not isolate the candidate
+        claim = None if self.isolation & {"user", "pid"} else _claim_uid(self.options)
         self.uid, self._uid_lock = claim if claim is not None else (None, None)
         if self.uid is not None:
             os.chown(self.work_dir, self.uid, self.uid)
         self.process: Any = None
         self.conn: Any = None
+        self.inner_pid: int | None = None  # the candidate's process (the keeper's child), as the judge sees it
+        self._inner_fd: int | None = None  # a pidfd on it
+        self._userns: int | None = None  # its user namespace (inode), where it has no PID namespace
         self._ipc_slot: tuple[bytes, int] | None = None  # this process's counter slot on the judge's block
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
@@ -407,17 +518,21 @@ class Sandbox:
         memory = None
         if self.device == "cpu":
             memory = self.options.cpu_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
-        setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
-                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
-                      seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm,
-                      reusable=self.trusted)
         from ._worker import main
 
         # the judge's memory block travels once, with the process: the candidate maps it while
         # it imports and compiles, and every later message names views of it by offset
         arena = self.arena
+        shared = []
         if arena is not None and getattr(arena, "is_cuda", False):
             arena, self._ipc_slot = _share_cuda_block(arena)
+            shared.append(_counter_path(self._ipc_slot[0]))
+        setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
+                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
+                      seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm,
+                      reusable=self.trusted, isolation=sorted(self.isolation), shared_files=shared,
+                      readable=[self.seed_cache] if self.seed_cache else [], output_bytes=self.options.output_bytes,
+                      file_bytes=self.options.file_bytes)
         self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), arena), daemon=True)
         self.started_wall = time.time()  # before the fork: the child stamps its own steps after it
         with _environ(_candidate_environment(self.device)), _neutral_main():
@@ -526,18 +641,24 @@ class Sandbox:
             self._signal(signal.SIGCONT)
 
     def close(self) -> None:
-        """Kill the candidate's whole process group and remove its files. Nothing is left to
-        save in there, and waiting for a CUDA context to tear down would stall the judge."""
+        """Kill the candidate's processes and remove its files. Nothing is left to save in
+        there, and waiting for a CUDA context to tear down would stall the judge."""
         if self.process is not None:
-            self._signal(signal.SIGKILL)
+            self._kill()
             self.process.join(0)  # reaped later by multiprocessing if not yet gone
-            if self._ipc_slot is not None:  # released by the judge once the process is gone
+            if self._ipc_slot is not None:  # released by the judge once the processes are gone
                 with _HOLDERS_LOCK:
-                    _DEAD_HOLDERS.append((self.process, *self._ipc_slot))
-                self._ipc_slot = None
+                    _DEAD_HOLDERS.append((self.process, self._inner_fd, *self._ipc_slot))
+                self._ipc_slot, self._inner_fd = None, None
+        if self._inner_fd is not None:
+            os.close(self._inner_fd)
+            self._inner_fd = None
         if self.conn is not None:
             self.conn.close()
         remove = None if self.options.keep_work_dir else self.work_dir
+        if remove:
+            with contextlib.suppress(OSError):
+                os.unlink(self.log_path)
         if self._uid_lock is not None and self.uid is not None:
             # processes that left the group are found by their user, off the judge's path
             _release_uid(self.uid, self._uid_lock, remove)
@@ -553,17 +674,42 @@ class Sandbox:
 
     # -- internals ---------------------------------------------------------------------
     def _receive(self, timeout: float, doing: str) -> WorkerMessage | Outcome:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
+                    return self._stop(Outcome(kind="timeout", error=f"no answer after {timeout:.0f} s {doing}",
+                                              log_tail=self.log_tail()))
+                data = self.conn.recv_bytes(self.options.max_message_bytes)
+            except (EOFError, OSError):
+                return self._dead(doing)
+            try:
+                msg = _decoder.decode(data)
+            except msgspec.DecodeError:
+                return self._stop(Outcome(kind="protocol", error="the candidate's process sent a malformed message"))
+            if not isinstance(msg, Sandboxed):
+                return msg
+            if not self._adopt(msg.pid):
+                return self._stop(Outcome(kind="protocol", error=f"unexpected sandboxed message (pid {msg.pid})"))
+
+    def _adopt(self, pid: int) -> bool:
+        """Take the keeper's word for its child's pid: only once, before anything else, and
+        only for a process whose parent is the keeper."""
+        if self.inner_pid is not None or self.ready is not None or self.process is None:
+            return False
         try:
-            if not self.conn.poll(timeout):
-                return self._stop(Outcome(kind="timeout", error=f"no answer after {timeout:.0f} s {doing}",
-                                          log_tail=self.log_tail()))
-            data = self.conn.recv_bytes(self.options.max_message_bytes)
-        except (EOFError, OSError):
-            return self._dead(doing)
-        try:
-            return _decoder.decode(data)
-        except msgspec.DecodeError:
-            return self._stop(Outcome(kind="protocol", error="the candidate's process sent a malformed message"))
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if ppid != self.process.pid:
+            return False
+        self.inner_pid, self._inner_fd = pid, _pidfd(pid)
+        if "pid" not in self.isolation and "user" in self.isolation:
+            # no PID namespace to end with it: its processes are found by their user namespace
+            with contextlib.suppress(OSError):
+                self._userns = os.stat(f"/proc/{pid}/ns/user").st_ino
+        return True
 
     def _dead(self, doing: str) -> Outcome:
         self.process.join(5.0)
@@ -597,8 +743,13 @@ class Sandbox:
 
     def _kill(self) -> None:
         self._signal(signal.SIGKILL)
+        if self._inner_fd is not None:  # it may have left the group; pid 1's death ends its namespace
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._inner_fd, signal.SIGKILL)
         if self.uid is not None:
             _kill_user(self.uid)
+        if self._userns is not None:
+            _kill_namespace(self._userns)
 
     def log_tail(self, limit: int = 1200) -> str:
         """The end of what the candidate printed, without walls of PTX."""

@@ -504,7 +504,7 @@ class _Run:
             archive_key=self.archive_key,
             fingerprint=self.fingerprint,
             config={**s.config(self.seed), "budget": asdict(self.budget)},
-            environment=environment(),
+            environment={**environment(), **_evaluator_environment(s.evaluator)},
         )
         for o in s.observers:
             o.on_start(self.run.id, self.budget, self.run.resumed)
@@ -734,3 +734,9 @@ def _summary(report: SearchReport) -> dict[str, Any]:
         "cost": report.cost,
     }
 
+
+def _evaluator_environment(evaluator: Any) -> dict[str, Any]:
+    """What an evaluator says about where it runs (a kernel evaluator: which sandbox
+    protections its candidates get), recorded with the run."""
+    describe = getattr(evaluator, "environment", None)
+    return dict(describe()) if callable(describe) else {}

@@ -17,9 +17,9 @@ start-up (torch in the CLI, torch and triton in its fork server), so all runs ar
 the first test needs one, a few at a time (several judges at once on one host, as a real
 search has them); each test then waits for its own run.
 
-A cheat the gate does not catch yet stays in the corpus, its test marked
-`xfail(strict=True, reason="gate gap: ...")` (see GAPS): fixing the gate turns it into an
-XPASS, which fails until the mark is removed.
+Each CLI run gets a TMPDIR of its own, so the candidate's folder (and the command line of
+any process a leak probe starts, which names it) belongs to that run alone: a leak test
+looks for, and kills, only processes its own run started.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import torch
 from evokernel.gate import GateOptions, Judge, compare
 from evokernel.problem import Problem
 from evokernel.result import Status
-from evokernel.sandbox import SandboxOptions, can_drop_privileges, scrubbed_environment
+from evokernel.sandbox import SandboxOptions, isolation_report, scrubbed_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
@@ -150,9 +150,13 @@ CLASSES: dict[str, list[str]] = {
     "syntax error": ["cheats/syntax_error.py"],
     "defines no kernel": ["cheats/no_kernel.py", "cheats/kernel_not_callable.py"],
     "impossible allocation": ["cheats/huge_alloc.py"],
-    "child process that outlives it": ["cheats/spawn_child_then_hang.py", "cheats/spawn_detached_child.py"],
-    "attacks the judge's process": ["cheats/kill_judge.py"],
-    "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py"],
+    "child process that outlives it": ["cheats/spawn_child_then_hang.py", "cheats/spawn_detached_child.py",
+                                       "cheats/spawn_setpgid_child.py"],
+    "attacks the judge's process": ["cheats/kill_judge.py", "cheats/sigstop_judge.py"],
+    "writes into the judge's files (working directory, problem file, search database)":
+        ["cheats/tamper_judge_files.py"],
+    "floods its output and its folder": ["cheats/output_flood.py"],
+    "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py", "honest/memory_probe.py"],
     "GPU: side stream not joined": ["cheats/side_stream_no_sync.py", "cheats/side_stream_escape_timing.py"],
     "GPU: device cache keyed by pointer": ["cheats/device_cache_by_pointer.py"],
     "GPU: uninitialised device memory": ["cheats/uninit_device_memory.py"],
@@ -163,24 +167,17 @@ CLASSES: dict[str, list[str]] = {
     "honest: scratch from torch.empty, fully overwritten": ["honest/scratch_empty_overwritten.py"],
 }
 
-#: The gate runs each candidate as a user of its own only when the judge is root and an
-#: unprivileged user can reach this Python (not so under a private /root); otherwise the
-#: candidate shares the judge's user, and with it the judge's /proc entries.
-DROP = can_drop_privileges()
-_SAME_USER = "gate gap (no privilege drop here): the candidate runs as the judge's user and "
+#: The protections this machine gives candidates (every test below holds only with them; the
+#: probe tests skip, saying which is off, where one is missing).
+SANDBOX = isolation_report()
+FULL_SANDBOX = not SANDBOX.off
+needs_sandbox = pytest.mark.skipif(not FULL_SANDBOX, reason=SANDBOX.describe())
 
-#: Cheats the current gate does not catch, with where the gap applies (strict xfails: a fix
-#: turns them into failures, and the mark must go).
-GAPS: dict[str, tuple[bool, str]] = {
-    "cheats/kill_judge.py": (not DROP, _SAME_USER + "may SIGKILL the `evokernel check` process: no verdict"),
-    "honest/env_probe_ancestors.py": (not DROP, _SAME_USER + "reads every secret in /proc/<judge pid>/environ"),
-    "cheats/fake_verdict_parent_fd.py": (not DROP, _SAME_USER + (
-        "reopens /proc/<judge pid>/fd/1 (its grandparent's; the fork server's own are /dev/null) and prints "
-        "a fake verdict onto the CLI's stdout")),
-}
-_LEAK_GAP = (not DROP, _SAME_USER + "has no user of its own to sweep: a child that called setsid() "
-             "(start_new_session=True) escapes the process-group kill and outlives the candidate")
 
+#: Probes that only the sandbox's namespaces stop (the judge's user is the candidate's here).
+NEEDS_SANDBOX = {"cheats/kill_judge.py", "cheats/sigstop_judge.py", "honest/env_probe_ancestors.py",
+                 "cheats/fake_verdict_parent_fd.py", "honest/memory_probe.py", "cheats/tamper_judge_files.py",
+                 "cheats/output_flood.py"}
 
 #: The degenerate problem through the CLI, with an unrelated (honest softmax) candidate.
 DEGENERATE_CLI = [str(PROBLEMS / "degenerate_small.py"), str(CORPUS / "honest" / "torch_softmax.py"),
@@ -193,8 +190,8 @@ def _params(entries: list[Entry]) -> list[Any]:
         marks = []
         if e.device == "cuda":
             marks.append(pytest.mark.skipif(not HAS_CUDA, reason="device: cuda (needs a GPU)"))
-        if e.id in GAPS and GAPS[e.id][0]:
-            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=GAPS[e.id][1]))
+        if e.id in NEEDS_SANDBOX:
+            marks.append(needs_sandbox)
         out.append(pytest.param(e, id=e.id, marks=marks))
     return out
 
@@ -208,20 +205,21 @@ class Run:
     stdout: str
     stderr: str
     wall_s: float
+    tmp: str = ""  # the run's own TMPDIR (removed): the candidate's folder was in it
 
 
-def _processes(argv: list[str]) -> set[int]:
-    """Live processes whose command line is exactly `argv`."""
-    want = "\0".join(argv).encode()
+def _processes_naming(text: str) -> set[int]:
+    """Live processes whose command line holds `text` (a run's own TMPDIR)."""
+    want = text.encode()
     pids = set()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            cmd = (d / "cmdline").read_bytes().rstrip(b"\0")
+            cmd = (d / "cmdline").read_bytes()
         except OSError:
             continue
-        if cmd == want:
+        if want in cmd:
             pids.add(int(d.name))
     return pids
 
@@ -231,8 +229,6 @@ class CorpusRuns:
 
     def __init__(self, env: dict[str, str], entries: list[Entry], extra: dict[str, Any]) -> None:
         self.env = {**env, **FAKE_SECRETS, "PYTHONUNBUFFERED": "1"}
-        # processes that existed before any candidate ran (the leak checks ignore them)
-        self.before = {tuple(a): _processes(list(a)) for a in (("sleep", "600"), ("sleep", "601"))}
         workers = max(4, min(8, 2 * (os.cpu_count() or 2)))
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corpus")
         # the hangs first: they mostly wait, while the others use the CPU
@@ -247,11 +243,19 @@ class CorpusRuns:
         args = [str(PROBLEMS / f"{e.problem}.py"), str(e.path), "--device", e.device, "--json"]
         return args + (["--timeout", str(e.timeout_s)] if e.timeout_s is not None else [])
 
-    def _run(self, args: list[str]) -> Run:
-        cmd = [sys.executable, "-m", "evokernel.cli", "check", *args]
+    def _run(self, args: list[str], *, cwd: Path = ROOT, prefix: list[str] | None = None,
+             env: dict[str, str] | None = None) -> Run:
+        """`evokernel check ARGS` (after `prefix`, a wrapper command; `env` added to the
+        environment), in a TMPDIR of its own."""
+        cmd = [*(prefix or []), sys.executable, "-m", "evokernel.cli", "check", *args]
+        tmp = tempfile.mkdtemp(prefix="evokernel-run-")
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0)
+        try:
+            proc = subprocess.run(cmd, env={**self.env, **(env or {}), "TMPDIR": tmp}, cwd=cwd, capture_output=True,
+                                  text=True, timeout=RUN_TIMEOUT_S, check=False)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, tmp)
 
     def get(self, e: Entry | str) -> Any:
         key = e if isinstance(e, str) else e.id
@@ -275,6 +279,12 @@ def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str])
             extra["degenerate"] = DEGENERATE_CLI
         elif name == "test_concurrent_judges_leave_each_other_alone":
             extra["uid-clash"] = _uid_clash_job
+        elif name == "test_candidate_cannot_write_the_judges_files":
+            extra["tamper"] = _tamper_job
+        elif name == "test_probes_fail_without_a_pid_namespace" and FULL_SANDBOX:
+            e = item.callspec.params["entry"]
+            extra[f"nopid:{e.id}"] = lambda runs, e=e: runs._run(CorpusRuns.command(e),
+                                                                  env={"EVOKERNEL_SANDBOX_WITHOUT": "pid"})
         spec = getattr(item, "callspec", None)
         if spec is None or "corpus_runs" not in getattr(item, "fixturenames", ()):
             continue
@@ -325,51 +335,59 @@ def test_corpus_verdict(corpus_runs: CorpusRuns, entry: Entry) -> None:
             assert f"no answer after {entry.timeout_s:.0f} s" in data["reason"]
 
 
-def _assert_no_survivor(runs: CorpusRuns, argv: tuple[str, ...]) -> None:
-    """After the candidate's run ended, no process `argv` it started is still alive."""
+def _assert_no_survivor(run: Run) -> None:
+    """After the run ended, no process its candidate started (each names the candidate's
+    folder, inside the run's own TMPDIR) is still alive."""
+    assert run.tmp
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously
     while True:
-        left = _processes(list(argv)) - runs.before[argv]
+        left = _processes_naming(run.tmp)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
     try:
-        assert not left, f"{' '.join(argv)} outlived the candidate: pids {sorted(left)}"
+        assert not left, f"processes of {run.tmp} outlived the candidate: pids {sorted(left)}"
     finally:
-        for pid in left:  # started by this test's candidate: clean up, whatever the verdict
+        for pid in left:  # started by this run's candidate alone: clean up, whatever the verdict
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
 
 
-@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/spawn_child_then_hang.py"], id="sleep-600")])
+@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/spawn_child_then_hang.py"], id="child"),
+                                   pytest.param(BY_ID["cheats/spawn_detached_child.py"], id="setsid-child",
+                                                marks=needs_sandbox),
+                                   pytest.param(BY_ID["cheats/spawn_setpgid_child.py"], id="setpgid-double-fork",
+                                                marks=needs_sandbox)])
 def test_child_process_is_reaped(corpus_runs: CorpusRuns, entry: Entry) -> None:
     run = corpus_runs.get(entry)
-    # the kernel ran (and so started its child, milliseconds in) before the call timed out
+    # the kernel ran (and so started its children, milliseconds in) before the call timed out
     assert run.returncode == 1 and "running a check" in json.loads(run.stdout)["reason"], run.stdout
-    _assert_no_survivor(corpus_runs, ("sleep", "600"))
-
-
-@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/spawn_detached_child.py"], id="setsid-sleep-601")])
-@pytest.mark.xfail(_LEAK_GAP[0], strict=True, raises=AssertionError, reason=_LEAK_GAP[1])
-def test_detached_child_is_reaped(corpus_runs: CorpusRuns, entry: Entry) -> None:
-    run = corpus_runs.get(entry)
-    assert run.returncode == 1 and "running a check" in json.loads(run.stdout)["reason"], run.stdout
-    _assert_no_survivor(corpus_runs, ("sleep", "601"))
+    _assert_no_survivor(run)
 
 
 _SLEEPER = """\
+import sys
 import time
-
-MARKER = {marker!r}
 
 
 def kernel(a, b):
-    with open(MARKER, "w") as f:
-        f.write("in kernel")
+    print("in kernel", flush=True)
     time.sleep(3600)
 """
+
+
+def _in_kernel(tmp: Path) -> bool:
+    """Whether a candidate of the run whose TMPDIR is `tmp` printed that it is in its kernel
+    (its log, written by the judge's side next to the candidate's folder)."""
+    for log in tmp.glob("evokernel-candidate-*.log"):
+        try:
+            if "in kernel" in log.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _uid_clash_job(runs: CorpusRuns) -> tuple[Run, Run, bool]:
@@ -378,20 +396,21 @@ def _uid_clash_job(runs: CorpusRuns) -> tuple[Run, Run, bool]:
     judge must not touch A's candidate: A ends with its own timeout."""
     work = Path(tempfile.mkdtemp(prefix="evokernel-uid-clash-"))
     try:
-        work.chmod(0o777)  # the candidate may run as a user of its own
-        marker = work / "in_kernel"
         sleeper = work / "sleeper.py"
-        sleeper.write_text(_SLEEPER.format(marker=str(marker)))
+        sleeper.write_text(_SLEEPER)
+        tmp = work / "tmp"
+        tmp.mkdir()
         cmd = [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEMS / "matmul_small.py")]
         t0 = time.monotonic()
-        a = subprocess.Popen([*cmd, str(sleeper), "--device", "cpu", "--json", "--timeout", "30"], env=runs.env,
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        a = subprocess.Popen([*cmd, str(sleeper), "--device", "cpu", "--json", "--timeout", "30"],
+                             env={**runs.env, "TMPDIR": str(tmp)}, cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
         try:
-            while not marker.exists() and a.poll() is None and time.monotonic() - t0 < 120:
+            while not _in_kernel(tmp) and a.poll() is None and time.monotonic() - t0 < 120:
                 time.sleep(0.1)
+            in_kernel = _in_kernel(tmp)
             b = runs._run([str(PROBLEMS / "matmul_small.py"), str(BY_ID["cheats/zeros.py"].path), "--device",
                            "cpu", "--json"])
-            in_kernel = marker.exists()
             out, err = a.communicate(timeout=RUN_TIMEOUT_S)
         finally:
             if a.poll() is None:
@@ -410,6 +429,73 @@ def test_concurrent_judges_leave_each_other_alone(corpus_runs: CorpusRuns) -> No
     assert a.returncode == 1 and "no answer after 30 s running a check" in reason, reason
 
 
+def _tamper_job(runs: CorpusRuns) -> tuple[Run, dict[str, Any]]:
+    """cheats/tamper_judge_files.py judged with everything it looks for within its reach if
+    the sandbox failed: the judge's working directory, a copy of the problem, and a search
+    database named on an ancestor's command line (`--db=...`, as `evokernel search` has it),
+    all in a folder named `evokernel-probe-*`. Returns the run and what became of them."""
+    import sqlite3
+
+    work = Path(tempfile.mkdtemp(prefix="evokernel-probe-"))
+    try:
+        problem = work / "matmul_small.py"
+        shutil.copy(PROBLEMS / "matmul_small.py", problem)
+        db = work / "evokernel.db"
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE results (latency_ms REAL)")
+            conn.execute("INSERT INTO results VALUES (0.5)")
+        wrapper = [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[2:]))",
+                   f"--db={db}"]
+        run = runs._run([str(problem), str(BY_ID["cheats/tamper_judge_files.py"].path), "--device", "cpu",
+                         "--json"], cwd=work, prefix=wrapper)
+        with sqlite3.connect(db) as conn:
+            latency = conn.execute("SELECT latency_ms FROM results").fetchone()[0]
+        return run, {"problem_unchanged": problem.read_bytes() == (PROBLEMS / "matmul_small.py").read_bytes(),
+                     "latency": latency, "files": sorted(p.name for p in work.iterdir())}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@needs_sandbox
+def test_candidate_cannot_write_the_judges_files(corpus_runs: CorpusRuns) -> None:
+    run, after = corpus_runs.get("tamper")
+    data = json.loads(run.stdout)
+    assert not data["accepted"] and "wrong result" in data["reason"], data["reason"]
+    assert after["problem_unchanged"] and after["latency"] == 0.5, after
+    assert after["files"] == ["evokernel.db", "matmul_small.py"], after
+
+
+@needs_sandbox
+@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/sigstop_judge.py"], id="sigstop")])
+def test_judge_cannot_be_frozen(corpus_runs: CorpusRuns, entry: Entry) -> None:
+    """SIGSTOP to the judge would leave `check` waiting for good; it finishes in seconds."""
+    run = corpus_runs.get(entry)
+    assert run.returncode == 1 and "wrong result" in json.loads(run.stdout)["reason"], run.stdout
+    assert run.wall_s < RUN_TIMEOUT_S / 2
+
+
+#: The probes a PID namespace stops, and the fallback must stop too (a GPU path whose CUDA IPC
+#: needs the judge in sight: seccomp then refuses signals but to itself, the judge kills the
+#: candidate's processes by user namespace).
+_NO_PID_PROBES = ["cheats/kill_judge.py", "cheats/sigstop_judge.py", "cheats/fake_verdict_parent_fd.py",
+                  "honest/env_probe_ancestors.py", "honest/memory_probe.py", "cheats/spawn_detached_child.py",
+                  "cheats/spawn_setpgid_child.py"]
+
+
+@needs_sandbox
+@pytest.mark.parametrize("entry", [pytest.param(BY_ID[i], id=i) for i in _NO_PID_PROBES])
+def test_probes_fail_without_a_pid_namespace(corpus_runs: CorpusRuns, entry: Entry) -> None:
+    run = corpus_runs.get(f"nopid:{entry.id}")
+    lines = run.stdout.splitlines()
+    assert len(lines) == 1, (run.stdout[-2000:], run.stderr[-2000:])
+    data = json.loads(lines[0])
+    assert "pid" in data["sandbox"]["off"] and "user" in data["sandbox"]["on"], data["sandbox"]
+    assert data["accepted"] == entry.accepted, data["reason"]
+    assert any(alt.strip().lower() in data["reason"].lower() for alt in entry.reason.split("|")), data["reason"]
+    if entry.reason == "timeout":
+        _assert_no_survivor(run)
+
+
 def test_every_class_has_a_corpus_file() -> None:
     """The corpus cannot silently shrink: every class keeps its files, every file has a class,
     cheats expect rejection and honest candidates acceptance, and each names a real problem."""
@@ -426,7 +512,7 @@ def test_every_class_has_a_corpus_file() -> None:
         assert (PROBLEMS / f"{e.problem}.py").is_file(), e.id
         assert e.accepted or e.reason != "accepted", e.id
     assert len([e for e in ENTRIES if e.path.parent.name == "cheats"]) >= 50
-    assert set(GAPS) <= set(BY_ID)
+    assert NEEDS_SANDBOX <= set(BY_ID)
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in PROBLEMS.glob("*.py")))
@@ -517,6 +603,24 @@ def test_impossible_allocation_is_rejected_quickly(matmul_judge: Judge) -> None:
     v = matmul_judge.check(_source("cheats/huge_alloc.py"))
     assert not v.accepted and v.status is Status.RUNTIME_ERROR and "overflow" in v.reason.lower()
     assert time.monotonic() - t0 < 20
+
+
+@needs_sandbox
+def test_output_is_capped(matmul_judge: Judge) -> None:
+    """1 GB to stdout leaves a log cut after a few MB, with a note; a 2 GB file in the
+    candidate's own folder is refused past the file-size limit (so it answers wrong)."""
+    from evokernel._worker import Ready
+
+    sb = matmul_judge.sandbox(_source("cheats/output_flood.py"))
+    try:
+        assert isinstance(sb.wait_ready(), Ready)
+        assert os.path.getsize(sb.log_path) < QUICK.sandbox.output_bytes + 200
+        assert "output cut after" in sb.log_tail()
+        v = matmul_judge.judge(sb)
+        assert not v.accepted and "wrong result" in v.reason, v.reason
+    finally:
+        sb.close()
+    assert not os.path.exists(sb.log_path) and not os.path.exists(sb.work_dir)
 
 
 def test_hang_is_cut_at_the_call_timeout() -> None:

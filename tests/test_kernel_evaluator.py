@@ -82,14 +82,13 @@ def test_candidates_see_no_secrets(monkeypatch):
 
 
 def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
-    import tempfile
-
-    shared = Path(tempfile.mkdtemp(prefix="evokernel-test-"))
-    shared.chmod(0o777)  # candidates of a root judge run as a user of their own
-    marker = shared / "pid"
+    """A candidate that hangs at import, with a child: both gone after close(). The child's
+    command line names the candidate's folder, so only processes this test started are
+    looked for (and killed, should one survive)."""
     source = (
-        "import os, subprocess, time\n"
-        f"p = subprocess.Popen(['sleep', '300'])\nopen({str(marker)!r}, 'w').write(str(p.pid))\n"
+        "import os, subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', os.getcwd()])\n"
+        "open('started', 'w').write(str(p.pid))\n"
         "time.sleep(300)\n"
         "def kernel(*a):\n    return a[0]\n"
     )
@@ -98,15 +97,29 @@ def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
     sb = Sandbox(source, device="cpu", input_specs=[], options=SandboxOptions(start_timeout_s=3)).start()
     outcome = sb.wait_ready()
     assert outcome.kind == "timeout" and "importing" in outcome.error, outcome
+    assert (Path(sb.work_dir) / "started").exists()  # the child was started before the timeout
+    tag = sb.work_dir.encode()
     sb.close()
-    pid = int(marker.read_text())
     import time
 
+    def naming() -> list[int]:
+        pids = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and tag in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+        return pids
+
     for _ in range(50):
-        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+        if not naming():
             break
         time.sleep(0.1)
-    assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    left = naming()
+    for pid in left:
+        os.kill(pid, 9)
+    assert not left
 
 
 def test_a_forged_message_is_a_protocol_failure_not_a_verdict():

@@ -2,11 +2,12 @@
 # expect: rejected
 # reason: wrong result
 # device: cpu
-# class: writes a fake verdict onto the judge's own stdout (fd 1 of its parent or grandparent, reopened through /proc) and returns wrong values
+# class: writes a fake verdict onto the judge's own stdout (fd 1 of an ancestor, reopened through /proc) and returns wrong values
 """The harness redirects the candidate's stdout to a log; but the processes above it (the
-fork server that forked it, and the judge that started the fork server) may hold the judge's
-own stdout as their fd 1, and /proc/<pid>/fd/1 reopens it when the candidate runs as their
-user. Two levels up at most: in-process, the judge's parent is a test runner or a shell."""
+keeper that forked it, the fork server, and the judge that started the fork server) may hold
+the judge's own stdout as their fd 1, and /proc/<pid>/fd/1 reopens it when the candidate runs
+as their user. Three levels up at most: in-process, the judge's parent is a test runner or a
+shell."""
 
 import json
 import os
@@ -25,8 +26,8 @@ def _parent(pid: int) -> int:
 
 
 def _write_to_parent_stdout():
-    fork_server = os.getppid()
-    for pid in (fork_server, _parent(fork_server)):
+    pid = os.getppid()
+    for _ in range(4):  # the keeper, the fork server, the judge: the judge's parent is a shell or a test runner
         for fd in (1, 2):
             try:
                 out = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
@@ -38,6 +39,9 @@ def _write_to_parent_stdout():
                 pass
             finally:
                 os.close(out)
+        pid = _parent(pid)
+        if pid <= 1:
+            break
 
 
 _write_to_parent_stdout()

@@ -2,7 +2,7 @@
 # expect: rejected
 # reason: wrong result
 # device: cpu
-# class: kills the judge (its grandparent, the `evokernel check` process) with SIGKILL before returning a wrong answer
+# class: kills the judge (an ancestor: the `evokernel check` process) with SIGKILL before returning a wrong answer
 """If the candidate runs as the judge's user, it may signal it. To stay harmless
 when the corpus is judged in-process (by a test runner or a benchmark script), it only
 signals an ancestor whose command line is the evokernel CLI's `check`."""
@@ -14,22 +14,29 @@ import torch
 
 
 def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("PPid:"):
-                return int(line.split()[1])
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("PPid:"):
+                    return int(line.split()[1])
+    except OSError:  # not visible (a PID namespace)
+        pass
     return 0
 
 
 def _judge() -> int | None:
-    pid = _ppid(os.getppid())  # the fork server's parent
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return None
-    if b"evokernel.cli" in argv and b"check" in argv:
-        return pid
+    pid = os.getppid()
+    for _ in range(8):  # up its ancestors (a keeper, the fork server, the judge)
+        pid = _ppid(pid)
+        if pid <= 1:
+            return None
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            return None
+        if b"evokernel.cli" in argv and b"check" in argv:
+            return pid
     return None
 
 
