@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
-    "EvokernelError", "SpaceError", "LandscapeError", "StoreError", "ConfigError", "PluginError", "EvaluatorError",
+    "EvokernelError", "SpaceError", "LandscapeError", "StoreError", "RunBusyError", "ConfigError", "PluginError",
+    "EvaluatorError",
 ]
 
 
@@ -21,6 +22,10 @@ class LandscapeError(EvokernelError, ValueError):
 
 class StoreError(EvokernelError):
     """The results database cannot be opened or is not an evokernel store."""
+
+
+class RunBusyError(StoreError):
+    """The same run (same search, same seed, same database) is already going on in another process."""
 
 
 class ConfigError(EvokernelError, ValueError):
