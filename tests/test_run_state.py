@@ -200,18 +200,53 @@ def test_show_reports_best_so_far_of_a_failed_run_killed_runs_and_the_replayed_g
     assert rows[replay["id"]][5] == "H200 (replay)"
 
 
-def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: Path):
-    def search(store: SQLiteStore, budget: int):  # a fresh evaluator: as a fresh process has
-        ev = ReplayEvaluator(builtin(LANDSCAPE), noise=0.05, seed=3)
-        return Search(ev.space, ev, store=store).run(Budget(evaluations=budget), seed=3)
+def test_an_interrupted_run_keeps_its_best_so_far(tmp_path: Path, target: Path, cli_env: dict[str, str],
+                                                  evokernel_cmd: list[str]):
+    db, log = tmp_path / "int.db", tmp_path / "int.log"
+    proc = subprocess.Popen([*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "60", "--json"],
+                            env=_env(cli_env, log, delay="0.05"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while not (log.exists() and len(log.read_text().split()) >= 20) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err
+    [run] = _runs(db)
+    assert run.status == "interrupted" and run.summary["evaluations"] >= 20 and run.summary["best_ms"] > 0
+    shown = subprocess.run([*evokernel_cmd, "show", str(db)], env=cli_env, capture_output=True, text=True, timeout=60)
+    assert f"{run.summary['best_ms']:.6f}" in shown.stdout
 
-    whole = search(SQLiteStore(tmp_path / "whole.db"), 120)
+
+class _Killed(ReplayEvaluator):
+    """Stops the process (as a kill would) at its `at`-th measurement."""
+
+    def __init__(self, *args, at: int, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.at, self.n = at, 0
+
+    def _one(self, genome):
+        self.n += 1
+        if self.n == self.at:
+            raise KeyboardInterrupt
+        return super()._one(genome)
+
+
+def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: Path):
+    def search(store: SQLiteStore, kill_at: int = 0):  # a fresh evaluator: as a fresh process has
+        ev = (_Killed(builtin(LANDSCAPE), noise=0.05, seed=3, at=kill_at) if kill_at
+              else ReplayEvaluator(builtin(LANDSCAPE), noise=0.05, seed=3))
+        return Search(ev.space, ev, store=store).run(Budget(evaluations=120), seed=3)
+
+    whole = search(SQLiteStore(tmp_path / "whole.db"))
     parts = SQLiteStore(tmp_path / "parts.db")
-    search(parts, 40)  # stopped after 40 evaluations ...
-    resumed = search(parts, 120)  # ... and resumed by another process
-    assert resumed.resumed and resumed.resumed_hits == 40
+    with pytest.raises(KeyboardInterrupt):
+        search(parts, kill_at=101)  # killed after 100 evaluations, before re-measuring its elites ...
+    resumed = search(parts)  # ... and resumed by another process
+    assert resumed.resumed and resumed.resumed_hits == 100
     assert resumed.best_ids == whole.best_ids
     assert [(e.genome.id, e.samples) for e in resumed.elites] == [(e.genome.id, e.samples) for e in whole.elites]
+    assert resumed.best.latency_ms == whole.best.latency_ms
 
 
 # -- hangs and faults --------------------------------------------------------------------
