@@ -306,7 +306,7 @@ class _Run:
         todo = [g for g in genomes if hits[g.id] is None]
         self._restored([g for g in genomes if hits[g.id] is not None and hits[g.id].in_run])
         results = _Stream(self, todo)
-        first_seq = len(self.history)
+        measured: list[str] = []
         try:
             for g in genomes:
                 if self._out_of_budget() == "budget: wall time":
@@ -324,16 +324,16 @@ class _Run:
                     self._stopped(g)
                     break
                 store.record(run_id, len(self.history), g, self.fingerprint, result)
+                measured.append(g.id)
                 self.cost += result.cost
                 self._accept(g, result, "measured", out)
             else:
                 results.expect_end()
-        except EvaluatorError as exc:
-            if "more results than" in str(exc):
-                # which stored result belongs to which genome is unknown: none of the batch is kept
-                forget = getattr(store, "forget_measured", None)
-                if forget is not None:
-                    forget(run_id, first_seq)
+        except _TooManyResults:
+            # which result belongs to which genome is unknown: none of the batch's is kept
+            forget = getattr(store, "forget_measured", None)
+            if forget is not None:
+                forget(run_id, measured)
             raise
         finally:
             results.close()
@@ -756,6 +756,10 @@ class _Run:
             failed.add(gid)
 
 
+class _TooManyResults(EvaluatorError):
+    """An evaluator yielded more results than genomes: none of them can be trusted."""
+
+
 class _Stream:
     """The evaluator's results for `genomes`, one at a time, checked: a Result per genome,
     no fewer and no more; an evaluator that raises (even SystemExit) is an EvaluatorError.
@@ -796,9 +800,9 @@ class _Stream:
         except (Exception, SystemExit) as exc:
             raise self._fail(exc) from exc
         if isinstance(got, Sized) and len(got) != len(self.genomes):
-            raise EvaluatorError(f"evaluator {self.name!r} returned {len(got)} results for {len(self.genomes)} "
-                                 f"genomes ({'more' if len(got) > len(self.genomes) else 'fewer'} results than "
-                                 "genomes)")
+            error = _TooManyResults if len(got) > len(self.genomes) else EvaluatorError
+            raise error(f"evaluator {self.name!r} returned {len(got)} results for {len(self.genomes)} genomes "
+                        f"({'more' if len(got) > len(self.genomes) else 'fewer'} results than genomes)")
         try:
             yield from got
         except (Exception, SystemExit) as exc:
@@ -847,7 +851,7 @@ class _Stream:
             return
         item = self._get()
         if item is not None and item is not self._END:
-            raise EvaluatorError(f"evaluator {self.name!r} returned more results than genomes "
+            raise _TooManyResults(f"evaluator {self.name!r} returned more results than genomes "
                                  f"({len(self.genomes)} genomes)")
 
     def close(self) -> None:

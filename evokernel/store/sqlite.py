@@ -342,16 +342,17 @@ class SQLiteStore:
             result_id = reuse if reuse is not None else self._put_result(db, run_id, genome, fingerprint, result)
             self._put_evaluation(db, run_id, "eval", seq, genome, result_id, cached=reuse is not None)
 
-    def forget_measured(self, run_id: str, from_seq: int) -> None:
-        """Drop the run's evaluations from position `from_seq` on, and the results they
-        measured: for a batch whose results cannot be matched to its genomes (an evaluator
-        that returned more results than genomes)."""
+    def forget_measured(self, run_id: str, genome_ids: list[str]) -> None:
+        """Drop the run's evaluations of these genomes and the results measured for them: a
+        batch whose results cannot be matched to its genomes (an evaluator that returned more
+        results than genomes)."""
         with self._tx() as db:
-            ids = [r[0] for r in db.execute(
-                "SELECT result_id FROM evaluations WHERE run_id = ? AND kind = 'eval' AND seq >= ? AND cached = 0",
-                (run_id, from_seq))]
-            db.execute("DELETE FROM evaluations WHERE run_id = ? AND kind = 'eval' AND seq >= ?", (run_id, from_seq))
-            db.executemany("DELETE FROM results WHERE id = ? AND run_id = ?", [(i, run_id) for i in ids])
+            for gid in genome_ids:
+                row = db.execute("SELECT result_id FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'"
+                                 " AND cached = 0", (run_id, gid)).fetchone()
+                db.execute("DELETE FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'", (run_id, gid))
+                if row is not None:
+                    db.execute("DELETE FROM results WHERE id = ? AND run_id = ?", (row[0], run_id))
 
     def remeasurement(self, run_id: str, genome_id: str, rep: int) -> Result | None:
         row = self._db.execute(
