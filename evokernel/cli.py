@@ -2,6 +2,8 @@
 
 User errors (a missing or malformed file, an unknown strategy, a zero budget) print one
 line on stderr and exit 2; an evaluator that breaks exits 1; nothing prints a traceback.
+Output into a pipe whose reader went away (`| head`) stops quietly with exit 141, as a
+command killed by SIGPIPE; a search under way finishes and is stored as if nothing happened.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """SQLite store: one database file in WAL mode, one transaction per write.
 
+Beside it, `<db>-lock` carries one OS lock per run in progress: a second process starting
+the same run is refused (`RunBusyError`) instead of measuring the same genomes again, and a
+run marked running that no process holds was killed.
+
 >>> store = SQLiteStore(":memory:")
 >>> store.count()
 {'genomes': 0, 'results': 0, 'evaluations': 0, 'runs': 0}
