@@ -159,3 +159,12 @@ def test_a_model_answering_the_same_kernel_again_is_not_paid_for_again(server: A
     assert rewrite.stats.proposed == 1
     later = server.requests[-1]["messages"][0]["content"]
     assert "Already submitted" in later and "Submit a substantially different kernel" in later
+
+
+def test_an_openai_compatible_endpoint_that_stalls_is_bounded_by_the_time_left(server: Any):
+    from evokernel.mutators.llm import OpenAICompatibleProvider
+
+    server.mode = "stall"
+    provider = OpenAICompatibleProvider("local", f"http://127.0.0.1:{server.server_address[1]}")  # 300 s, 3 retries
+    reply, took = _bounded(lambda: provider.complete([{"type": "text", "text": "x"}], "rewrite it", time_left=2.0), 20)
+    assert reply.error and took < 4.0
