@@ -71,7 +71,7 @@ def test_same_seed_same_run_different_seed_different_run(small: Landscape):
         r = Search(small.space, ev, store=store).run(Budget(evaluations=25), seed=seed)
         return r, [e.genome.id for e in store.history(r.run_id) if e.kind == "eval"]
 
-    (a, ha), (b, hb), (c, hc) = run(3), run(3), run(4)
+    (a, ha), (b, hb), (_, hc) = run(3), run(3), run(4)
     assert ha == hb and a.trace == b.trace and a.best_ids == b.best_ids and a.elites == b.elites
     assert ha != hc
 
