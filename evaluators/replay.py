@@ -76,6 +76,14 @@ class ReplayEvaluator:
                 time.sleep(self.delay_s)
             yield self._one(genome)
 
+    def restored(self, genomes: Sequence[Genome]) -> None:
+        """The search read these genomes' results back from the store (a resumed run): count
+        their draws as drawn, so the next measurement of each gets the draw it would have had
+        in an uninterrupted run (noise depends on seed, genome and the measurement's number)."""
+        if self.noise:
+            for genome in genomes:
+                self._draws[genome.id] = self._draws.get(genome.id, 0) + 1
+
     def true_latency(self, genome: Genome) -> float:
         """The recorded (noise-free) latency, infinite where the configuration failed."""
         row = self.landscape.lookup(genome.params)

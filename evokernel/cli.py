@@ -2,6 +2,8 @@
 
 User errors (a missing or malformed file, an unknown strategy, a zero budget) print one
 line on stderr and exit 2; an evaluator that breaks exits 1; nothing prints a traceback.
+Output into a pipe whose reader went away (`| head`) stops quietly with exit 141, as a
+command killed by SIGPIPE; a search under way finishes and is stored as if nothing happened.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -20,7 +23,7 @@ from typing import Any
 import msgspec
 
 from .errors import ConfigError, EvaluatorError, EvokernelError
-from .search import Budget, Observer, Search, SearchOptions, SearchReport
+from .search import Budget, Observer, Search, SearchReport
 
 __all__ = ["main"]
 
@@ -204,6 +207,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("evokernel: interrupted; re-run the same command to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop writing, quietly
+        _silence(sys.stdout)
+        _silence(sys.stderr)
+        return 128 + 13  # as a command killed by SIGPIPE, which is what the shell expects
+
+
+def _silence(stream: Any) -> None:
+    """Point a stream's file descriptor at /dev/null (its reader is gone), so neither later
+    writes nor the flush at exit raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _on_broken_pipe(console: Any, *, stop: bool) -> Any:
+    """Rich exits the process (SystemExit 1) when its pipe closes; instead, a display on
+    stderr goes quiet and the search goes on (a closed pipe never changes a run), and the
+    report on stdout stops with a BrokenPipeError that `main` turns into a quiet exit."""
+    def broken() -> None:
+        console.quiet = True
+        _silence(console.file)
+        if stop:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    console.on_broken_pipe = broken
+    return console
 
 
 # -- targets -----------------------------------------------------------------------------
@@ -347,7 +379,7 @@ class _Progress(Observer):
     def __init__(self, total: int | None) -> None:
         from rich.console import Console
 
-        self.console = Console(stderr=True)
+        self.console = _on_broken_pipe(Console(stderr=True), stop=False)
         self.total = total
         self.bar: Any = None
         self.task: Any = None
@@ -468,7 +500,7 @@ def _console() -> Any:
     """stdout console; off a terminal, wide enough that tables do not wrap."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return _on_broken_pipe(Console() if sys.stdout.isatty() else Console(width=200), stop=True)
 
 
 def _print_report(report: SearchReport, db: str | None) -> None:
@@ -503,6 +535,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if not runs:
         raise ConfigError(f"{args.db} holds no runs")
     run = store.run(args.run) if args.run else runs[-1]
+    for r in runs:
+        r.status = _shown_status(store, r)
     elites = store.elites(run_id=run.id)
     history = store.history(run.id)
     gens = [p for kind, p, _ in store.events(run.id) if kind == "generation"]
@@ -521,8 +555,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         t.add_column(col)
     for r in runs:
         best = r.summary.get("best_ms")
+        if best is None:  # a run that did not finish (or an older one): its archive's best
+            best = min((el.latency_ms for el in store.elites(run_id=r.id)), default=None)
         t.add_row(r.id, r.name, r.status, str(store.count(r.id)["evaluations"]),
-                  f"{best:.6f}" if best else "-", str(r.environment.get("gpu") or "cpu"),
+                  f"{best:.6f}" if best else "-", _shown_gpu(r),
                   time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)))
     console.print(t)
     e = Table(title=f"elites of run {run.id}")
@@ -550,6 +586,27 @@ def _cmd_show(args: argparse.Namespace) -> int:
         highlight=False,
     )
     return 0
+
+
+def _shown_status(store: Any, run: Any) -> str:
+    """A run marked running that no process holds was killed (kill -9, a lost machine)."""
+    if run.status == "running" and not store.running_elsewhere(run.id):
+        return "killed"
+    return run.status
+
+
+_GPU_NAME = re.compile(r"(?<![a-z0-9])(gb200|b200|b100|h200|h100|h20|h800|a100|a800|a10g|a10|l40s|l40|l4|"
+                       r"mi355x|mi325x|mi300x|mi300a|mi250x|rtx\d{4}|t4|v100)(?![a-z0-9])", re.IGNORECASE)
+
+
+def _shown_gpu(run: Any) -> str:
+    """The GPU a run's results come from: for a replay, the landscape's (named in the run's
+    name, as the shipped landscapes are), not the machine that replayed it."""
+    evaluator = run.config.get("evaluator")
+    if isinstance(evaluator, dict) and evaluator.get("evaluator") == "replay":
+        m = _GPU_NAME.search(run.name)
+        return f"{m.group(1).upper()} (replay)" if m else "replay"
+    return str(run.environment.get("gpu") or "cpu")
 
 
 def _param_text(items: list[str]) -> dict[str, str]:
@@ -659,7 +716,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True, soft_wrap=True)  # one line per message, however long its path (no wrapping)
-    total = len(space.valid_points())
     count = {"n": 0, "failed": 0}
 
     def on_result(genome: Any, result: Any) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 __all__ = [
-    "EvokernelError", "SpaceError", "LandscapeError", "StoreError", "ConfigError", "PluginError", "EvaluatorError",
+    "EvokernelError", "SpaceError", "LandscapeError", "StoreError", "RunBusyError", "ConfigError", "PluginError",
+    "EvaluatorError",
 ]
 
 
@@ -21,6 +22,16 @@ class LandscapeError(EvokernelError, ValueError):
 
 class StoreError(EvokernelError):
     """The results database cannot be opened or is not an evokernel store."""
+
+
+class RunBusyError(StoreError):
+    """The same run (same search, same seed, same database) is already going on in another process.
+
+    Refused rather than waited for or joined: starting the same command twice is almost
+    always a mistake, waiting would hang a second terminal silently for the whole search,
+    and joining would make the run's choices depend on which process measured what (a run
+    is deterministic for its seed). Once the first finishes, the same command reads its
+    results back in seconds."""
 
 
 class ConfigError(EvokernelError, ValueError):

@@ -15,6 +15,7 @@ True
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -40,6 +41,12 @@ class Context:
     generation: int
     archive: Archive
     charge: Callable[[float, str], None] = field(default=lambda amount, what: None)
+    # when the run's wall-time budget ends (time.monotonic()), or None: a slow operator (an
+    # LLM call) keeps within it
+    deadline: float | None = None
+
+    def seconds_left(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
 
 @runtime_checkable

@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import statistics
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Sized
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import msgspec
@@ -297,11 +298,15 @@ class _Run:
 
         Genomes the store does not know go to the evaluator as one batch; each result is
         stored the moment it arrives. Stops early (returning fewer individuals) when the
-        wall-time budget runs out mid-batch."""
+        wall-time budget runs out mid-batch, abandoning an evaluation still in flight (logged
+        as a `wall_time_stop` event, not stored as a result: a later run with more time
+        measures it)."""
         store, run_id, out = self.s.store, self.run.id, []
         hits = {g.id: store.lookup(run_id, g.id, self.fingerprint) for g in genomes}
         todo = [g for g in genomes if hits[g.id] is None]
-        results = iter(self._call_evaluator(todo)) if todo else iter(())
+        self._restored([g for g in genomes if hits[g.id] is not None and hits[g.id].in_run])
+        results = _Stream(self, todo)
+        measured: list[str] = []
         try:
             for g in genomes:
                 if self._out_of_budget() == "budget: wall time":
@@ -314,33 +319,43 @@ class _Run:
                         store.record(run_id, len(self.history), g, self.fingerprint, hit.result, reuse=hit.result_id)
                     self._accept(g, hit.result, "resumed" if hit.in_run else "reused", out)
                     continue
-                result = self._next_result(results)
+                result = results.next()
+                if result is None:  # the wall time ran out while `g` was being measured
+                    self._stopped(g)
+                    break
                 store.record(run_id, len(self.history), g, self.fingerprint, result)
+                measured.append(g.id)
                 self.cost += result.cost
                 self._accept(g, result, "measured", out)
+            else:
+                results.expect_end()
+        except _TooManyResults:
+            # which result belongs to which genome is unknown: none of the batch's is kept
+            forget = getattr(store, "forget_measured", None)
+            if forget is not None:
+                forget(run_id, measured)
+            raise
         finally:
-            close = getattr(results, "close", None)
-            if close is not None:
-                close()
+            results.close()
         return out
 
-    def _next_result(self, results: Iterator[Result]) -> Result:
-        name = self.s.evaluator.name
-        try:
-            result = next(results)
-        except StopIteration:
-            raise EvaluatorError(f"evaluator {name!r} returned fewer results than genomes") from None
-        except Exception as exc:
-            raise EvaluatorError(f"evaluator {name!r} failed: {type(exc).__name__}: {exc}") from exc
-        if not isinstance(result, Result):
-            raise EvaluatorError(f"evaluator {name!r} returned {type(result).__name__}, not a Result")
-        return result
+    def _stopped(self, genome: Genome) -> None:
+        self._skip("stopped by the wall time")
+        self.s.store.log_event(self.run.id, "wall_time_stop", {
+            "genome": genome.id, "params": genome.params,
+            "reason": f"still being measured when the wall-time budget ({self.budget.wall_s} s) ran out"})
 
-    def _call_evaluator(self, genomes: list[Genome]) -> Iterable[Result]:
-        try:
-            return self.s.evaluator.evaluate(genomes)
-        except Exception as exc:
-            raise EvaluatorError(f"evaluator {self.s.evaluator.name!r} failed: {type(exc).__name__}: {exc}") from exc
+    def _restored(self, genomes: list[Genome]) -> None:
+        """Tell the evaluator which genomes' results this run read back from the store instead
+        of measuring them again (an evaluator whose draws count measurements, such as the
+        replay's noise, advances as if it had measured them, so a resumed run retraces the
+        uninterrupted one)."""
+        hook = getattr(self.s.evaluator, "restored", None)
+        if hook is not None and genomes:
+            hook(genomes)
+
+    def _deadline(self) -> float | None:
+        return None if self.budget.wall_s is None else self.t0 + self.budget.wall_s
 
     def _accept(self, genome: Genome, result: Result, origin: str, out: list[Individual]) -> None:
         ind = Individual(genome, result, len(self.history), origin)
@@ -385,7 +400,7 @@ class _Run:
 
     def propose(self, population: list[Individual], taken: set[str]) -> Genome | None:
         pool = [p for p in population if p.result.is_ok]
-        ctx = Context(self.s.space, self.rng, self.generation, self.archive, self.charge)
+        ctx = Context(self.s.space, self.rng, self.generation, self.archive, self.charge, deadline=self._deadline())
         by_name = {m.name: m for m in self.mutators}
         for _ in range(self.opt.retries):
             allowed = self._allowed(pool)  # a charge may have just hit the cost cap
@@ -504,19 +519,30 @@ class _Run:
             archive_key=self.archive_key,
             fingerprint=self.fingerprint,
             config={**s.config(self.seed), "budget": asdict(self.budget)},
-            environment={**environment(), **_evaluator_environment(s.evaluator)},
+            environment={**environment(), **_evaluator_environment(s.evaluator), "pid": os.getpid()},
         )
-        for o in s.observers:
-            o.on_start(self.run.id, self.budget, self.run.resumed)
         try:
+            for o in s.observers:
+                o.on_start(self.run.id, self.budget, self.run.resumed)
             report = self._loop()
         except BaseException as exc:
-            s.store.finish_run(self.run.id, "interrupted", {"error": f"{type(exc).__name__}: {exc}"})
+            # stopped from outside (Ctrl-C, a signal, sys.exit) is "interrupted"; the evaluator
+            # or the search itself breaking is "failed"; either way with what it had found
+            status = "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "failed"
+            s.store.finish_run(self.run.id, status, {**self._partial(), "error": f"{type(exc).__name__}: {exc}"})
             raise
         s.store.finish_run(self.run.id, "finished", msgspec.to_builtins(_summary(report)))
         for o in s.observers:
             o.on_finish(report)
         return report
+
+    def _partial(self) -> dict[str, Any]:
+        """The summary of a run that did not finish: how far it got and its best so far."""
+        best = self.archive.best()
+        return {"evaluations": len(self.history), "generations": self.generation,
+                "statuses": _statuses(self.history), "best": best.genome.id if best else None,
+                "best_ms": best.latency_ms if best else None, "best_params": best.genome.params if best else None,
+                "wall_s": time.monotonic() - self.t0, "cost": self.cost}
 
     def _loop(self) -> SearchReport:
         s, opt = self.s, self.opt
@@ -644,13 +670,16 @@ class _Run:
         store, run_id = self.s.store, self.run.id
         together = getattr(self.s.evaluator, "remeasure", None)
         noises: dict[str, float] = {}
+        if self._out_of_budget() == "budget: wall time":
+            # the time is spent: report what the search measured, without measuring again
+            return self._reported(top, samples, failed, noises)
         if together is not None and self.opt.remeasure and top:
             # the evaluator measures them side by side: rank by that measurement alone
             got = [store.remeasurement(run_id, e.genome.id, 0) for e in top]
             if any(r is None for r in got):
                 try:
                     got = list(together([e.genome for e in top]))
-                except Exception as exc:
+                except (Exception, SystemExit) as exc:
                     raise EvaluatorError(f"evaluator {self.s.evaluator.name!r} failed re-measuring: "
                                          f"{type(exc).__name__}: {exc}") from exc
                 if len(got) != len(top) or not all(isinstance(r, Result) for r in got):
@@ -658,27 +687,43 @@ class _Run:
                 for e, r in zip(top, got):
                     store.record_remeasurement(run_id, 0, e.genome, self.fingerprint, r)
                     self.cost += r.cost
+            else:
+                self._restored([e.genome for e in top])
             for e, r in zip(top, got):
                 samples[e.genome.id] = [r.fitness] if r.is_ok else samples[e.genome.id]
                 noises[e.genome.id] = r.noise
                 if not r.is_ok:
                     failed.add(e.genome.id)
         for rep in range(self.opt.remeasure if together is None else 0):
-            todo = []
+            todo, restored = [], []
             for e in top:
                 got = store.remeasurement(run_id, e.genome.id, rep)
                 if got is None:
                     todo.append(e.genome)
                 else:
+                    restored.append(e.genome)
                     self._add_sample(e.genome.id, got, samples, failed)
+            self._restored(restored)
             if not todo:
                 continue
-            results = iter(self._call_evaluator(todo))
-            for g in todo:
-                result = self._next_result(results)
-                store.record_remeasurement(run_id, rep, g, self.fingerprint, result)
-                self.cost += result.cost
-                self._add_sample(g.id, result, samples, failed)
+            results = _Stream(self, todo)
+            try:
+                for g in todo:
+                    result = results.next()
+                    if result is None:
+                        break
+                    store.record_remeasurement(run_id, rep, g, self.fingerprint, result)
+                    self.cost += result.cost
+                    self._add_sample(g.id, result, samples, failed)
+                else:
+                    results.expect_end()
+            finally:
+                results.close()
+        return self._reported(top, samples, failed, noises)
+
+    def _reported(self, top: list[Elite], samples: dict[str, list[float]], failed: set[str],
+                  noises: dict[str, float]) -> list[ReportedElite]:
+        store, run_id = self.s.store, self.run.id
         out = []
         for e in top:
             xs = samples[e.genome.id]
@@ -709,6 +754,112 @@ class _Run:
             samples[gid].append(result.fitness)
         else:
             failed.add(gid)
+
+
+class _TooManyResults(EvaluatorError):
+    """An evaluator yielded more results than genomes: none of them can be trusted."""
+
+
+class _Stream:
+    """The evaluator's results for `genomes`, one at a time, checked: a Result per genome,
+    no fewer and no more; an evaluator that raises (even SystemExit) is an EvaluatorError.
+
+    With a wall-time budget the evaluator runs in a daemon thread and `next()` waits at most
+    until the deadline, then returns None: an evaluation that hangs is abandoned there (a
+    Python thread cannot be killed; the run ends and so does the process)."""
+
+    _END = object()
+
+    def __init__(self, run: _Run, genomes: list[Genome]) -> None:
+        self.name = run.s.evaluator.name
+        self.evaluator = run.s.evaluator
+        self.genomes = genomes
+        self.deadline = run._deadline()
+        self.it: Iterator[Result] | None = None
+        self.queue: Any = None
+        self.stop = False
+        if not genomes:
+            self.it = iter(())
+        elif self.deadline is None:
+            self.it = self._checked()
+        else:
+            import queue
+            import threading
+
+            self.queue = queue.Queue()
+            threading.Thread(target=self._pump, name=f"evokernel-evaluator-{self.name}", daemon=True).start()
+
+    def _fail(self, exc: BaseException) -> EvaluatorError:
+        if isinstance(exc, EvaluatorError):
+            return exc
+        return EvaluatorError(f"evaluator {self.name!r} failed: {type(exc).__name__}: {exc}")
+
+    def _checked(self) -> Iterator[Result]:
+        try:
+            got = self.evaluator.evaluate(self.genomes)
+        except (Exception, SystemExit) as exc:
+            raise self._fail(exc) from exc
+        if isinstance(got, Sized) and len(got) != len(self.genomes):
+            error = _TooManyResults if len(got) > len(self.genomes) else EvaluatorError
+            raise error(f"evaluator {self.name!r} returned {len(got)} results for {len(self.genomes)} genomes "
+                        f"({'more' if len(got) > len(self.genomes) else 'fewer'} results than genomes)")
+        try:
+            yield from got
+        except (Exception, SystemExit) as exc:
+            raise self._fail(exc) from exc
+
+    def _pump(self) -> None:
+        it = self._checked()
+        try:
+            for r in it:
+                self.queue.put((True, r))
+                if self.stop:
+                    it.close()
+                    return
+            self.queue.put((True, self._END))
+        except BaseException as exc:  # handed to the search's thread
+            self.queue.put((False, exc))
+
+    def _get(self) -> Any:
+        """The next item, _END, or None at the deadline."""
+        if self.queue is None:
+            assert self.it is not None
+            return next(self.it, self._END)
+        import queue
+
+        try:
+            ok, item = self.queue.get(timeout=max(0.0, self.deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        if not ok:
+            raise item if isinstance(item, EvaluatorError) else self._fail(item)
+        return item
+
+    def next(self) -> Result | None:
+        """The next result, or None when the wall-time budget ran out first."""
+        item = self._get()
+        if item is self._END:
+            raise EvaluatorError(f"evaluator {self.name!r} returned fewer results than genomes")
+        if item is not None and not isinstance(item, Result):
+            raise EvaluatorError(f"evaluator {self.name!r} returned {type(item).__name__}, not a Result")
+        return item
+
+    def expect_end(self) -> None:
+        """After the last genome's result: one more is a broken evaluator (whose results
+        cannot be matched to genomes)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return
+        item = self._get()
+        if item is not None and item is not self._END:
+            raise _TooManyResults(f"evaluator {self.name!r} returned more results than genomes "
+                                 f"({len(self.genomes)} genomes)")
+
+    def close(self) -> None:
+        self.stop = True
+        if self.queue is None and self.it is not None:
+            close = getattr(self.it, "close", None)
+            if close is not None:
+                close()
 
 
 def _statuses(history: list[Individual]) -> dict[str, int]:

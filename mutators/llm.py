@@ -143,12 +143,37 @@ class AnthropicProvider:
                                                timeout=self.timeout_s)
         return self._client
 
-    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None) -> LLMReply:
+    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None,
+                 time_left: float | None = None) -> LLMReply:
         """One answer through `tool` (default: submit_kernel; another tool's arguments come
-        back in `fields`)."""
+        back in `fields`), or a reply whose `error` says why not: never an exception.
+
+        Each attempt waits at most `timeout_s` (the SDK's timeout, on connecting and on each
+        read); with `time_left` (seconds of the run's wall time) attempts and retries are cut
+        so that all of them end within it."""
+        try:
+            return self._complete(system, prompt, tool or _TOOL, time_left)
+        except Exception as exc:  # a response the SDK could not parse (truncated JSON), ...
+            return LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _client_within(self, time_left: float | None) -> Any:
+        """The client, with a per-call timeout and retries that fit in `time_left`."""
+        client = self.client
+        if time_left is None:
+            return client.with_options(timeout=self.timeout_s)
+        per_call = min(self.timeout_s, time_left)
+        retries = getattr(client, "max_retries", self.max_retries)
+        # (retries + 1) attempts of at most per_call seconds each, within time_left
+        retries = max(0, min(retries, int(time_left // per_call) - 1))
+        return client.with_options(timeout=per_call, max_retries=retries)
+
+    def _complete(self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any],
+                  time_left: float | None) -> LLMReply:
         import anthropic
 
-        tool = tool or _TOOL
+        if time_left is not None and time_left < 1.0:
+            return LLMReply(error="no time left in the run's wall-time budget")
+        client = self._client_within(time_left)
 
         kwargs: dict[str, Any] = {}
         accepted = _create_params(self.client)
@@ -161,7 +186,7 @@ class AnthropicProvider:
             else:  # an SDK that no longer names it: sent as it is, the API decides
                 kwargs.setdefault("extra_body", {})[key] = value
         try:
-            msg = self.client.messages.create(
+            msg = client.messages.create(
                 model=self.model, max_tokens=self.max_tokens, system=system,
                 messages=[{"role": "user", "content": prompt}], tools=[tool],
                 tool_choice={"type": "tool", "name": tool["name"]}, **kwargs,
@@ -172,6 +197,8 @@ class AnthropicProvider:
             return LLMReply(error=f"connection failed after retries: {type(exc).__name__}: {str(exc)[:200]}")
         except anthropic.APIResponseValidationError as exc:
             return LLMReply(error=f"malformed API response: {str(exc)[:200]}")
+        except anthropic.APIError as exc:
+            return LLMReply(error=f"API error: {type(exc).__name__}: {str(exc)[:200]}")
         usage = msg.usage
         reply = LLMReply(
             stop_reason=str(msg.stop_reason or ""),
@@ -216,11 +243,13 @@ class OpenAICompatibleProvider:
     def available(self) -> str | None:
         return None if self.base_url else "no endpoint URL"
 
-    def _post(self, body: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    def _post(self, body: dict[str, Any], time_left: float | None = None) -> tuple[dict[str, Any] | None, str]:
         import json
         import time
         import urllib.error
         import urllib.request
+
+        deadline = None if time_left is None else time.monotonic() + time_left
 
         headers = {"content-type": "application/json"}
         if self.api_key:
@@ -229,9 +258,13 @@ class OpenAICompatibleProvider:
         error = ""
         for attempt in range(self.max_retries + 1):
             wait = self.backoff_s * 2**attempt
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left < 1.0:
+                error = error or "no time left in the run's wall-time budget"
+                break
             try:
                 req = urllib.request.Request(f"{self.base_url}/chat/completions", data=data, headers=headers)
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                with urllib.request.urlopen(req, timeout=min(self.timeout_s, left or self.timeout_s)) as resp:
                     return json.loads(resp.read()), ""
             except urllib.error.HTTPError as exc:
                 error = f"HTTP {exc.code}: {exc.read()[:200].decode('utf-8', 'replace')}"
@@ -248,10 +281,22 @@ class OpenAICompatibleProvider:
             except ValueError as exc:
                 return None, f"malformed response: {exc}"
             if attempt < self.max_retries:
+                if deadline is not None:
+                    wait = min(wait, max(0.0, deadline - time.monotonic()))
                 time.sleep(wait)
         return None, f"{error} (after {self.max_retries} retries)"
 
-    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None) -> LLMReply:
+    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None,
+                 time_left: float | None = None) -> LLMReply:
+        """One answer, or a reply whose `error` says why not (never an exception); every
+        attempt and wait ends within `time_left` seconds when given."""
+        try:
+            return self._complete(system, prompt, tool, time_left)
+        except Exception as exc:
+            return LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _complete(self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any] | None,
+                  time_left: float | None) -> LLMReply:
         import json
 
         spec = tool or _TOOL
@@ -265,7 +310,7 @@ class OpenAICompatibleProvider:
         }
         if self.temperature is not None:
             body["temperature"] = self.temperature
-        data, error = self._post(body)
+        data, error = self._post(body, time_left)
         if data is None:
             return LLMReply(error=f"API error: {error}")
         try:
@@ -391,6 +436,12 @@ def validate_source(source: str, *, arity: int | None = None, config_keys: Seque
     return None
 
 
+def _normal(source: str) -> str:
+    """A source without trailing spaces and blank-line differences: two answers equal here
+    are the same kernel."""
+    return "\n".join(line.rstrip() for line in source.strip().splitlines() if line.strip())
+
+
 def _config_keys(source: str) -> list[str] | None:
     try:
         tree = ast.parse(source)
@@ -455,8 +506,18 @@ class LLMRewrite:
         self.tune = tune
         self._structures: dict[str, dict[str, list[Any]]] = {}  # child id -> its own SPACE
         self._to_tune: list[Genome] = []
+        # a model that answers with a kernel it already gave (or the parent unchanged) is not
+        # asked again at once: the next prompts name those answers and ask for something
+        # different, and after n repeats in a row the next 2**n - 1 proposals make no call
+        self._answers: dict[str, str] = {}  # genomes the model's answers became
+        self._repeats: list[str] = []  # genomes the model answered with again (named in prompts)
+        self._in_a_row = 0
+        self._pause = 0
 
     def reset(self) -> None:
+        self._answers.clear()
+        self._repeats.clear()
+        self._in_a_row = self._pause = 0
         self._structures.clear()
         self._to_tune.clear()
         self._child_of.clear()
@@ -566,6 +627,10 @@ class LLMRewrite:
             lines = [ln for ln in self.lessons(self.problem, parent) if ln]
             if lines:
                 parts.append("## Lessons from earlier attempts\n" + "\n".join(f"- {ln}" for ln in lines))
+        if self._repeats:
+            parts.append("## Already submitted\nYour last answers repeated kernels already tried (genomes "
+                         + ", ".join(dict.fromkeys(self._repeats[-4:])) + "). Submit a substantially different "
+                         "kernel, not one of those again.")
         parts.append("Write a faster candidate and submit it with submit_kernel.")
         return "\n\n".join(parts)
 
@@ -585,6 +650,9 @@ class LLMRewrite:
         if self._to_tune:  # a variant of a new structure's own tunables: no call
             self.stats.tuned += 1
             return self._to_tune.pop(0)
+        if self._pause > 0:  # backing off a model that keeps repeating itself: no call
+            self._pause -= 1
+            return None
         repair = self._to_repair.pop(0) if self._to_repair else None
         parent = repair[0] if repair else parents[0]
         try:
@@ -595,7 +663,7 @@ class LLMRewrite:
         self.last_prompt = self.repair_prompt(parent, repair[1]) if repair else self.prompt(parent, ctx)
         which = self._choose(ctx.rng)
         self.provider = self.providers[which]
-        reply = self.provider.complete(self.system(), self.last_prompt)
+        reply = self._call(self.provider, ctx)
         self._model_stats[which]["calls"] += 1
         self._model_stats[which]["cost"] += reply.cost_usd
         st = self.stats
@@ -636,6 +704,9 @@ class LLMRewrite:
             if moved != params and ctx.space.why_invalid(moved) is None:
                 params = moved
         child = Genome.of(params, source=source)
+        if self._repeated(child, parent_source):
+            st.proposed -= 1
+            return None
         own = {k: v for k, v in (space_of(source) or {}).items() if k not in params}
         if own and self.tune > 0:
             self._structures[child.id] = own
@@ -650,6 +721,46 @@ class LLMRewrite:
         if repair:
             st.repairs += 1
         return child
+
+    def _call(self, provider: Any, ctx: Context) -> LLMReply:
+        """One call, within the run's remaining wall time; whatever goes wrong is a reply
+        with an error."""
+        import inspect
+
+        kwargs: dict[str, Any] = {}
+        left = ctx.seconds_left() if hasattr(ctx, "seconds_left") else None
+        if left is not None:
+            try:
+                takes = "time_left" in inspect.signature(provider.complete).parameters
+            except (TypeError, ValueError):
+                takes = False
+            if takes:
+                kwargs["time_left"] = left
+            elif left < 1.0:
+                return LLMReply(error="no time left in the run's wall-time budget")
+        try:
+            return provider.complete(self.system(), self.last_prompt, **kwargs)
+        except Exception as exc:  # a provider of the user's that raised
+            return LLMReply(error=f"provider failed: {type(exc).__name__}: {str(exc)[:200]}")
+
+    def _repeated(self, child: Genome, parent_source: str) -> bool:
+        """Whether the answer is a kernel the run already has (an earlier answer, any genome
+        measured, or the parent itself, unchanged): dropped, named in the next prompts, and
+        the next calls held back (1, 3, 7, ... proposals after 1, 2, 3, ... repeats in a row)."""
+        if _normal(self._source(child)) == _normal(parent_source):
+            what = "the candidate to improve, unchanged"
+        elif child.id in self._answers or child.id in self._seen:
+            what = child.id
+        else:
+            self._answers[child.id] = child.id
+            self._in_a_row = 0
+            return False
+        self._in_a_row += 1
+        self._pause = 2 ** self._in_a_row - 1
+        self._repeats.append(what)
+        self._drop(f"repeated answer: {what} again ({self._in_a_row} in a row; the next {self._pause} "
+                   "proposals make no call)")
+        return True
 
     def _check_arity(self, source: str) -> str | None:
         if self.inputs is None:

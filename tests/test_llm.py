@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -34,18 +35,27 @@ PROBLEM = ROOT / "tests" / "corpus" / "problems" / "matmul_small.py"
 STATUS = {"rate_limit_429.json": 429, "overloaded_529.json": 529, "server_500.json": 500}
 
 
+_ANSWERS = itertools.count()
+
+
 class Recorded:
     """Serves recorded responses in order to the SDK's HTTP client; keeps the requests."""
 
-    def __init__(self, *names: str) -> None:
+    def __init__(self, *names: str, vary: bool = False) -> None:
         self.queue = list(names)
         self.requests: list[dict[str, Any]] = []
+        self.vary = vary  # each answer's source a different module (a comment numbers it)
 
     def __call__(self, request: Any) -> Any:
         self.requests.append(json.loads(request.content))
         name = self.queue.pop(0)
         headers = {"retry-after-ms": "1"} if name in STATUS else {"request-id": "req_test"}
-        return httpx.Response(STATUS.get(name, 200), json=json.loads((RECORDED / name).read_text()), headers=headers)
+        body = json.loads((RECORDED / name).read_text())
+        if self.vary:
+            for block in body.get("content", []):
+                if block.get("type") == "tool_use" and "source" in block["input"]:
+                    block["input"]["source"] += f"\n# answer {next(_ANSWERS)}\n"
+        return httpx.Response(STATUS.get(name, 200), json=body, headers=headers)
 
 
 def provider(recorded: Recorded, **kw: Any) -> AnthropicProvider:
@@ -272,7 +282,8 @@ def test_an_openai_compatible_endpoint_plugs_in_the_same_way(names: list[str], o
 def test_several_models_are_mixed_by_gains_per_dollar():
     """Two models answer the same rewrites; the one charging a tenth as much per call gets
     most of the later calls once both have been tried."""
-    dear, cheap = Recorded(*["success_tool_use.json"] * 40), Recorded(*["success_tool_use.json"] * 40)
+    dear = Recorded(*["success_tool_use.json"] * 40, vary=True)
+    cheap = Recorded(*["success_tool_use.json"] * 40, vary=True)
     providers = [provider(dear, prices=(30.0, 150.0, 37.5, 3.0)), provider(cheap, prices=(3.0, 15.0, 3.75, 0.3))]
     rewrite = LLMRewrite(PROBLEM, provider=providers, render=lambda g: candidate_source(g.params))
     from evokernel.result import Result

@@ -71,7 +71,7 @@ def test_same_seed_same_run_different_seed_different_run(small: Landscape):
         r = Search(small.space, ev, store=store).run(Budget(evaluations=25), seed=seed)
         return r, [e.genome.id for e in store.history(r.run_id) if e.kind == "eval"]
 
-    (a, ha), (b, hb), (c, hc) = run(3), run(3), run(4)
+    (a, ha), (b, hb), (_, hc) = run(3), run(3), run(4)
     assert ha == hb and a.trace == b.trace and a.best_ids == b.best_ids and a.elites == b.elites
     assert ha != hc
 
@@ -134,7 +134,10 @@ def test_a_failing_evaluator_stops_the_run_and_loses_nothing(tmp_path: Path, sma
     with pytest.raises(EvaluatorError, match="GPU fell off the bus"):
         Search(small.space, bad, store=store).run(Budget(evaluations=30), seed=5)
     [run] = store.runs()
-    assert run.status == "interrupted" and store.count(run.id)["evaluations"] == 13
+    # the evaluator broke: "failed" (not "interrupted"), with how far it got and its best so far
+    assert run.status == "failed" and store.count(run.id)["evaluations"] == 13
+    assert run.summary["evaluations"] == 13 and run.summary["best_ms"] > 0
+    assert "GPU fell off the bus" in run.summary["error"]
     good = Counting(ReplayEvaluator(small))
     report = Search(small.space, good, store=store).run(Budget(evaluations=30), seed=5)
     assert report.resumed and report.resumed_hits == 13 and report.measured == 17

@@ -1,5 +1,9 @@
 """SQLite store: one database file in WAL mode, one transaction per write.
 
+Beside it, `<db>-lock` carries one OS lock per run in progress: a second process starting
+the same run is refused (`RunBusyError`) instead of measuring the same genomes again, and a
+run marked running that no process holds was killed.
+
 >>> store = SQLiteStore(":memory:")
 >>> store.count()
 {'genomes': 0, 'results': 0, 'evaluations': 0, 'runs': 0}
@@ -7,9 +11,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
+import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +24,7 @@ from typing import Any
 import msgspec
 
 from ..archive import Elite
-from ..errors import StoreError
+from ..errors import RunBusyError, StoreError
 from ..genome import Genome
 from ..result import Result
 from ._base import Evaluation, Hit, RunInfo
@@ -144,6 +150,8 @@ class SQLiteStore:
 
     def __init__(self, path: str | os.PathLike[str] = "evokernel.db", *, create: bool = True) -> None:
         self.path = str(path)
+        self._lock_file: Any = None  # "<db>-lock": one byte-range lock per running run (see _hold)
+        self._held: set[str] = set()
         if self.path != ":memory:":
             if os.path.isdir(self.path):
                 raise StoreError(f"{self.path} is a directory, not a database file")
@@ -189,6 +197,47 @@ class SQLiteStore:
 
     def close(self) -> None:
         self._db.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the runs this store held
+            self._lock_file = None
+            self._held.clear()
+
+    # -- which runs are going on: an OS lock per run, dropped by the OS when its process dies ----
+    def _lock(self, run_id: str, op: int) -> bool:
+        """Take (op F_WRLCK) or drop (F_UNLCK) the lock of `run_id` without waiting; False if
+        another process holds it. An open-file-description lock on one byte of `<db>-lock`
+        (Linux; POSIX record locks elsewhere): the kernel drops it when the process dies, even
+        by SIGKILL, so a killed run never looks alive. :memory: stores lock nothing."""
+        import fcntl
+
+        if self.path == ":memory:":
+            return True
+        if self._lock_file is None:
+            try:
+                self._lock_file = open(self.path + "-lock", "a+b")  # noqa: SIM115 - held while the store is open
+            except OSError:
+                return True  # a read-only folder: no lock (and no run can be written there anyway)
+        offset = int(hashlib.sha256(run_id.encode()).hexdigest()[:15], 16)
+        cmd = getattr(fcntl, "F_OFD_SETLK", fcntl.F_SETLK)
+        # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padded
+        arg = struct.pack("hhqqi4x", op, os.SEEK_SET, offset, 1, 0)
+        try:
+            fcntl.fcntl(self._lock_file.fileno(), cmd, arg)
+        except OSError:
+            return False
+        return True
+
+    def running_elsewhere(self, run_id: str) -> bool:
+        """Whether another process is running `run_id` now (a run marked running that no
+        process holds was killed)."""
+        import fcntl
+
+        if run_id in self._held:
+            return False
+        if not self._lock(run_id, fcntl.F_WRLCK):
+            return True
+        self._lock(run_id, fcntl.F_UNLCK)
+        return False
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -207,6 +256,17 @@ class SQLiteStore:
         config: dict[str, Any],
         environment: dict[str, Any],
     ) -> RunInfo:
+        import fcntl
+
+        if run_id not in self._held:
+            if not self._lock(run_id, fcntl.F_WRLCK):
+                row = self._db.execute("SELECT environment, updated FROM runs WHERE id = ?", (run_id,)).fetchone()
+                pid = json.loads(row[0]).get("pid") if row else None
+                raise RunBusyError(
+                    f"run {run_id} is already running in another process{f' (pid {pid})' if pid else ''} on "
+                    f"{self.path}; wait for it to finish (re-running then reads its results back), or change "
+                    "--seed or --db")
+            self._held.add(run_id)
         now = time.time()
         with self._tx() as db:
             row = db.execute("SELECT seq FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -227,11 +287,16 @@ class SQLiteStore:
         return info
 
     def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        import fcntl
+
         with self._tx() as db:
             db.execute(
                 "UPDATE runs SET status=?, summary=?, updated=? WHERE id=?",
                 (status, _json(summary), time.time(), run_id),
             )
+        if run_id in self._held:
+            self._held.discard(run_id)
+            self._lock(run_id, fcntl.F_UNLCK)
 
     def _run(self, run_id: str) -> RunInfo:
         row = self._db.execute(_RUN_COLUMNS + " WHERE id = ?", (run_id,)).fetchone()
@@ -280,6 +345,18 @@ class SQLiteStore:
             self._put_genome(db, genome)
             result_id = reuse if reuse is not None else self._put_result(db, run_id, genome, fingerprint, result)
             self._put_evaluation(db, run_id, "eval", seq, genome, result_id, cached=reuse is not None)
+
+    def forget_measured(self, run_id: str, genome_ids: list[str]) -> None:
+        """Drop the run's evaluations of these genomes and the results measured for them: a
+        batch whose results cannot be matched to its genomes (an evaluator that returned more
+        results than genomes)."""
+        with self._tx() as db:
+            for gid in genome_ids:
+                row = db.execute("SELECT result_id FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'"
+                                 " AND cached = 0", (run_id, gid)).fetchone()
+                db.execute("DELETE FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'", (run_id, gid))
+                if row is not None:
+                    db.execute("DELETE FROM results WHERE id = ? AND run_id = ?", (row[0], run_id))
 
     def remeasurement(self, run_id: str, genome_id: str, rep: int) -> Result | None:
         row = self._db.execute(
