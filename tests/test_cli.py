@@ -203,3 +203,84 @@ def test_check_takes_the_problems_parameters(tmp_path, evokernel_cmd, cli_env):
                           "--param m='eight': expected tuple[int, ...] (comma-separated)")
     assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m"),
                           "--param 'm': expected NAME=VALUE")
+
+
+# -- a database that cannot be created or written ----------------------------------------
+# root ignores permission bits, so these use what stops root too: a path under a file, the
+# immutable attribute (chattr +i) and a read-only bind mount (in a mount namespace of its own)
+def _chattr(flag: str, *paths: Path) -> None:
+    import shutil
+
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr here")
+    done = subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr {flag} is not available here: {done.stderr.strip()}")
+
+
+def _seed_db(evokernel_cmd, cli_env, db: Path) -> None:
+    out = run(evokernel_cmd, cli_env, "search", "matmul_bf16_h200_M16_N4096_K4096", "--budget", "5", "--db", str(db),
+              "--quiet")
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("case, message", [
+    ("under_a_file", "cannot create database {db}: {dir} is not a directory"),
+    ("no_such_folder", "cannot create database {db}: no such directory {dir}"),
+    ("immutable_file", "cannot write database {db}: Operation not permitted, e.g. immutable"),
+    ("immutable_folder_new_db", "cannot create database {db}: cannot write in {dir} (Operation not permitted"),
+    ("immutable_folder_old_db", "cannot write database {db}: its journal files (-wal, -shm) cannot be created in {dir}"),
+])
+def test_search_says_why_a_database_cannot_be_written_and_exits_2(tmp_path, evokernel_cmd, cli_env, case, message):
+    folder = tmp_path / "runs"
+    db = folder / "e.db"
+    frozen: list[Path] = []
+    if case == "under_a_file":
+        folder.write_text("a file, not a folder\n")
+    elif case == "immutable_file":
+        folder.mkdir()
+        _seed_db(evokernel_cmd, cli_env, db)
+        frozen = [db]
+    elif case.startswith("immutable_folder"):
+        folder.mkdir()
+        if case.endswith("old_db"):
+            _seed_db(evokernel_cmd, cli_env, db)
+        frozen = [folder]
+    before = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
+    if frozen:
+        _chattr("+i", *frozen)
+    try:
+        out = run(evokernel_cmd, cli_env, "search", "matmul_bf16_h200_M16_N4096_K4096", "--budget", "5",
+                  "--db", str(db), "--quiet")
+    finally:
+        if frozen:
+            _chattr("-i", *frozen)
+    assert_one_line_error(out, message.format(db=db, dir=folder))
+    assert (sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None) == before  # nothing written
+
+
+def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path, evokernel_cmd, cli_env):
+    import shlex
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    _seed_db(evokernel_cmd, cli_env, folder / "e.db")
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount --bind {folder} {folder} && "
+                            f"mount -o remount,bind,ro {folder}"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a read-only mount here: {probe.stderr.strip()}")
+    cmd = " ".join(map(shlex.quote, evokernel_cmd))
+    search = f"{cmd} search matmul_bf16_h200_M16_N4096_K4096 --budget 5 --quiet --db"
+    script = (f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && "
+              f"{search} {folder}/e.db; echo rc=$? >&2; {search} {folder}/new.db; echo rc=$? >&2; "
+              f"{cmd} show {folder}/e.db --json")
+    out = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=cli_env, capture_output=True, text=True,
+                         timeout=120)
+    lines = out.stderr.strip().splitlines()
+    assert lines == [f"evokernel: error: cannot write database {folder}/e.db: Read-only file system", "rc=2",
+                     f"evokernel: error: cannot create database {folder}/new.db: cannot write in {folder} "
+                     "(Read-only file system)", "rc=2"], out.stderr
+    assert json.loads(out.stdout)["counts"]["evaluations"] == 5  # a reader reads it where it lies
