@@ -91,6 +91,8 @@ def test_landscapes_lists_the_shipped_sweeps(evokernel_cmd, cli_env):
         (["replay", "{small}", "--strategy", "annealing"], "unknown strategy 'annealing'"),
         (["replay", "{small}", "--noise", "-1"], "--noise: must be a finite number >= 0"),
         (["replay", "{bad}"], "missing column 'latency_ms'"),
+        (["replay", "{typo}"], "typo.csv:3: column 'b': '2O' is not a number, the column's other cells are"),
+        (["search", "{both}", "--db", "{db}"], "both.csv:2: both latency_ms (0.5) and error ('boom') are set"),
         (["search", "{empty_py}", "--db", "{db}"], "defines no `space`"),
         (["search", "{broken_py}", "--db", "{db}"], "ZeroDivisionError: division by zero"),
         (["search", "nope.py"], "no such search file: nope.py"),
@@ -103,6 +105,8 @@ def test_landscapes_lists_the_shipped_sweeps(evokernel_cmd, cli_env):
 )
 def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd, cli_env, args, message):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "typo.csv").write_text("a,b,latency_ms,error\n1,10,0.5,\n1,2O,0.6,\n2,30,0.7,\n")
+    (tmp_path / "both.csv").write_text("a,latency_ms,error\n1,0.5,boom\n2,0.6,\n")
     (tmp_path / "empty.py").write_text("x = 1\n")
     (tmp_path / "broken.py").write_text("space = 1 / 0\n")
     (tmp_path / "notdb.db").write_text("this is not a database " * 100)
@@ -110,6 +114,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd,
         "small": str(small_csv), "bad": str(tmp_path / "bad.csv"), "empty_py": str(tmp_path / "empty.py"),
         "broken_py": str(tmp_path / "broken.py"), "db": str(tmp_path / "e.db"),
         "notdb": str(tmp_path / "notdb.db"), "missing_db": str(tmp_path / "missing.db"),
+        "typo": str(tmp_path / "typo.csv"), "both": str(tmp_path / "both.csv"),
     }
     out = run(evokernel_cmd, cli_env, *[a.format(**paths) for a in args], cwd=tmp_path)
     assert_one_line_error(out, message)

@@ -115,6 +115,15 @@ def test_noise_is_multiplicative_seeded_and_fresh_per_draw(small: Landscape):
         ("a,latency_ms,error\n1,0.5,\n1,0.6,\n", "recorded twice (a=1)"),
         ("a,latency_ms,error\n1,,boom\n", "every configuration failed"),
         ("a,a,latency_ms,error\n1,1,0.5,\n", "duplicate column"),
+        # one typo in a numeric column is named, not a column silently turned into text
+        ("a,b,latency_ms,error\n1,x,0.5,\n2,4,0.6,\n4,8,0.7,\n", "bad.csv:2: column 'b': 'x' is not a number, "
+         "the column's other cells are (e.g. 4)"),
+        ("a,b,latency_ms,error\n1,2,0.5,\n2,,0.6,\n4,8,0.7,\n", "bad.csv:3: column 'b': empty is not a number"),
+        ("a,latency_ms,error\nrow,0.5,\ncol,0.6,\n7,0.7,\n", "bad.csv:4: column 'a': '7' is a number, the "
+         "column's other cells are not (e.g. 'row')"),
+        # a row is a measurement or a failure, not both
+        ("a,latency_ms,error\n1,0.5,\n2,0.4,OutOfResources: shared memory\n",
+         "bad.csv:3: both latency_ms (0.4) and error ('OutOfResources: shared memory') are set"),
     ],
 )
 def test_malformed_landscapes_raise_one_clear_error(tmp_path: Path, text: str, message: str):
