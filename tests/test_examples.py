@@ -39,3 +39,18 @@ def test_attention_search_files_run_through_the_gate_in_the_interpreter(script: 
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["evaluations"] == 2 and report["statuses"].get("ok", 0) >= 1, report["statuses"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these search files run")
+@pytest.mark.parametrize("script", ["matmul_h200.py", "moe_h200.py", "moe_landscape_h200.py"])
+@pytest.mark.parametrize("command", ["search", "sweep"])
+def test_gpu_only_search_files_say_so_in_one_line_and_write_nothing(script: str, command: str, tmp_path: Path):
+    where = ["--db", str(tmp_path / "e.db")] if command == "search" else ["--out", str(tmp_path / "s.csv")]
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", command, str(ROOT / "examples" / script),
+                           "--budget" if command == "search" else "--limit", "3", *where],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.splitlines() == [
+        f"evokernel: error: {ROOT / 'examples' / script}: needs a CUDA GPU (KernelEvaluator(device='cuda')) and "
+        "torch sees none here"]
+    assert "re-run" not in proc.stderr and list(tmp_path.iterdir()) == []  # no interrupted run, no file
