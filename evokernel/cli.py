@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from .errors import ConfigError, EvaluatorError, EvokernelError
-from .search import Budget, Observer, Search, SearchOptions, SearchReport
+from .search import Budget, Observer, Search, SearchReport
 
 __all__ = ["main"]
 
@@ -550,6 +550,32 @@ def _param_text(items: list[str]) -> dict[str, str]:
     return out
 
 
+_CPU_TIMINGS = "timed on the CPU (wall clock, Triton through its interpreter): these figures say nothing about GPU speed"
+
+
+def _check_plan(problem: Any, device: str, *, cpu_sized: bool, timed: bool) -> str:
+    """One line on what `check` is about to do, and on the CPU how long it may take."""
+    def shapes(items: list[dict[str, Any]]) -> str:
+        text = "; ".join(",".join(f"{k}={v}" for k, v in s.items()) for s in items[:3])
+        return text + ("; ..." if len(items) > 3 else "")
+
+    what = "correctness, then timing" if timed else "correctness only (--no-time)"
+    held = f" and {len(problem.heldout)} held-out" if problem.heldout else ""
+    n = len(problem.shapes)
+    line = (f"check: {problem.name} on {'the CPU' if device == 'cpu' else device}: {what}, at "
+            f"{n} {'CPU-sized ' if cpu_sized else ''}shape{'s' if n > 1 else ''} ({shapes(problem.shapes)}){held}")
+    if device == "cpu" and not cpu_sized:
+        try:
+            work: float | None = max((problem.flops(s) or 0.0) for s in problem.shapes + problem.heldout)
+        except Exception:  # the problem's own flops(); unknown work is not a reason to stop
+            work = None
+        if work is None or work == 0 or work > 1e9:
+            # a GFLOP per call is about a second of a CPU core's time, and checks and timing make many calls
+            line += ("; the problem declares no CPU_SHAPES, so its full sizes run on the CPU: this can take "
+                     "minutes" + (" (--no-time skips timing)" if timed else ""))
+    return line
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 if the candidate is accepted, 1 if it is rejected, 2 for usage errors."""
     for path in (args.problem, args.candidate):
@@ -571,6 +597,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     elif device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA GPU is available here")
     problem = Problem.load(args.problem, param_text=_param_text(args.param) if args.param else None)
+    full = problem
+    if device == "cpu":
+        problem = problem.on_cpu()
+    if not args.json:  # what it is about to do: on the CPU, a full-size problem takes minutes
+        print(_check_plan(problem, device, cpu_sized=problem is not full, timed=not args.no_time),
+              file=sys.stderr, flush=True)
     sandbox = SandboxOptions() if args.timeout is None else SandboxOptions(
         start_timeout_s=args.timeout, call_timeout_s=args.timeout, time_timeout_s=args.timeout)
     options = GateOptions(seeds=args.seeds, time=not args.no_time, sandbox=sandbox)
@@ -582,10 +614,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.problem}: {type(exc).__name__}: {exc}") from None
     verdict = judge.check(source, label=args.candidate)
     if args.json:
-        print(json.dumps({**msgspec.to_builtins(verdict), "device": device}))
+        extra = {"shapes": "cpu" if problem is not full else "full"}
+        if device == "cpu" and verdict.timings:
+            extra["note"] = _CPU_TIMINGS
+        print(json.dumps({**msgspec.to_builtins(verdict), "device": device, **extra}))
     elif verdict.accepted:
         figures = ", ".join(f"{t.shape}: {t.median_ms:.5f} ms" for t in verdict.timings)
         print(f"accepted{': ' + figures if figures else ''}")
+        if device == "cpu" and verdict.timings:
+            print(f"note: {_CPU_TIMINGS}", file=sys.stderr)
     else:
         print(f"rejected: {verdict.reason.splitlines()[0]}", file=sys.stderr)
     code = 0 if verdict.accepted else 1
@@ -640,7 +677,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=True, soft_wrap=True)  # one line per message, however long its path (no wrapping)
-    total = len(space.valid_points())
     count = {"n": 0, "failed": 0}
 
     def on_result(genome: Any, result: Any) -> None:

@@ -289,3 +289,42 @@ def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path
                      f"evokernel: error: cannot create database {folder}/new.db: cannot write in {folder} "
                      "(Read-only file system)", "rc=2"], out.stderr
     assert json.loads(out.stdout)["counts"]["evaluations"] == 5  # a reader reads it where it lies
+
+
+# -- check on the CPU ---------------------------------------------------------------------
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU check runs the full shapes")
+def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd, cli_env):
+    # the README's example: the H200 shapes of matmul_bf16 took minutes on a CPU, in silence,
+    # and printed CPU timings as if they were figures
+    root = Path(__file__).resolve().parents[1]
+    args = ["check", str(root / "examples/problems/matmul_bf16.py"), str(root / "tests/corpus/honest/torch_matmul.py")]
+    out = run(evokernel_cmd, cli_env, *args)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("accepted: M=16,N=256,K=256: ") and "M=2048" not in out.stdout
+    assert out.stderr.splitlines() == [
+        "check: matmul_bf16 on the CPU: correctness, then timing, at 2 CPU-sized shapes (M=16,N=256,K=256; "
+        "M=96,N=160,K=320) and 1 held-out",
+        "note: timed on the CPU (wall clock, Triton through its interpreter): these figures say nothing about GPU "
+        "speed"]
+    data = json.loads(run(evokernel_cmd, cli_env, *args, "--json").stdout)
+    assert data["shapes"] == "cpu" and "say nothing about GPU speed" in data["note"]
+    assert [t["shape"] for t in data["timings"]] == ["M=16,N=256,K=256", "M=96,N=160,K=320"]
+
+
+def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, evokernel_cmd, cli_env):
+    problem = tmp_path / "big.py"
+    problem.write_text(
+        "import torch\n"
+        "SHAPES = [{'n': 8}]\n"
+        "def flops(shape):\n    return 4e12  # what the problem says one call costs\n"
+        "def make_inputs(shape, seed, device='cpu'):\n"
+        "    return (torch.randn(shape['n'], generator=torch.Generator().manual_seed(seed)).to(device),)\n"
+        "def reference(x):\n    return x * 2\n"
+    )
+    cand = tmp_path / "cand.py"
+    cand.write_text("def kernel(x):\n    return x * 2\n")
+    out = run(evokernel_cmd, cli_env, "check", str(problem), str(cand), "--device", "cpu", "--no-time")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "check: big on the CPU: correctness only (--no-time), at 1 shape (n=8); the problem declares no CPU_SHAPES, "
+        "so its full sizes run on the CPU: this can take minutes"]
