@@ -59,6 +59,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# the strategies evokernel ships (evokernel.strategies), named in --strategy's help without
+# loading every plugin to build the parser; tests check it against strategy_names()
+_BUILTIN_STRATEGIES = ("default", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
+                       "optuna-qmc", "optuna-random", "random")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="evokernel", description="Evolutionary search for faster GPU kernels.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -66,13 +72,18 @@ def _build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:
         sp.add_argument("--budget", type=_positive_int, default=100, help="evaluations (default 100)")
         sp.add_argument("--wall-time", type=_positive_float, default=None, help="seconds (default: none)")
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--strategy", default=None, help="search strategy by name (default: default)")
+        sp.add_argument("--seed", type=int, default=0,
+                        help="seed of every random choice (default 0); the same seed and options re-run "
+                             "(or resume) the same run")
+        sp.add_argument("--strategy", default=None, metavar="NAME",
+                        help=f"search strategy: {', '.join(_BUILTIN_STRATEGIES)}, or one a plugin registers "
+                             "(evokernel plugins); default: default")
         sp.add_argument("--noise", type=_nonneg_float, default=None,
                         help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)")
         sp.add_argument("--patience", type=_positive_int, default=None,
                         help="stop after this many generations without a better elite")
-        sp.add_argument("--population", type=_positive_int, default=None)
+        sp.add_argument("--population", type=_positive_int, default=None,
+                        help="individuals kept per generation, and elites carried over (default: the strategy's)")
         sp.add_argument("--db", default=db_default,
                         help=f"SQLite database (default: {db_default or 'in memory'})")
         sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -94,9 +105,9 @@ def _build_parser() -> argparse.ArgumentParser:
     common(r, db_default=None)
 
     sh = sub.add_parser("show", help="print the runs, elites and history in a database")
-    sh.add_argument("db")
+    sh.add_argument("db", help="the search database (SQLite), e.g. evokernel.db")
     sh.add_argument("--run", default=None, help="run id (or prefix); default: the latest run")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("--json", action="store_true", help="print JSON on stdout")
 
     c = sub.add_parser("check", help="check (and time) one candidate against a problem, in a sandbox")
     c.add_argument("problem", help="problem module (.py): make_inputs, reference, SHAPES")
@@ -125,7 +136,7 @@ def _build_parser() -> argparse.ArgumentParser:
     kd.add_argument("--gpu", default=None, help="GPU name as recorded")
     kd.add_argument("--shape", default=None, help="e.g. M=64,N=4096: kernels tested on that shape")
     kd.add_argument("--source", default=None, metavar="GENOME", help="print this kernel's source and diff")
-    kd.add_argument("--json", action="store_true")
+    kd.add_argument("--json", action="store_true", help="print JSON on stdout")
 
     pr = sub.add_parser("profile", help="profile a model: GPU time per kernel, op and module, ranked by roofline "
                                         "headroom and gaps (evokernel.profile)")
@@ -157,7 +168,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--summarize", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
                     help="ask an LLM (Anthropic API, ANTHROPIC_API_KEY) for a prose summary of the lessons of "
                          "--op on --gpu, and store it")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print JSON on stdout")
 
     ex = sub.add_parser("export", help="write a database's winners where a serving engine reads them")
     ex.add_argument("format", choices=["sglang-moe", "sglang-plugin"],
@@ -338,7 +349,11 @@ def _budget(args: argparse.Namespace) -> Budget:
 
 # -- progress ----------------------------------------------------------------------------
 class _Progress(Observer):
-    """A rich progress bar with the best latency so far (a line per generation off a terminal)."""
+    """A rich progress bar with the best latency so far and the time left (on a terminal); off a
+    terminal (a log, CI), a line per generation and, between them, a line at least every
+    `every_s` seconds while evaluations arrive, so a slow generation is never minutes of silence."""
+
+    every_s = 15.0
 
     def __init__(self, total: int | None) -> None:
         from rich.console import Console
@@ -347,33 +362,44 @@ class _Progress(Observer):
         self.total = total
         self.bar: Any = None
         self.task: Any = None
+        self.t0 = self.last = time.monotonic()
+        self.generation = 0  # the generation being evaluated
 
     def on_start(self, run_id: str, budget: Budget, resumed: bool) -> None:
         verb = "resuming" if resumed else "starting"
         self.console.print(f"[bold]evokernel[/]: {verb} run {run_id}", highlight=False)
+        self.t0 = self.last = time.monotonic()
         if self.console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
             self.bar = Progress(
                 TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
-                console=self.console, transient=False,
+                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TextColumn("left"),
+                TimeRemainingColumn(), console=self.console, transient=False,
             )
             self.task = self.bar.add_task("search", total=self.total, best="-")
             self.bar.start()
 
     def on_evaluation(self, individual: Any, best: Any, evaluations: int) -> None:
+        shown = f"{best.latency_ms:.5f} ms" if best else "-"
         if self.bar is not None:
-            self.bar.update(self.task, completed=evaluations,
-                            best=f"{best.latency_ms:.5f} ms" if best else "-")
+            self.bar.update(self.task, completed=evaluations, best=shown)
+        elif time.monotonic() - self.last >= self.every_s:
+            of = f"/{self.total}" if self.total else ""
+            self.console.print(f"generation {self.generation} in progress: {evaluations}{of} evaluations, "
+                               f"best {shown}, {time.monotonic() - self.t0:.0f} s elapsed", highlight=False)
+            self.last = time.monotonic()
 
     def on_generation(self, generation: int, summary: dict[str, Any]) -> None:
+        self.generation = generation + 1
         if self.bar is None:
             best = f"{summary['best_ms']:.5f} ms" if summary["best_ms"] else "-"
             self.console.print(
                 f"generation {generation}: {summary['evaluations']} evaluations, "
                 f"{summary['failed']} failed, best {best}", highlight=False,
             )
+            self.last = time.monotonic()
 
     def on_finish(self, report: SearchReport) -> None:
         self.close()
@@ -456,6 +482,17 @@ def _console() -> Any:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def _generations_run(report: SearchReport) -> int:
+    """How many generations ran: `report.generations` is the last one's number, counting the
+    first population as generation 0 (a search that found nothing new to try numbered one more
+    and stopped before evaluating it)."""
+    return report.generations + (report.stop_reason != "space exhausted")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _print_report(report: SearchReport, db: str | None) -> None:
     from rich.table import Table
 
@@ -471,7 +508,8 @@ def _print_report(report: SearchReport, db: str | None) -> None:
     where = f"; stored in {db}" if db else ""
     console.print(
         f"{report.evaluations} evaluations ({report.measured} measured, {report.resumed_hits} resumed, "
-        f"{report.reused} reused from earlier runs) in {report.generations} generations: {statuses}{where}",
+        f"{report.reused} reused from earlier runs) in {_plural(_generations_run(report), 'generation')}: "
+        f"{statuses}{where}",
         highlight=False,
     )
 

@@ -328,3 +328,117 @@ def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, 
     assert out.stderr.splitlines() == [
         "check: big on the CPU: correctness only (--no-time), at 1 shape (n=8); the problem declares no CPU_SHAPES, "
         "so its full sizes run on the CPU: this can take minutes"]
+
+
+# -- progress, help and the README's synopsis ----------------------------------------------
+def test_the_report_counts_the_generations_that_ran(tmp_path, small_csv, evokernel_cmd, cli_env):
+    # generations are numbered from 0: "generation 0 ... generation 24" is 25 generations
+    for budget in ("30", "100"):  # 100 exhausts the 42 valid points of the small landscape
+        out = run(evokernel_cmd, cli_env, "replay", str(small_csv), "--budget", budget, "--population", "4")
+        assert out.returncode == 0, out.stderr
+        numbers = [int(line.split()[1].rstrip(":")) for line in out.stderr.splitlines()
+                   if line.startswith("generation ")]
+        assert numbers == list(range(len(numbers))) and len(numbers) > 1
+        n = len(numbers)
+        assert f" in {n} generations: " in out.stdout, (n, out.stdout[-300:])
+
+
+_SLOW_SEARCH = """
+import time
+from evokernel.evaluators import ReplayEvaluator
+from evokernel.landscape import builtin
+
+class Slow(ReplayEvaluator):
+    def _one(self, genome):
+        time.sleep(0.15)
+        return super()._one(genome)
+
+evaluator = Slow(builtin("matmul_bf16_h200_M16_N4096_K4096"))
+space = evaluator.space
+"""
+
+
+def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evokernel_cmd, cli_env):
+    # an attention search's generation took 100 s, in silence in a log; the interval is
+    # shortened here (15 s by default) so that one generation of 8 evaluations shows it
+    (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
+    code = ("import sys; import evokernel.cli as c; c._Progress.every_s = 0.4; "
+            "sys.exit(c.main(sys.argv[1:]))")
+    out = subprocess.run([evokernel_cmd[0], "-c", code, "search", str(tmp_path / "slow.py"), "--budget", "16",
+                          "--population", "8", "--db", str(tmp_path / "e.db")],
+                         env=cli_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    beats = [line for line in lines if " in progress: " in line]
+    assert beats and beats[0].startswith("generation 0 in progress: ") and "/16 evaluations, best " in beats[0]
+    assert lines.index(beats[0]) < lines.index(next(x for x in lines if x.startswith("generation 0: ")))
+
+
+def test_on_a_terminal_the_progress_bar_shows_the_time_left(tmp_path, evokernel_cmd, cli_env):
+    import os
+    import pty
+    import re
+
+    (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([*evokernel_cmd, "search", str(tmp_path / "slow.py"), "--budget", "12", "--db",
+                                 str(tmp_path / "e.db")], env={**cli_env, "COLUMNS": "160"}, stdin=follower,
+                                stdout=subprocess.PIPE, stderr=follower, text=True)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=120)
+    finally:
+        os.close(leader)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))  # no colours
+    assert proc.returncode == 0, screen[-2000:]
+    assert "12/12" in screen and re.search(r" left \d+:\d\d:\d\d", screen), screen[-2000:]
+
+
+def test_every_option_has_help_and_strategy_help_lists_the_strategies(evokernel_cmd, cli_env):
+    import argparse
+    import re
+
+    from evokernel.cli import _build_parser
+    from evokernel.strategies import _BUILTIN
+
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        bare = [a.dest for a in parser._actions if not a.help]
+        assert not bare, (name, bare)
+    for command in ("search", "replay"):
+        out = run(evokernel_cmd, {**cli_env, "COLUMNS": "2000"}, command, "--help")
+        line = next(x for x in out.stdout.splitlines() if x.strip().startswith("--strategy"))
+        assert sorted(re.findall(r"[a-z0-9-]+", line.split(":", 1)[1].split(", or")[0])) == sorted(_BUILTIN), line
+
+
+def test_the_readme_synopsis_names_every_option():
+    import argparse
+    import re
+
+    from evokernel.cli import _build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme[readme.index("## Command line"):]
+    block = block[block.index("```") + 3:]
+    block = block[: block.index("```")]
+    synopsis: dict[str, str] = {}
+    for line in block.splitlines():
+        m = re.match(r"evokernel (\S+)", line)
+        if m:
+            synopsis[m.group(1)] = line
+        elif synopsis:
+            synopsis[list(synopsis)[-1]] += line
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        options = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+        missing = [o for o in options if not re.search(re.escape(o) + r"(?![\w-])", synopsis.get(name, ""))]
+        assert not missing, (name, missing)
