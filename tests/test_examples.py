@@ -54,3 +54,27 @@ def test_gpu_only_search_files_say_so_in_one_line_and_write_nothing(script: str,
         f"evokernel: error: {ROOT / 'examples' / script}: needs a CUDA GPU (KernelEvaluator(device='cuda')) and "
         "torch sees none here"]
     assert "re-run" not in proc.stderr and list(tmp_path.iterdir()) == []  # no interrupted run, no file
+
+
+def test_the_readme_says_what_each_example_needs():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Examples"):]
+    table = table[: table.index("\n## ")]
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        row = next((line for line in table.splitlines() if f"`examples/{path.name}`" in line), None)
+        assert row is not None, f"README's examples table does not list {path.name}"
+        text = path.read_text()
+        gpu_only = 'device="cuda"' in text or "needs a cuda gpu" in text.split('"""')[1].lower()
+        assert ("a CUDA GPU" in row) == gpu_only, (path.name, row)
+
+
+def test_the_readmes_fast_lane_uses_a_declared_marker():
+    import re
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    lanes = re.findall(r'`pytest -m "not (\w+)"`', readme)
+    declared = [m.split(":")[0] for m in
+                tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]]
+    assert lanes and set(lanes) <= set(declared), (lanes, declared)
+    assert re.search(r"about \d+ minutes on 2 CPU cores", readme)

@@ -139,3 +139,11 @@ def test_missing_and_binary_files(tmp_path: Path):
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00\x00garbage")
     with pytest.raises(LandscapeError, match="not a UTF-8 text file"):
         Landscape.load(tmp_path / "bin.csv")
+
+
+def test_the_readme_table_of_landscapes_matches_what_ships():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("<!-- landscapes -->"):readme.index("<!-- /landscapes -->")]
+    rows = {cells[0].strip("` "): int(cells[2].split()[0])
+            for line in table.splitlines()[3:] if (cells := [c.strip() for c in line.strip("|").split("|")])}
+    assert rows == {name: len(Landscape.load(builtin(name))) for name in builtin_names()}
