@@ -588,7 +588,8 @@ def _param_text(items: list[str]) -> dict[str, str]:
     return out
 
 
-_CPU_TIMINGS = "timed on the CPU (wall clock, Triton through its interpreter): these figures say nothing about GPU speed"
+_CPU_TIMINGS = ("timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing "
+                "about GPU speed")
 
 
 def _check_plan(problem: Any, device: str, *, cpu_sized: bool, timed: bool) -> str:

@@ -304,8 +304,8 @@ def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd
     assert out.stderr.splitlines() == [
         "check: matmul_bf16 on the CPU: correctness, then timing, at 2 CPU-sized shapes (M=16,N=256,K=256; "
         "M=96,N=160,K=320) and 1 held-out",
-        "note: timed on the CPU (wall clock, Triton through its interpreter): these figures say nothing about GPU "
-        "speed"]
+        "note: timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing "
+        "about GPU speed"]
     data = json.loads(run(evokernel_cmd, cli_env, *args, "--json").stdout)
     assert data["shapes"] == "cpu" and "say nothing about GPU speed" in data["note"]
     assert [t["shape"] for t in data["timings"]] == ["M=16,N=256,K=256", "M=96,N=160,K=320"]

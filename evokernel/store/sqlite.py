@@ -253,8 +253,11 @@ class SQLiteStore:
         except sqlite3.OperationalError as exc:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
-            self._db.close()
-            raise _unusable(self.path, exc, write=True) from None
+            if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) and "meta" in tables:
+                pass  # another process is writing: a lock, not a read-only database; writes wait for it
+            else:
+                self._db.close()
+                raise _unusable(self.path, exc, write=True) from None
         if "meta" in tables or create:
             self._db.executescript("BEGIN IMMEDIATE;" + _KNOWLEDGE_SCHEMA + "COMMIT;")
 
