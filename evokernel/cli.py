@@ -350,12 +350,15 @@ def _budget(args: argparse.Namespace) -> Budget:
 # -- progress ----------------------------------------------------------------------------
 class _Progress(Observer):
     """A rich progress bar with the best latency so far and the time left (on a terminal); off a
-    terminal (a log, CI), a line per generation and, between them, a line at least every
-    `every_s` seconds while evaluations arrive, so a slow generation is never minutes of silence."""
+    terminal (a log, CI), a line per generation and, whenever `every_s` seconds pass without
+    one, a line saying where the search is, so a slow generation (or a slow evaluation) is
+    never minutes of silence."""
 
     every_s = 15.0
 
     def __init__(self, total: int | None) -> None:
+        import threading
+
         from rich.console import Console
 
         self.console = Console(stderr=True)
@@ -364,6 +367,10 @@ class _Progress(Observer):
         self.task: Any = None
         self.t0 = self.last = time.monotonic()
         self.generation = 0  # the generation being evaluated
+        self.evaluations = 0
+        self.best = "-"
+        self._stop = threading.Event()
+        self._beat: Any = None
 
     def on_start(self, run_id: str, budget: Budget, resumed: bool) -> None:
         verb = "resuming" if resumed else "starting"
@@ -380,16 +387,25 @@ class _Progress(Observer):
             )
             self.task = self.bar.add_task("search", total=self.total, best="-")
             self.bar.start()
+        elif self._beat is None:
+            import threading
+
+            self._beat = threading.Thread(target=self._heartbeat, name="evokernel-progress", daemon=True)
+            self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(min(1.0, self.every_s)):
+            if time.monotonic() - self.last >= self.every_s:
+                of = f"/{self.total}" if self.total else ""
+                self.console.print(f"search: {self.evaluations}{of} evaluations (generation {self.generation}), "
+                                   f"best {self.best}, {time.monotonic() - self.t0:.0f} s elapsed", highlight=False)
+                self.last = time.monotonic()
 
     def on_evaluation(self, individual: Any, best: Any, evaluations: int) -> None:
-        shown = f"{best.latency_ms:.5f} ms" if best else "-"
+        self.evaluations = evaluations
+        self.best = f"{best.latency_ms:.5f} ms" if best else "-"
         if self.bar is not None:
-            self.bar.update(self.task, completed=evaluations, best=shown)
-        elif time.monotonic() - self.last >= self.every_s:
-            of = f"/{self.total}" if self.total else ""
-            self.console.print(f"generation {self.generation} in progress: {evaluations}{of} evaluations, "
-                               f"best {shown}, {time.monotonic() - self.t0:.0f} s elapsed", highlight=False)
-            self.last = time.monotonic()
+            self.bar.update(self.task, completed=evaluations, best=self.best)
 
     def on_generation(self, generation: int, summary: dict[str, Any]) -> None:
         self.generation = generation + 1
@@ -405,6 +421,10 @@ class _Progress(Observer):
         self.close()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+            self._beat = None
         if self.bar is not None:
             self.bar.stop()
             self.bar = None

@@ -359,6 +359,8 @@ space = evaluator.space
 
 
 def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evokernel_cmd, cli_env):
+    import re
+
     # an attention search's generation took 100 s, in silence in a log; the interval is
     # shortened here (15 s by default) so that one generation of 8 evaluations shows it
     (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
@@ -369,8 +371,9 @@ def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evoke
                          env=cli_env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
-    beats = [line for line in lines if " in progress: " in line]
-    assert beats and beats[0].startswith("generation 0 in progress: ") and "/16 evaluations, best " in beats[0]
+    beats = [line for line in lines if line.startswith("search: ")]
+    assert beats and re.match(r"search: \d+/16 evaluations \(generation 0\), best (-|[0-9.]+ ms), \d+ s elapsed$",
+                              beats[0]), beats
     assert lines.index(beats[0]) < lines.index(next(x for x in lines if x.startswith("generation 0: ")))
 
 
