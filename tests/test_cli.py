@@ -273,15 +273,16 @@ def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path
     folder = tmp_path / "ro"
     folder.mkdir()
     _seed_db(evokernel_cmd, cli_env, folder / "e.db")
-    probe = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount --bind {folder} {folder} && "
-                            f"mount -o remount,bind,ro {folder}"], capture_output=True, text=True)
+    ro = shlex.quote(str(folder))
+    mount = f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}"
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"cannot make a read-only mount here: {probe.stderr.strip()}")
     cmd = " ".join(map(shlex.quote, evokernel_cmd))
     search = f"{cmd} search matmul_bf16_h200_M16_N4096_K4096 --budget 5 --quiet --db"
-    script = (f"mount --bind {folder} {folder} && mount -o remount,bind,ro {folder} && "
-              f"{search} {folder}/e.db; echo rc=$? >&2; {search} {folder}/new.db; echo rc=$? >&2; "
-              f"{cmd} show {folder}/e.db --json")
+    old_db, new_db = shlex.quote(str(folder / "e.db")), shlex.quote(str(folder / "new.db"))
+    script = (f"{mount} && {search} {old_db}; echo rc=$? >&2; {search} {new_db}; echo rc=$? >&2; "
+              f"{cmd} show {old_db} --json")
     out = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=cli_env, capture_output=True, text=True,
                          timeout=120)
     lines = out.stderr.strip().splitlines()
