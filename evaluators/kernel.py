@@ -29,7 +29,7 @@ import msgspec
 
 from evokernel.candidate import bind_config
 from evokernel.env import interpreter_problem, toolchain
-from evokernel.errors import EvaluatorError
+from evokernel.errors import ConfigError, EvaluatorError
 from evokernel.gate import GateOptions, Judge, Verdict
 from evokernel.genome import Genome
 from evokernel.problem import Problem
@@ -128,10 +128,13 @@ class KernelEvaluator:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         self.render = render
         self._template = template
-        if device is None:
-            import torch
+        import torch
 
+        if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        elif device.startswith("cuda") and not torch.cuda.is_available():
+            # at once, in one line: not a run that every candidate fails and that can never resume
+            raise ConfigError(f"needs a CUDA GPU (KernelEvaluator(device={device!r})) and torch sees none here")
         if device == "cpu" and (why := interpreter_problem()):
             raise EvaluatorError(why)  # at once, not as every candidate's runtime error
         self.device = device

@@ -62,6 +62,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
+# the strategies evokernel ships (evokernel.strategies), named in --strategy's help without
+# loading every plugin to build the parser; tests check it against strategy_names()
+_BUILTIN_STRATEGIES = ("default", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
+                       "optuna-qmc", "optuna-random", "random")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="evokernel", description="Evolutionary search for faster GPU kernels.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -69,13 +75,18 @@ def _build_parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:
         sp.add_argument("--budget", type=_positive_int, default=100, help="evaluations (default 100)")
         sp.add_argument("--wall-time", type=_positive_float, default=None, help="seconds (default: none)")
-        sp.add_argument("--seed", type=int, default=0)
-        sp.add_argument("--strategy", default=None, help="search strategy by name (default: default)")
+        sp.add_argument("--seed", type=int, default=0,
+                        help="seed of every random choice (default 0); the same seed and options re-run "
+                             "(or resume) the same run")
+        sp.add_argument("--strategy", default=None, metavar="NAME",
+                        help=f"search strategy: {', '.join(_BUILTIN_STRATEGIES)}, or one a plugin registers "
+                             "(evokernel plugins); default: default")
         sp.add_argument("--noise", type=_nonneg_float, default=None,
                         help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)")
         sp.add_argument("--patience", type=_positive_int, default=None,
                         help="stop after this many generations without a better elite")
-        sp.add_argument("--population", type=_positive_int, default=None)
+        sp.add_argument("--population", type=_positive_int, default=None,
+                        help="individuals kept per generation, and elites carried over (default: the strategy's)")
         sp.add_argument("--db", default=db_default,
                         help=f"SQLite database (default: {db_default or 'in memory'})")
         sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -99,9 +110,9 @@ def _build_parser() -> argparse.ArgumentParser:
     common(r, db_default=None)
 
     sh = sub.add_parser("show", help="print the runs, elites and history in a database")
-    sh.add_argument("db")
+    sh.add_argument("db", help="the search database (SQLite), e.g. evokernel.db")
     sh.add_argument("--run", default=None, help="run id (or prefix); default: the latest run")
-    sh.add_argument("--json", action="store_true")
+    sh.add_argument("--json", action="store_true", help="print JSON on stdout")
 
     c = sub.add_parser("check", help="check (and time) one candidate against a problem, in a sandbox")
     c.add_argument("problem", help="problem module (.py): make_inputs, reference, SHAPES")
@@ -132,7 +143,7 @@ def _build_parser() -> argparse.ArgumentParser:
     kd.add_argument("--gpu", default=None, help="GPU name as recorded")
     kd.add_argument("--shape", default=None, help="e.g. M=64,N=4096: kernels tested on that shape")
     kd.add_argument("--source", default=None, metavar="GENOME", help="print this kernel's source and diff")
-    kd.add_argument("--json", action="store_true")
+    kd.add_argument("--json", action="store_true", help="print JSON on stdout")
 
     pr = sub.add_parser("profile", help="profile a model: GPU time per kernel, op and module, ranked by roofline "
                                         "headroom and gaps (evokernel.profile)")
@@ -164,7 +175,7 @@ def _build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--summarize", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
                     help="ask an LLM (Anthropic API, ANTHROPIC_API_KEY) for a prose summary of the lessons of "
                          "--op on --gpu, and store it")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print JSON on stdout")
 
     ex = sub.add_parser("export", help="write a database's winners where a serving engine reads them")
     ex.add_argument("format", choices=["sglang-moe", "sglang-plugin"],
@@ -374,47 +385,82 @@ def _budget(args: argparse.Namespace) -> Budget:
 
 # -- progress ----------------------------------------------------------------------------
 class _Progress(Observer):
-    """A rich progress bar with the best latency so far (a line per generation off a terminal)."""
+    """A rich progress bar with the best latency so far and the time left (on a terminal); off a
+    terminal (a log, CI), a line per generation and, whenever `every_s` seconds pass without
+    one, a line saying where the search is, so a slow generation (or a slow evaluation) is
+    never minutes of silence."""
+
+    every_s = 15.0
 
     def __init__(self, total: int | None) -> None:
+        import threading
+
         from rich.console import Console
 
         self.console = _on_broken_pipe(Console(stderr=True), stop=False)
         self.total = total
         self.bar: Any = None
         self.task: Any = None
+        self.t0 = self.last = time.monotonic()
+        self.generation = 0  # the generation being evaluated
+        self.evaluations = 0
+        self.best = "-"
+        self._stop = threading.Event()
+        self._beat: Any = None
 
     def on_start(self, run_id: str, budget: Budget, resumed: bool) -> None:
         verb = "resuming" if resumed else "starting"
         self.console.print(f"[bold]evokernel[/]: {verb} run {run_id}", highlight=False)
+        self.t0 = self.last = time.monotonic()
         if self.console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
             self.bar = Progress(
                 TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(),
-                console=self.console, transient=False,
+                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TextColumn("left"),
+                TimeRemainingColumn(), console=self.console, transient=False,
             )
             self.task = self.bar.add_task("search", total=self.total, best="-")
             self.bar.start()
+        elif self._beat is None:
+            import threading
+
+            self._beat = threading.Thread(target=self._heartbeat, name="evokernel-progress", daemon=True)
+            self._beat.start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(min(1.0, self.every_s)):
+            if time.monotonic() - self.last >= self.every_s:
+                of = f"/{self.total}" if self.total else ""
+                self.console.print(f"search: {self.evaluations}{of} evaluations (generation {self.generation}), "
+                                   f"best {self.best}, {time.monotonic() - self.t0:.0f} s elapsed", highlight=False)
+                self.last = time.monotonic()
 
     def on_evaluation(self, individual: Any, best: Any, evaluations: int) -> None:
+        self.evaluations = evaluations
+        self.best = f"{best.latency_ms:.5f} ms" if best else "-"
         if self.bar is not None:
-            self.bar.update(self.task, completed=evaluations,
-                            best=f"{best.latency_ms:.5f} ms" if best else "-")
+            self.bar.update(self.task, completed=evaluations, best=self.best)
 
     def on_generation(self, generation: int, summary: dict[str, Any]) -> None:
+        self.generation = generation + 1
         if self.bar is None:
             best = f"{summary['best_ms']:.5f} ms" if summary["best_ms"] else "-"
             self.console.print(
                 f"generation {generation}: {summary['evaluations']} evaluations, "
                 f"{summary['failed']} failed, best {best}", highlight=False,
             )
+            self.last = time.monotonic()
 
     def on_finish(self, report: SearchReport) -> None:
         self.close()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5)
+            self._beat = None
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
@@ -503,6 +549,17 @@ def _console() -> Any:
     return _on_broken_pipe(Console() if sys.stdout.isatty() else Console(width=200), stop=True)
 
 
+def _generations_run(report: SearchReport) -> int:
+    """How many generations ran: `report.generations` is the last one's number, counting the
+    first population as generation 0 (a search that found nothing new to try numbered one more
+    and stopped before evaluating it)."""
+    return report.generations + (report.stop_reason != "space exhausted")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _print_report(report: SearchReport, db: str | None) -> None:
     from rich.table import Table
 
@@ -518,7 +575,8 @@ def _print_report(report: SearchReport, db: str | None) -> None:
     where = f"; stored in {db}" if db else ""
     console.print(
         f"{report.evaluations} evaluations ({report.measured} measured, {report.resumed_hits} resumed, "
-        f"{report.reused} reused from earlier runs) in {report.generations} generations: {statuses}{where}",
+        f"{report.reused} reused from earlier runs) in {_plural(_generations_run(report), 'generation')}: "
+        f"{statuses}{where}",
         highlight=False,
     )
 
@@ -622,6 +680,33 @@ def _param_text(items: list[str]) -> dict[str, str]:
     return out
 
 
+_CPU_TIMINGS = ("timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing "
+                "about GPU speed")
+
+
+def _check_plan(problem: Any, device: str, *, cpu_sized: bool, timed: bool) -> str:
+    """One line on what `check` is about to do, and on the CPU how long it may take."""
+    def shapes(items: list[dict[str, Any]]) -> str:
+        text = "; ".join(",".join(f"{k}={v}" for k, v in s.items()) for s in items[:3])
+        return text + ("; ..." if len(items) > 3 else "")
+
+    what = "correctness, then timing" if timed else "correctness only (--no-time)"
+    held = f" and {len(problem.heldout)} held-out" if problem.heldout else ""
+    n = len(problem.shapes)
+    line = (f"check: {problem.name} on {'the CPU' if device == 'cpu' else device}: {what}, at "
+            f"{n} {'CPU-sized ' if cpu_sized else ''}shape{'s' if n > 1 else ''} ({shapes(problem.shapes)}){held}")
+    if device == "cpu" and not cpu_sized:
+        try:
+            work: float | None = max((problem.flops(s) or 0.0) for s in problem.shapes + problem.heldout)
+        except Exception:  # the problem's own flops(); unknown work is not a reason to stop
+            work = None
+        if work is None or work == 0 or work > 1e9:
+            # a GFLOP per call is about a second of a CPU core's time, and checks and timing make many calls
+            line += ("; the problem declares no CPU_SHAPES, so its full sizes run on the CPU: this can take "
+                     "minutes" + (" (--no-time skips timing)" if timed else ""))
+    return line
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     """Exit 0 if the candidate is accepted, 1 if it is rejected, 2 for usage errors."""
     for path in (args.problem, args.candidate):
@@ -643,6 +728,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     elif device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA GPU is available here")
     problem = Problem.load(args.problem, param_text=_param_text(args.param) if args.param else None)
+    full = problem
+    if device == "cpu":
+        problem = problem.on_cpu()
+    if not args.json:  # what it is about to do: on the CPU, a full-size problem takes minutes
+        print(_check_plan(problem, device, cpu_sized=problem is not full, timed=not args.no_time),
+              file=sys.stderr, flush=True)
     limits = {} if args.timeout is None else {
         "start_timeout_s": args.timeout, "call_timeout_s": args.timeout, "time_timeout_s": args.timeout}
     sandbox = SandboxOptions(**limits, isolation="require" if args.require_sandbox else None)
@@ -657,11 +748,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.problem}: {type(exc).__name__}: {exc}") from None
     verdict = judge.check(source, label=args.candidate)
     if args.json:
-        print(json.dumps({**msgspec.to_builtins(verdict), "device": device,
+        extra = {"shapes": "cpu" if problem is not full else "full"}
+        if device == "cpu" and verdict.timings:
+            extra["note"] = _CPU_TIMINGS
+        print(json.dumps({**msgspec.to_builtins(verdict), "device": device, **extra,
                           "sandbox": {"on": sorted(report.on), "off": report.off}}))
     elif verdict.accepted:
         figures = ", ".join(f"{t.shape}: {t.median_ms:.5f} ms" for t in verdict.timings)
         print(f"accepted{': ' + figures if figures else ''}")
+        if device == "cpu" and verdict.timings:
+            print(f"note: {_CPU_TIMINGS}", file=sys.stderr)
     else:
         print(f"rejected: {verdict.reason.splitlines()[0]}", file=sys.stderr)
     code = 0 if verdict.accepted else 1

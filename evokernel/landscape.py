@@ -41,8 +41,29 @@ class Row(tuple):
         return self[1]
 
 
-def _parse_column(name: str, raw: list[str]) -> list[Value]:
-    """Type a column as a whole: int if every cell is, else float, else bool, else str."""
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse_column(name: str, raw: list[str], lines: list[int] | None = None, where: str = "") -> list[Value]:
+    """Type a column as a whole: int if every cell is, else float, else bool, else str. A column
+    that mixes numbers with other cells (a typo, an empty cell) is an error naming the first
+    cell of the rarer kind, never a column silently turned into text."""
+    numeric = [_is_number(x) for x in raw]
+    if any(numeric) and not all(numeric):
+        odd_is_number = 2 * sum(numeric) < len(raw)  # numbers are the rarer kind
+        i = numeric.index(odd_is_number)
+        line = f":{lines[i]}" if lines else ""
+        if odd_is_number:
+            why = f"{raw[i]!r} is a number, the column's other cells are not (e.g. {raw[numeric.index(False)]!r})"
+        else:
+            shown = repr(raw[i]) if raw[i] else "empty"
+            why = f"{shown} is not a number, the column's other cells are (e.g. {raw[numeric.index(True)]})"
+        raise LandscapeError(f"{where}{line}: column {name!r}: {why}")
     for conv in (int, float):
         try:
             return [conv(x) for x in raw]
@@ -113,6 +134,7 @@ class Landscape:
         lat_i, err_i = header.index("latency_ms"), header.index("error")
         p_idx = [header.index(n) for n in pnames]
         cells: list[list[str]] = []
+        lines: list[int] = []
         outcome: list[Row] = []
         for lineno, rec in enumerate(reader, start=2):
             if not rec or all(not c.strip() for c in rec):
@@ -120,6 +142,9 @@ class Landscape:
             if len(rec) != len(header):
                 raise LandscapeError(f"{where}:{lineno}: {len(rec)} fields, header has {len(header)}")
             lat_text, err = rec[lat_i].strip(), rec[err_i].strip()
+            if lat_text and err:  # a measurement or a failure, never both: which would it be?
+                raise LandscapeError(f"{where}:{lineno}: both latency_ms ({lat_text}) and error ({err[:60]!r}) are "
+                                     "set; a row is either a measurement or a failure")
             if lat_text:
                 try:
                     lat = float(lat_text)
@@ -133,9 +158,10 @@ class Landscape:
             else:
                 raise LandscapeError(f"{where}:{lineno}: neither latency_ms nor error is set")
             cells.append([rec[i].strip() for i in p_idx])
+            lines.append(lineno)
         if not cells:
             raise LandscapeError(f"{where}: no rows after the header")
-        columns = [_parse_column(n, [c[j] for c in cells]) for j, n in enumerate(pnames)]
+        columns = [_parse_column(n, [c[j] for c in cells], lines, where) for j, n in enumerate(pnames)]
         params = [_infer_param(n, col) for n, col in zip(pnames, columns)]
         rows: dict[tuple[Value, ...], Row] = {}
         for i, row in enumerate(outcome):

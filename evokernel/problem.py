@@ -13,7 +13,10 @@ A problem is a Python module with:
   of, default the module's name: searches on other shapes of a family seed each other),
   and `WEIGHTS` (how much each tuning shape matters, e.g. its share of the traffic from
   `evokernel.workload`: positive floats aligned with SHAPES, or a dict keyed by each shape's
-  `M`; with it a candidate's latency is the weighted mean of its shapes' medians).
+  `M`; with it a candidate's latency is the weighted mean of its shapes' medians), and
+  `CPU_SHAPES` / `CPU_HELDOUT_SHAPES`: smaller shapes of the same problem that
+  `evokernel check` uses on a machine without a GPU (`Problem.on_cpu()`), where the
+  full shapes would take minutes and their timings would mean nothing.
 
 A problem may take parameters (a model, a batch size, a dtype): it declares them as a frozen
 msgspec struct named `Params`, typed and with defaults, and resolves them when it loads with
@@ -324,6 +327,9 @@ class Problem:
         self.reference: Callable[..., Any] = module.reference
         self.shapes = self._shapes(getattr(module, "SHAPES", None), "SHAPES", where, required=True)
         self.heldout = self._shapes(getattr(module, "HELDOUT_SHAPES", []), "HELDOUT_SHAPES", where)
+        #: the shapes to check at on the CPU (`on_cpu`); empty where the problem declares none
+        self.cpu_shapes = self._shapes(getattr(module, "CPU_SHAPES", []), "CPU_SHAPES", where)
+        self.cpu_heldout = self._shapes(getattr(module, "CPU_HELDOUT_SHAPES", []), "CPU_HELDOUT_SHAPES", where)
         self._tolerance = getattr(module, "TOLERANCE", None)
         if self._tolerance is not None and not isinstance(self._tolerance, Mapping):
             raise ProblemError(f"{where}: TOLERANCE must be a dict")
@@ -336,6 +342,17 @@ class Problem:
         self.weights = self._weights(getattr(module, "WEIGHTS", None), self.shapes, where)
         self._flops = getattr(module, "flops", None)
         self._bytes = getattr(module, "bytes", None)
+
+    def on_cpu(self) -> Problem:
+        """This problem at its CPU-sized shapes (`CPU_SHAPES`, `CPU_HELDOUT_SHAPES`), unweighted:
+        what a check on a machine without a GPU runs; the problem itself where it has none."""
+        if not self.cpu_shapes:
+            return self
+        import copy
+
+        small = copy.copy(self)
+        small.shapes, small.heldout, small.weights = self.cpu_shapes, self.cpu_heldout, None
+        return small
 
     @staticmethod
     def _shapes(value: Any, attr: str, where: str, *, required: bool = False) -> list[dict[str, Any]]:

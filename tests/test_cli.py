@@ -91,6 +91,8 @@ def test_landscapes_lists_the_shipped_sweeps(evokernel_cmd, cli_env):
         (["replay", "{small}", "--strategy", "annealing"], "unknown strategy 'annealing'"),
         (["replay", "{small}", "--noise", "-1"], "--noise: must be a finite number >= 0"),
         (["replay", "{bad}"], "missing column 'latency_ms'"),
+        (["replay", "{typo}"], "typo.csv:3: column 'b': '2O' is not a number, the column's other cells are"),
+        (["search", "{both}", "--db", "{db}"], "both.csv:2: both latency_ms (0.5) and error ('boom') are set"),
         (["search", "{empty_py}", "--db", "{db}"], "defines no `space`"),
         (["search", "{broken_py}", "--db", "{db}"], "ZeroDivisionError: division by zero"),
         (["search", "nope.py"], "no such search file: nope.py"),
@@ -103,6 +105,8 @@ def test_landscapes_lists_the_shipped_sweeps(evokernel_cmd, cli_env):
 )
 def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd, cli_env, args, message):
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "typo.csv").write_text("a,b,latency_ms,error\n1,10,0.5,\n1,2O,0.6,\n2,30,0.7,\n")
+    (tmp_path / "both.csv").write_text("a,latency_ms,error\n1,0.5,boom\n2,0.6,\n")
     (tmp_path / "empty.py").write_text("x = 1\n")
     (tmp_path / "broken.py").write_text("space = 1 / 0\n")
     (tmp_path / "notdb.db").write_text("this is not a database " * 100)
@@ -110,6 +114,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd,
         "small": str(small_csv), "bad": str(tmp_path / "bad.csv"), "empty_py": str(tmp_path / "empty.py"),
         "broken_py": str(tmp_path / "broken.py"), "db": str(tmp_path / "e.db"),
         "notdb": str(tmp_path / "notdb.db"), "missing_db": str(tmp_path / "missing.db"),
+        "typo": str(tmp_path / "typo.csv"), "both": str(tmp_path / "both.csv"),
     }
     out = run(evokernel_cmd, cli_env, *[a.format(**paths) for a in args], cwd=tmp_path)
     assert_one_line_error(out, message)
@@ -203,3 +208,241 @@ def test_check_takes_the_problems_parameters(tmp_path, evokernel_cmd, cli_env):
                           "--param m='eight': expected tuple[int, ...] (comma-separated)")
     assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m"),
                           "--param 'm': expected NAME=VALUE")
+
+
+# -- a database that cannot be created or written ----------------------------------------
+# root ignores permission bits, so these use what stops root too: a path under a file, the
+# immutable attribute (chattr +i) and a read-only bind mount (in a mount namespace of its own)
+def _chattr(flag: str, *paths: Path) -> None:
+    import shutil
+
+    if shutil.which("chattr") is None:
+        pytest.skip("no chattr here")
+    done = subprocess.run(["chattr", flag, *map(str, paths)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr {flag} is not available here: {done.stderr.strip()}")
+
+
+def _seed_db(evokernel_cmd, cli_env, db: Path) -> None:
+    out = run(evokernel_cmd, cli_env, "search", "matmul_bf16_h200_M16_N4096_K4096", "--budget", "5", "--db", str(db),
+              "--quiet")
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("case, message", [
+    ("under_a_file", "cannot create database {db}: {dir} is not a directory"),
+    ("no_such_folder", "cannot create database {db}: no such directory {dir}"),
+    ("immutable_file", "cannot write database {db}: Operation not permitted, e.g. immutable"),
+    ("immutable_folder_new_db", "cannot create database {db}: cannot write in {dir} (Operation not permitted"),
+    ("immutable_folder_old_db", "cannot write database {db}: its journal files (-wal, -shm) cannot be created in {dir}"),
+])
+def test_search_says_why_a_database_cannot_be_written_and_exits_2(tmp_path, evokernel_cmd, cli_env, case, message):
+    folder = tmp_path / "runs"
+    db = folder / "e.db"
+    frozen: list[Path] = []
+    if case == "under_a_file":
+        folder.write_text("a file, not a folder\n")
+    elif case == "immutable_file":
+        folder.mkdir()
+        _seed_db(evokernel_cmd, cli_env, db)
+        frozen = [db]
+    elif case.startswith("immutable_folder"):
+        folder.mkdir()
+        if case.endswith("old_db"):
+            _seed_db(evokernel_cmd, cli_env, db)
+        frozen = [folder]
+    before = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
+    if frozen:
+        _chattr("+i", *frozen)
+    try:
+        out = run(evokernel_cmd, cli_env, "search", "matmul_bf16_h200_M16_N4096_K4096", "--budget", "5",
+                  "--db", str(db), "--quiet")
+    finally:
+        if frozen:
+            _chattr("-i", *frozen)
+    assert_one_line_error(out, message.format(db=db, dir=folder))
+    assert (sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None) == before  # nothing written
+
+
+def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path, evokernel_cmd, cli_env):
+    import shlex
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here")
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    _seed_db(evokernel_cmd, cli_env, folder / "e.db")
+    ro = shlex.quote(str(folder))
+    mount = f"mount --bind {ro} {ro} && mount -o remount,bind,ro {ro}"
+    probe = subprocess.run(["unshare", "--mount", "sh", "-c", mount], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a read-only mount here: {probe.stderr.strip()}")
+    cmd = " ".join(map(shlex.quote, evokernel_cmd))
+    search = f"{cmd} search matmul_bf16_h200_M16_N4096_K4096 --budget 5 --quiet --db"
+    old_db, new_db = shlex.quote(str(folder / "e.db")), shlex.quote(str(folder / "new.db"))
+    script = (f"{mount} && {search} {old_db}; echo rc=$? >&2; {search} {new_db}; echo rc=$? >&2; "
+              f"{cmd} show {old_db} --json")
+    out = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=cli_env, capture_output=True, text=True,
+                         timeout=120)
+    lines = out.stderr.strip().splitlines()
+    assert lines == [f"evokernel: error: cannot write database {folder}/e.db: Read-only file system", "rc=2",
+                     f"evokernel: error: cannot create database {folder}/new.db: cannot write in {folder} "
+                     "(Read-only file system)", "rc=2"], out.stderr
+    assert json.loads(out.stdout)["counts"]["evaluations"] == 5  # a reader reads it where it lies
+
+
+# -- check on the CPU ---------------------------------------------------------------------
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU check runs the full shapes")
+def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd, cli_env):
+    # the README's example: the H200 shapes of matmul_bf16 took minutes on a CPU, in silence,
+    # and printed CPU timings as if they were figures
+    root = Path(__file__).resolve().parents[1]
+    args = ["check", str(root / "examples/problems/matmul_bf16.py"), str(root / "tests/corpus/honest/torch_matmul.py")]
+    out = run(evokernel_cmd, cli_env, *args)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("accepted: M=16,N=256,K=256: ") and "M=2048" not in out.stdout
+    assert out.stderr.splitlines() == [
+        "check: matmul_bf16 on the CPU: correctness, then timing, at 2 CPU-sized shapes (M=16,N=256,K=256; "
+        "M=96,N=160,K=320) and 1 held-out",
+        "note: timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing "
+        "about GPU speed"]
+    data = json.loads(run(evokernel_cmd, cli_env, *args, "--json").stdout)
+    assert data["shapes"] == "cpu" and "say nothing about GPU speed" in data["note"]
+    assert [t["shape"] for t in data["timings"]] == ["M=16,N=256,K=256", "M=96,N=160,K=320"]
+
+
+def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, evokernel_cmd, cli_env):
+    problem = tmp_path / "big.py"
+    problem.write_text(
+        "import torch\n"
+        "SHAPES = [{'n': 8}]\n"
+        "def flops(shape):\n    return 4e12  # what the problem says one call costs\n"
+        "def make_inputs(shape, seed, device='cpu'):\n"
+        "    return (torch.randn(shape['n'], generator=torch.Generator().manual_seed(seed)).to(device),)\n"
+        "def reference(x):\n    return x * 2\n"
+    )
+    cand = tmp_path / "cand.py"
+    cand.write_text("def kernel(x):\n    return x * 2\n")
+    out = run(evokernel_cmd, cli_env, "check", str(problem), str(cand), "--device", "cpu", "--no-time")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "check: big on the CPU: correctness only (--no-time), at 1 shape (n=8); the problem declares no CPU_SHAPES, "
+        "so its full sizes run on the CPU: this can take minutes"]
+
+
+# -- progress, help and the README's synopsis ----------------------------------------------
+def test_the_report_counts_the_generations_that_ran(tmp_path, small_csv, evokernel_cmd, cli_env):
+    # generations are numbered from 0: "generation 0 ... generation 24" is 25 generations
+    for budget in ("30", "100"):  # 100 exhausts the 42 valid points of the small landscape
+        out = run(evokernel_cmd, cli_env, "replay", str(small_csv), "--budget", budget, "--population", "4")
+        assert out.returncode == 0, out.stderr
+        numbers = [int(line.split()[1].rstrip(":")) for line in out.stderr.splitlines()
+                   if line.startswith("generation ")]
+        assert numbers == list(range(len(numbers))) and len(numbers) > 1
+        n = len(numbers)
+        assert f" in {n} generations: " in out.stdout, (n, out.stdout[-300:])
+
+
+_SLOW_SEARCH = """
+import time
+from evokernel.evaluators import ReplayEvaluator
+from evokernel.landscape import builtin
+
+class Slow(ReplayEvaluator):
+    def _one(self, genome):
+        time.sleep(0.15)
+        return super()._one(genome)
+
+evaluator = Slow(builtin("matmul_bf16_h200_M16_N4096_K4096"))
+space = evaluator.space
+"""
+
+
+def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evokernel_cmd, cli_env):
+    import re
+
+    # an attention search's generation took 100 s, in silence in a log; the interval is
+    # shortened here (15 s by default) so that one generation of 8 evaluations shows it
+    (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
+    code = ("import sys; import evokernel.cli as c; c._Progress.every_s = 0.4; "
+            "sys.exit(c.main(sys.argv[1:]))")
+    out = subprocess.run([evokernel_cmd[0], "-c", code, "search", str(tmp_path / "slow.py"), "--budget", "16",
+                          "--population", "8", "--db", str(tmp_path / "e.db")],
+                         env=cli_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    beats = [line for line in lines if line.startswith("search: ")]
+    assert beats and re.match(r"search: \d+/16 evaluations \(generation 0\), best (-|[0-9.]+ ms), \d+ s elapsed$",
+                              beats[0]), beats
+    assert lines.index(beats[0]) < lines.index(next(x for x in lines if x.startswith("generation 0: ")))
+
+
+def test_on_a_terminal_the_progress_bar_shows_the_time_left(tmp_path, evokernel_cmd, cli_env):
+    import os
+    import pty
+    import re
+
+    (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([*evokernel_cmd, "search", str(tmp_path / "slow.py"), "--budget", "12", "--db",
+                                 str(tmp_path / "e.db")], env={**cli_env, "COLUMNS": "160"}, stdin=follower,
+                                stdout=subprocess.PIPE, stderr=follower, text=True)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=120)
+    finally:
+        os.close(leader)
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace"))  # no colours
+    assert proc.returncode == 0, screen[-2000:]
+    assert "12/12" in screen and re.search(r" left \d+:\d\d:\d\d", screen), screen[-2000:]
+
+
+def test_every_option_has_help_and_strategy_help_lists_the_strategies(evokernel_cmd, cli_env):
+    import argparse
+    import re
+
+    from evokernel.cli import _build_parser
+    from evokernel.strategies import _BUILTIN
+
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        bare = [a.dest for a in parser._actions if not a.help]
+        assert not bare, (name, bare)
+    for command in ("search", "replay"):
+        out = run(evokernel_cmd, {**cli_env, "COLUMNS": "2000"}, command, "--help")
+        line = next(x for x in out.stdout.splitlines() if x.strip().startswith("--strategy"))
+        assert sorted(re.findall(r"[a-z0-9-]+", line.split(":", 1)[1].split(", or")[0])) == sorted(_BUILTIN), line
+
+
+def test_the_readme_synopsis_names_every_option():
+    import argparse
+    import re
+
+    from evokernel.cli import _build_parser
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme[readme.index("## Command line"):]
+    block = block[block.index("```") + 3:]
+    block = block[: block.index("```")]
+    synopsis: dict[str, str] = {}
+    for line in block.splitlines():
+        m = re.match(r"evokernel (\S+)", line)
+        if m:
+            synopsis[m.group(1)] = line
+        elif synopsis:
+            synopsis[list(synopsis)[-1]] += line
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        options = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+        missing = [o for o in options if not re.search(re.escape(o) + r"(?![\w-])", synopsis.get(name, ""))]
+        assert not missing, (name, missing)

@@ -39,3 +39,42 @@ def test_attention_search_files_run_through_the_gate_in_the_interpreter(script: 
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert report["evaluations"] == 2 and report["statuses"].get("ok", 0) >= 1, report["statuses"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these search files run")
+@pytest.mark.parametrize("script", ["matmul_h200.py", "moe_h200.py", "moe_landscape_h200.py"])
+@pytest.mark.parametrize("command", ["search", "sweep"])
+def test_gpu_only_search_files_say_so_in_one_line_and_write_nothing(script: str, command: str, tmp_path: Path):
+    where = ["--db", str(tmp_path / "e.db")] if command == "search" else ["--out", str(tmp_path / "s.csv")]
+    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", command, str(ROOT / "examples" / script),
+                           "--budget" if command == "search" else "--limit", "3", *where],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.splitlines() == [
+        f"evokernel: error: {ROOT / 'examples' / script}: needs a CUDA GPU (KernelEvaluator(device='cuda')) and "
+        "torch sees none here"]
+    assert "re-run" not in proc.stderr and list(tmp_path.iterdir()) == []  # no interrupted run, no file
+
+
+def test_the_readme_says_what_each_example_needs():
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Examples"):]
+    table = table[: table.index("\n## ")]
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        row = next((line for line in table.splitlines() if f"`examples/{path.name}`" in line), None)
+        assert row is not None, f"README's examples table does not list {path.name}"
+        text = path.read_text()
+        gpu_only = 'device="cuda"' in text or "needs a cuda gpu" in text.split('"""')[1].lower()
+        assert ("a CUDA GPU" in row) == gpu_only, (path.name, row)
+
+
+def test_the_readmes_fast_lane_uses_a_declared_marker():
+    import re
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    readme = (ROOT / "README.md").read_text()
+    lanes = re.findall(r'`pytest -m "not (\w+)"`', readme)
+    declared = [m.split(":")[0] for m in
+                tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]]
+    assert lanes and set(lanes) <= set(declared), (lanes, declared)
+    assert re.search(r"about \d+ minutes on 2 CPU cores", readme)

@@ -115,6 +115,15 @@ def test_noise_is_multiplicative_seeded_and_fresh_per_draw(small: Landscape):
         ("a,latency_ms,error\n1,0.5,\n1,0.6,\n", "recorded twice (a=1)"),
         ("a,latency_ms,error\n1,,boom\n", "every configuration failed"),
         ("a,a,latency_ms,error\n1,1,0.5,\n", "duplicate column"),
+        # one typo in a numeric column is named, not a column silently turned into text
+        ("a,b,latency_ms,error\n1,x,0.5,\n2,4,0.6,\n4,8,0.7,\n", "bad.csv:2: column 'b': 'x' is not a number, "
+         "the column's other cells are (e.g. 4)"),
+        ("a,b,latency_ms,error\n1,2,0.5,\n2,,0.6,\n4,8,0.7,\n", "bad.csv:3: column 'b': empty is not a number"),
+        ("a,latency_ms,error\nrow,0.5,\ncol,0.6,\n7,0.7,\n", "bad.csv:4: column 'a': '7' is a number, the "
+         "column's other cells are not (e.g. 'row')"),
+        # a row is a measurement or a failure, not both
+        ("a,latency_ms,error\n1,0.5,\n2,0.4,OutOfResources: shared memory\n",
+         "bad.csv:3: both latency_ms (0.4) and error ('OutOfResources: shared memory') are set"),
     ],
 )
 def test_malformed_landscapes_raise_one_clear_error(tmp_path: Path, text: str, message: str):
@@ -130,3 +139,11 @@ def test_missing_and_binary_files(tmp_path: Path):
     (tmp_path / "bin.csv").write_bytes(b"\xff\xfe\x00\x00garbage")
     with pytest.raises(LandscapeError, match="not a UTF-8 text file"):
         Landscape.load(tmp_path / "bin.csv")
+
+
+def test_the_readme_table_of_landscapes_matches_what_ships():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("<!-- landscapes -->"):readme.index("<!-- /landscapes -->")]
+    rows = {cells[0].strip("` "): int(cells[2].split()[0])
+            for line in table.splitlines()[3:] if (cells := [c.strip() for c in line.strip("|").split("|")])}
+    assert rows == {name: len(Landscape.load(builtin(name))) for name in builtin_names()}

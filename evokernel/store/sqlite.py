@@ -145,6 +145,61 @@ CREATE TABLE IF NOT EXISTS profiles (
 """
 
 
+def _unusable(path: str, exc: sqlite3.Error, *, write: bool) -> StoreError:
+    """Why SQLite cannot open (or write) `path`, in the file system's words where it is the cause:
+    a missing or read-only folder, an immutable file, a read-only file system."""
+    if path == ":memory:":
+        return StoreError(f"cannot open an in-memory database ({exc})")
+    shown, path = path, os.path.abspath(path)
+    folder = os.path.dirname(path)
+    if not os.path.exists(path):
+        above = folder
+        while not os.path.exists(above):
+            above = os.path.dirname(above)
+        if not os.path.isdir(above):
+            return StoreError(f"cannot create database {shown}: {above} is not a directory")
+        if above != folder:
+            return StoreError(f"cannot create database {shown}: no such directory {folder}")
+        why = _os_refusal(folder, probe_dir=True)
+        if why:
+            return StoreError(f"cannot create database {shown}: cannot write in {folder} ({why})")
+        return StoreError(f"cannot create database {shown} ({exc})")
+    why = _os_refusal(path, probe_dir=False)
+    if why and write:
+        return StoreError(f"cannot write database {shown}: {why}")
+    if write and getattr(exc, "sqlite_errorname", "") in ("SQLITE_READONLY", "SQLITE_CANTOPEN"):
+        dir_why = _os_refusal(folder, probe_dir=True)
+        if dir_why:
+            return StoreError(f"cannot write database {shown}: its journal files (-wal, -shm) cannot be created "
+                              f"in {folder} ({dir_why})")
+        return StoreError(f"cannot write database {shown} ({exc})")
+    if dir_why := (_os_refusal(folder, probe_dir=True) if "unable to open" in str(exc) else None):
+        # WAL databases need their -wal and -shm files next to them, even to be read
+        return StoreError(f"cannot open database {shown}: its journal files (-wal, -shm) cannot be created "
+                          f"in {folder} ({dir_why})")
+    return StoreError(f"{shown} is not an SQLite database ({exc})")
+
+
+def _os_refusal(path: str, *, probe_dir: bool) -> str | None:
+    """The OS's reason a file cannot be opened for writing (or a file created in folder `path`),
+    e.g. 'Read-only file system', 'Operation not permitted' (immutable); None if it can."""
+    import errno
+    import tempfile
+
+    try:
+        if probe_dir:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        else:
+            os.close(os.open(path, os.O_RDWR))
+    except OSError as exc:
+        text = exc.strerror or str(exc)
+        if exc.errno == errno.EPERM:
+            text += ", e.g. immutable (lsattr shows an i)"
+        return text
+    return None
+
+
 class SQLiteStore:
     """The default store. `path` is a file (created if missing) or ":memory:"."""
 
@@ -157,17 +212,31 @@ class SQLiteStore:
                 raise StoreError(f"{self.path} is a directory, not a database file")
             if not create and not os.path.exists(self.path):
                 raise StoreError(f"no such database: {self.path}")
+            if create and os.path.exists(self.path) and (why := _os_refusal(self.path, probe_dir=False)):
+                # before SQLite leaves its -wal and -shm files next to a database it cannot write
+                raise StoreError(f"cannot write database {self.path}: {why}")
         try:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA busy_timeout = 30000")
-            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = self._connect(self.path)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path} is not an SQLite database ({exc})") from None
+            if create or not _os_refusal(os.path.dirname(os.path.abspath(self.path)), probe_dir=True):
+                raise _unusable(self.path, exc, write=create) from None
+            # to be read only, on read-only media (no -wal/-shm can be made): read it as it stands
+            from urllib.parse import quote
+
+            try:
+                tables = self._connect(f"file:{quote(os.path.abspath(self.path))}?immutable=1", uri=True)
+            except sqlite3.DatabaseError:
+                raise _unusable(self.path, exc, write=False) from None
         if tables and "meta" not in tables:
             raise StoreError(f"{self.path} is an SQLite database but not an evokernel store")
         if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                self._db.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.OperationalError as exc:  # read-only: a reader reads it in the mode it has
+                if create:
+                    self._db.close()
+                    raise _unusable(self.path, exc, write=True) from None
         self._db.execute("PRAGMA foreign_keys = ON")
         if "meta" in tables:
             row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -175,14 +244,36 @@ class SQLiteStore:
                 raise StoreError(
                     f"{self.path} has store schema {row[0] if row else '?'}, this evokernel reads {SCHEMA_VERSION}"
                 )
-        elif create:
-            # one script, one transaction: a concurrent opener sees all of the schema or none
-            self._db.executescript(
-                "BEGIN IMMEDIATE;" + _SCHEMA
-                + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
-            )
+        try:
+            if "meta" not in tables and create:
+                # one script, one transaction: a concurrent opener sees all of the schema or none
+                self._db.executescript(
+                    "BEGIN IMMEDIATE;" + _SCHEMA
+                    + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
+                )
+            elif create and self.path != ":memory:":
+                # a store opened to be written is found read-only now, not at the run's first result
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
+                finally:
+                    self._db.execute("ROLLBACK")
+        except sqlite3.OperationalError as exc:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) and "meta" in tables:
+                pass  # another process is writing: a lock, not a read-only database; writes wait for it
+            else:
+                self._db.close()
+                raise _unusable(self.path, exc, write=True) from None
         if "meta" in tables or create:
             self._db.executescript("BEGIN IMMEDIATE;" + _KNOWLEDGE_SCHEMA + "COMMIT;")
+
+    def _connect(self, target: str, uri: bool = False) -> set[str]:
+        """Connect; the names of the tables found."""
+        self._db = sqlite3.connect(target, isolation_level=None, timeout=30.0, uri=uri)
+        self._db.execute("PRAGMA busy_timeout = 30000")
+        return {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

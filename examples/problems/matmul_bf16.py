@@ -46,6 +46,12 @@ HELDOUT_SHAPES = [
     {"M": 512, "N": 4096, "K": 11008},
 ]
 
+#: What `evokernel check` runs on a machine without a GPU: the same problem at sizes a CPU
+#: checks in seconds (edges that are not multiples of common tiles; the H200 shapes would
+#: take minutes there, and a CPU's timings say nothing about a GPU's).
+CPU_SHAPES = [{"M": 16, "N": 256, "K": 256}, {"M": 96, "N": 160, "K": 320}]
+CPU_HELDOUT_SHAPES = [{"M": 33, "N": 70, "K": 48}]
+
 # Outputs are O(1); bf16 keeps 8 significant bits (one ulp is 2**-7 relative), fp16 11.
 # fp32 is full fp32: a tf32 kernel (10-bit mantissa inputs) would not pass.
 TOLERANCE = {
