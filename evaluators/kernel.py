@@ -190,7 +190,7 @@ class KernelEvaluator:
     def sandbox(self) -> Report:
         """Which sandbox protections this evaluator's candidates get here (SandboxUnavailable
         if they are required and one does not hold)."""
-        return isolation_report(self.options.sandbox)
+        return isolation_report(self.options.sandbox, self.device)
 
     def environment(self) -> dict[str, Any]:
         """Recorded with each run: the sandbox's protections, on and off."""

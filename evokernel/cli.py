@@ -737,7 +737,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     limits = {} if args.timeout is None else {
         "start_timeout_s": args.timeout, "call_timeout_s": args.timeout, "time_timeout_s": args.timeout}
     sandbox = SandboxOptions(**limits, isolation="require" if args.require_sandbox else None)
-    report = isolation_report(sandbox)  # SandboxUnavailable (exit 2) if required and not all there
+    report = isolation_report(sandbox, device)  # SandboxUnavailable (exit 2) if required and not all there
     _say_sandbox(report)
     options = GateOptions(seeds=args.seeds, time=not args.no_time, sandbox=sandbox)
     try:

@@ -487,7 +487,7 @@ class Judge:
 
         # which protections candidates get here (SandboxUnavailable now, before any device
         # memory is taken, if they are required and one does not hold)
-        self.isolation = isolation_report(self.options.sandbox)
+        self.isolation = isolation_report(self.options.sandbox, device)
         self.peaks: Peaks | None = peaks_for(device)
         arena = _Arena(device)
         opt = self.options

@@ -212,20 +212,44 @@ def _probe(wanted: frozenset[str]) -> Report:
     return probe(wanted)
 
 
-def isolation_report(options: SandboxOptions | None = None) -> Report:
+#: why a CUDA candidate keeps the host's /dev/shm (measured on the H200, call S13c: with a
+#: private one, opening the judge's block fails with cudaErrorMapBufferObjectFailed; the
+#: driver's CUDA IPC goes through files there)
+CUDA_SHM = "kept for CUDA: the driver's IPC maps the judge's memory through the host's /dev/shm"
+
+
+def isolation_report(options: SandboxOptions | None = None, device: str | None = None) -> Report:
     """Which protections candidates get on this machine under `options` (probed once per
-    process and set of protections). Raises SandboxUnavailable if they are required and
-    one that was not switched off does not hold.
+    process and set of protections), for candidates on `device` (CUDA ones keep the host's
+    /dev/shm: `CUDA_SHM`). Raises SandboxUnavailable if they are required and one that was
+    not switched off (or left out for CUDA) does not hold.
 
     >>> isolation_report(SandboxOptions(isolation="off")).on
     frozenset()
     """
     mode, wanted = _isolation_wanted(options or SandboxOptions())
-    report = _probe(wanted)
-    missing = {k: v for k, v in report.off.items() if v != "switched off"}
+    cuda = device is not None and device.startswith("cuda")
+    report = _probe(wanted - {"shm"} if cuda else wanted)
+    if cuda and "shm" in wanted:
+        report = Report(report.on, {**report.off, "shm": CUDA_SHM})
+    missing = {k: v for k, v in report.off.items() if v not in ("switched off", CUDA_SHM)}
     if mode == "require" and missing:
         raise SandboxUnavailable("the sandbox is required, and " + Report(report.on, missing).describe())
     return report
+
+
+def _hidden_import_path() -> list[str]:
+    """The judge's import path under a folder the sandbox replaces with a private one (/tmp,
+    /dev/shm: a package or virtual environment installed there): bound back read-only, so
+    that the candidate imports what the judge does."""
+    roots = {os.path.realpath(r) for r in ("/tmp", tempfile.gettempdir(), "/dev/shm")}
+    out = []
+    for entry in sys.path:
+        path = os.path.realpath(entry) if entry else ""
+        if path and os.path.isdir(path) and any(path == r or path.startswith(r + os.sep) for r in roots) \
+                and path not in out:
+            out.append(path)
+    return out
 
 
 _UID_RANGE = 500_000
@@ -490,7 +514,7 @@ class Sandbox:
         self.input_specs = input_specs
         self.options = options or SandboxOptions()
         self.label = label
-        self.isolation = isolation_report(self.options).on
+        self.isolation = isolation_report(self.options, device).on
         self.work_dir = tempfile.mkdtemp(prefix="evokernel-candidate-")
         self.log_path = self.work_dir + ".log"  # written by the keeper, out of the candidate's sight
         # a user of its own (the old way) only where namespaces do not isolate the candidate
@@ -531,7 +555,8 @@ class Sandbox:
                       work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
                       seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm,
                       reusable=self.trusted, isolation=sorted(self.isolation), shared_files=shared,
-                      readable=[self.seed_cache] if self.seed_cache else [], output_bytes=self.options.output_bytes,
+                      readable=([self.seed_cache] if self.seed_cache else []) + _hidden_import_path(),
+                      output_bytes=self.options.output_bytes,
                       file_bytes=self.options.file_bytes)
         self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), arena), daemon=True)
         self.started_wall = time.time()  # before the fork: the child stamps its own steps after it

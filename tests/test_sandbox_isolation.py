@@ -30,9 +30,10 @@ REPORT = isolation_report(SandboxOptions(isolation="auto"))
 needs_all = pytest.mark.skipif(bool(REPORT.off), reason=REPORT.describe())
 
 
-def _in_sandbox(body, work: str) -> dict:
-    """Run `body(work)` in pid 1 of a new sandbox (every protection), forked from here;
-    returns what it returned (a JSON-able dict), or {"error": ...}."""
+def _in_sandbox(body, work: str, readable: tuple[str, ...] = ()) -> dict:
+    """Run `body(work)` in pid 1 of a new sandbox (every protection; `readable` folders bound
+    back read-only), forked from here; returns what it returned (a JSON-able dict), or
+    {"error": ...}."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -43,7 +44,7 @@ def _in_sandbox(body, work: str) -> dict:
             if inner == 0:
                 try:
                     _isolation.die_with_parent()
-                    _isolation.confine(_isolation.Plan(work_dir=work))
+                    _isolation.confine(_isolation.Plan(work_dir=work, readable=readable))
                     out = body(work)
                 except BaseException as exc:
                     out = {"error": f"{type(exc).__name__}: {exc}"}
@@ -316,3 +317,48 @@ def test_a_search_says_which_protections_are_off_and_records_them(tmp_path: Path
     with sqlite3.connect(tmp_path / "s.db") as db:
         envs = [json.loads(row[0]) for row in db.execute("SELECT environment FROM runs")]
     assert envs and {"user", "pid"} <= set(envs[-1]["sandbox"]["off"]), envs
+
+
+def test_cuda_candidates_keep_the_hosts_shm_and_say_why() -> None:
+    """The driver's CUDA IPC maps the judge's block through the host's /dev/shm (a private
+    one failed on the H200: cudaErrorMapBufferObjectFailed), so CUDA candidates keep it, said
+    as such and never counted as missing under --require-sandbox."""
+    from evokernel.sandbox import CUDA_SHM
+
+    report = isolation_report(SandboxOptions(isolation="auto"), "cuda")
+    assert "shm" not in report.on and report.off["shm"] == CUDA_SHM
+    assert isolation_report(SandboxOptions(isolation="auto"), "cpu").off.get("shm") != CUDA_SHM
+    if not isolation_report(SandboxOptions(isolation="auto")).off:  # everything holds here: required is fine
+        assert isolation_report(SandboxOptions(isolation="require"), "cuda").off == {"shm": CUDA_SHM}
+
+
+@needs_all
+def test_the_judges_import_path_under_tmp_stays_readable_inside(tmp_path: Path) -> None:
+    """A package the judge imports from under /tmp (a virtual environment or a --target
+    install there) is bound back, read-only, inside the candidate's private /tmp."""
+    from evokernel.sandbox import _hidden_import_path
+
+    pkg = Path(tempfile.mkdtemp(prefix="evokernel-site-"))
+    (pkg / "site_probe_mod.py").write_text("VALUE = 41\n")
+    sys.path.insert(0, str(pkg))
+    try:
+        readable = _hidden_import_path()
+        assert os.path.realpath(pkg) in readable
+        work = tempfile.mkdtemp(prefix="evokernel-work-")
+
+        def body(work: str) -> dict:
+            out = {"listed": sorted(os.listdir(pkg))}
+            try:
+                with open(pkg / "written", "w") as f:
+                    f.write("x")
+                out["write"] = "written"
+            except OSError as exc:
+                out["write"] = errno.errorcode[exc.errno]
+            return out
+
+        out = _in_sandbox(body, work, tuple(readable))
+        assert out.get("listed") == ["site_probe_mod.py"], out
+        assert out["write"] in ("EROFS", "EACCES", "EPERM"), out
+        assert not (pkg / "written").exists()
+    finally:
+        sys.path.remove(str(pkg))
