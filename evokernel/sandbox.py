@@ -503,6 +503,7 @@ class Sandbox:
         self.inner_pid: int | None = None  # the candidate's process (the keeper's child), as the judge sees it
         self._inner_fd: int | None = None  # a pidfd on it
         self._userns: int | None = None  # its user namespace (inode), where it has no PID namespace
+        self._pending: WorkerMessage | None = None  # read by `answered`, not yet handed to the judge
         self._ipc_slot: tuple[bytes, int] | None = None  # this process's counter slot on the judge's block
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
@@ -673,7 +674,29 @@ class Sandbox:
         self.close()
 
     # -- internals ---------------------------------------------------------------------
+    def answered(self) -> bool:
+        """Whether the candidate's process has said something the judge must read (ready, a
+        failure) or is gone; without waiting. The keeper's first message (the candidate's
+        pid) is taken here, and does not count."""
+        if self.ready is not None or self.outcome is not None or self.conn is None or self._pending is not None:
+            return True
+        if self.inner_pid is None and self.conn.poll(0):
+            try:
+                data = self.conn.recv_bytes(self.options.max_message_bytes)
+                msg = _decoder.decode(data)
+            except (EOFError, OSError, msgspec.DecodeError):
+                return True  # the judge finds out what went wrong when it reads
+            if not (isinstance(msg, Sandboxed) and self._adopt(msg.pid)):
+                self._pending = msg
+                return True
+        return self.conn.poll(0)
+
     def _receive(self, timeout: float, doing: str) -> WorkerMessage | Outcome:
+        if self._pending is not None:
+            msg, self._pending = self._pending, None
+            if isinstance(msg, Sandboxed):  # a second one, or one for a process not the keeper's
+                return self._stop(Outcome(kind="protocol", error=f"unexpected sandboxed message (pid {msg.pid})"))
+            return msg
         deadline = time.monotonic() + timeout
         while True:
             try:
