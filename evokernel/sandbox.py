@@ -457,6 +457,14 @@ def _gone(pidfd: int | None, wait_s: float = 0.0) -> bool:
     return bool(select.select([pidfd], [], [], wait_s)[0])
 
 
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
@@ -717,15 +725,13 @@ class Sandbox:
 
     def _adopt(self, pid: int) -> bool:
         """Take the keeper's word for its child's pid: only once, before anything else, and
-        only for a process whose parent is the keeper."""
+        only for a child of the keeper."""
         if self.inner_pid is not None or self.ready is not None or self.process is None:
             return False
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if ppid != self.process.pid:
+        # its parent is the keeper: the judge's process, or that process's child (a keeper
+        # started from a fresh interpreter forks once more to shed its threads)
+        parent = _parent_of(pid)
+        if self.process.pid not in (parent, _parent_of(parent) if parent else None):
             return False
         self.inner_pid, self._inner_fd = pid, _pidfd(pid)
         if "pid" not in self.isolation and "user" in self.isolation:
