@@ -86,9 +86,7 @@ def _first_ready(queue: Sequence[tuple[int, Genome, Any]], *, wait_s: float) -> 
             if item.exception() is not None:
                 return i  # starting it failed: the judge reports that at once
             sandbox = item.result()
-            if sandbox.ready is not None or sandbox.outcome is not None or sandbox.conn is None:
-                return i
-            if sandbox.conn.poll(0):
+            if sandbox.answered():
                 return i
             conns.setdefault(id(sandbox.conn), i)
         left = deadline - time.monotonic()

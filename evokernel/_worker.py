@@ -222,6 +222,14 @@ def _keep_output(fd: int, log_fd: int, limit: int, child: int) -> None:
                 noted = True
 
 
+def _threads() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        return 1
+
+
 def _exit_as(status: int) -> None:
     """Exit the way the candidate's process did (its signal, or its exit code)."""
     import signal
@@ -497,6 +505,14 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
         # the fork server ends with its judge: the keeper with it, then the candidate's process
         # (its own parent-death signal), then its namespace; nothing outlives a killed judge
         _isolation.die_with_parent()
+    if setup.isolation and _threads() > 1:
+        # started from a fresh interpreter (the fork server serves the other device): its
+        # threads would keep it from entering a user namespace; a forked child has none
+        child = os.fork()
+        if child:
+            conn.close()
+            _, status = os.waitpid(child, 0)
+            _exit_as(status)
     # opened before the namespaces: a file open for writing in the new mount namespace would
     # keep the candidate's process from making it read-only
     log_fd = os.open(setup.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -481,6 +481,14 @@ def _gone(pidfd: int | None, wait_s: float = 0.0) -> bool:
     return bool(select.select([pidfd], [], [], wait_s)[0])
 
 
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _pidfd(pid: int) -> int | None:
     try:
         return os.pidfd_open(pid)
@@ -527,6 +535,7 @@ class Sandbox:
         self.inner_pid: int | None = None  # the candidate's process (the keeper's child), as the judge sees it
         self._inner_fd: int | None = None  # a pidfd on it
         self._userns: int | None = None  # its user namespace (inode), where it has no PID namespace
+        self._pending: WorkerMessage | None = None  # read by `answered`, not yet handed to the judge
         self._ipc_slot: tuple[bytes, int] | None = None  # this process's counter slot on the judge's block
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
@@ -698,7 +707,29 @@ class Sandbox:
         self.close()
 
     # -- internals ---------------------------------------------------------------------
+    def answered(self) -> bool:
+        """Whether the candidate's process has said something the judge must read (ready, a
+        failure) or is gone; without waiting. The keeper's first message (the candidate's
+        pid) is taken here, and does not count."""
+        if self.ready is not None or self.outcome is not None or self.conn is None or self._pending is not None:
+            return True
+        if self.inner_pid is None and self.conn.poll(0):
+            try:
+                data = self.conn.recv_bytes(self.options.max_message_bytes)
+                msg = _decoder.decode(data)
+            except (EOFError, OSError, msgspec.DecodeError):
+                return True  # the judge finds out what went wrong when it reads
+            if not (isinstance(msg, Sandboxed) and self._adopt(msg.pid)):
+                self._pending = msg
+                return True
+        return self.conn.poll(0)
+
     def _receive(self, timeout: float, doing: str) -> WorkerMessage | Outcome:
+        if self._pending is not None:
+            msg, self._pending = self._pending, None
+            if isinstance(msg, Sandboxed):  # a second one, or one for a process not the keeper's
+                return self._stop(Outcome(kind="protocol", error=f"unexpected sandboxed message (pid {msg.pid})"))
+            return msg
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -719,15 +750,13 @@ class Sandbox:
 
     def _adopt(self, pid: int) -> bool:
         """Take the keeper's word for its child's pid: only once, before anything else, and
-        only for a process whose parent is the keeper."""
+        only for a child of the keeper."""
         if self.inner_pid is not None or self.ready is not None or self.process is None:
             return False
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return False
-        if ppid != self.process.pid:
+        # its parent is the keeper: the judge's process, or that process's child (a keeper
+        # started from a fresh interpreter forks once more to shed its threads)
+        parent = _parent_of(pid)
+        if self.process.pid not in (parent, _parent_of(parent) if parent else None):
             return False
         self.inner_pid, self._inner_fd = pid, _pidfd(pid)
         if "pid" not in self.isolation and "user" in self.isolation:

@@ -422,16 +422,20 @@ def test_a_killed_candidates_hold_on_the_judges_block_is_released_once_it_is_gon
     alive = multiprocessing.get_context("spawn").Process(target=__import__("time").sleep, args=(30,))
     alive.start()
     try:
-        monkeypatch.setattr(sandbox, "_DEAD_HOLDERS", [(done[0], handle, 3), (done[1], handle, 5),
-                                                       (done[2], b"/torch_not_there", 7), (alive, handle, 4)])
-        assert sandbox.release_dead_holders(wait_s=0.1) == 1
+        # (keeper, pidfd of the candidate's process, counter file, slot); the last: a keeper gone,
+        # its candidate's process (here `alive`) not yet
+        monkeypatch.setattr(sandbox, "_DEAD_HOLDERS", [(done[0], None, handle, 3), (done[1], None, handle, 5),
+                                                       (done[2], None, b"/torch_not_there", 7),
+                                                       (alive, None, handle, 4),
+                                                       (done[0], os.pidfd_open(alive.pid), handle, 6)])
+        assert sandbox.release_dead_holders(wait_s=0.1) == 2
         # slot 5 was at 0 already (released twice, the unsigned counter would wrap); no file: released
-        assert released == [(handle, 3), (b"/torch_not_there", 7)] and len(sandbox._DEAD_HOLDERS) == 1
+        assert released == [(handle, 3), (b"/torch_not_there", 7)] and len(sandbox._DEAD_HOLDERS) == 2
     finally:
         alive.kill()
         alive.join()
         shm.unlink()
-    assert sandbox.release_dead_holders(wait_s=5) == 0 and released[-1] == (handle, 4)
+    assert sandbox.release_dead_holders(wait_s=5) == 0 and sorted(released[-2:]) == [(handle, 4), (handle, 6)]
 
 
 def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypatch):

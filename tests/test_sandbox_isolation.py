@@ -362,3 +362,32 @@ def test_the_judges_import_path_under_tmp_stays_readable_inside(tmp_path: Path) 
         assert not (pkg / "written").exists()
     finally:
         sys.path.remove(str(pkg))
+
+
+_PID_1 = """\
+import os
+
+import torch
+
+
+def kernel(a, b):
+    # right only as pid 1 of a PID namespace of its own
+    return a @ b if os.getpid() == 1 else torch.zeros(a.shape[0], b.shape[1])
+"""
+
+
+@needs_all
+def test_a_candidate_started_from_a_fresh_interpreter_is_sandboxed_too(monkeypatch) -> None:
+    """When the fork server serves the other device, a candidate starts from a new
+    interpreter, whose threads keep it from entering a user namespace: its keeper forks once
+    more, and the candidate is pid 1 of its own namespace all the same."""
+    import evokernel.sandbox as sandbox
+    from evokernel.gate import GateOptions, Judge
+    from evokernel.problem import Problem
+
+    judge = Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu", GateOptions(time=False))
+    assert judge.check(_PID_1).accepted
+    sandbox._context("cpu")  # the fork server runs, serving the CPU
+    monkeypatch.setattr(sandbox, "_SERVER_MODE", "native")  # now it serves the GPU: CPU candidates spawn
+    v = judge.check(_PID_1)
+    assert v.accepted, v.reason
