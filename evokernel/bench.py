@@ -450,7 +450,7 @@ def time_cuda(
     def rep(runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None,
             check: bool = False) -> tuple[Any, list[Any]]:
         rec = perturb.apply(k) if perturb is not None else []
-        flush.zero_()
+        flush.zero_()  # noqa: F821 (deleted after the last rep, below)
         if guard_cycles:
             torch.cuda._sleep(guard_cycles)
         if start is not None:

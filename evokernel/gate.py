@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from ._worker import VALUE_PREFIX, Done, Ready, Timing
+from ._worker import VALUE_PREFIX, Done, Timing
 from .bench import median_ci, perturbable
 from .footing import Footing
 from .hardware import Peaks, peaks_for

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.sglang_plugin import FORMAT, FUSED_EXPERTS, MoeTable, Package, PackageError, fused_experts_hook, register
+from evokernel.sglang_plugin import FORMAT, FUSED_EXPERTS, MoeTable, Package, PackageError, register
 
 from .test_export import ROOT, _search
 
