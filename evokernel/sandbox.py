@@ -240,16 +240,37 @@ def isolation_report(options: SandboxOptions | None = None, device: str | None =
 
 def _hidden_import_path() -> list[str]:
     """The judge's import path under a folder the sandbox replaces with a private one (/tmp,
-    /dev/shm: a package or virtual environment installed there): bound back read-only, so
-    that the candidate imports what the judge does."""
+    /dev/shm: a package, a checkout or a virtual environment there): bound back read-only,
+    so that the candidate imports what the judge can. That is the `sys.path` entries there,
+    the folders of the packages the judge imported from there, and the folders an editable
+    install maps packages to (setuptools' finder: `evokernel.search_spaces` lives in the
+    checkout's `search_spaces/`). Computed again only when what is imported changes."""
+    key = (len(sys.modules), tuple(sys.path), len(sys.meta_path))
+    if _HIDDEN[0] == key:
+        return list(_HIDDEN[1])
     roots = {os.path.realpath(r) for r in ("/tmp", tempfile.gettempdir(), "/dev/shm")}
-    out = []
-    for entry in sys.path:
-        path = os.path.realpath(entry) if entry else ""
-        if path and os.path.isdir(path) and any(path == r or path.startswith(r + os.sep) for r in roots) \
-                and path not in out:
-            out.append(path)
-    return out
+
+    def hidden(path: str) -> bool:
+        return any(path.startswith(r + os.sep) for r in roots)
+
+    candidates = [entry for entry in sys.path if entry]
+    for finder in sys.meta_path:  # an editable install's package -> folder mapping
+        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
+        if isinstance(mapping, dict):
+            candidates += [v for v in mapping.values() if isinstance(v, str)]
+    for module in list(sys.modules.values()):
+        try:  # packages (namespace ones too); some modules' __path__ is no list (torch's ops)
+            entries = list(getattr(module, "__path__", None) or ())
+        except TypeError:
+            continue
+        candidates += [entry for entry in entries if isinstance(entry, str)]
+    found = sorted({os.path.realpath(c) for c in candidates if hidden(os.path.realpath(c))})
+    out = [d for d in found if os.path.isdir(d) and not any(d.startswith(o + os.sep) for o in found if o != d)]
+    _HIDDEN[0], _HIDDEN[1] = key, out
+    return list(out)
+
+
+_HIDDEN: list = [None, []]
 
 
 _UID_RANGE = 500_000
