@@ -253,7 +253,8 @@ def _hidden_import_path() -> list[str]:
     def hidden(path: str) -> bool:
         return any(path.startswith(r + os.sep) for r in roots)
 
-    candidates = [entry for entry in sys.path if entry]
+    # (the interpreter's own prefix too: a candidate may start sys.executable)
+    candidates = [entry for entry in sys.path if entry] + [sys.prefix, sys.exec_prefix]
     for finder in sys.meta_path:  # an editable install's package -> folder mapping
         mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
         if isinstance(mapping, dict):
