@@ -12,8 +12,10 @@ and `winner`, the template's genes), on bf16 inputs of that shape:
 
 Host time per call: after a warm-up (the compile) and a synchronize, `n` calls back to back
 without synchronising inside the loop, the wall time over n (the time the Python thread
-spends per call: what an eager caller pays whenever the GPU keeps up); the median of `reps`
-repetitions. `eager_us`: the same loop's time per call up to the synchronize after it (max of
+spends per call: what an eager caller pays whenever the GPU keeps up). `reps` rounds, each
+timing one loop of every path, the order rotated round by round; each path's median over the
+rounds, and launcher - matmul as the median of the rounds' differences (paired: a host that
+slows down for a while slows both). `eager_us`: the same loop's time per call up to the synchronize after it (max of
 host and GPU time: what an eager `do_bench` reads). Per row also: whether the launcher's C
 is gemm's bitwise, the launcher's JIT and direct launch counts, and the first call's time (the compile). The
 target: launcher host time <= matmul's + 10 us at every row.
@@ -54,20 +56,26 @@ RESULTS = ROOT / "benchmarks" / "results" / "gemm.json"
 TARGET_US = 10.0  # the launcher's host time may exceed torch.matmul's by this much
 
 
-def host_times(fn: Callable[[], Any], sync: Callable[[], None], *, n: int, reps: int) -> tuple[float, float]:
-    """(host us per call, eager us per call), medians of `reps` loops of `n` calls."""
-    host, eager = [], []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        sync()
-        t2 = time.perf_counter()
-        host.append((t1 - t0) / n * 1e6)
-        eager.append((t2 - t0) / n * 1e6)
-    return statistics.median(host), statistics.median(eager)
+def host_times(paths: dict[str, Callable[[], Any]], sync: Callable[[], None], *, n: int,
+               reps: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Per path, (host us per call, eager us per call) of each of `reps` rounds; a round times
+    one loop of `n` calls of every path, the paths in an order rotated round by round (paths
+    compared under the same load, the host's drift shared between them)."""
+    names = list(paths)
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
+    for r in range(reps):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = paths[name]
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            t1 = time.perf_counter()
+            sync()
+            t2 = time.perf_counter()
+            times[name][0].append((t1 - t0) / n * 1e6)
+            times[name][1].append((t2 - t0) / n * 1e6)
+    return times
 
 
 def _short(w: dict[str, int]) -> str:
@@ -122,11 +130,15 @@ def measure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     gpu_s = (time.perf_counter() - t1) / 3  # (about the kernel's time where the GPU is the slower side)
     calls = max(args.min_n, min(args.n, int(args.loop_s / max(gpu_s, 1e-9))))  # long kernels: fewer calls a loop
     out["n"] = calls
-    for name, fn in paths.items():
-        out[f"{name}_host_us"], out[f"{name}_eager_us"] = host_times(fn, sync, n=calls, reps=args.reps)
+    times = host_times(paths, sync, n=calls, reps=args.reps)
+    for name, (host, eager) in times.items():
+        out[f"{name}_host_us"], out[f"{name}_eager_us"] = statistics.median(host), statistics.median(eager)
     out["launcher_stats"] = run.stats()
     out["fast"] = out["launcher_stats"]["fast_launches"] > 0
-    out["over_matmul_us"] = out["launcher_host_us"] - out["matmul_host_us"]
+    # the median of the rounds' differences (each round's loops ran one after the other)
+    diffs = [x - y for x, y in zip(times["launcher"][0], times["matmul"][0])]
+    out["over_matmul_us"] = statistics.median(diffs)
+    out["over_matmul_spread_us"] = [min(diffs), max(diffs)]
     out["within_target"] = out["over_matmul_us"] <= TARGET_US
     return out
 
@@ -225,7 +237,8 @@ def main() -> None:
     ap.add_argument("--precompile", type=int, default=8,
                     help="processes compiling the winners first, into Triton's on-disk cache (0: none)")
     ap.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--reps", type=int, default=5, help="timed loops per path (the median is reported)")
+    ap.add_argument("--reps", type=int, default=9,
+                    help="rounds, each one timed loop per path (medians reported; launcher - matmul paired per round)")
     ap.add_argument("--warmup", type=int, default=20, help="calls per path before timing")
     ap.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole script")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],

@@ -190,26 +190,40 @@ class KernelLaunch:
                     return h.compiled
         return self._jit(values)
 
-    def direct(self) -> tuple[Any, int] | None:
-        """`(raw, stream)` where a call now would go through the raw launch (`_RawLaunch`:
-        the first call recorded it, and every check `__call__` makes passes, no launch hook
-        set), counted as a fast call: the caller then launches `raw(stream, values, bases)`,
-        with `bases=True` passing each descriptor's tensor in its place. None otherwise (the
-        caller calls the launch as usual)."""
+    def direct(self, *also: KernelLaunch) -> tuple[Any, ...] | None:
+        """`(stream, raw, *raws)` where a call now of this launch and of each of `also` (a
+        plan's other launches, checked in one go: the runtime's settings, the current device
+        and stream are read once) would go through its raw launch (`_RawLaunch`: the first
+        call recorded it, every check `__call__` makes passes, no launch hook set), each
+        counted as a fast call: the caller then launches `raw(stream, values, bases)`, with
+        `bases=True` passing each descriptor's tensor in its place. None, counting nothing,
+        otherwise (the caller calls the launches as usual)."""
         h = self._handle
         if h is None or h.raw is None:
             return None
         fn = self.fn
         runtime = h.knobs.runtime
-        if (fn.pre_run_hooks or (fn.used_global_vals and not _globals_unchanged(fn)) or runtime.debug != h.debug
+        debug = runtime.debug
+        if (fn.pre_run_hooks or (fn.used_global_vals and not _globals_unchanged(fn)) or debug != h.debug
                 or getattr(runtime, "add_stages_inspection_hook", None) is not None
                 or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)):
             return None
         device = h.get_device()
         if device != h.device:
             return None
+        raws = [h.raw]
+        for other in also:
+            o = other._handle
+            if o is None or o.raw is None or o.device != device or o.debug != debug:
+                return None
+            fn = other.fn
+            if fn.pre_run_hooks or (fn.used_global_vals and not _globals_unchanged(fn)):
+                return None
+            raws.append(o.raw)
         self.fast_calls += 1
-        return h.raw, h.get_stream(device)
+        for other in also:
+            other.fast_calls += 1
+        return (h.get_stream(device), *raws)
 
     def _jit(self, values: Sequence[Any]) -> Any:
         if len(values) != len(self.dynamic):
@@ -352,6 +366,14 @@ class _RawLaunch:
         except Exception:  # noqa: BLE001 (anything not as read: Triton's own launcher)
             return None
 
+    def _store(self, key: tuple, make: Any, *args: Any) -> Any:
+        """`make(*args)`, kept under `key` (the cache cleared first when full)."""
+        cache = self._cache
+        if len(cache) >= self.CACHE:
+            cache.clear()
+        value = cache[key] = make(*args)
+        return value
+
     def __call__(self, stream: int, values: Sequence[Any], bases: bool = False) -> None:
         """Launch on `stream` with the dynamic arguments `values`; with `bases`, each
         descriptor's place holds the tensor it is over instead: the first call's descriptor
@@ -378,20 +400,13 @@ class _RawLaunch:
                     ptr = d.base.data_ptr()
                 if ptr is not None:
                     key = (i, ptr)
+                    # (the shape and strides after the CUtensorMap are the first call's)
                     tensor_map = cache.get(key)
-                    if tensor_map is None:
-                        if len(cache) >= self.CACHE:
-                            cache.clear()
-                        tensor_map = cache[key] = self._fill(ptr, *constants)
-                    args[at] = tensor_map  # (the shape and strides after it are the first call's)
+                    args[at] = self._store(key, self._fill, ptr, *constants) if tensor_map is None else tensor_map
                 else:
                     key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides), d.padding)
                     part = cache.get(key)
-                    if part is None:
-                        if len(cache) >= self.CACHE:
-                            cache.clear()
-                        part = cache[key] = self._encode(d, meta)
-                    args[at:at + n] = part
+                    args[at:at + n] = self._store(key, self._encode, d, meta) if part is None else part
         self._call(*args)
 
 

@@ -789,33 +789,26 @@ class _Launches:
 
     def _direct(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                 residual: torch.Tensor | None) -> bool:
-        """Launch through the compiled kernels' raw launches (`KernelLaunch.direct`), each
-        descriptor given as its tensor (the plan's signature fixes their shapes and strides),
-        the split-K workspace kept per stream and thread (every call writes all of it before
-        the reduction reads it, in stream order); False, launching nothing, where a launch
-        would not go that way (the caller launches as usual)."""
-        r = None
-        if self.reduce is not None:
-            r = self.reduce.direct()
-            if r is None:
-                return False
-        m = self.main.direct()
-        if m is None:
-            if r is not None:
-                self.reduce.fast_calls -= 1  # (not launched)
+        """Launch through the compiled kernels' raw launches (`KernelLaunch.direct`, the
+        plan's launches checked in one go), each descriptor given as its tensor (the plan's
+        signature fixes their shapes and strides), the split-K workspace kept per stream and
+        thread (every call writes all of it before the reduction reads it, in stream order);
+        False, launching nothing, where a launch would not go that way (the caller launches as
+        usual)."""
+        d = self.main.direct(self.reduce) if self.reduce is not None else self.main.direct()
+        if d is None:
             return False
-        raw, stream = m
+        stream, raw = d[0], d[1]
         plan = self.plan
-        tensors = (a, b, c)
-        bias_arg = bias if bias is not None else c
-        res = residual if residual is not None else c
         g = plan.gluon
         if g is not None:
             from evokernel.search_spaces import gluon_gemm
 
+            tensors = (a, b, c)
             bases = [tensors[src] for src, _, _ in g.descs]
             s = g.slots
-            raw(stream, (bases[s[0]], bases[s[1]], bases[s[2]], bases[s[3]], bases[s[4]], bias_arg, res), True)
+            raw(stream, (bases[s[0]], bases[s[1]], bases[s[2]], bases[s[3]], bases[s[4]],
+                         bias if bias is not None else c, residual if residual is not None else c), True)
             _LAST["kernel"] = gluon_gemm.LAST["kernel"] = self.main._handle.compiled
             return True
         ws = c
@@ -826,12 +819,23 @@ class _Launches:
                 if len(self._ws) >= 8:
                     self._ws.clear()
                 ws = self._ws[key] = torch.empty(plan.ws, device=plan.device, dtype=torch.float32)
-        counters = _tile_counters(plan.device, plan.counters) if plan.counters else c
-        raw(stream, (a, b, c, ws, counters, bias_arg, res, *[tensors[src] for _, src, _ in plan.descs]), True)
-        if r is not None:
-            r[0](r[1], (ws, c, bias_arg, res))
+        args = self._arguments(c, a, b, ws, bias, residual)
+        raw(stream, args, True)
+        if len(d) > 2:
+            d[2](stream, (ws, c, args[5], args[6]))
         _LAST["kernel"] = self.main._handle.compiled
         return True
+
+    def _arguments(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, ws: torch.Tensor,
+                   bias: torch.Tensor | None, residual: torch.Tensor | None) -> tuple:
+        """The Triton kernel's dynamic arguments but its descriptors (a, b, c, the workspace,
+        the fixup's counters, bias and residual, C standing in for those not given), then the
+        tensor each of the plan's descriptors is over."""
+        plan = self.plan
+        counters = _tile_counters(plan.device, plan.counters) if plan.counters else c
+        tensors = (a, b, c)
+        return (a, b, c, ws, counters, bias if bias is not None else c, residual if residual is not None else c,
+                *[tensors[src] for _, src, _ in plan.descs])
 
     def _triton_descriptor(self, j: int, t: torch.Tensor) -> Any:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -861,14 +865,11 @@ class _Launches:
             _LAST["kernel"] = gluon_gemm.launch_gluon(plan.gluon, self.main, self.descriptor, c, a, b, bias, residual)
             return c
         ws = torch.empty(plan.ws, device=plan.device, dtype=torch.float32) if plan.ws is not None else c
-        counters = _tile_counters(plan.device, plan.counters) if plan.counters else c
-        bias_arg = bias if bias is not None else c
-        res = residual if residual is not None else c
-        tensors = (a, b, c)
-        descs = [self.descriptor(j, tensors[src]) for j, (_, src, _) in enumerate(plan.descs)]
-        _LAST["kernel"] = self.main(a, b, c, ws, counters, bias_arg, res, *descs)
+        args = self._arguments(c, a, b, ws, bias, residual)
+        descs = [self.descriptor(j, t) for j, t in enumerate(args[7:])]
+        _LAST["kernel"] = self.main(*args[:7], *descs)
         if self.reduce is not None:
-            self.reduce(ws, c, bias_arg, res)
+            self.reduce(ws, c, args[5], args[6])
         return c
 
 

@@ -220,6 +220,34 @@ def test_the_direct_path_launches_what_the_handle_path_launches(jits: tuple[Reco
     assert run.stats()["fast_launches"] == 6 * len(kernels)
 
 
+
+def test_a_plans_launches_go_direct_together_or_not_at_all(jits: tuple[RecordingJit, RecordingJit]) -> None:
+    """`KernelLaunch.direct(*also)` checks a plan's launches in one go: where one of them
+    cannot go through its raw launch, it returns None and counts nothing, and the plan
+    launches each kernel its own way (`KernelLaunch.__call__`: the main kernel's raw launch
+    with its descriptors, the reduction through its handle)."""
+    run = GemmLauncher({**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, "SPLIT_K": 2})
+    a, b, _, _ = _inputs(33, 72, 80, 0)
+    run(a, b)
+    (launches,) = run._plans.values()
+    main, reduce = launches.main, launches.reduce
+    seen: list[tuple[str, bool]] = []
+    main._handle.raw = lambda stream, values, bases=False: seen.append(("main", bases))
+    reduce._handle.raw = lambda stream, values, bases=False: seen.append(("reduce", bases))
+    both = main.direct(reduce)
+    assert both is not None and both[0] == STREAM and len(both) == 3
+    assert (main.fast_calls, reduce.fast_calls) == (1, 1)
+    run(a, b)
+    assert seen == [("main", True), ("reduce", False)] and (main.fast_calls, reduce.fast_calls) == (2, 2)
+    reduce._handle.raw = None  # the reduction cannot go direct
+    assert main.direct(reduce) is None and (main.fast_calls, reduce.fast_calls) == (2, 2)
+    assert main.direct() is not None and main.fast_calls == 3  # (alone, the main kernel could)
+    handled = len(jits[1].launches)
+    run(a, b)
+    assert seen[2:] == [("main", False)], "the main kernel through __call__'s raw launch, with its descriptors"
+    assert len(jits[1].launches) == handled + 1, "the reduction through its handle"
+    assert (main.fast_calls, reduce.fast_calls) == (4, 3)
+
 def _variants(m: int, n: int, k: int) -> dict[str, tuple]:
     """Inputs of one shape and of others: contiguous; a view at another aligned address (the
     same key); views whose pointers or row strides are not 16-byte aligned; no bias."""
