@@ -73,6 +73,11 @@ FOOTING: dict[str, list[tuple[str, str]]] = {
     "attention_decode": [("S12a", "footing/s12a/footing_decode.json"), ("S12b", "footing/s12b/footing_decode.json"),
                          ("S12c", "footing/s12c/footing_decode.json")],
 }
+#: host time per eager call of every GEMM row's winner against torch.matmul's on the same shape
+#: (benchmarks/launch_overhead.py: interleaved rounds, the difference paired per round), latest
+#: call last: each row gets `host_launch` from the latest call that measured its winner
+LAUNCH: list[tuple[str, str]] = [("S13c", "footing/s13c/launch_overhead.json"),
+                                 ("S14a", "footing/s14a/launch_overhead.json")]
 #: candidates a footing file times for the record that are not baselines (the winner through
 #: another launch path): reported as host time, never as a speedup
 DIAGNOSTIC = {"winner_gemm_call"}
@@ -142,6 +147,42 @@ def apply_footing(kind: str, rows: dict[tuple, dict[str, Any]]) -> dict[str, dic
     return {c: v for c, v in used.items() if c in kept}
 
 
+def apply_launch(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Each GEMM row's host time per eager call against torch.matmul's (`LAUNCH`: the latest
+    call that measured the row's winner at its shape) as `host_launch`; the summary over the
+    rows: the issue's target is launcher - matmul <= 10 us at every row."""
+    by_key: dict[tuple, dict[str, Any]] = {}
+    calls: dict[str, dict[str, Any]] = {}
+    for call, rel in LAUNCH:
+        path = RESULTS / rel
+        if not path.exists():
+            continue
+        doc = json.loads(path.read_text())
+        calls[call] = {"file": rel, "command": doc.get("command"), "date": doc.get("date")}
+        for r in doc.get("rows", []):
+            if "error" not in r:
+                by_key[(r["model"], r["layer"], r["M"], r["N"], r["K"], json.dumps(r["winner"], sort_keys=True))] = \
+                    dict(r, call=call, target_us=doc.get("target_us"))
+    over = []
+    used = set()
+    for row in rows:
+        winner = {k: int(v) for k, v in (row.get("winner") or {}).items()}
+        m = by_key.get((row.get("model"), row.get("layer"), row["M"], row["N"], row["K"],
+                        json.dumps(winner, sort_keys=True)))
+        if m is None:
+            row.pop("host_launch", None)
+            continue
+        row["host_launch"] = {"matmul_us": m["matmul_host_us"], "launcher_us": m["launcher_host_us"],
+                              "over_matmul_us": m["over_matmul_us"], "within_target": m["within_target"],
+                              "bitwise_gemm": m["same_as_gemm"], "call": m["call"]}
+        over.append(m["over_matmul_us"])
+        used.add(m["call"])
+    if not over:
+        return None
+    return {"rows": len(over), "within_10us": sum(x <= 10.0 for x in over), "max_over_matmul_us": max(over),
+            "median_over_matmul_us": sorted(over)[len(over) // 2], "calls": {c: calls[c] for c in sorted(used)}}
+
+
 def collect(kind: str) -> dict[str, Any] | None:
     rows: dict[tuple, dict[str, Any]] = {}
     sources: dict[str, dict[str, Any]] = {}
@@ -198,6 +239,7 @@ def collect(kind: str) -> dict[str, Any] | None:
                 if r.get("timing") and r["timing"]["host_us_all"].get("cublas")]
         doc["host_us_over_cublas"] = {"max": max(over, default=None),
                                       "median": sorted(over)[len(over) // 2] if over else None, "rows": len(over)}
+        doc["host_launch"] = apply_launch(kept)
     return doc
 
 
