@@ -50,8 +50,8 @@ def pick(ev: Any, report: Any, *, finalists: int = 3, rounds: int = 2, extra: An
 
 
 def landscape_seeds(path: Any, space: Any, *, top: int = 6) -> list[dict[str, Any]]:
-    """`evokernel.landscape.landscape_seeds` (the fastest recorded points valid in `space`)."""
-    from evokernel.landscape import landscape_seeds as seeds
+    """`evokernel.engine.landscape.landscape_seeds` (the fastest recorded points valid in `space`)."""
+    from evokernel.engine.landscape import landscape_seeds as seeds
 
     return seeds(path, space, top=top)
 
@@ -100,8 +100,8 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
             tie_break["kept"] = winner.id
         results = ev.remeasure([winner, *baselines.values()], rounds=rounds)
         lat = [r.latency_ms if r.is_ok else None for r in results]
-    # a speedup divides figures timed the same way: refuse otherwise (evokernel.footing)
-    from evokernel.footing import check_results
+    # a speedup divides figures timed the same way: refuse otherwise (evokernel.judge.footing)
+    from evokernel.judge.footing import check_results
 
     footing = check_results(dict(zip(["winner", *names], results)))
     part = {

@@ -143,7 +143,7 @@ def main() -> None:
 
     from evokernel import Genome
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
     from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
     from evokernel.search_spaces import triton_attention as prefill_t
     from evokernel.search_spaces import triton_decode as decode_t

@@ -59,7 +59,7 @@ GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sgla
 #: (the search call's own stay under the row's `recorded`)
 FOOTING: dict[str, list[tuple[str, str]]] = {
     # S12a: the templates launched through Triton's JIT; S12b: through the compiled handles
-    # (evokernel.launch; its MoE file did not come back); S12c: also below Triton 3.6's launcher
+    # (evokernel.runtime.launch; its MoE file did not come back); S12c: also below Triton 3.6's launcher
     # wrapper for kernels with descriptors; S12d (GEMM): for every kernel; S13a: tensors passed as
     # pointers, CUtensorMaps per pointer; S13b: GemmLauncher's direct path, and the eight rows
     # under 0.95 graph-replayed searched again under the graph footing (call S13b's searches)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # One device call (about 4-6 minutes): the compiled-handle launch path of the GEMM template
-# (evokernel/launch.py, GemmLauncher), issue "One footing for every figure".
+# (evokernel/runtime/launch.py, GemmLauncher), issue "One footing for every figure".
 #  1. GPU tests (unless SKIP_TESTS=1): tests/test_launch_gpu.py (the launcher bitwise gemm's
 #     on every path and the Gluon kernel, one JIT launch per plan, graphs, streams, hooks; the
 #     MoE, attention and decode templates through their LaunchCache), then the template's

@@ -12,7 +12,7 @@ if [ -z "${EVOKERNEL_SETUP_DONE:-}" ]; then
   # the sglang.srt.plugins group), as an installed evokernel would have
   mkdir -p /tmp/pkg/evokernel-0.0.0.dist-info
   printf 'Metadata-Version: 2.1\nName: evokernel\nVersion: 0.0.0\n' > /tmp/pkg/evokernel-0.0.0.dist-info/METADATA
-  printf '[sglang.srt.plugins]\nevokernel = evokernel.sglang_plugin:register\n' > /tmp/pkg/evokernel-0.0.0.dist-info/entry_points.txt
+  printf '[sglang.srt.plugins]\nevokernel = evokernel.integrations.sglang.plugin:register\n' > /tmp/pkg/evokernel-0.0.0.dist-info/entry_points.txt
   export EVOKERNEL_SETUP_DONE=1
 fi
 export PYTHONPATH=/tmp/pkg:/tmp/site PYTHONUNBUFFERED=1

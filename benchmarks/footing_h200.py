@@ -3,7 +3,7 @@
 For each row of `benchmarks/results/{gemm,attention_prefill,attention_decode,moe}.json`, the
 winner and its baselines are built as the searches built them (the same generated candidate
 modules: `candidate_source`, `torch_source`, `sdpa_source`, ...) and timed side by side by
-`evokernel.footing.side_by_side`, twice:
+`evokernel.judge.footing.side_by_side`, twice:
 
 - graph: each sample a CUDA graph of a block of calls, replayed (the GPU's time only);
 - eager: each sample the same block called from a Python loop (what a PyTorch user or an
@@ -13,7 +13,7 @@ modules: `candidate_source`, `torch_source`, `sdpa_source`, ...) and timed side 
 over rotating input sets of at least 200 MiB in all (no call reads another's inputs from the
 60 MB L2), in 9 interleaved rounds, with paired per-round ratios (baseline / candidate). No
 timed call may synchronise with the host: every candidate's timing checks that
-(`evokernel.bench.check_no_host_sync`) and the prefill problem hands its lengths over as host
+(`evokernel.judge.timing.check_no_host_sync`) and the prefill problem hands its lengths over as host
 values. Every candidate is first checked against the problem's reference.
 
     python3 benchmarks/footing_h200.py --out $OUT --families gemm attention moe --deadline 540
@@ -138,14 +138,14 @@ BUILDERS = {"gemm": ("gemm", gemm_jobs), "attention": ("attention_prefill", atte
 # -- building and compiling ----------------------------------------------------------------
 def _problem(job: dict[str, Any]) -> Any:
     os.environ.update(job["env"])
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
 
     return Problem.load(PROBLEMS / job["problem"])
 
 
 def _kernels(job: dict[str, Any], folder: Path) -> dict[str, Any]:
     """name -> f(inputs) for every candidate of the job (modules written and imported here)."""
-    from evokernel.problem import load_module
+    from evokernel.judge.problem import load_module
 
     fns: dict[str, Any] = {}
     for name, src in job["sources"].items():
@@ -200,9 +200,9 @@ def precompile(jobs: list[dict[str, Any]], workers: int, deadline: float) -> dic
 def measure(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
     import torch
 
-    from evokernel.bench import StreamHold, check_no_host_sync
-    from evokernel.footing import HostSync, side_by_side
-    from evokernel.gate import compare
+    from evokernel.judge.timing import StreamHold, check_no_host_sync
+    from evokernel.judge.footing import HostSync, side_by_side
+    from evokernel.judge.gate import compare
 
     problem = _problem(job)
     shape = dict(problem.shapes[0])

@@ -43,8 +43,8 @@ def left(deadline: float) -> float:
 
 
 def phase_smoke(out: Path, deadline: float) -> None:
-    from evokernel.gate import Judge
-    from evokernel.problem import Problem
+    from evokernel.judge.gate import Judge
+    from evokernel.judge.problem import Problem
     from evokernel.search_spaces.triton_matmul import candidate_source
 
     problem = Problem.load(ROOT / "examples/problems/matmul_bf16.py")
@@ -80,9 +80,9 @@ def _header(path: Path) -> dict[str, str]:
 
 
 def phase_corpus(out: Path, deadline: float, only: str = "") -> None:
-    from evokernel.gate import GateOptions, Judge
-    from evokernel.problem import Problem
-    from evokernel.sandbox import SandboxOptions
+    from evokernel.judge.gate import GateOptions, Judge
+    from evokernel.judge.problem import Problem
+    from evokernel.judge.sandbox import SandboxOptions
 
     files = sorted((ROOT / "tests/corpus/cheats").glob("*.py")) + sorted((ROOT / "tests/corpus/honest").glob("*.py"))
     judges: dict[str, Judge] = {}
@@ -116,7 +116,7 @@ def _top_configs(n: int) -> list[dict]:
 
 def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.genome import Genome
+    from evokernel.core.genome import Genome
     from evokernel.search_spaces.triton_matmul import candidate_source
 
     top = _top_configs(10)
@@ -168,8 +168,8 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3, burn: int = 0,
     import subprocess
 
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.gate import GateOptions
-    from evokernel.genome import Genome
+    from evokernel.judge.gate import GateOptions
+    from evokernel.core.genome import Genome
     from evokernel.search_spaces.triton_matmul import candidate_source
 
     top = _top_configs(4)
@@ -213,7 +213,7 @@ def phase_stress(out: Path, deadline: float) -> None:
 def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None,
                      prewarm: bool = True) -> None:
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.genome import Genome
+    from evokernel.core.genome import Genome
     from evokernel.search_spaces import matmul_space
     from evokernel.search_spaces.triton_matmul import candidate_source
 
@@ -223,8 +223,8 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     order = rng.permutation(len(points))
     genomes = [Genome.of(points[int(i)]) for i in order]
     workers = workers or max(1, (os.cpu_count() or 3) - 2)
-    from evokernel.gate import GateOptions
-    from evokernel.sandbox import SandboxOptions
+    from evokernel.judge.gate import GateOptions
+    from evokernel.judge.sandbox import SandboxOptions
 
     ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
                          device="cuda", workers=workers, options=GateOptions(sandbox=SandboxOptions(prewarm=prewarm)))
@@ -273,7 +273,7 @@ def phase_fault(out: Path, deadline: float) -> None:
     """A candidate that kills its CUDA context, then an honest one: the first is a crash,
     the GPU is checked with a fresh process, the second is judged as usual."""
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.genome import Genome
+    from evokernel.core.genome import Genome
 
     root = ROOT / "tests/corpus"
     sources = [(root / "cheats/illegal_memory_access.py").read_text(), (root / "honest/triton_matmul.py").read_text()]
@@ -288,7 +288,7 @@ def phase_fault(out: Path, deadline: float) -> None:
 def phase_ab(out: Path, deadline: float) -> None:
     """The 4 best landscape configs re-measured together, interleaved, 3 rounds."""
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.genome import Genome
+    from evokernel.core.genome import Genome
     from evokernel.search_spaces.triton_matmul import candidate_source
 
     top = _top_configs(4)
@@ -325,7 +325,7 @@ def main() -> None:
     import torch
     import triton
 
-    from evokernel.sandbox import isolation_report
+    from evokernel.judge.sandbox import isolation_report
 
     log(out, {"env": True, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": triton.__version__, "cpus": os.cpu_count(), "python": sys.version.split()[0],

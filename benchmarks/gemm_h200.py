@@ -80,7 +80,7 @@ def matmul_landscape_seeds(m: int, space, *, fill: dict[str, int], top: int = 3)
     """The fastest points of the shipped plain-matmul sweep nearest in M (log scale), the
     missing genes filled in: e.g. at M=256 the sweep's 64x128x128 w4 s4 (0.058 ms on down
     256x4096x14336), which a budget-16 search of the larger space had missed (0.077 ms)."""
-    from evokernel.landscape import builtin_names, landscape_seeds
+    from evokernel.engine.landscape import builtin_names, landscape_seeds
 
     names = [n for n in builtin_names() if n.startswith("matmul_bf16_h200_M")]
     if not names:
@@ -187,7 +187,7 @@ def main() -> None:
     import torch
 
     from evokernel import Genome
-    from evokernel.errors import EvaluatorError
+    from evokernel.core.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import (gemm_class, gemm_seeds, gemm_space, gluon_variant,
                                          wave_seeds, without_idle_genes)
@@ -233,7 +233,7 @@ def main() -> None:
         if left < 30:
             doc["skipped"].append(f"{model}:{layer} M={m}: deadline")
             continue
-        from evokernel.problem import Problem
+        from evokernel.judge.problem import Problem
 
         params: dict[str, Any] = {"model": model, "layer": layer, "m": [m]}
         if args.fp8:

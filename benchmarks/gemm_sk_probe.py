@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--timing", choices=["graph", "plain", "gate"], default="graph",
                     help="graph: CUDA-graph replays of one input set, L2 warm (default); plain: do_bench (host "
-                         "time included); gate: the gate's own harness (evokernel.bench.time_cuda: 4 input sets "
+                         "time included); gate: the gate's own harness (evokernel.judge.timing.time_cuda: 4 input sets "
                          "rotated, L2 flushed before each call), which ranks tiles as the searches do")
     ap.add_argument("--no-graph", dest="timing", action="store_const", const="plain", help="the same as --timing plain")
     ap.add_argument("--set", choices=["streamk", "tail", "wide", "coop", "small"], default="streamk",
@@ -207,7 +207,7 @@ def main() -> None:
     import torch
     import triton
 
-    from evokernel.bench import time_cuda
+    from evokernel.judge.timing import time_cuda
     from evokernel.search_spaces.triton_gemm import gemm, last_compiled
 
     watched = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,

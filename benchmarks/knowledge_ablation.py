@@ -19,7 +19,7 @@ from typing import Any
 
 from evokernel import Budget, Search
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import Landscape, builtin, builtin_names
+from evokernel.engine.landscape import Landscape, builtin, builtin_names
 from evokernel.store import SQLiteStore
 
 

@@ -8,7 +8,7 @@ and `winner`, the template's genes), on bf16 inputs of that shape:
 - `gemm`: the old path, `gemm(a, b, **winner)` (every call checks everything and launches
   through Triton's JIT: its binder, specialisation and cache key);
 - `launcher`: `GemmLauncher(winner)(a, b)` (planned once per input signature, then launched
-  through the compiled kernel's handle, `evokernel/launch.py`).
+  through the compiled kernel's handle, `evokernel/runtime/launch.py`).
 
 Host time per call: after a warm-up (the compile) and a synchronize, `n` calls back to back
 without synchronising inside the loop, the wall time over n (the time the Python thread

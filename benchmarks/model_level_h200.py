@@ -1,8 +1,8 @@
 """Model-level search on two real architectures (issue 9): FLUX-style DiT double-stream blocks
 and Qwen3-MoE-style decoder layers, dummy weights, bf16 on an H200.
 
-For each model: profile it (`evokernel.profile`: where the time goes, ranked), search its
-model-level space (`evokernel.model_level.model_space`) with the `ModelEvaluator` (every
+For each model: profile it (`evokernel.model.profile`: where the time goes, ranked), search its
+model-level space (`evokernel.model.model_level.model_space`) with the `ModelEvaluator` (every
 candidate site-checked, its whole forward judged against the unchanged model, and timed
 against it in the same call from CUDA graphs), seeded with the model as written and each
 single change; ablate the winner (each change alone and left out; dead ends into the
@@ -114,10 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from evokernel import Budget, Search, SearchOptions, SQLiteStore
-    from evokernel.ablation import ablate, record
-    from evokernel.env import toolchain
+    from evokernel.model.ablation import ablate, record
+    from evokernel.judge.env import toolchain
     from evokernel.evaluators.model import ModelEvaluator, TimingOptions
-    from evokernel.profile import profile_module
+    from evokernel.model.profile import profile_module
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import geomean
@@ -232,7 +232,7 @@ def markdown(doc: dict) -> str:  # type: ignore[type-arg]
                   f"vs torch.compile {fmt(g.get('torch_compile'))} (target 1.0)", ""]
     for name, m in doc["models"].items():
         if m.get("ablation"):
-            from evokernel.ablation import AblationReport, AblationRow
+            from evokernel.model.ablation import AblationReport, AblationRow
 
             a = dict(m["ablation"])
             rows = [AblationRow(**r) for r in a.pop("rows")]

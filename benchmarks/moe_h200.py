@@ -148,9 +148,9 @@ def main() -> None:
     import torch
 
     from evokernel import Genome
-    from evokernel.errors import EvaluatorError
+    from evokernel.core.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
     from evokernel.search_spaces import moe_space, shared_params
     from evokernel.search_spaces.sglang import default_config, shipped_config, shipped_elsewhere
     from evokernel.search_spaces.triton_moe import candidate_source, split_config

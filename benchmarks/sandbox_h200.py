@@ -54,10 +54,10 @@ def log(out: Path, record: dict) -> None:
 
 
 def judge_variant(out: Path, name: str, fields: dict, device: str) -> bool:
-    from evokernel._isolation import PROTECTIONS
-    from evokernel.gate import GateOptions, Judge
-    from evokernel.problem import Problem
-    from evokernel.sandbox import SandboxOptions, isolation_report
+    from evokernel.judge._isolation import PROTECTIONS
+    from evokernel.judge.gate import GateOptions, Judge
+    from evokernel.judge.problem import Problem
+    from evokernel.judge.sandbox import SandboxOptions, isolation_report
 
     sandbox = SandboxOptions(start_timeout_s=120, call_timeout_s=60, time_timeout_s=60, **fields)
     report = isolation_report(sandbox)
@@ -85,8 +85,8 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from evokernel._isolation import PROTECTIONS
-    from evokernel.sandbox import isolation_report
+    from evokernel.judge._isolation import PROTECTIONS
+    from evokernel.judge.sandbox import isolation_report
 
     try:
         max_userns = Path("/proc/sys/user/max_user_namespaces").read_text().strip()

@@ -27,9 +27,9 @@ from typing import Any
 
 from evokernel import Budget, Search
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.genome import Genome
-from evokernel.landscape import Landscape, builtin, builtin_names
-from evokernel.strategies import strategy_names
+from evokernel.core.genome import Genome
+from evokernel.engine.landscape import Landscape, builtin, builtin_names
+from evokernel.engine.strategies import strategy_names
 
 DEFAULT_STRATEGIES = ["random", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
                       "optuna-qmc", "default"]

@@ -66,11 +66,11 @@ def main() -> None:
     import triton
 
     from evokernel.evaluators.sglang import SGLangEvaluator
-    from evokernel.export import sglang_plugin_package
+    from evokernel.integrations.sglang.export import sglang_plugin_package
     from evokernel.store import SQLiteStore
 
     # 2. promotion: only batch sizes whose winner beat shipped by --promote in the micro A/B
-    from evokernel.cascade import Promotion, record
+    from evokernel.model.cascade import Promotion, record
 
     store = SQLiteStore(moe_out / "moe.db")
     runs = {r.name: r.id for r in store.runs()}
@@ -103,7 +103,7 @@ def main() -> None:
             "--mem-fraction-static", str(args.mem)]
     if args.serving:
         from evokernel.evaluators.sglang_serving import ServingComparison
-        from evokernel.workload import Trace
+        from evokernel.model.workload import Trace
 
         serving = ServingComparison(argv, Trace.load(args.serving), rounds=2, num_prompts=args.serving_prompts,
                                     log_dir=work / "serving", mem=args.mem)

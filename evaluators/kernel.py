@@ -27,16 +27,16 @@ from typing import Any
 
 import msgspec
 
-from evokernel.candidate import bind_config
-from evokernel.env import interpreter_problem, toolchain
-from evokernel.errors import ConfigError, EvaluatorError
-from evokernel.gate import GateOptions, Judge, Verdict
-from evokernel.genome import Genome
-from evokernel.problem import Problem
-from evokernel.result import Result, Status
-from evokernel._isolation import Report
-from evokernel.sandbox import ISOLATION_FIELDS, Sandbox, isolation_report
-from evokernel.template import template_hash
+from evokernel.judge.candidate import bind_config
+from evokernel.judge.env import interpreter_problem, toolchain
+from evokernel.core.errors import ConfigError, EvaluatorError
+from evokernel.judge.gate import GateOptions, Judge, Verdict
+from evokernel.core.genome import Genome
+from evokernel.judge.problem import Problem
+from evokernel.core.result import Result, Status
+from evokernel.judge._isolation import Report
+from evokernel.judge.sandbox import ISOLATION_FIELDS, Sandbox, isolation_report
+from evokernel.core.template import template_hash
 
 __all__ = ["KernelEvaluator", "reference_source"]
 
@@ -53,7 +53,7 @@ def reference_source(problem_path: str, params: Mapping[str, Any] | None = None)
         args += f", params=_json.loads({json.dumps(params, sort_keys=True)!r})"
     return (
         "import json as _json\n"
-        "from evokernel.problem import Problem as _Problem\n"
+        "from evokernel.judge.problem import Problem as _Problem\n"
         f"kernel = _Problem.load({args}).reference\n"
     )
 
@@ -107,7 +107,7 @@ class KernelEvaluator:
 
     The fingerprint covers the problem (its source, parameters and shapes), the device and
     toolchain, the gate's options and the template: a hash of render's code and of the
-    template modules it uses (`evokernel.template.template_hash`), or `template`, a name the
+    template modules it uses (`evokernel.core.template.template_hash`), or `template`, a name the
     caller gives it (e.g. for a render whose output depends on data it closes over)."""
 
     name = "kernel"

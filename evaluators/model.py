@@ -1,7 +1,7 @@
 """The model evaluator: a model-level genome's candidate against the unchanged model, judged
 and timed in the same call.
 
-For each genome: build the candidate (`evokernel.model_level.apply`: every changed site
+For each genome: build the candidate (`evokernel.model.model_level.apply`: every changed site
 checked against the unfused module first; a refusal is a failure value), run its forward
 on the evaluator's inputs and compare it with the unchanged model's (`judge`: max |diff|
 over the output's RMS, a tolerance per dtype; for half types at least twice the unchanged
@@ -33,11 +33,11 @@ from typing import Any
 import msgspec
 import torch
 
-from evokernel.bench import relative_ci
-from evokernel.genome import Genome
-from evokernel.model_level import SiteCheck, apply, changed_sites, judge, model_space, noise_floor
-from evokernel.result import Result, Status
-from evokernel.space import SearchSpace
+from evokernel.judge.timing import relative_ci
+from evokernel.core.genome import Genome
+from evokernel.model.model_level import SiteCheck, apply, changed_sites, judge, model_space, noise_floor
+from evokernel.core.result import Result, Status
+from evokernel.core.space import SearchSpace
 
 __all__ = ["ModelEvaluator", "TimingOptions", "Timing", "time_interleaved", "BASELINE"]
 
@@ -141,7 +141,7 @@ def _allow_recompiles(limit: int = 256) -> None:
 
 
 class ModelEvaluator:
-    """Evaluator of model-level genomes (`evokernel.model_level`) for one model and its inputs."""
+    """Evaluator of model-level genomes (`evokernel.model.model_level`) for one model and its inputs."""
 
     def __init__(self, model: torch.nn.Module, inputs: Sequence[Any], *, name: str, device: str | None = None,
                  dtype: torch.dtype | None = None, space: SearchSpace | None = None,

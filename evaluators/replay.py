@@ -4,7 +4,7 @@ It is the default fitness on a machine without a GPU and the ground on which sea
 strategies are tested on the CPU. Optional multiplicative noise, drawn per evaluation,
 makes it behave like a real GPU measurement.
 
->>> from evokernel.landscape import builtin
+>>> from evokernel.engine.landscape import builtin
 >>> ev = ReplayEvaluator(builtin("matmul_bf16_h200_M16_N4096_K4096"))
 >>> g = ev.space.genome(BM=64, BN=64, BK=128, GROUP_M=1, num_warps=4, num_stages=5)
 >>> next(iter(ev.evaluate([g]))).latency_ms
@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from evokernel.genome import Genome
-from evokernel.landscape import Landscape
-from evokernel.result import Result, Status
-from evokernel.space import SearchSpace
+from evokernel.core.genome import Genome
+from evokernel.engine.landscape import Landscape
+from evokernel.core.result import Result, Status
+from evokernel.core.space import SearchSpace
 
 __all__ = ["ReplayEvaluator"]
 
@@ -62,7 +62,7 @@ class ReplayEvaluator:
 
     def transfer_key(self) -> dict[str, Any]:
         """Kernel family and shape, from the landscape's name (`..._M2048_N6144_K4096`)."""
-        from evokernel.transfer import family_of_name
+        from evokernel.engine.transfer import family_of_name
 
         family, shape = family_of_name(self.landscape.name)
         return {"family": f"replay:{family}", "shape": shape}

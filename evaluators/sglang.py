@@ -3,7 +3,7 @@ the unpatched engine in the same call (extra `sglang`).
 
 Every variant (the baseline, with no package, and each candidate package written by
 `evokernel export sglang-plugin`) is one engine in its own process
-(`python -m evokernel.sglang_bench`), loaded one after another (SGLang sizes its KV cache
+(`python -m evokernel.integrations.sglang.driver`), loaded one after another (SGLang sizes its KV cache
 from the memory free when it starts), then kept side by side on the GPU with the same
 server arguments (`--load-format dummy` initialises the same weights in each: SGLang seeds
 its dummy loader). Each engine warms every (batch size, input length) of the plan before
@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evokernel.genome import Genome
-from evokernel.result import Result, Status
+from evokernel.core.genome import Genome
+from evokernel.core.result import Result, Status
 
 __all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise", "profile_engine", "BASELINE", "CONTROL"]
 
@@ -228,7 +228,7 @@ def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
 
 
 class _Engine:
-    """One `evokernel.sglang_bench` process and its command pipes."""
+    """One `evokernel.integrations.sglang.driver` process and its command pipes."""
 
     def __init__(self, name: str, argv: list[str], plan: dict[str, Any], env: dict[str, str], log: Path) -> None:
         self.name = name
@@ -236,7 +236,7 @@ class _Engine:
         self.reply_r, reply_w = os.pipe()
         env = dict(env, EVOKERNEL_BENCH_FDS=f"{cmd_r},{reply_w}")
         self.log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "evokernel.sglang_bench", "--plan", json.dumps(plan), "--",
+        self.proc = subprocess.Popen([sys.executable, "-m", "evokernel.integrations.sglang.driver", "--plan", json.dumps(plan), "--",
                                       *argv], env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      pass_fds=(cmd_r, reply_w), start_new_session=True,
                                      # not the caller's folder: `python -m` puts it first on sys.path,
@@ -315,10 +315,10 @@ class SGLangEvaluator:
     @classmethod
     def for_trace(cls, server_argv: Sequence[str], trace: Any, *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
                   max_running: int = 256, **kw: Any) -> SGLangEvaluator:
-        """Weighted by a workload (`evokernel.workload.Trace`): each batch size's weight is the
+        """Weighted by a workload (`evokernel.model.workload.Trace`): each batch size's weight is the
         share of the trace's decode steps nearest to it under continuous batching, and the
         input and output lengths are the trace's medians."""
-        from evokernel.workload import weights
+        from evokernel.model.workload import weights
 
         hist = trace.decode_batches(max_running=max_running)
         ins = sorted(r.input_len for r in trace.requests)
@@ -443,14 +443,14 @@ def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len
                    log_dir: str | os.PathLike[str] = "sglang-profile", load_timeout_s: float = 900.0,
                    run_timeout_s: float = 300.0) -> Any:
     """An SGLang engine's prefill and decode steps under torch.profiler, as an
-    `evokernel.profile.Profile`: the engine is loaded as the A/B evaluator loads it (plugins
+    `evokernel.model.profile.Profile`: the engine is loaded as the A/B evaluator loads it (plugins
     first; `package` is an evokernel export to apply), warmed at the point, then one
     `one_batch` run of (batch_size, input_len, output_len) is profiled and its trace parsed.
     Decode steps replayed from CUDA graphs show their kernels without the ops and modules
     that launched them (a graph replay has no per-op CPU events); prefill is fully
     attributed. Raises ConfigError with the engine's own error when it cannot start."""
-    from evokernel.errors import ConfigError
-    from evokernel.profile import parse_trace
+    from evokernel.core.errors import ConfigError
+    from evokernel.model.profile import parse_trace
 
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)

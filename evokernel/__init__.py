@@ -3,22 +3,22 @@
 >>> from evokernel import Search, Budget
 >>> from evokernel.evaluators import ReplayEvaluator
 >>> from evokernel.search_spaces import matmul_space, tile_class
->>> from evokernel.landscape import builtin
+>>> from evokernel.engine.landscape import builtin
 >>> evaluator = ReplayEvaluator(builtin("matmul_bf16_h200_M2048_N6144_K4096"))
 >>> report = Search(matmul_space(), evaluator, descriptor=tile_class).run(Budget(evaluations=64), seed=1)
 >>> report.evaluations
 64
 """
 
-from .archive import Archive, Elite, Verdict
-from .errors import ConfigError, EvaluatorError, EvokernelError, LandscapeError, SpaceError, StoreError
-from .evaluator import Evaluator
-from .genome import Genome, Lineage
-from .landscape import Landscape
-from .mutator import Context, Mutator
-from .result import Result, Status
-from .search import Budget, Individual, Observer, ReportedElite, Search, SearchOptions, SearchReport
-from .space import (
+from evokernel.core.archive import Archive, Elite, Verdict
+from evokernel.core.errors import ConfigError, EvaluatorError, EvokernelError, LandscapeError, SpaceError, StoreError
+from evokernel.core.evaluator import Evaluator
+from evokernel.core.genome import Genome, Lineage
+from evokernel.engine.landscape import Landscape
+from evokernel.core.mutator import Context, Mutator
+from evokernel.core.result import Result, Status
+from evokernel.engine.search import Budget, Individual, Observer, ReportedElite, Search, SearchOptions, SearchReport
+from evokernel.core.space import (
     Boolean,
     Choice,
     Constraint,
@@ -30,8 +30,12 @@ from .space import (
     shared_memory_limit,
     thread_limit,
 )
-from .store import SQLiteStore, Store, open_store
-from .strategies import Strategy, get_strategy, strategy_names
+from evokernel.store import SQLiteStore, Store, open_store
+from evokernel.engine.strategies import Strategy, get_strategy, strategy_names
+
+from evokernel import _moved
+
+_moved.install()  # the old import paths of modules that moved (one release)
 
 __version__ = "0.1.0"
 

@@ -22,8 +22,8 @@ if not GPU:
     os.environ.setdefault("EVOKERNEL_DECODE_PAGE", "8")
 
 from evokernel.evaluators import KernelEvaluator  # noqa: E402
-from evokernel.landscape import landscape_seeds  # noqa: E402
-from evokernel.problem import Problem  # noqa: E402
+from evokernel.engine.landscape import landscape_seeds  # noqa: E402
+from evokernel.judge.problem import Problem  # noqa: E402
 from evokernel.search_spaces import decode_class, decode_space  # noqa: E402
 from evokernel.search_spaces.triton_decode import candidate_source  # noqa: E402
 

@@ -21,8 +21,8 @@ if not GPU:
     os.environ.setdefault("EVOKERNEL_ATTN_DTYPE", "float16")
 
 from evokernel.evaluators import KernelEvaluator  # noqa: E402
-from evokernel.landscape import landscape_seeds  # noqa: E402
-from evokernel.problem import Problem  # noqa: E402
+from evokernel.engine.landscape import landscape_seeds  # noqa: E402
+from evokernel.judge.problem import Problem  # noqa: E402
 from evokernel.search_spaces import attention_class, attention_space  # noqa: E402
 from evokernel.search_spaces.triton_attention import candidate_source  # noqa: E402
 

@@ -32,7 +32,7 @@ CUBLAS_RECORDED = {"M16_N4096_K4096": 0.01768, "M256_N4096_K14336": 0.05328, "M2
 def replay(budget: int) -> None:
     from evokernel import Budget, Search
     from evokernel.evaluators import ReplayEvaluator
-    from evokernel.landscape import Landscape, builtin
+    from evokernel.engine.landscape import Landscape, builtin
 
     print("no GPU: replaying the recorded H200 landscapes of the plain Triton matmul (matmul_bf16_h200_*), "
           "3% noise; cuBLAS as recorded with them")

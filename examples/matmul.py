@@ -10,7 +10,7 @@ that shape, replayed with 3% measurement noise, so the search runs on any machin
 """
 
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import builtin
+from evokernel.engine.landscape import builtin
 from evokernel.search_spaces import matmul_space, tile_class
 
 space = matmul_space()

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def replay(budget: int, ms: list[int]) -> None:
     from evokernel import Budget, Search
     from evokernel.evaluators import ReplayEvaluator
-    from evokernel.landscape import Landscape, builtin
+    from evokernel.engine.landscape import Landscape, builtin
     from evokernel.search_spaces.sglang import default_config, shipped_config
 
     print("no GPU: replaying the recorded H200 landscapes (moe_bf16_h200_qwen3-30b-a3b_M*), with 3% noise")

@@ -1,9 +1,9 @@
 """Uniform crossover: each parameter from either parent with equal probability.
 
 >>> import numpy as np
->>> from evokernel.archive import Archive
->>> from evokernel.mutator import Context
->>> from evokernel.space import SearchSpace, IntRange
+>>> from evokernel.core.archive import Archive
+>>> from evokernel.core.mutator import Context
+>>> from evokernel.core.space import SearchSpace, IntRange
 >>> space = SearchSpace([IntRange(n, 0, 1) for n in "abcd"])
 >>> ctx = Context(space, np.random.default_rng(1), 1, Archive())
 >>> child = UniformCrossover().propose([space.genome(a=0, b=0, c=0, d=0), space.genome(a=1, b=1, c=1, d=1)], ctx)
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evokernel.genome import Genome
-from evokernel.mutator import Context
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context
 
 __all__ = ["UniformCrossover"]
 

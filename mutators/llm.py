@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evokernel.candidate import bind_config, config_of, space_of, why_space_invalid
-from evokernel.genome import Genome
-from evokernel.mutator import Context
-from evokernel.problem import Problem
+from evokernel.judge.candidate import bind_config, config_of, space_of, why_space_invalid
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context
+from evokernel.judge.problem import Problem
 
 __all__ = ["LLMRewrite", "AnthropicProvider", "OpenAICompatibleProvider", "LLMReply", "validate_source", "apply_edits",
            "PRICES"]

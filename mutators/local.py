@@ -8,10 +8,10 @@ Kernel Tuner's published comparison has greedy iterated local search among the b
 strategies once a budget reaches about a hundred evaluations.
 
 >>> import numpy as np
->>> from evokernel.archive import Archive
->>> from evokernel.mutator import Context
->>> from evokernel.result import Result
->>> from evokernel.space import SearchSpace, PowerOfTwo
+>>> from evokernel.core.archive import Archive
+>>> from evokernel.core.mutator import Context
+>>> from evokernel.core.result import Result
+>>> from evokernel.core.space import SearchSpace, PowerOfTwo
 >>> space = SearchSpace([PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256)])
 >>> archive = Archive()
 >>> best = space.genome(BM=64, BN=64)
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evokernel.genome import Genome
-from evokernel.mutator import Context
-from evokernel.result import Result
-from evokernel.space import Value
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context
+from evokernel.core.result import Result
+from evokernel.core.space import Value
 
 __all__ = ["LocalSearch"]
 

@@ -16,10 +16,10 @@ The space maps onto Optuna's distributions as: ordered parameters as an integer 
 and booleans as categorical.
 
 >>> import numpy as np
->>> from evokernel.archive import Archive
->>> from evokernel.mutator import Context
->>> from evokernel.result import Result
->>> from evokernel.space import SearchSpace, PowerOfTwo
+>>> from evokernel.core.archive import Archive
+>>> from evokernel.core.mutator import Context
+>>> from evokernel.core.result import Result
+>>> from evokernel.core.space import SearchSpace, PowerOfTwo
 >>> space = SearchSpace([PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256)])
 >>> tpe = OptunaSampler("tpe")
 >>> ctx = Context(space, np.random.default_rng(0), 0, Archive())
@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from evokernel.genome import Genome
-from evokernel.mutator import Context
-from evokernel.result import Result
-from evokernel.space import Param, SearchSpace, Value
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context
+from evokernel.core.result import Result
+from evokernel.core.space import Param, SearchSpace, Value
 
 __all__ = ["OptunaSampler", "SAMPLERS", "make_sampler"]
 

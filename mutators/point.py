@@ -1,9 +1,9 @@
 """Point mutation: move one or more parameters of a parent to a neighbouring value.
 
 >>> import numpy as np
->>> from evokernel.archive import Archive
->>> from evokernel.mutator import Context
->>> from evokernel.space import SearchSpace, PowerOfTwo
+>>> from evokernel.core.archive import Archive
+>>> from evokernel.core.mutator import Context
+>>> from evokernel.core.space import SearchSpace, PowerOfTwo
 >>> space = SearchSpace([PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256)])
 >>> ctx = Context(space, np.random.default_rng(0), 1, Archive())
 >>> child = PointMutation().propose([space.genome(BM=64, BN=64)], ctx)
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evokernel.genome import Genome
-from evokernel.mutator import Context
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context
 
 __all__ = ["PointMutation"]
 

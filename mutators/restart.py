@@ -1,9 +1,9 @@
 """Random restart: a fresh uniformly random valid point, to leave a basin.
 
 >>> import numpy as np
->>> from evokernel.archive import Archive
->>> from evokernel.mutator import Context
->>> from evokernel.space import SearchSpace, PowerOfTwo
+>>> from evokernel.core.archive import Archive
+>>> from evokernel.core.mutator import Context
+>>> from evokernel.core.space import SearchSpace, PowerOfTwo
 >>> space = SearchSpace([PowerOfTwo("BM", 16, 256)])
 >>> RandomRestart().propose([], Context(space, np.random.default_rng(0), 1, Archive()))["BM"] in space["BM"].values
 True
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evokernel.genome import Genome
-from evokernel.mutator import Context
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context
 
 __all__ = ["RandomRestart"]
 

@@ -23,10 +23,10 @@ is learned by the search (`SearchOptions.learn_failures`).
 
 from __future__ import annotations
 
-from evokernel.genome import Genome
+from evokernel.core.genome import Genome
 from evokernel.search_spaces.triton_attention import DEFAULTS as ATTENTION_DEFAULTS
 from evokernel.search_spaces.triton_decode import DEFAULTS as DECODE_DEFAULTS
-from evokernel.space import (
+from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,
     Constraint,

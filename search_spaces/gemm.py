@@ -29,9 +29,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from evokernel.genome import Genome
+from evokernel.core.genome import Genome
 from evokernel.search_spaces.triton_gemm import DEFAULTS
-from evokernel.space import (
+from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,
     Constraint,

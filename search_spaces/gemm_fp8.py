@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from evokernel.search_spaces.gemm import ACC_REGISTERS
 from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS, GROUP
-from evokernel.space import (
+from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,
     Constraint,

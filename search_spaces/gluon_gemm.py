@@ -55,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from evokernel.launch import KernelLaunch
+from evokernel.runtime.launch import KernelLaunch
 
 __all__ = [
     "GLUON_ACTIVATIONS",
@@ -445,7 +445,7 @@ def launch_gluon(plan: GluonPlan, launch: Callable[..., Any], descriptor: Callab
                  c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
                  residual: torch.Tensor | None) -> Any:
     """Launch `plan` into c (of its shape, freshly allocated) through `launch` (an
-    `evokernel.launch.KernelLaunch` of `_gluon_gemm_kernel` taking `GLUON_ARGS`), the
+    `evokernel.runtime.launch.KernelLaunch` of `_gluon_gemm_kernel` taking `GLUON_ARGS`), the
     descriptors made by `descriptor(j, tensor)`; returns what the launch returns."""
     tensors = (a, b, c)
     descs = [descriptor(j, tensors[src]) for j, (src, _, _) in enumerate(plan.descs)]

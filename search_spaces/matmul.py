@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from evokernel.genome import Genome
-from evokernel.space import (
+from evokernel.core.genome import Genome
+from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,
     IntRange,

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from evokernel.genome import Genome
+from evokernel.core.genome import Genome
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP as FP8_GROUP
-from evokernel.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
+from evokernel.core.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
 __all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts", "MOE_MODELS"]
 

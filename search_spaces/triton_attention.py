@@ -59,8 +59,8 @@ import torch
 import triton
 import triton.language as tl
 
-from evokernel.candidate import check_params
-from evokernel.launch import LaunchCache
+from evokernel.judge.candidate import check_params
+from evokernel.runtime.launch import LaunchCache
 from evokernel.search_spaces.triton_gemm import num_sms
 
 __all__ = ["PARAMS", "DEFAULTS", "SDPA_BACKENDS", "attention", "candidate_source", "sdpa_source"]

@@ -1,5 +1,5 @@
 """Small fused Triton kernels that model-level rewrites put where eager PyTorch launches a
-chain of elementwise ops (`evokernel.model_level`): one pass over memory instead of five.
+chain of elementwise ops (`evokernel.model.model_level`): one pass over memory instead of five.
 
 - `norm_modulate(x, ...)`: an optional (gated) residual add, then LayerNorm (no affine) or
   RMSNorm (with a weight), then an optional adaLN modulation `h * (1 + scale) + shift`;

@@ -56,7 +56,7 @@ everything and launching through Triton's JIT on every call (the reference path:
 of host time a call on the H200, more than many of these kernels take on the GPU);
 `GemmLauncher(params, activation=)(a, b, bias=None, residual=None)` runs the same plan and
 kernels, bitwise, with the checks and the JIT's binding done once per input signature and
-later calls launched through the compiled kernels' handles (`evokernel.launch`);
+later calls launched through the compiled kernels' handles (`evokernel.runtime.launch`);
 `candidate_source(params, epilogue=...)` writes the candidate module a search evaluates
 (a `GemmLauncher` built at import from its literal CONFIG).
 Everything runs in Triton's interpreter on the CPU too (where num_ctas, maxnreg and warp
@@ -81,8 +81,8 @@ import torch
 import triton
 import triton.language as tl
 
-from evokernel.candidate import check_params
-from evokernel.launch import KernelLaunch, quick_descriptor
+from evokernel.judge.candidate import check_params
+from evokernel.runtime.launch import KernelLaunch, quick_descriptor
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
 __all__ = [
@@ -760,7 +760,7 @@ class _Launches:
     """A plan's kernel launches and its tensors' descriptors. With `fast=False` (`gemm`) every
     launch goes through Triton's JIT and every descriptor through its checking constructor;
     with `fast=True` (`GemmLauncher`) the launches go through the compiled kernels' handles
-    after the first call (`evokernel.launch.KernelLaunch`) and the descriptors are copies of
+    after the first call (`evokernel.runtime.launch.KernelLaunch`) and the descriptors are copies of
     the first call's, over this call's tensors (the plan checked their shapes and strides)."""
 
     __slots__ = ("_make", "_templates", "_ws", "fast", "main", "plan", "reduce")
@@ -935,7 +935,7 @@ class GemmLauncher:
     pointer alignment, which of bias and residual are given) makes `gemm`'s plan, with all of
     its checks (a configuration or an input `gemm` refuses raises here the same error), and
     launches through Triton's JIT; later calls with that signature allocate C and launch the
-    compiled kernels directly (`evokernel.launch`): on Triton 3.6 through the raw C launch,
+    compiled kernels directly (`evokernel.runtime.launch`): on Triton 3.6 through the raw C launch,
     each descriptor's CUtensorMap kept per pointer and the split-K workspace per stream and
     thread (one buffer each, held by the launcher), elsewhere through the compiled kernel's
     launcher with the first call's descriptors copied over this call's tensors. The results are bitwise `gemm`'s. Where

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from evokernel.candidate import check_params
+from evokernel.judge.candidate import check_params
 from evokernel.search_spaces.triton_matmul import grouped_tile
 
 __all__ = ["PARAMS", "DEFAULTS", "GROUP", "gemm_fp8", "candidate_source", "scaled_mm_source", "quantize"]

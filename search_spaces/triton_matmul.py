@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from evokernel.candidate import check_params
+from evokernel.judge.candidate import check_params
 
 __all__ = ["PARAMS", "matmul", "candidate_source"]
 

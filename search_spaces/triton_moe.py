@@ -83,8 +83,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from evokernel.candidate import check_integers
-from evokernel.launch import LaunchCache
+from evokernel.judge.candidate import check_integers
+from evokernel.runtime.launch import LaunchCache
 from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.triton_matmul import grouped_tile
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.landscape import Landscape
+from evokernel.engine.landscape import Landscape
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -68,8 +68,8 @@ def test_a_winner_that_is_a_baseline_reports_one_against_it_not_its_noise(tmp_pa
     read 1.017x against the very config it had kept)."""
     from _common import search_and_measure
 
-    from evokernel.genome import Genome
-    from evokernel.landscape import builtin
+    from evokernel.core.genome import Genome
+    from evokernel.engine.landscape import builtin
     from evokernel.store import SQLiteStore
     from evaluators.replay import ReplayEvaluator
 
@@ -79,7 +79,7 @@ def test_a_winner_that_is_a_baseline_reports_one_against_it_not_its_noise(tmp_pa
         itself: a Search prefers an evaluator's own `remeasure` to its per-rep path."""
 
         def remeasure(self, genomes, *, rounds=3):
-            from evokernel.result import Result
+            from evokernel.core.result import Result
 
             out = []
             for g in genomes:
@@ -109,9 +109,9 @@ def test_a_baseline_that_reads_faster_only_in_the_final_measurement_is_decided_h
     re-measured once more for the figures reported."""
     from _common import search_and_measure
 
-    from evokernel.genome import Genome
-    from evokernel.landscape import builtin
-    from evokernel.result import Result
+    from evokernel.core.genome import Genome
+    from evokernel.engine.landscape import builtin
+    from evokernel.core.result import Result
     from evokernel.store import SQLiteStore
     from evaluators.replay import ReplayEvaluator
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.landscape import builtin
+from evokernel.engine.landscape import builtin
 
 
 def run(cmd: list[str], env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -125,7 +125,7 @@ def test_a_broken_evaluator_exits_1_and_the_rerun_resumes(tmp_path, evokernel_cm
     target.write_text(
         "import os\n"
         "from evokernel.evaluators import ReplayEvaluator\n"
-        "from evokernel.landscape import builtin\n"
+        "from evokernel.engine.landscape import builtin\n"
         "class Flaky(ReplayEvaluator):\n"
         "    def _one(self, genome):\n"
         "        if os.environ.get('BREAK') and len(self._draws) >= 20:\n"
@@ -173,7 +173,7 @@ def test_a_search_file_may_seed_its_first_generation_from_a_landscape(tmp_path, 
     target = tmp_path / "seeded.py"
     target.write_text(
         "from evokernel.evaluators import ReplayEvaluator\n"
-        "from evokernel.landscape import builtin, landscape_seeds\n"
+        "from evokernel.engine.landscape import builtin, landscape_seeds\n"
         "evaluator = ReplayEvaluator(builtin('attention_decode_bf16_h200_llama3-8b_B1_C32768'))\n"
         "space = evaluator.space\n"
         "seeds = landscape_seeds('attention_decode_bf16_h200_llama3-8b_B1_C32768', space, top=3)\n"
@@ -182,7 +182,7 @@ def test_a_search_file_may_seed_its_first_generation_from_a_landscape(tmp_path, 
     out = run(evokernel_cmd, cli_env, "search", str(target), "--budget", "8", "--db", str(db), "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    from evokernel.landscape import Landscape
+    from evokernel.engine.landscape import Landscape
     from evokernel.store import SQLiteStore
 
     optimum = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768")).optimum()[1]
@@ -347,7 +347,7 @@ def test_the_report_counts_the_generations_that_ran(tmp_path, small_csv, evokern
 _SLOW_SEARCH = """
 import time
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import builtin
+from evokernel.engine.landscape import builtin
 
 class Slow(ReplayEvaluator):
     def _one(self, genome):
@@ -412,7 +412,7 @@ def test_every_option_has_help_and_strategy_help_lists_the_strategies(evokernel_
     import re
 
     from evokernel.cli import _build_parser
-    from evokernel.strategies import _BUILTIN
+    from evokernel.engine.strategies import _BUILTIN
 
     sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in sub.choices.items():

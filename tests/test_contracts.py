@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from evokernel import Genome, Mutator
-from evokernel.archive import Archive
-from evokernel.mutator import Context
-from evokernel.plugins import load, registered
+from evokernel.core.archive import Archive
+from evokernel.core.mutator import Context
+from evokernel.core.plugins import load, registered
 from evokernel.search_spaces import matmul_space
 
 MUTATORS = sorted(registered("evokernel.mutators"))

@@ -13,9 +13,9 @@ import pytest
 
 from evokernel import Budget, Search
 from evokernel.evaluators import KernelEvaluator
-from evokernel.export import GEMM_KEYS, sglang_file_name, sglang_moe
-from evokernel.gate import GateOptions
-from evokernel.search import SearchOptions
+from evokernel.integrations.sglang.export import GEMM_KEYS, sglang_file_name, sglang_moe
+from evokernel.judge.gate import GateOptions
+from evokernel.engine.search import SearchOptions
 from evokernel.search_spaces import moe_shared_space, shared_params
 from evokernel.search_spaces.triton_moe import candidate_source
 from evokernel.store import SQLiteStore
@@ -88,8 +88,8 @@ def test_runs_that_cannot_be_exported_say_why(tmp_path: Path, monkeypatch: pytes
 
 
 def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from evokernel.archive import Elite
-    from evokernel.genome import Genome
+    from evokernel.core.archive import Elite
+    from evokernel.core.genome import Genome
 
     db = tmp_path / "moe.db"
     _search(db, 8, monkeypatch)
@@ -113,8 +113,8 @@ def test_when_every_elite_has_a_structure_the_runs_fastest_plain_candidate_is_ex
     """Call V: FUSE_SILU won every niche by ~1%, so no elite was a config SGLang's kernel runs
     and the configs package was not exported at all; the run's history still held the plain
     candidates it had measured."""
-    from evokernel.archive import Elite
-    from evokernel.genome import Genome
+    from evokernel.core.archive import Elite
+    from evokernel.core.genome import Genome
 
     db = tmp_path / "moe.db"
     _search(db, 8, monkeypatch)

@@ -16,10 +16,10 @@ import msgspec
 import pytest
 import torch
 
-from evokernel.footing import Footing, FootingMismatch, Timed, check_results, check_same, speedup
-from evokernel.gate import GateOptions, Judge
-from evokernel.problem import Problem, ProblemError
-from evokernel.result import Result, Status
+from evokernel.judge.footing import Footing, FootingMismatch, Timed, check_results, check_same, speedup
+from evokernel.judge.gate import GateOptions, Judge
+from evokernel.judge.problem import Problem, ProblemError
+from evokernel.core.result import Result, Status
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -64,7 +64,7 @@ def test_the_benchmarks_refuse_a_speedup_across_footings(tmp_path: Path):
     from _common import search_and_measure
 
     from evokernel import Genome, SearchSpace
-    from evokernel.space import Choice
+    from evokernel.core.space import Choice
 
     space = SearchSpace([Choice("x", [1, 2])])
 
@@ -157,7 +157,7 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
                                   "torch.cuda.synchronize()", "torch.cuda.current_stream().synchronize()"])
 @pytest.mark.parametrize("graph", ["on", "off"])
 def test_a_call_that_synchronises_with_the_host_is_reported_not_timed(sync: str, graph: str):
-    from evokernel.bench import HostSync, time_cuda
+    from evokernel.judge.timing import HostSync, time_cuda
 
     watched = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
                "time.perf_counter": __import__("time").perf_counter}
@@ -181,7 +181,7 @@ def test_a_call_that_synchronises_with_the_host_is_reported_not_timed(sync: str,
 @gpu
 @pytest.mark.gpu
 def test_side_by_side_times_both_ways_and_pairs_the_rounds():
-    from evokernel.footing import side_by_side
+    from evokernel.judge.footing import side_by_side
 
     sets = [(torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16),
              torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)) for _ in range(8)]

@@ -42,10 +42,10 @@ import msgspec
 import pytest
 import torch
 
-from evokernel.gate import GateOptions, Judge, compare
-from evokernel.problem import Problem
-from evokernel.result import Status
-from evokernel.sandbox import SandboxOptions, isolation_report, scrubbed_environment
+from evokernel.judge.gate import GateOptions, Judge, compare
+from evokernel.judge.problem import Problem
+from evokernel.core.result import Status
+from evokernel.judge.sandbox import SandboxOptions, isolation_report, scrubbed_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
@@ -609,7 +609,7 @@ def test_impossible_allocation_is_rejected_quickly(matmul_judge: Judge) -> None:
 def test_output_is_capped(matmul_judge: Judge) -> None:
     """1 GB to stdout leaves a log cut after a few MB, with a note; a 2 GB file in the
     candidate's own folder is refused past the file-size limit (so it answers wrong)."""
-    from evokernel._worker import Ready
+    from evokernel.judge._worker import Ready
 
     sb = matmul_judge.sandbox(_source("cheats/output_flood.py"))
     try:
@@ -660,7 +660,7 @@ def test_compare_is_scale_aware_and_positional() -> None:
 
 
 def test_perturber_changes_k_elements_and_reports_them_in_one_read_back() -> None:
-    from evokernel.bench import Perturber, perturbable
+    from evokernel.judge.timing import Perturber, perturbable
 
     a, b = torch.randn(64), torch.arange(40, dtype=torch.int64)  # b is not perturbed (integer)
     pristine = a.clone()
@@ -685,7 +685,7 @@ def test_perturber_changes_k_elements_and_reports_them_in_one_read_back() -> Non
 
 def test_prewarm_runs_the_harness_steps_on_any_dtype_mix() -> None:
     """The GPU path runs in the candidate's compile phase; its steps run here on the CPU."""
-    from evokernel.bench import prewarm_cuda
+    from evokernel.judge.timing import prewarm_cuda
 
     prewarm_cuda([torch.bfloat16, torch.int32, torch.float32, torch.bfloat16], [torch.bfloat16, torch.int64],
                  flush_mb=1, device="cpu")

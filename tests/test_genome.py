@@ -4,7 +4,7 @@ import msgspec
 import pytest
 
 from evokernel import Genome, Lineage
-from evokernel.genome import FrozenParams
+from evokernel.core.genome import FrozenParams
 
 
 def test_identity_ignores_key_order_and_lineage():

@@ -16,7 +16,7 @@ import torch
 
 from evokernel.search_spaces import gemm_space, gluon_variant
 from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, gemm
-from evokernel.space import H200_SHARED_MEMORY_BYTES
+from evokernel.core.space import H200_SHARED_MEMORY_BYTES
 
 #: a Gluon point of the benchmark space: 128x256, 8 consumer warps, 4 stages, C in halves
 POINT = dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2, GLUON=1)

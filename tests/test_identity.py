@@ -14,11 +14,11 @@ from evokernel.evaluators.kernel import reference_source
 from evokernel.search_spaces import matmul_space
 
 from evokernel import Budget, Search, SearchOptions
-from evokernel.evaluator import fingerprint_hash
-from evokernel.gate import GateOptions, Judge
-from evokernel.problem import Problem, ProblemError, load_module
+from evokernel.core.evaluator import fingerprint_hash
+from evokernel.judge.gate import GateOptions, Judge
+from evokernel.judge.problem import Problem, ProblemError, load_module
 from evokernel.store import SQLiteStore
-from evokernel.template import template_files, template_hash
+from evokernel.core.template import template_files, template_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "examples" / "problems"
@@ -123,7 +123,7 @@ def test_text_converts_by_the_parameter_type(tmp_path: Path, clean_env):
     path.write_text(
         "from typing import Literal\n"
         "import msgspec, torch\n"
-        "from evokernel.problem import problem_params\n"
+        "from evokernel.judge.problem import problem_params\n"
         "class Params(msgspec.Struct, frozen=True, kw_only=True):\n"
         "    n: int = 4\n"
         "    scale: float = 1.0\n"
@@ -212,7 +212,7 @@ def test_one_byte_of_a_template_changes_the_template_hash_and_the_fingerprint(tm
 SCALED = '''
 import math
 import msgspec, torch
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 
 class Params(msgspec.Struct, frozen=True, kw_only=True):
     scale: float = 1.0

@@ -11,9 +11,9 @@ import pytest
 from evokernel import Budget, Genome, Search, Status
 from evokernel.evaluators import KernelEvaluator
 from evokernel.evaluators.kernel import reference_source
-from evokernel.gate import GateOptions, Judge
-from evokernel.problem import Problem
-from evokernel.sandbox import Sandbox, scrubbed_environment
+from evokernel.judge.gate import GateOptions, Judge
+from evokernel.judge.problem import Problem
+from evokernel.judge.sandbox import Sandbox, scrubbed_environment
 from evokernel.search_spaces import matmul_space
 from evokernel.search_spaces.triton_matmul import candidate_source
 
@@ -46,7 +46,7 @@ def test_triton_candidates_through_the_interpreter_and_render_failures():
 
 def test_a_search_over_the_gate(tmp_path: Path):
     ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=2)
-    from evokernel.search import SearchOptions
+    from evokernel.engine.search import SearchOptions
     report = Search(matmul_space(), ev, options=SearchOptions(population=3, remeasure=1, report_elites=2)).run(
         Budget(evaluations=5), seed=0)
     assert report.evaluations == 5 and report.best is not None
@@ -92,7 +92,7 @@ def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
         "time.sleep(300)\n"
         "def kernel(*a):\n    return a[0]\n"
     )
-    from evokernel.sandbox import SandboxOptions
+    from evokernel.judge.sandbox import SandboxOptions
 
     sb = Sandbox(source, device="cpu", input_specs=[], options=SandboxOptions(start_timeout_s=3)).start()
     outcome = sb.wait_ready()
@@ -141,7 +141,7 @@ def test_a_forged_ok_is_still_judged_on_the_slots():
     # a valid "done, ok" sent before the outputs were copied: the judge reads NaN-poisoned slots
     source = (
         "import gc, msgspec\n"
-        "from evokernel._worker import Done\n"
+        "from evokernel.judge._worker import Done\n"
         "calls = [0]\n"
         "def kernel(a, b):\n"
         "    calls[0] += 1\n"
@@ -164,7 +164,7 @@ def test_remeasure_interleaves_and_a_search_ranks_by_it():
     # two rounds of interleaved blocks per shape, both merged into the figure
     assert all(t["samples"] >= 2 * 3 for r in results[:2] for t in r.meta["timings"])
 
-    from evokernel.search import SearchOptions
+    from evokernel.engine.search import SearchOptions
     from evokernel.store import SQLiteStore
 
     store = SQLiteStore(":memory:")
@@ -240,8 +240,8 @@ def test_the_evaluator_keeps_the_bar_from_accepted_full_timings():
 
 
 def test_seed_cache_takes_only_helper_modules_and_candidates_copy_it(tmp_path: Path):
-    from evokernel._worker import _seed_cache
-    from evokernel.toolcache import SeedCache
+    from evokernel.judge._worker import _seed_cache
+    from evokernel.judge.toolcache import SeedCache
 
     work = tmp_path / "cand"
     (work / "triton-cache" / "k1").mkdir(parents=True)
@@ -278,7 +278,7 @@ def test_uid_claims_are_exclusive_released_off_the_judges_path_and_stale_ones_cl
     import time
 
     from evokernel import sandbox as sbx
-    from evokernel.sandbox import SandboxOptions
+    from evokernel.judge.sandbox import SandboxOptions
 
     monkeypatch.setattr(sbx, "can_drop_privileges", lambda: True)
     monkeypatch.setattr(sbx, "_UID_LOCKS", str(tmp_path / "uids"))
@@ -402,7 +402,7 @@ def test_a_killed_candidates_hold_on_the_judges_block_is_released_once_it_is_gon
     import multiprocessing
     import torch
 
-    import evokernel.sandbox as sandbox
+    import evokernel.judge.sandbox as sandbox
 
     released: list[tuple[bytes, int]] = []
     monkeypatch.setattr(torch.UntypedStorage, "_release_ipc_counter_cuda",
@@ -443,7 +443,7 @@ def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypat
     at 2 tokens), candidates re-measured against each other must see the same input sets in
     a round; each round draws new ones (call Z4's Mixtral M=2: the same config read 0.287
     and 0.351 ms in two re-measurements, on different routings)."""
-    import evokernel.gate as gate
+    import evokernel.judge.gate as gate
 
     drawn: list[tuple[str, tuple[int, ...] | None]] = []
     original = gate._Shape.refill_rotation
@@ -469,7 +469,7 @@ def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypat
 def test_a_search_times_its_candidates_on_the_same_sequence_of_inputs(monkeypatch):
     """The n-th timing block of every candidate on a shape uses the same input sets (drawn
     once per judge); a candidate's blocks differ from each other."""
-    import evokernel.gate as gate
+    import evokernel.judge.gate as gate
 
     drawn: dict[tuple[str, str], list[tuple[int, ...]]] = {}
     original = gate.Judge._time_block
@@ -494,8 +494,8 @@ def test_an_interpreter_that_cannot_run_here_is_said_at_once(monkeypatch):
     """Call BB: on the H200's image (Triton 3.6, numpy 2.4) every CPU candidate failed with a
     runtime error about 0-dimensional arrays; the evaluator now says why before any runs."""
     import evokernel.evaluators.kernel as kernel_module
-    from evokernel.env import interpreter_problem
-    from evokernel.errors import EvaluatorError
+    from evokernel.judge.env import interpreter_problem
+    from evokernel.core.errors import EvaluatorError
 
     assert interpreter_problem() is None  # this machine's Triton and numpy work together
     monkeypatch.setattr(kernel_module, "interpreter_problem", lambda: "Triton 3.6.0's CPU interpreter cannot run")

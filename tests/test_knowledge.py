@@ -13,9 +13,9 @@ pytest.importorskip("anthropic")
 
 from evokernel import Budget, Search  # noqa: E402
 from evokernel.evaluators import KernelEvaluator  # noqa: E402
-from evokernel.knowledge import KnowledgeRecorder, failure_class, kernels, lessons_for  # noqa: E402
+from evokernel.store.knowledge import KnowledgeRecorder, failure_class, kernels, lessons_for  # noqa: E402
 from evokernel.mutators.llm import LLMRewrite  # noqa: E402
-from evokernel.search import SearchOptions  # noqa: E402
+from evokernel.engine.search import SearchOptions  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
 from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
 from evokernel.store import SQLiteStore  # noqa: E402
@@ -86,8 +86,8 @@ def _ind(genome, result):
 
 
 def test_a_regression_is_a_caveat_with_its_figures_and_an_llm_summary_is_stored_with_its_evidence(tmp_path: Path):
-    from evokernel.knowledge import summarize
-    from evokernel.result import Result
+    from evokernel.store.knowledge import summarize
+    from evokernel.core.result import Result
 
     store = SQLiteStore(tmp_path / "k.db")
     where = {"op": "matmul_small", "gpu": "cpu", "toolchain": {"triton": "3.9"}, "shapes": []}
@@ -121,7 +121,7 @@ def test_a_regression_is_a_caveat_with_its_figures_and_an_llm_summary_is_stored_
 
 def test_the_lessons_command_prints_and_refuses_to_summarize_without_a_key(tmp_path: Path, capsys, monkeypatch):
     from evokernel.cli import main
-    from evokernel.knowledge import _lesson
+    from evokernel.store.knowledge import _lesson
 
     db = tmp_path / "k.db"
     SQLiteStore(db).save_lessons([_lesson("caveat", "op", "cpu", {}, "BK=256 with 5 stages exceeds shared memory",

@@ -7,7 +7,7 @@ import pytest
 
 from evokernel import Genome, LandscapeError, Status
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import Landscape, builtin, builtin_names
+from evokernel.engine.landscape import Landscape, builtin, builtin_names
 
 
 def test_space_is_inferred_from_the_columns(small: Landscape):

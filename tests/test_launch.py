@@ -1,4 +1,4 @@
-"""The compiled-handle launch path (evokernel/launch.py) and the GEMM template's
+"""The compiled-handle launch path (evokernel/runtime/launch.py) and the GEMM template's
 `GemmLauncher`, on the CPU.
 
 Without a GPU no kernel is compiled, so the first half stands Triton's own argument binder
@@ -30,8 +30,8 @@ from triton.compiler import CompiledKernel
 from triton.runtime.jit import create_function_from_signature
 
 from evokernel import launch as launch_mod
-from evokernel.candidate import bind_config
-from evokernel.launch import KernelLaunch, quick_descriptor
+from evokernel.judge.candidate import bind_config
+from evokernel.runtime.launch import KernelLaunch, quick_descriptor
 from evokernel.search_spaces import triton_gemm
 from evokernel.search_spaces.triton_gemm import DEFAULTS, GemmLauncher, _signature, candidate_source
 
@@ -380,7 +380,7 @@ def test_fast_launches_can_be_switched_off(jits: tuple[RecordingJit, RecordingJi
 def test_direct_launches_need_a_triton_whose_launch_protocol_was_read(monkeypatch: pytest.MonkeyPatch) -> None:
     import triton
 
-    from evokernel.launch import fast_launch_enabled
+    from evokernel.runtime.launch import fast_launch_enabled
 
     monkeypatch.delenv("EVOKERNEL_FAST_LAUNCH", raising=False)
     for version, allowed in (("3.6.0", True), ("3.9.0", True), ("3.5.1", False), ("3.10.0", False),
@@ -520,7 +520,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
     Triton specialises on (alignment, dtype, an int equal to 1 or divisible by 16, True
     against 1, 0.0 against -0.0) get launches of their own; each direct launch passes what
     the JIT would bind for the same call, with its first call's specialisation."""
-    from evokernel.launch import LaunchCache
+    from evokernel.runtime.launch import LaunchCache
     from evokernel.search_spaces.triton_decode import _split_kernel
 
     jit = RecordingJit(_split_kernel)
@@ -567,7 +567,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
 
 
 def test_a_launch_cache_sends_unhashable_arguments_through_the_jit() -> None:
-    from evokernel.launch import LaunchCache
+    from evokernel.runtime.launch import LaunchCache
 
     class Jit:
         arg_names = ("x", "n")
@@ -588,7 +588,7 @@ def test_a_launch_cache_sends_unhashable_arguments_through_the_jit() -> None:
 
 _SCRIPT = r'''
 import json, sys, torch
-from evokernel.candidate import bind_config
+from evokernel.judge.candidate import bind_config
 from evokernel.search_spaces import triton_gemm
 from evokernel.search_spaces.triton_gemm import DEFAULTS, GemmLauncher, candidate_source, gemm
 

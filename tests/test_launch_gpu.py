@@ -240,7 +240,7 @@ def _through_the_jit_then_direct(module: Any, call: Any, sets: list[tuple], monk
     direct launches off, a fresh cache), then through a fresh cache, three rounds; the same
     outputs (bitwise, or within 1e-3 where the kernels' atomics may order sums differently),
     and direct launches after each launch signature's first."""
-    from evokernel.launch import LaunchCache
+    from evokernel.runtime.launch import LaunchCache
 
     monkeypatch.setenv("EVOKERNEL_FAST_LAUNCH", "0")
     monkeypatch.setattr(module, "_LAUNCHES", LaunchCache())

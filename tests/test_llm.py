@@ -19,13 +19,13 @@ except ImportError:  # pragma: no cover - depends on the installed SDK
     import httpx
 
 from evokernel import Budget, Search  # noqa: E402
-from evokernel.archive import Archive  # noqa: E402
+from evokernel.core.archive import Archive  # noqa: E402
 from evokernel.evaluators import KernelEvaluator  # noqa: E402
-from evokernel.genome import Genome  # noqa: E402
-from evokernel.mutator import Context  # noqa: E402
+from evokernel.core.genome import Genome  # noqa: E402
+from evokernel.core.mutator import Context  # noqa: E402
 from evokernel.mutators import PointMutation  # noqa: E402
 from evokernel.mutators.llm import AnthropicProvider, LLMRewrite, validate_source  # noqa: E402
-from evokernel.search import SearchOptions  # noqa: E402
+from evokernel.engine.search import SearchOptions  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
 from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
 
@@ -141,8 +141,8 @@ def test_source_validation():
 
 
 def test_edits_declaring_a_new_tunable_are_applied_and_its_values_tried_without_more_calls():
-    from evokernel.candidate import config_of, space_of
-    from evokernel.result import Result
+    from evokernel.judge.candidate import config_of, space_of
+    from evokernel.core.result import Result
 
     rec = Recorded("edits_new_tunable.json")
     rewrite = op(rec, max_retries=0)
@@ -161,7 +161,7 @@ def test_edits_declaring_a_new_tunable_are_applied_and_its_values_tried_without_
 
 def test_the_evaluator_binds_a_source_genomes_parameters_into_its_config():
     from evokernel.evaluators.kernel import _source_of
-    from evokernel.candidate import config_of
+    from evokernel.judge.candidate import config_of
 
     source = candidate_source(PARENT.params)
     moved = Genome.of(dict(PARENT.params, BM=64), source=source)
@@ -286,7 +286,7 @@ def test_several_models_are_mixed_by_gains_per_dollar():
     cheap = Recorded(*["success_tool_use.json"] * 40, vary=True)
     providers = [provider(dear, prices=(30.0, 150.0, 37.5, 3.0)), provider(cheap, prices=(3.0, 15.0, 3.75, 0.3))]
     rewrite = LLMRewrite(PROBLEM, provider=providers, render=lambda g: candidate_source(g.params))
-    from evokernel.result import Result
+    from evokernel.core.result import Result
 
     ctx = context()
     for i in range(30):

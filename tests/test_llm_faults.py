@@ -18,12 +18,12 @@ import pytest
 anthropic = pytest.importorskip("anthropic")
 
 from evokernel import Budget, Search  # noqa: E402
-from evokernel.archive import Archive  # noqa: E402
-from evokernel.mutator import Context  # noqa: E402
+from evokernel.core.archive import Archive  # noqa: E402
+from evokernel.core.mutator import Context  # noqa: E402
 from evokernel.mutators import PointMutation  # noqa: E402
 from evokernel.mutators.llm import AnthropicProvider, LLMRewrite  # noqa: E402
-from evokernel.result import Result  # noqa: E402
-from evokernel.search import SearchOptions  # noqa: E402
+from evokernel.core.result import Result  # noqa: E402
+from evokernel.engine.search import SearchOptions  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
 from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
 

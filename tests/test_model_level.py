@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from evokernel import SQLiteStore
-from evokernel.ablation import ablate, alone, record, without
+from evokernel.model.ablation import ablate, alone, record, without
 from evokernel.evaluators.model import ModelEvaluator, TimingOptions
-from evokernel.genome import Genome
-from evokernel.model_level import SiteCheck, apply, describe_sites, judge, model_space, variant
-from evokernel.result import Status
+from evokernel.core.genome import Genome
+from evokernel.model.model_level import SiteCheck, apply, describe_sites, judge, model_space, variant
+from evokernel.core.result import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples" / "models"))
@@ -83,7 +83,7 @@ _SITES = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import flux_dit, qwen3_moe_stack
-from evokernel.model_level import SiteCheck, apply, model_space, variant
+from evokernel.model.model_level import SiteCheck, apply, model_space, variant
 out = []
 for mod, extra in ((flux_dit, [{"mlp_act": "gemm_epilogue", "mlp_act.BM": 32, "mlp_act.BN": 64, "mlp_act.BK": 32},
                                {"qkv_merge": "merged", "qkv_epilogue": "triton", "qkv_epilogue.BLOCK_T": 16},

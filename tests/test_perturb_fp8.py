@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from evokernel.bench import Perturber
+from evokernel.judge.timing import Perturber
 
 
 def test_fp8_perturbation_round_trip():

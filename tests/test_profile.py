@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.hardware import PEAKS
-from evokernel.profile import ROOT, load_target, parse_trace, profile_module
+from evokernel.judge.hardware import PEAKS
+from evokernel.model.profile import ROOT, load_target, parse_trace, profile_module
 from evokernel.store import SQLiteStore
 
 HERE = Path(__file__).resolve().parent
@@ -241,9 +241,9 @@ def test_profiling_an_sglang_engine_without_sglang_says_so(tmp_path):
 
 
 def test_the_engine_profile_reports_an_engine_that_cannot_start(tmp_path):
-    # the engine driver runs (python -m evokernel.sglang_bench) and answers with why it could
+    # the engine driver runs (python -m evokernel.integrations.sglang.driver) and answers with why it could
     # not load; profile_engine turns that into a clear error naming the engine's log
-    from evokernel.errors import ConfigError
+    from evokernel.core.errors import ConfigError
     from evokernel.evaluators.sglang import profile_engine
 
     with pytest.raises(ConfigError, match="the SGLang engine did not start") as err:

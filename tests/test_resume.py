@@ -20,7 +20,7 @@ BUDGET = 120
 TARGET = '''
 import os
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import builtin
+from evokernel.engine.landscape import builtin
 from evokernel.search_spaces import matmul_space, tile_class
 
 class Logged(ReplayEvaluator):

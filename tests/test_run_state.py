@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from evokernel import Budget, Search
-from evokernel.errors import EvaluatorError
+from evokernel.core.errors import EvaluatorError
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import Landscape, builtin
-from evokernel.result import Result
-from evokernel.search import SearchOptions
+from evokernel.engine.landscape import Landscape, builtin
+from evokernel.core.result import Result
+from evokernel.engine.search import SearchOptions
 from evokernel.store import SQLiteStore
 
 LANDSCAPE = "matmul_bf16_h200_M16_N4096_K4096"
@@ -28,7 +28,7 @@ LANDSCAPE = "matmul_bf16_h200_M16_N4096_K4096"
 TARGET = '''
 import os, time
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import builtin
+from evokernel.engine.landscape import builtin
 
 class Logged(ReplayEvaluator):
     n = 0

@@ -1,4 +1,4 @@
-"""The sandbox's namespaces, capabilities, seccomp filter and limits (evokernel._isolation),
+"""The sandbox's namespaces, capabilities, seccomp filter and limits (evokernel.judge._isolation),
 set up for real in processes forked here; and the judge's fallback where they are refused.
 
 What a candidate can do with them is in tests/test_gate.py (the corpus's probes, judged by
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from evokernel import _isolation
-from evokernel.sandbox import SandboxOptions, SandboxUnavailable, isolation_report
+from evokernel.judge.sandbox import SandboxOptions, SandboxUnavailable, isolation_report
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "tests" / "corpus" / "problems"
@@ -35,7 +35,7 @@ def _in_sandbox(body, work: str, readable: tuple[str, ...] | None = None) -> dic
     back read-only, by default the judge's import path under /tmp as a Sandbox binds it),
     forked from here; returns what it returned (a JSON-able dict), or {"error": ...}."""
     if readable is None:
-        from evokernel.sandbox import _hidden_import_path
+        from evokernel.judge.sandbox import _hidden_import_path
 
         readable = tuple(_hidden_import_path())
     r, w = os.pipe()
@@ -250,7 +250,7 @@ def test_options_and_environment_choose_the_protections(monkeypatch) -> None:
 
 
 #: the CLI started under a seccomp filter that refuses unshare, as some container runtimes do
-_NO_NAMESPACES = ("import os, sys; from evokernel._isolation import _install_filter; _install_filter(['unshare', "
+_NO_NAMESPACES = ("import os, sys; from evokernel.judge._isolation import _install_filter; _install_filter(['unshare', "
                   "'setns']); os.execv(sys.executable, [sys.executable, '-m', 'evokernel.cli', *sys.argv[1:]])")
 
 
@@ -283,7 +283,7 @@ def test_a_search_records_the_sandbox_and_results_do_not_depend_on_it() -> None:
     """A kernel evaluator's environment (recorded with each run) names the protections; its
     fingerprint (what stored results are reused under) leaves the sandbox out."""
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.gate import GateOptions
+    from evokernel.judge.gate import GateOptions
 
     def render(genome):
         return HONEST.read_text()
@@ -329,7 +329,7 @@ def test_cuda_candidates_keep_the_hosts_shm_and_say_why() -> None:
     """The driver's CUDA IPC maps the judge's block through the host's /dev/shm (a private
     one failed on the H200: cudaErrorMapBufferObjectFailed), so CUDA candidates keep it, said
     as such and never counted as missing under --require-sandbox."""
-    from evokernel.sandbox import CUDA_SHM
+    from evokernel.judge.sandbox import CUDA_SHM
 
     report = isolation_report(SandboxOptions(isolation="auto"), "cuda")
     assert "shm" not in report.on and report.off["shm"] == CUDA_SHM
@@ -342,7 +342,7 @@ def test_cuda_candidates_keep_the_hosts_shm_and_say_why() -> None:
 def test_the_judges_import_path_under_tmp_stays_readable_inside(tmp_path: Path) -> None:
     """A package the judge imports from under /tmp (a virtual environment or a --target
     install there) is bound back, read-only, inside the candidate's private /tmp."""
-    from evokernel.sandbox import _hidden_import_path
+    from evokernel.judge.sandbox import _hidden_import_path
 
     pkg = Path(tempfile.mkdtemp(prefix="evokernel-site-"))
     (pkg / "site_probe_mod.py").write_text("VALUE = 41\n")
@@ -387,9 +387,9 @@ def test_a_candidate_started_from_a_fresh_interpreter_is_sandboxed_too(monkeypat
     """When the fork server serves the other device, a candidate starts from a new
     interpreter, whose threads keep it from entering a user namespace: its keeper forks once
     more, and the candidate is pid 1 of its own namespace all the same."""
-    import evokernel.sandbox as sandbox
-    from evokernel.gate import GateOptions, Judge
-    from evokernel.problem import Problem
+    import evokernel.judge.sandbox as sandbox
+    from evokernel.judge.gate import GateOptions, Judge
+    from evokernel.judge.problem import Problem
 
     judge = Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu", GateOptions(time=False))
     assert judge.check(_PID_1).accepted

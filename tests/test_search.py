@@ -11,9 +11,9 @@ import pytest
 from evokernel import (
     Budget, ConfigError, EvaluatorError, Genome, Observer, Result, Search, SearchOptions, Status,
 )
-from evokernel.archive import Archive, Verdict
+from evokernel.core.archive import Archive, Verdict
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import Landscape, builtin
+from evokernel.engine.landscape import Landscape, builtin
 from evokernel.mutators import PointMutation, RandomRestart
 from evokernel.search_spaces import matmul_space, tile_class
 from evokernel.store import SQLiteStore
@@ -309,7 +309,7 @@ def test_random_strategy_is_selectable(small: Landscape):
 
 
 def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
-    from evokernel.transfer import family_of_name
+    from evokernel.engine.transfer import family_of_name
 
     store = SQLiteStore(tmp_path / "runs.db")
     names = ["matmul_bf16_h200_M2048_N6144_K4096", "matmul_bf16_h200_M8192_N8192_K1024",
@@ -376,7 +376,7 @@ def test_seeds_open_the_first_generation_and_invalid_ones_are_left_out(small: La
     ev = ReplayEvaluator(small)
     valid = [dict(p) for p in ev.space.valid_points()[:2]]
     bad = {k: -1 for k in valid[0]}
-    with caplog.at_level("WARNING", logger="evokernel.search"):
+    with caplog.at_level("WARNING", logger="evokernel.engine.search"):
         search = Search(ev.space, ev, seeds=[valid[0], bad, valid[1], valid[0]])
     assert "seed" in caplog.text and "left out" in caplog.text and len(search.seeds) == 2
     report = search.run(Budget(evaluations=10), seed=0)

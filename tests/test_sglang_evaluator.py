@@ -66,7 +66,7 @@ def test_without_sglang_every_engine_reports_why_and_nothing_is_measured(tmp_pat
 
 
 def test_a_trace_weights_the_batch_sizes_and_sets_the_lengths():
-    from evokernel.workload import Trace
+    from evokernel.model.workload import Trace
 
     trace = Trace.load(Path(__file__).parent / "recorded" / "traces" / "chat_small.jsonl")
     ev = SGLangEvaluator.for_trace(["--model-path", "m"], trace, batch_sizes=(1, 16, 64))
@@ -78,9 +78,9 @@ def test_a_trace_weights_the_batch_sizes_and_sets_the_lengths():
 
 def test_the_promotion_rule_and_its_decisions_are_recorded_in_the_store(tmp_path: Path):
     from evokernel import Budget, Search
-    from evokernel.cascade import Promotion, record
+    from evokernel.model.cascade import Promotion, record
     from evokernel.evaluators import ReplayEvaluator
-    from evokernel.landscape import builtin
+    from evokernel.engine.landscape import builtin
     from evokernel.store import SQLiteStore
 
     store = SQLiteStore(tmp_path / "s.db")
@@ -165,7 +165,7 @@ def test_the_engine_driver_reads_the_hosts_steal_time_and_its_preemptions():
     # neither the GPU clock nor CPU pinning explained; steal time would show a busy hypervisor)
     import sys
 
-    from evokernel.sglang_bench import _host_counters
+    from evokernel.integrations.sglang.driver import _host_counters
 
     got = _host_counters()
     if sys.platform.startswith("linux"):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.sglang_plugin import FORMAT, FUSED_EXPERTS, MoeTable, Package, PackageError, register
+from evokernel.integrations.sglang.plugin import FORMAT, FUSED_EXPERTS, MoeTable, Package, PackageError, register
 
 from .test_export import ROOT, _search
 
@@ -24,7 +24,7 @@ DOWN = dict(UP, BLOCK_SIZE_M=32, BLOCK_SIZE_N=64)
 
 def test_the_entry_point_is_installed_and_does_nothing_without_a_package(monkeypatch: pytest.MonkeyPatch):
     eps = [ep for ep in importlib.metadata.entry_points(group="sglang.srt.plugins") if ep.name == "evokernel"]
-    assert len(eps) == 1 and eps[0].value == "evokernel.sglang_plugin:register"
+    assert len(eps) == 1 and eps[0].value == "evokernel.integrations.sglang.plugin:register"
     assert eps[0].load() is register
     monkeypatch.delenv("EVOKERNEL_SGLANG_PACKAGE", raising=False)
     monkeypatch.delenv("SGLANG_MOE_CONFIG_DIR", raising=False)
@@ -61,7 +61,7 @@ def test_the_table_picks_the_nearest_batch_size_like_sglang():
 
 def _inputs(m: int):
     os.environ.setdefault("EVOKERNEL_MOE_MODEL", "tiny")
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
 
     problem = Problem.load(ROOT / "examples" / "problems" / "moe_bf16.py")
     shape = dict(problem.shapes[0], M=m)
@@ -76,7 +76,7 @@ def sglang_fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, b1=
                               routed_scaling_factor=None, gemm1_alpha=None, gemm1_limit=None, filter_expert=True,
                               swiglu_limit=None, gate_up_interleaved=True, a1_q=None):
     """SGLang 0.5.17's `fused_experts_impl` signature, computing in torch (the problem's reference)."""
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
 
     ref = Problem.load(ROOT / "examples" / "problems" / "moe_bf16.py").reference
     out = ref(hidden_states, w1, w2, topk_weights, topk_ids)
@@ -96,7 +96,7 @@ import os, sys
 sys.path.insert(0, os.environ["ROOT"])
 import torch
 from tests.test_sglang_plugin import UP, DOWN, _inputs, sglang_fused_experts_impl as impl
-from evokernel.sglang_plugin import MoeTable, fused_experts_hook
+from evokernel.integrations.sglang.plugin import MoeTable, fused_experts_hook
 impl.calls = 0
 problem, (x, w1, w2, tw, ti) = _inputs(11)
 E, two_n, _ = w1.shape
@@ -153,7 +153,7 @@ def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: p
 
 def test_the_package_keeps_sglangs_shipped_configs_for_batch_sizes_not_tuned(tmp_path: Path, monkeypatch):
     import evokernel.search_spaces.sglang as sglang_configs
-    from evokernel.export import sglang_plugin_package
+    from evokernel.integrations.sglang.export import sglang_plugin_package
     from evokernel.store import SQLiteStore
 
     db = tmp_path / "moe.db"

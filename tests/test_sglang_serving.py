@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evokernel.evaluators.sglang_serving import BASELINE, METRICS, ServingComparison, parse_result, summarise_rounds
-from evokernel.workload import Request, Trace
+from evokernel.model.workload import Request, Trace
 
 RECORDED = Path(__file__).parent / "recorded"
 

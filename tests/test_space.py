@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evokernel import Boolean, Choice, IntRange, Ordinal, PowerOfTwo, SearchSpace, SpaceError
-from evokernel.landscape import Landscape, builtin, builtin_names
+from evokernel.engine.landscape import Landscape, builtin, builtin_names
 from evokernel.search_spaces import matmul_space
-from evokernel.space import Param, shared_memory_limit, thread_limit
+from evokernel.core.space import Param, shared_memory_limit, thread_limit
 
 
 @st.composite

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from evokernel import Genome, Result, Status, StoreError
-from evokernel.archive import Elite
+from evokernel.core.archive import Elite
 from evokernel.store import SQLiteStore, Store, open_store
 
 

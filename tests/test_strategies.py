@@ -10,10 +10,10 @@ import pytest
 
 from evokernel import Budget, Search
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.landscape import builtin
+from evokernel.engine.landscape import builtin
 from evokernel.mutators import SAMPLERS, LocalSearch, OptunaSampler, PointMutation, RandomRestart, UniformCrossover
 from evokernel.store import SQLiteStore
-from evokernel.strategies import strategy_names
+from evokernel.engine.strategies import strategy_names
 
 LANDSCAPE = builtin("matmul_bf16_h200_M2048_N6144_K4096")
 BUDGET = 40
@@ -92,9 +92,9 @@ def test_optuna_sampler_repairs_invalid_and_seen_points():
     import numpy as np
     import optuna
 
-    from evokernel.archive import Archive
-    from evokernel.mutator import Context
-    from evokernel.result import Result
+    from evokernel.core.archive import Archive
+    from evokernel.core.mutator import Context
+    from evokernel.core.result import Result
 
     ev = ReplayEvaluator(LANDSCAPE)
     fixed = {"BM": 4, "BN": 3, "BK": 2, "GROUP_M": 1, "num_warps": 1, "num_stages": 3}  # indices: 256x256x128 s5

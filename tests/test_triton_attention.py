@@ -20,7 +20,7 @@ import pytest
 from ._interpreter import run_interpreted
 import torch
 
-from evokernel.problem import Problem, load_module
+from evokernel.judge.problem import Problem, load_module
 from evokernel.search_spaces import attention_class, attention_space
 from evokernel.search_spaces import triton_attention
 from evokernel.search_spaces.triton_attention import DEFAULTS, PARAMS, candidate_source, sdpa_source

@@ -21,7 +21,7 @@ import pytest
 from ._interpreter import run_interpreted
 import torch
 
-from evokernel.problem import Problem, load_module
+from evokernel.judge.problem import Problem, load_module
 from evokernel.search_spaces import decode_class, decode_space, triton_decode
 from evokernel.search_spaces.triton_decode import (
     DEFAULTS,

@@ -19,7 +19,7 @@ from ._interpreter import run_interpreted
 
 from evokernel.search_spaces import gemm_class, gemm_space
 from evokernel.search_spaces.triton_gemm import DEFAULTS, PARAMS, candidate_source
-from evokernel.space import H200_SHARED_MEMORY_BYTES
+from evokernel.core.space import H200_SHARED_MEMORY_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
@@ -547,7 +547,7 @@ def test_a_compile_error_in_a_called_function_says_its_reason_first(tmp_path) ->
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from evokernel._worker import _error_text
+    from evokernel.judge._worker import _error_text
 
     path = tmp_path / "nested_error.py"
     path.write_text(_NESTED_ERROR)

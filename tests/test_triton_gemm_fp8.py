@@ -32,7 +32,7 @@ def test_every_path_matches_the_dequantised_reference_in_the_interpreter():
 import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
-from evokernel.problem import Problem
+from evokernel.judge.problem import Problem
 from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS, gemm_fp8
 cases = json.loads(sys.argv[1])
 for scales, over, (M, N, K) in cases:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-from evokernel.problem import Problem, load_module
+from evokernel.judge.problem import Problem, load_module
 from evokernel.search_spaces.triton_matmul import PARAMS, candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -51,7 +51,7 @@ CASES = [
 def _inputs(m: int, dtype: str, seed: int = 0):
     os.environ["EVOKERNEL_MOE_MODEL"] = "tiny"
     os.environ["EVOKERNEL_MOE_DTYPE"] = dtype
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
 
     problem = Problem.load(PROBLEM)
     shape = {**problem.shapes[0], "M": m}
@@ -250,7 +250,7 @@ def test_the_fused_silu_gene_and_its_constraints():
     with pytest.raises(ValueError, match="two structures"):
         candidate_source(dict(point, GEMV=1))
     from evokernel.search_spaces.triton_moe import STRUCTURE
-    from evokernel.sglang_plugin import STRUCTURE as PLUGIN_STRUCTURE
+    from evokernel.integrations.sglang.plugin import STRUCTURE as PLUGIN_STRUCTURE
 
     assert PLUGIN_STRUCTURE == STRUCTURE  # the plugin reads every structural gene a table may hold
 
@@ -259,7 +259,7 @@ def test_the_fused_silu_gene_and_its_constraints():
 def test_the_roofline_floor_counts_no_more_experts_than_the_routing_touches(E: int, k: int):
     # the gate rejects a time under the problem's roofline as impossible: its bytes must count a
     # lower bound on the experts touched (call S: min(E, M*top_k) rejected honest kernels at M=16)
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
     from evokernel.search_spaces.moe import distinct_experts
 
     problem = Problem.load(PROBLEM)

@@ -54,7 +54,7 @@ def _case_id(c: tuple) -> str:
 
 def _problem(scales: str, dtype: str):
     os.environ.update(EVOKERNEL_MOE_MODEL="tiny", EVOKERNEL_MOE_DTYPE=dtype, EVOKERNEL_FP8_SCALES=scales)
-    from evokernel.problem import Problem
+    from evokernel.judge.problem import Problem
 
     return Problem.load(PROBLEM)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.errors import ConfigError
-from evokernel.gate import GateOptions, Judge
-from evokernel.problem import Problem, ProblemError
-from evokernel.sandbox import SandboxOptions
-from evokernel.workload import Request, Trace, nearest, weights
+from evokernel.core.errors import ConfigError
+from evokernel.judge.gate import GateOptions, Judge
+from evokernel.judge.problem import Problem, ProblemError
+from evokernel.judge.sandbox import SandboxOptions
+from evokernel.model.workload import Request, Trace, nearest, weights
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "tests" / "recorded" / "traces"

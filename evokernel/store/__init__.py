@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ConfigError
-from ._base import Evaluation, Hit, RunInfo, Store
-from .sqlite import SQLiteStore
+from evokernel.core.errors import ConfigError
+from evokernel.store._base import Evaluation, Hit, RunInfo, Store
+from evokernel.store.sqlite import SQLiteStore
 
 __all__ = ["Store", "RunInfo", "Hit", "Evaluation", "SQLiteStore", "open_store"]
 

@@ -11,9 +11,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from ..archive import Elite
-from ..genome import Genome
-from ..result import Result
+from evokernel.core.archive import Elite
+from evokernel.core.genome import Genome
+from evokernel.core.result import Result
 
 __all__ = ["Store", "RunInfo", "Hit", "Evaluation"]
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import msgspec
 
-from ..archive import Elite
-from ..errors import RunBusyError, StoreError
-from ..genome import Genome
-from ..result import Result
-from ._base import Evaluation, Hit, RunInfo
+from evokernel.core.archive import Elite
+from evokernel.core.errors import RunBusyError, StoreError
+from evokernel.core.genome import Genome
+from evokernel.core.result import Result
+from evokernel.store._base import Evaluation, Hit, RunInfo
 
 __all__ = ["SQLiteStore"]
 
@@ -132,7 +132,7 @@ CREATE TABLE IF NOT EXISTS kernels (
     latency_ms REAL NOT NULL,
     created REAL NOT NULL
 );
--- workload profiles (evokernel.profile): the ranked opportunities of one profiled model or trace
+-- workload profiles (evokernel.model.profile): the ranked opportunities of one profiled model or trace
 CREATE TABLE IF NOT EXISTS profiles (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     created REAL NOT NULL,
@@ -588,7 +588,7 @@ class SQLiteStore:
                 (run_id, kind, key, _json(payload), time.time()),
             )
 
-    # -- knowledge base and kernel database (evokernel.knowledge) ---------------------------
+    # -- knowledge base and kernel database (evokernel.store.knowledge) ---------------------------
     def save_lessons(self, lessons: list[Any]) -> None:
         with self._tx() as db:
             db.executemany(
@@ -599,7 +599,7 @@ class SQLiteStore:
             )
 
     def lessons(self, *, op: str | None = None, gpu: str | None = None) -> list[Any]:
-        from ..knowledge import Lesson
+        from evokernel.store.knowledge import Lesson
 
         sql, args = "SELECT id, kind, op, gpu, toolchain, text, evidence, run_id, created FROM lessons WHERE 1=1", []
         for clause, value in (("op = ?", op), ("gpu = ?", gpu)):
@@ -624,7 +624,7 @@ class SQLiteStore:
                 args.append(value)
         return [json.loads(r) for (r,) in self._db.execute(sql + " ORDER BY latency_ms", args)]
 
-    # -- workload profiles (evokernel.profile) ------------------------------------------------
+    # -- workload profiles (evokernel.model.profile) ------------------------------------------------
     def save_profile(self, record: dict[str, Any]) -> int:
         """Store a profile (`Profile.to_dict()` plus `name` and `toolchain`); returns its id."""
         summary = {k: v for k, v in record.items() if k not in ("name", "device_name", "toolchain", "rows")}

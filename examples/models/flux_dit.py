@@ -1,5 +1,5 @@
 """A FLUX-style DiT: a stack of double-stream blocks, written on evokernel's rewritable-block
-API (`evokernel.model_level`), with dummy weights.
+API (`evokernel.model.model_level`), with dummy weights.
 
 Each block has an image and a text stream with their own weights. Per stream: adaLN
 modulation (a Linear of silu(vec) into shift/scale/gate for the attention and the MLP
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evokernel.model_level import Rewritable, Site, gemm_genes, launch_genes, model_size
+from evokernel.model.model_level import Rewritable, Site, gemm_genes, launch_genes, model_size
 from evokernel.search_spaces.triton_fused import NORM_GENES, ROPE_GENES
 
 name = "flux-dit"
@@ -285,6 +285,6 @@ def example_inputs(size: str | None = None, dtype: torch.dtype | None = None) ->
 if __name__ == "__main__":
     from rich.console import Console
 
-    from evokernel.profile import profile_module
+    from evokernel.model.profile import profile_module
 
     Console().print(profile_module(model(), example_inputs(), device="cpu", iters=3, target=name).table())

@@ -1,5 +1,5 @@
 """A Qwen3-MoE-style stack of decoder layers (prefill), written on evokernel's rewritable-block
-API (`evokernel.model_level`), with dummy weights.
+API (`evokernel.model.model_level`), with dummy weights.
 
 Each layer: RMSNorm, separate Q, K and V projections (no bias), RMSNorm on each query and
 key head (QK-norm), rotary embeddings (the rotate-half form), grouped-query causal attention
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evokernel.model_level import Rewritable, Site, launch_genes, model_size, moe_genes
+from evokernel.model.model_level import Rewritable, Site, launch_genes, model_size, moe_genes
 from evokernel.search_spaces.triton_fused import NORM_GENES, ROPE_GENES
 
 name = "qwen3-moe-stack"
@@ -264,6 +264,6 @@ def example_inputs(size: str | None = None, dtype: torch.dtype | None = None) ->
 if __name__ == "__main__":
     from rich.console import Console
 
-    from evokernel.profile import profile_module
+    from evokernel.model.profile import profile_module
 
     Console().print(profile_module(model(), example_inputs(), device="cpu", iters=3, target=name).table())

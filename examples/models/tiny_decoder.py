@@ -128,7 +128,7 @@ def example_inputs() -> tuple[torch.Tensor]:
 
 
 if __name__ == "__main__":
-    from evokernel.profile import profile_module
+    from evokernel.model.profile import profile_module
 
     from rich.console import Console
 

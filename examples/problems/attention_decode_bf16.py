@@ -29,7 +29,7 @@ from typing import Literal
 import msgspec
 import torch
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 
 #: (H_q, H_kv, D) of each model's attention.
 MODELS = {

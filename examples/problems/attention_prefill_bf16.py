@@ -33,7 +33,7 @@ from typing import Literal
 import msgspec
 import torch
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 
 #: (H_q, H_kv, D, causal, default lengths) of each model's attention.
 MODELS = {

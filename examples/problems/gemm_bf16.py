@@ -24,7 +24,7 @@ import msgspec
 import torch
 import torch.nn.functional as F
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 
 #: (N, K) of each projection: C[M, N] = X[M, K] @ W[K, N].
 MODELS = {

@@ -21,7 +21,7 @@ from typing import Literal
 import msgspec
 import torch
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
 
 MODELS = {  # (N, K) per projection: the same as gemm_bf16.py's

@@ -18,7 +18,7 @@ from typing import Literal
 import msgspec
 import torch
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 
 
 class Params(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ bfloat16, or float16 / float32, e.g. for the CPU, where Triton's interpreter can
 dots).
 
 trace (EVOKERNEL_MOE_TRACE; optional, the path of a JSONL or CSV trace, see
-`evokernel.workload`) tunes for the traffic instead: the trace's decode batch sizes (a
+`evokernel.model.workload`) tunes for the traffic instead: the trace's decode batch sizes (a
 continuous-batching replay, at most 256 running) are bucketed to SGLang's config grid (GRID,
 nearest), the buckets holding at least 1% of the decode steps become the SHAPES (the 6
 heaviest at most) and their shares the WEIGHTS; m is then ignored.
@@ -32,7 +32,7 @@ import msgspec
 import torch
 import torch.nn.functional as F
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 from evokernel.search_spaces.moe import MOE_MODELS, distinct_experts
 
 #: E experts, hidden size H, expert intermediate size I, experts per token (the shared table).
@@ -62,7 +62,7 @@ DTYPE = _DTYPES[P.dtype]
 GRID = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096]
 TRACE = P.trace
 if TRACE:
-    from evokernel.workload import Trace as _Trace, weights as _weights
+    from evokernel.model.workload import Trace as _Trace, weights as _weights
 
     _decode = _Trace.load(TRACE).decode_batches()
     if not _decode:

@@ -40,7 +40,7 @@ from typing import Literal
 import msgspec
 import torch
 
-from evokernel.problem import problem_params
+from evokernel.judge.problem import problem_params
 from evokernel.search_spaces.moe import MOE_MODELS, distinct_experts
 from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
 

@@ -2,7 +2,7 @@
 demonstration (issue 8) when a team has no trace of its own yet. It is not anyone's traffic:
 prompt lengths log-normal around 400 tokens (64-2048), outputs log-normal around 96 tokens
 (8-512), Poisson arrivals at 8 requests per second, a fixed seed. A real trace (JSONL or
-CSV with input/output lengths and arrival times; see `evokernel.workload.Trace.load`)
+CSV with input/output lengths and arrival times; see `evokernel.model.workload.Trace.load`)
 replaces it.
 
     python examples/workloads/make_chat_trace.py        # rewrites chat_poisson.jsonl
@@ -14,7 +14,7 @@ import math
 import random
 from pathlib import Path
 
-from evokernel.workload import Request, Trace
+from evokernel.model.workload import Request, Trace
 
 
 def chat_trace(n: int = 200, rate: float = 8.0, seed: int = 0) -> Trace:

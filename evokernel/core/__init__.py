@@ -1,0 +1,1 @@
+"""The core: genomes, results, spaces, the mutator and evaluator protocols, the archive, errors."""

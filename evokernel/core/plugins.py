@@ -1,0 +1,41 @@
+"""Plugins: mutators, evaluators, search spaces and strategies registered through entry points.
+
+A third-party package registers its own in its pyproject.toml:
+
+    [project.entry-points."evokernel.mutators"]
+    my_mutator = "my_package.mutators:MyMutator"
+
+>>> sorted(registered("evokernel.mutators"))[:2]
+['crossover', 'point']
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+from evokernel.core.errors import PluginError
+
+__all__ = ["GROUPS", "registered", "load"]
+
+GROUPS = ("evokernel.mutators", "evokernel.evaluators", "evokernel.search_spaces", "evokernel.strategies")
+
+
+def registered(group: str) -> dict[str, metadata.EntryPoint]:
+    """Entry points of a group by name (the first registration of a name wins)."""
+    out: dict[str, metadata.EntryPoint] = {}
+    for ep in metadata.entry_points(group=group):
+        out.setdefault(ep.name, ep)
+    return out
+
+
+def load(group: str, name: str) -> Any:
+    """The object a plugin registers, or PluginError naming what is available."""
+    eps = registered(group)
+    if name not in eps:
+        known = ", ".join(sorted(eps)) or "none"
+        raise PluginError(f"no {group.split('.')[-1][:-1].replace('_', ' ')} named {name!r} (registered: {known})")
+    try:
+        return eps[name].load()
+    except Exception as exc:
+        raise PluginError(f"plugin {name!r} ({eps[name].value}) failed to load: {type(exc).__name__}: {exc}") from None

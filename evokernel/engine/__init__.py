@@ -1,0 +1,1 @@
+"""The search engine: the loop, strategies, seeding and transfer, learned failures, sweeps."""

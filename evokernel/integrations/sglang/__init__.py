@@ -1,0 +1,1 @@
+"""SGLang: the plugin that swaps kernels in, the engine driver, config export."""

@@ -1,0 +1,247 @@
+"""One SGLang engine, held in one process, timed on command (run by `evaluators/sglang.py`).
+
+    python -m evokernel.integrations.sglang.driver --plan PLAN.json -- <SGLang server arguments>
+
+The process loads SGLang's model runner the way `sglang.benchmark.one_batch` does (same
+server arguments: `--model-path`, `--load-format dummy`, backends ...), after calling
+SGLang's own `load_plugins()`, so the evokernel plugin applies the package named by
+EVOKERNEL_SGLANG_PACKAGE exactly as it would in a served engine's scheduler. Then it warms
+every (batch size, input length) of the plan once (Triton compiles and autotunes outside
+any timed pass), says it is loaded (before the warm-up) and ready (after), and answers commands, one JSON object per line, on the
+file descriptors named by EVOKERNEL_BENCH_FDS ("<commands>,<replies>"), so SGLang's own
+prints on stdout never mix with them:
+
+- {"cmd": "run", "batch_size": B, "input_len": I, "output_len": O, "prerun_s": P, "best_of": R} ->
+  prefill latency (s), median decode latency (s) and throughput, as `one_batch` measures them
+  (synchronised wall clock around each step, decode in SGLang's CUDA graphs), of the fastest
+  of R runs (every run's median decode latency is kept), and the SM clock (MHz) before and
+  after, and per run the host's steal ticks and the process's involuntary context switches
+  (`runs_host`); with P > 0, untimed 8-step runs of the same batch for P seconds come first;
+
+EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to those CPUs.
+- {"cmd": "logits", "batch_size": B, "input_len": I, "steps": S, "seed": K} -> greedy tokens
+  for S steps and the first step's logits (a few summary numbers and a sample of values)
+  on fixed prompts, for the numerics check against the unpatched engine;
+- {"cmd": "profile", "batch_size": B, "input_len": I, "output_len": O, "path": P} -> one such
+  run under torch.profiler (CPU and CUDA activity, shapes, FLOPs, a record_function scope
+  per module of the model, as `evokernel.model.profile.profile_module` opens them), its Chrome
+  trace written to P, and the run's figures (`evokernel profile --sglang` reads the trace);
+- {"cmd": "quit"}.
+
+Failures are replies ({"error": ...}), never a silent death: the parent reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _reply(fd: int, obj: dict[str, Any]) -> None:
+    os.write(fd, (json.dumps(obj) + "\n").encode())
+
+
+def _lines(fd: int):
+    buf = b""
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+
+
+def _engine(server_argv: list[str], max_batch: int) -> Any:
+    """SGLang's model runner as `one_batch` builds it, plugins loaded first."""
+    from sglang.benchmark import one_batch as ob
+    from sglang.srt.plugins import load_plugins
+    from sglang.srt.server_args import PortArgs, ServerArgs
+
+    load_plugins()
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    server_args = ServerArgs.from_cli_args(parser.parse_args(server_argv))
+    if server_args.cuda_graph_config is not None:
+        server_args.cuda_graph_config[ob.Phase.DECODE].max_bs = max_batch
+    ob._set_envs_and_config(server_args)
+    port_args = PortArgs.init_new(server_args)
+    ob.initialize_moe_config(server_args)
+    ob.initialize_fp8_gemm_config(server_args)
+    ob.initialize_fp4_gemm_config(server_args)
+    runner, _ = ob.load_model(server_args, port_args, 0, 0)
+    return runner
+
+
+def _run(runner: Any, batch_size: int, input_len: int, output_len: int, seed: int = 0) -> dict[str, Any] | None:
+    import numpy as np
+    from sglang.benchmark import one_batch as ob
+
+    np.random.seed(seed)
+    reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
+    return ob.latency_test_run_once("evokernel", runner, lambda *a, **k: None, reqs, batch_size, input_len,
+                                    output_len, 0, False, False, ("CPU", "GPU"), "", "all", 0)
+
+
+def _host_counters() -> dict[str, int]:
+    """The host's steal time (all CPUs, clock ticks: time the hypervisor ran something else
+    on a vCPU) and this process's involuntary context switches, where Linux reports them:
+    differences across a run tell host-side interference from the engine's own work."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        if fields and fields[0] == "cpu" and len(fields) > 8:
+            out["steal_ticks"] = int(fields[8])
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches"):
+                    out["involuntary_switches"] = int(line.split()[1])
+    except OSError:
+        pass
+    return out
+
+
+def _sm_clock() -> int | None:
+    """The GPU's SM clock now (MHz, through NVML), or None where it cannot be read."""
+    try:
+        import torch
+
+        return int(torch.cuda.clock_rate())
+    except Exception:
+        return None
+
+
+def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path: str, seed: int = 0
+             ) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from evokernel.model.profile import _scopes
+
+    # one_batch wraps SGLang's ModelRunner (its nn.Module is .model) in a bench runner (.torch_runner)
+    model = getattr(runner, "model", None) or getattr(getattr(runner, "torch_runner", None), "model", None)
+    handles = _scopes(model) if model is not None and hasattr(model, "named_modules") else []
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
+                     with_flops=True) as prof:
+            got = _run(runner, batch_size, input_len, output_len, seed)
+            torch.cuda.synchronize()
+    finally:
+        for h in handles:
+            h.remove()
+    prof.export_chrome_trace(path)
+    return {"trace": path, **(got or {"error": "batch does not fit the KV cache"})}
+
+
+def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from sglang.benchmark import one_batch as ob
+
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(0, 10000, (batch_size, input_len), dtype=np.int32).tolist()
+    runner.clear()
+    reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len, prompts)
+    next_ids, logits, batch = runner.extend(reqs)
+    first = logits.float()
+    tokens = [next_ids.tolist()]
+    for _ in range(steps - 1):
+        next_ids, _ = runner.decode(next_ids, batch)
+        tokens.append(next_ids.tolist())
+    runner.cleanup(batch)
+    flat = first.reshape(-1)
+    idx = torch.linspace(0, flat.numel() - 1, steps=min(4096, flat.numel())).long().to(flat.device)
+    return {"tokens": tokens, "logits_sample": flat[idx].tolist(), "logits_absmax": float(flat.abs().max()),
+            "logits_std": float(flat.std()), "finite": bool(torch.isfinite(flat).all())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(prog="python -m evokernel.integrations.sglang.driver")
+    ap.add_argument("--plan", required=True, help="JSON: {'warm': [[batch, input_len], ...], 'max_batch': B}")
+    args = ap.parse_args(argv[:split])
+    fds = os.environ.get("EVOKERNEL_BENCH_FDS", "")
+    try:
+        cmd_fd, reply_fd = (int(x) for x in fds.split(","))
+    except ValueError:
+        print("evokernel.integrations.sglang.driver: EVOKERNEL_BENCH_FDS must be '<commands>,<replies>'", file=sys.stderr)
+        return 2
+    plan = json.loads(args.plan)
+    cpus = os.environ.get("EVOKERNEL_BENCH_CPUS", "")
+    if cpus and hasattr(os, "sched_setaffinity"):  # before any thread starts: they all inherit it
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    t0 = time.monotonic()
+    try:
+        runner = _engine(argv[split + 1:], int(plan.get("max_batch", 1)))
+        loaded = time.monotonic() - t0
+        # the KV cache and CUDA graphs are allocated: the next engine may start loading now
+        # (SGLang sizes its KV cache from the memory free when it starts, so engines that
+        # load at the same time would each count the other's memory as their own)
+        _reply(reply_fd, {"loaded": True, "load_s": round(loaded, 2)})
+        for bs, il in plan.get("warm", []):
+            _run(runner, int(bs), int(il), 4)
+        _reply(reply_fd, {"ready": True, "load_s": round(loaded, 2), "warm_s": round(time.monotonic() - t0 - loaded, 2),
+                          "package": os.environ.get("EVOKERNEL_SGLANG_PACKAGE", "")})
+    except Exception as exc:  # the parent reports it as this variant's failure
+        _reply(reply_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc()[-4000:]})
+        return 1
+    for msg in _lines(cmd_fd):
+        try:
+            if msg.get("cmd") == "quit":
+                break
+            if msg.get("cmd") == "run":
+                b, i, seed = int(msg["batch_size"]), int(msg["input_len"]), int(msg.get("seed", 0))
+                # the GPU's clocks up (from ~345 MHz idle to ~1980) after the other engines' turns:
+                # short untimed runs of the same batch for prerun_s seconds
+                start = time.monotonic()
+                while time.monotonic() - start < float(msg.get("prerun_s", 0)):
+                    _run(runner, b, i, 8, seed)
+                before = _sm_clock()
+                runs = []
+                for _ in range(max(1, int(msg.get("best_of", 1)))):
+                    host = _host_counters()
+                    got_run = _run(runner, b, i, int(msg["output_len"]), seed)
+                    after = _host_counters()
+                    if got_run is not None:
+                        got_run = dict(got_run, host={k: after[k] - v for k, v in host.items() if k in after})
+                    runs.append(got_run)
+                got = None
+                if all(r is not None for r in runs):
+                    # the run with the fastest median step (every run's median is kept): a run's
+                    # steps share one host state, fast or slow (calls V, X), so the best of a few
+                    # runs estimates the engine, not the state it happened to be in
+                    best = min(runs, key=lambda r: r.get("median_decode_latency", float("inf")))
+                    got = dict(best, sm_clock_mhz=[before, _sm_clock()],
+                               runs_median_decode_latency=[r.get("median_decode_latency") for r in runs],
+                               runs_host=[r.get("host") for r in runs])
+                _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
+            elif msg.get("cmd") == "profile":
+                _reply(reply_fd, _profile(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
+                                          str(msg["path"]), int(msg.get("seed", 0))))
+            elif msg.get("cmd") == "logits":
+                _reply(reply_fd, _logits(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["steps"]),
+                                         int(msg.get("seed", 0))))
+            else:
+                _reply(reply_fd, {"error": f"unknown command {msg!r}"})
+        except Exception as exc:
+            _reply(reply_fd, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

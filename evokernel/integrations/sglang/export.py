@@ -1,0 +1,264 @@
+"""Export winners where serving engines read them.
+
+`sglang_moe` writes the best fused-MoE configs of a store's runs as SGLang's tuned-config
+files, in the layout its loader reads (`SGLANG_MOE_CONFIG_DIR` points at `out`):
+
+    out/configs/triton_<triton version, dots as _>/E=<E>,N=<N>,device_name=<GPU, spaces as _>.json
+    ... and the same name ending in `_down.json` for the down-projection GEMM
+
+bf16 and fp16 runs have no `dtype` part in the name. Keys are batch sizes (the run's
+tuning M) as strings; values hold exactly BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K,
+GROUP_SIZE_M, num_warps and num_stages. SGLang aligns the token-expert pairs once for both
+GEMMs and forces the down config's BLOCK_SIZE_M to the up one's, so a winner whose two
+BLOCK_SIZE_M differ is not exported (search `moe_space()`, which ties them). Files that
+exist already are merged: batch sizes exported now replace theirs, the others stay.
+
+>>> sglang_file_name(128, 768, "NVIDIA H200")
+'E=128,N=768,device_name=NVIDIA_H200.json'
+>>> sglang_file_name(256, 512, "NVIDIA H200", dtype="fp8_w8a8", block_shape=(128, 128), down=True)
+'E=256,N=512,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128]_down.json'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evokernel.core.archive import Elite
+from evokernel.core.errors import ConfigError
+from evokernel.store import Store
+
+__all__ = ["sglang_file_name", "sglang_moe", "sglang_plugin_package", "MoeExport"]
+
+GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+_NO_DTYPE_PART = {"bfloat16", "float16"}
+
+
+def sglang_file_name(E: int, N: int, device_name: str, *, dtype: str | None = None,
+                     block_shape: Sequence[int] | None = None, down: bool = False) -> str:
+    """The name SGLang's loader looks for (its `get_config_file_name`)."""
+    name = f"E={E},N={N},device_name={device_name.replace(' ', '_')}"
+    if dtype:
+        name += f",dtype={dtype}"
+    if block_shape and all(block_shape):
+        name += f",block_shape={list(block_shape)}"
+    return name + ("_down" if down else "") + ".json"
+
+
+@dataclass
+class MoeExport:
+    files: list[Path] = field(default_factory=list)
+    exported: list[dict[str, Any]] = field(default_factory=list)  # one per (file key, M): run, latency
+    skipped: list[str] = field(default_factory=list)  # runs left out, and why
+    notes: list[str] = field(default_factory=list)  # runs exported from an elite other than their best, and why
+
+
+def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str, int], dict[str, int]] | str:
+    """(up, down) configs of a MoE genome, or why it cannot be exported."""
+    if not all(k in params for k in GEMM_KEYS):
+        return "not a fused-MoE genome"
+    up = {k: int(params[k]) for k in GEMM_KEYS}
+    down = {k: int(params.get(f"down_{k}", up[k])) for k in GEMM_KEYS}
+    if params.get("GEMV"):
+        if shared_m:
+            return "it takes evokernel's small-batch path (GEMV), which SGLang's kernel lacks (the plugin ships it)"
+        up["GEMV"] = 1
+    if params.get("FUSE_SILU"):
+        if shared_m:
+            return ("it fuses SiLU-and-multiply into the up GEMM (FUSE_SILU), which SGLang's kernel does not "
+                    "(the plugin ships it)")
+        up["FUSE_SILU"] = 1
+    if shared_m and down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
+        return (f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
+                f"({up['BLOCK_SIZE_M']}); SGLang would override it")
+    return up, down
+
+
+def _runnable_from_history(store: Store, run_id: str, *, shared_m: bool
+                           ) -> tuple[tuple[dict[str, int], dict[str, int]] | None, Elite | None]:
+    """The fastest candidate of a run's history whose configs the target runs, as an
+    elite-like record, or (None, None). A genome counts by the median of all its readings
+    (evaluations and re-measurements), and one that failed any reading does not count: the
+    lowest single reading is the lucky draw the search's re-measurement exists to correct."""
+    import statistics
+
+    readings: dict[str, list[float]] = {}
+    genomes: dict[str, Any] = {}
+    failed: set[str] = set()
+    for ev in store.history(run_id):
+        gid = ev.genome.id
+        genomes[gid] = ev.genome
+        if ev.result.is_ok and ev.result.latency_ms is not None:
+            readings.setdefault(gid, []).append(float(ev.result.latency_ms))
+        else:
+            failed.add(gid)
+    ranked = sorted((statistics.median(xs), gid) for gid, xs in readings.items() if gid not in failed)
+    for ms, gid in ranked:
+        got = _configs(genomes[gid].params, shared_m=shared_m)
+        if not isinstance(got, str):
+            return got, Elite(niche="history", genome=genomes[gid], latency_ms=ms, run_id=run_id)
+    return None, None
+
+
+def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton_version: str | None,
+             shared_m: bool) -> dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]]:
+    """The best (up, down) per (Triton version dir, E, N, GPU, batch size) over the store's
+    fused-MoE runs: value (latency, up, down, run id)."""
+    best: dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]] = {}
+    for run in store.runs():
+        ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
+        if not isinstance(ev, dict):
+            continue
+        shapes = ev.get("shapes")
+        family = str((run.config.get("transfer") or {}).get("family", ""))
+        if not isinstance(shapes, list) or not shapes or not all(
+                isinstance(s, dict) and {"M", "E", "I"} <= set(s) for s in shapes):
+            continue  # not a MoE problem's run
+        dtype = family.split("@")[0].rsplit("_", 1)[-1] if family else "bfloat16"
+        if dtype not in _NO_DTYPE_PART:
+            report.skipped.append(f"{run.id}: dtype {dtype!r} is not exported yet (bf16 and fp16 are)")
+            continue
+        gpu = device_name or ev.get("gpu")
+        triton = triton_version or ev.get("triton")
+        if not gpu or not triton:
+            report.skipped.append(f"{run.id}: the run recorded no GPU or Triton version (pass device_name)")
+            continue
+        elites = store.elites(run_id=run.id)
+        if not elites:
+            report.skipped.append(f"{run.id}: no elite")
+            continue
+        # the best elite the target can run: SGLang's kernel has neither the GEMV nor the
+        # FUSE_SILU structure, so its files get the run's best elite without them (the plugin
+        # package ships the structures)
+        why: list[str] = []
+        for elite in elites:
+            got = _configs(elite.genome.params, shared_m=shared_m)
+            if not isinstance(got, str):
+                break
+            why.append(got)
+        if isinstance(got, str):
+            # every elite has a structure (call V: FUSE_SILU won each niche by ~1%): the
+            # fastest candidate of the run's history SGLang's kernel runs, e.g. a winner's
+            # twin without the structure, measured in the same run
+            got, elite = _runnable_from_history(store, run.id, shared_m=shared_m)
+            if got is None:
+                report.skipped.append(f"{run.id}: {'; '.join(dict.fromkeys(why))}")
+                continue
+            report.notes.append(f"{run.id}: every elite {why[0].removeprefix('it ')}; exported the fastest "
+                                f"candidate of the run SGLang's kernel runs ({elite.latency_ms:.4f} ms)")
+        elif why:
+            report.notes.append(f"{run.id}: the best elite {why[0].removeprefix('it ')}; exported the best one "
+                                f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})")
+        up, down = got
+        E, N = int(shapes[0]["E"]), int(shapes[0]["I"])
+        version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"
+        for shape in shapes:
+            key = (version_dir, E, N, str(gpu), int(shape["M"]))
+            if key not in best or elite.latency_ms < best[key][0]:
+                best[key] = (elite.latency_ms, up, down, run.id)
+    return best
+
+
+def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
+               triton_version: str | None = None) -> MoeExport:
+    """Write the best config per (E, N, GPU, Triton, batch size) found by the store's fused-MoE
+    runs. `device_name` / `triton_version` override what the runs recorded (a run on the CPU
+    records no GPU)."""
+    report = MoeExport()
+    best = _winners(store, report, device_name=device_name, triton_version=triton_version, shared_m=True)
+    by_file: dict[tuple[str, str], dict[int, tuple[float, dict[str, int], dict[str, int], str]]] = {}
+    for (version_dir, E, N, gpu, m), value in best.items():
+        by_file.setdefault((version_dir, sglang_file_name(E, N, gpu)), {})[m] = value
+    for (version_dir, name), per_m in sorted(by_file.items()):
+        folder = Path(out) / "configs" / version_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        for which, path in ((1, folder / name), (2, folder / (name.removesuffix(".json") + "_down.json"))):
+            table = _read(path)
+            for m, value in per_m.items():
+                table[m] = {k: value[which][k] for k in GEMM_KEYS}
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps({str(m): table[m] for m in sorted(table)}, indent=4) + "\n")
+            os.replace(tmp, path)
+            report.files.append(path)
+        for m, (lat, _, _, run_id) in sorted(per_m.items()):
+            report.exported.append({"file": name, "M": m, "latency_ms": lat, "run": run_id})
+    return report
+
+
+def _read(path: Path) -> dict[int, dict[str, int]]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return {int(k): {key: int(v[key]) for key in GEMM_KEYS} for k, v in data.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path} exists but is not an SGLang MoE config file ({exc}); move it away") from exc
+
+
+def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
+                          triton_version: str | None = None, kernel: bool = True,
+                          seed_shipped: bool = True) -> MoeExport:
+    """Write the package the SGLang plugin applies (`evokernel.integrations.sglang.plugin`): SGLang's config
+    files for its own fused-MoE kernel (winners whose two BLOCK_SIZE_M agree) under
+    `out/configs`, and, with `kernel`, the table of evokernel's fused-MoE template (every
+    winner, up and down BLOCK_SIZE_M free) under `out/kernels/fused_moe.json`, with
+    `out/manifest.json` naming both and where they came from.
+
+    With `seed_shipped`, a config file SGLang ships for that (E, N, GPU) is copied in first
+    (as the up file, and as the down file, which is what SGLang runs for the down GEMM when
+    it ships none) and the tuned batch sizes are merged over it: the batch sizes the search
+    did not tune keep SGLang's configs instead of borrowing the nearest tuned one."""
+    import datetime as dt
+
+    from evokernel.search_spaces.sglang import shipped_file
+
+    from evokernel.integrations.sglang.plugin import FORMAT, FUSED_EXPERTS, MoeTable
+
+    out = Path(out)
+    seeded: list[str] = []
+    if seed_shipped:
+        keys = _winners(store, MoeExport(), device_name=device_name, triton_version=triton_version, shared_m=True)
+        for version_dir, E, N, gpu in sorted({k[:4] for k in keys}):
+            shipped = shipped_file(E, N, gpu)
+            name = sglang_file_name(E, N, gpu)
+            folder = out / "configs" / version_dir
+            if shipped is None or (folder / name).exists():
+                continue
+            folder.mkdir(parents=True, exist_ok=True)
+            for path in (folder / name, folder / (name.removesuffix(".json") + "_down.json")):
+                path.write_text(shipped.read_text())
+            seeded.append(str(shipped.name))
+    report = sglang_moe(store, out, device_name=device_name, triton_version=triton_version)
+    manifest: dict[str, Any] = {
+        "format": FORMAT, "configs": "configs" if report.files else None, "kernels": [],
+        "provenance": {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       "store": str(getattr(store, "path", "")), "configs": report.exported,
+                       "seeded_from_sglang": seeded},
+    }
+    if kernel:
+        free = MoeExport()
+        best = _winners(store, free, device_name=device_name, triton_version=triton_version, shared_m=False)
+        entries: dict[tuple[int, int], dict[int, tuple[dict[str, int], dict[str, int]]]] = {}
+        for (_, E, N, _, m), (_, up, down, _) in sorted(best.items()):
+            entries.setdefault((E, N), {})[m] = (up, down)
+        if entries:
+            path = out / "kernels" / "fused_moe.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(MoeTable(entries).to_json(), indent=1) + "\n")
+            report.files.append(path)
+            manifest["kernels"].append({"op": "fused_moe", "target": FUSED_EXPERTS,
+                                        "table": "kernels/fused_moe.json"})
+            manifest["provenance"]["fused_moe"] = [
+                {"E": E, "N": N, "M": m, "latency_ms": lat, "run": run}
+                for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())]
+    if not report.files:
+        raise ConfigError("nothing to export: the store holds no fused-MoE run with an elite"
+                          + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else ""))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    report.files.append(out / "manifest.json")
+    return report

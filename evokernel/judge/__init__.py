@@ -1,0 +1,1 @@
+"""The judge: problems, candidates, the gate, the sandbox and its worker, timing, footing."""

@@ -1,0 +1,1 @@
+"""What generated kernels use at run time: launching compiled Triton kernels cheaply."""
