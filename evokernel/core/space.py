@@ -424,7 +424,7 @@ class SearchSpace:
             raise SpaceError(f"vector has length {vec.shape[0]}, space {self.name!r} has dim {self.dim}")
         out, i = {}, 0
         for p in self.params:
-            out[p.name] = p.decode(vec[i : i + p.width])
+            out[p.name] = p.decode(vec[i : i + p.width].tolist())
             i += p.width
         return out
 
