@@ -16,7 +16,7 @@ local search and any Optuna sampler drive the same space.
 True
 """
 
-# Size: 439 lines, one module on purpose: the parameter types and the space share one encoding contract (sample,
+# One module on purpose, though over 400 lines: the parameter types and the space share one encoding contract (sample,
 # neighbours, encode/decode for samplers); splitting the parameter classes from the space would separate the two
 # halves of that contract.
 

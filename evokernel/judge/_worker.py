@@ -10,7 +10,7 @@ The harness keeps references to the torch functions it relies on, taken before a
 candidate code runs, and reports a candidate that replaced them.
 """
 
-# Size: 715 lines, one module on purpose: this is the candidate's whole side of the protocol and runs in a forked
+# One module on purpose, though over 400 lines: this is the candidate's whole side of the protocol and runs in a forked
 # process whose imports are fixed by the fork server's preload list; keeping it one module keeps that list, and what a
 # candidate process can reach, short and auditable.
 

@@ -15,7 +15,7 @@ True
 'output 0: 4 NaN or Inf values where the reference has 0'
 """
 
-# Size: 778 lines, one module on purpose: the verdict is one protocol with the candidate's process (setup, trials into
+# One module on purpose, though over 400 lines: the verdict is one protocol with the candidate's process (setup, trials into
 # owned buffers, poisoning, comparison, timing, re-check); `_Arena`, `_Shape` and `_Run` are its state, and `Judge`
 # drives them in order. Comparison helpers that stand alone live at the top and are tested directly.
 

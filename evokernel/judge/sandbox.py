@@ -24,7 +24,7 @@ Python); `without` (or EVOKERNEL_SANDBOX_WITHOUT=pid,...) leaves chosen protecti
 ['CUDA_VISIBLE_DEVICES', 'PATH']
 """
 
-# Size: 843 lines, one module on purpose: the judge's side of one candidate's life (fork server, keeper, namespaces
+# One module on purpose, though over 400 lines: the judge's side of one candidate's life (fork server, keeper, namespaces
 # chosen per device, the shared CUDA block, kill and reap) is one state machine whose steps share the process handles
 # and the probe's findings; split, each part would need the others' private state.
 

@@ -9,7 +9,7 @@ functions it relies on are passed in (`watched`), captured before any candidate 
 True
 """
 
-# Size: 601 lines, one module on purpose: every way of timing a call (events, graphs, flush, rotation, perturbation,
+# One module on purpose, though over 400 lines: every way of timing a call (events, graphs, flush, rotation, perturbation,
 # host-sync detection) runs inside the candidate's process from the same captured functions (`watched`); they share
 # one set of helpers and one footing record.
 

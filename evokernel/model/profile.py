@@ -48,7 +48,7 @@ say so.
 [('(outside)', 'aten::mm', 1.0, None)]
 """
 
-# Size: 721 lines, one module on purpose: reading a torch trace means attributing each kernel to a scope and an
+# One module on purpose, though over 400 lines: reading a torch trace means attributing each kernel to a scope and an
 # operator's work (FLOPs, bytes) for the roofline; the per-operator work models (`_mm`, `_attention`, `_grouped_mm`,
 # ...) and the timeline that attributes them are read together.
 

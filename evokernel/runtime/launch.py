@@ -42,7 +42,7 @@ argument worked out per call), `LaunchCache` is the drop-in: `launches(fn, grid,
 by type and value and, of each tensor (or descriptor), what Triton specialises on.
 """
 
-# Size: 485 lines, one module on purpose: `KernelLaunch` and `_RawLaunch` follow one version-pinned reading of
+# One module on purpose, though over 400 lines: `KernelLaunch` and `_RawLaunch` follow one version-pinned reading of
 # Triton's launch protocol; keeping the guards and the raw launch together keeps every assumption about Triton's
 # internals in one file.
 
