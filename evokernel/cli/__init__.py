@@ -872,7 +872,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         import importlib.util
         import tempfile
 
-        from .evaluators.sglang import profile_engine
+        from evokernel.evaluators.sglang import profile_engine
 
         if importlib.util.find_spec("sglang") is None:
             raise ConfigError("--sglang needs SGLang installed (pip install 'evokernel[sglang]')")
