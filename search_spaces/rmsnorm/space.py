@@ -63,7 +63,7 @@ def _registers(p: Point) -> str | None:
 
 
 def _hidden_rules(hidden: int) -> list[Constraint]:
-    widest = next_power_of_two(hidden)
+    widest = max(64, next_power_of_two(hidden))  # the narrowest block of the space, at least
 
     def block(p: Point) -> str | None:
         if p.BLOCK_N > widest:
