@@ -257,3 +257,22 @@ def test_a_short_search_finds_a_valid_winner(tmp_path: Path):
     best = report.best
     assert best is not None and best.latency_ms > 0 and space.is_valid(best.genome.params)
     assert isinstance(best.genome, Genome) and best.niche == rmsnorm_class(best.genome)
+
+
+# --- on a GPU: bf16 at the problem's own shapes, which the CPU tests leave out ------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("residual", [True, False])
+def test_template_bf16_at_the_problems_shapes_on_gpu(residual):
+    from evokernel.search_spaces.rmsnorm.template import rmsnorm
+
+    problem = Problem.load(PROBLEM, params={"dtype": "bfloat16", "residual": residual})
+    for shape in problem.shapes + problem.heldout:
+        space = rmsnorm_space(shape["N"])
+        for params in rmsnorm_seeds(shape["N"], space) + [config(256, ROWS=4, num_warps=4, num_stages=3)]:
+            inputs = problem.make_inputs(shape, 0, "cuda")
+            got, want = rmsnorm(*inputs, **params), problem.reference(*inputs)
+            for a, b in zip(got if residual else (got,), want if residual else (want,), strict=True):
+                torch.testing.assert_close(a, b, **problem.tolerance("bfloat16"), msg=lambda m: f"{shape} {params}: {m}")
