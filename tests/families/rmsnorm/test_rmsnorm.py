@@ -220,6 +220,21 @@ def test_a_sample_of_points_passes_the_gate():
     assert [r.status for r in results] == [Status.OK] * len(genomes), [(r.status, r.error) for r in results]
 
 
+@pytest.mark.slow
+def test_every_point_passes_the_gate_at_a_tiny_shape():
+    """Every valid point of the space at one tiny shape (SPACE_SHAPE, no held-out shape), as
+    the judge checks a candidate: outputs poisoned before the call, inputs unchanged, no
+    aliasing. About 0.2 s a point in the interpreter."""
+    tiny = Problem.load(PROBLEM, params={"dtype": "float16", "residual": True}).on_cpu()  # a copy
+    tiny.shapes, tiny.heldout = [SPACE_SHAPE], []
+    space = rmsnorm_space(SPACE_SHAPE["N"])
+    genomes = [space.genome(p) for p in space.valid_points()]
+    options = GateOptions(seeds=1, heldout_seeds=0, recheck_seeds=0, time=False)
+    with KernelEvaluator(tiny, lambda g: candidate_source(g.params), device="cpu", options=options, workers=1) as ev:
+        failed = [(g.params, r.status, r.error) for g, r in zip(genomes, ev.evaluate(genomes)) if r.status is not Status.OK]
+    assert len(genomes) > 100 and not failed, failed[:3]
+
+
 RIGHT = "y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + 1e-6) * w.float()"
 
 
