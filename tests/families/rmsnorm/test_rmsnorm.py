@@ -1,6 +1,6 @@
 """The fused RMSNorm family on the CPU: the template against torch, every point of its space
-through the problem, a sample of points and two wrong kernels through the gate, and a short
-search with the kernel evaluator.
+against the problem's reference, the gate on a sample of points (on every point: slow) and on
+a right and three wrong kernels, and a short search with the kernel evaluator (slow).
 
 Kernels that this pytest process would launch run in one fresh interpreter process instead
 (`interpreted`; see tests/test_triton_matmul.py for why): it runs `_run_cases` and each test
