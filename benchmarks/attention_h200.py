@@ -46,7 +46,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, landscape_seeds, search_and_measure  # noqa: E402
+from evokernel.engine.landscape import landscape_seeds  # noqa: E402
+from evokernel.engine.tuning import geomean, search_against  # noqa: E402
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
 #: recorded H200 sweeps (benchmarks/device_attention.sh) whose fastest points seed the searches
@@ -187,7 +188,7 @@ def main() -> None:
         # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
         # of it, usually): the search starts where the sweep found the fast region
         seeds = landscape_seeds(LANDSCAPES[kind], space) if not args.no_seeds else []
-        part, report = search_and_measure(
+        part, report = search_against(
             space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}", seeds=seeds,
             baselines=dict(zip(names, baselines)), evaluations=args.budget,
             wall_s=max(15.0, 0.7 * left / (len(jobs) - i)))

@@ -37,7 +37,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
+from evokernel.engine.tuning import geomean, prior_seeds, search_against  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
 
@@ -301,7 +301,7 @@ def main() -> None:
             baselines = {"cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
                          "triton_default": Genome.of(dict(DEFAULTS))}
         try:
-            part, report = search_and_measure(
+            part, report = search_against(
                 space, ev, store=store, descriptor=descriptor, seeds=seeds, baselines=baselines,
                 name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}",
                 evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i)))

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     from evokernel.model.profile import profile_module
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import geomean
+    from evokernel.engine.tuning import geomean
 
     if not cpu and not torch.cuda.is_available():
         print("no CUDA GPU here: use --device cpu --tiny", file=sys.stderr)

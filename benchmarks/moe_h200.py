@@ -51,7 +51,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
+from evokernel.engine.tuning import geomean, prior_seeds, search_against  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
 PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -221,7 +221,7 @@ def main() -> None:
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
         baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
         try:
-            part, report = search_and_measure(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
+            part, report = search_against(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
                                               evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
         except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
             doc["skipped"].append(f"{model} M={m}: {str(exc)[:300]}")

@@ -1,11 +1,16 @@
-"""What the device benchmarks share: the geometric mean, and the final pick of a search.
+"""After a search: the final pick of a winner, its measurement against baselines, and
+earlier winners as seeds of the next search.
 
 A search's best is chosen on one measurement among many: with a 1% noise and dozens of
 candidates within 1% of each other, the one that measured fastest is not reliably the
-fastest (the winner's curse; call N's MoE row at M=1 lost 3% to a seed it had beaten once).
-`pick` re-measures the search's top elites together, interleaved, in fresh processes, and
-returns the fastest; the benchmarks then re-measure that winner against the baselines in a
-second, separate `remeasure`, so the figure they report was not the one used to choose.
+fastest (the winner's curse). `pick` re-measures the search's top elites together,
+interleaved, in fresh processes, with the known configurations a tuner could ship instead,
+and returns the fastest; `search_against` then re-measures that winner against the
+baselines in a second, separate `remeasure`, so the figure reported was not the one used to
+choose. The device benchmarks (`benchmarks/*_h200.py`) report with these.
+
+    >>> geomean([1.0, 4.0])
+    2.0
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["geomean", "pick", "landscape_seeds", "search_and_measure", "prior_seeds"]
+__all__ = ["OPTIONAL_GENES", "geomean", "pick", "prior_seeds", "search_against"]
 
 
 def geomean(xs: list[float | None]) -> float | None:
+    """The geometric mean of the positive, finite values (None and zeros left out); None when none."""
     ys = [x for x in xs if x and math.isfinite(x) and x > 0]
     return math.exp(sum(math.log(x) for x in ys) / len(ys)) if ys else None
 
@@ -27,8 +33,8 @@ def pick(ev: Any, report: Any, *, finalists: int = 3, rounds: int = 2, extra: An
     """The fastest of the report's best `finalists` elites and the `extra` genomes (the
     baselines a search could return: a library's default, a serving engine's tuned config),
     re-measured together; with what was measured (genome id -> ms) for the record. A tuner
-    ships the known config when it found nothing faster: call T's MoE at M=16 shipped a
-    search pick 3.7% slower than SGLang's config, which the pick had not re-measured."""
+    ships the known config when it found nothing faster (measured on the H200: a fused-MoE
+    pick that had not re-measured SGLang's config shipped 3.7% slower than it; BENCHMARKS.md)."""
     elites = sorted((e for e in report.elites if e.latency_ms is not None), key=lambda e: e.latency_ms)
     top, seen = [], set()
     for e in elites:
@@ -49,16 +55,9 @@ def pick(ev: Any, report: Any, *, finalists: int = 3, rounds: int = 2, extra: An
     return winner, {"finalists": [g.id for g in top], "ms": ms, "search_best": report.best.genome.id}
 
 
-def landscape_seeds(path: Any, space: Any, *, top: int = 6) -> list[dict[str, Any]]:
-    """`evokernel.engine.landscape.landscape_seeds` (the fastest recorded points valid in `space`)."""
-    from evokernel.engine.landscape import landscape_seeds as seeds
-
-    return seeds(path, space, top=top)
-
-
-def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluations: int, wall_s: float,
-                       baselines: dict[str, Any], seeds: Any = (), descriptor: Any = None, rounds: int = 3,
-                       tie_margin: float = 0.02) -> tuple[dict[str, Any] | None, Any]:
+def search_against(space: Any, ev: Any, *, store: Any, name: str, evaluations: int, wall_s: float,
+                   baselines: dict[str, Any], seeds: Any = (), descriptor: Any = None, rounds: int = 3,
+                   tie_margin: float = 0.02) -> tuple[dict[str, Any] | None, Any]:
     """One benchmark job: a search (seeded), the final pick (`pick`), then the winner and the
     `baselines` (name -> Genome) re-measured together, interleaved, in fresh processes.
 
@@ -81,8 +80,8 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
     results = ev.remeasure([winner, *baselines.values()], rounds=rounds)
     lat = [r.latency_ms if r.is_ok else None for r in results]
     # The pick and this re-measurement disagree where a baseline the search could have
-    # returned reads clearly faster than the winner here (call AA, Mixtral M=2: SGLang's
-    # H200 config read 0.356 ms in the pick and 0.295 here, the winner 0.349 both times).
+    # returned reads clearly faster than the winner here (measured on the H200, Mixtral M=2:
+    # SGLang's H200 config read 0.356 ms in the pick and 0.295 here, the winner 0.349 both times).
     # A longer head-to-head decides; if the baseline wins it, the tuner ships the baseline,
     # and the figures reported come from one more re-measurement, not the deciding one.
     tie_break = None
@@ -121,8 +120,8 @@ def search_and_measure(space: Any, ev: Any, *, store: Any, name: str, evaluation
 
 
 def prior_seeds(path: Any, space: Any, *, normalise: Any = None, **match: Any) -> list[dict[str, Any]]:
-    """The winners of earlier calls for this job, as seeds: rows of a results JSON
-    (`benchmarks/results/gemm.json` and the like) whose fields equal `match` (e.g. model=,
+    """The winners of earlier runs of this job, as seeds: rows of a results JSON
+    (a benchmark record such as `benchmarks/results/gemm.json`) whose fields equal `match` (e.g. model=,
     layer=, M=). A gene the space has and the row lacks (one added since) takes its first
     value (the structure off); `normalise` (point -> point), where given, then rewrites what
     the space now spells otherwise (e.g. a gene that changed nothing, since ruled out, as
