@@ -48,7 +48,8 @@ from typing import Any
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result, Status
 
-__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise", "profile_engine", "BASELINE", "CONTROL"]
+__all__ = ["SGLangEvaluator", "ABReport", "ab_markdown", "compare_numerics", "summarise", "profile_engine", "BASELINE",
+           "CONTROL"]
 
 BASELINE = "sglang_shipped"
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
@@ -473,3 +474,33 @@ def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len
         engine.close()
     name = f"sglang-b{batch_size}-i{input_len}-o{output_len}"
     return parse_trace(trace_path, iterations=1, target=name)
+
+
+def ab_markdown(doc: dict[str, Any]) -> list[str]:
+    """The A/B table of a comparison (`ABReport.to_json()`, plus the optional `control_geomean`):
+    unpaired medians and paired per-round ratios, one line per variant and point."""
+    lines = ["| variant | point | prefill ms | decode ms (median, spread) | decode tok/s | vs shipped | paired per round [95%] |",
+             "|---|---|---|---|---|---|---|"]
+    ratios = doc["decode_throughput_ratio"]
+    paired = doc["paired"]["decode_throughput"]
+
+    def pair(variant: str, point: str) -> str:
+        got = paired.get(variant, {}).get(point)
+        return f"{got['median']:.3f} [{got['low']:.3f}, {got['high']:.3f}] {got['verdict']}" if got else "-"
+
+    for row in doc["rows"]:
+        d = row.get("median_decode_latency", {})
+        p = row.get("prefill_latency", {})
+        tp = row.get("median_decode_throughput", {})
+        ratio = ratios.get(row["variant"], {}).get(row["point"])
+        lines.append(f"| {row['variant']} | {row['point']} | {1e3 * p.get('median', 0):.3f} | "
+                     f"{1e3 * d.get('median', 0):.3f} ({d.get('spread_pct', 0):.1f}%) | {tp.get('median', 0):.0f} | "
+                     f"{f'{ratio:.3f}' if ratio else '-'} | {pair(row['variant'], row['point'])} |")
+    lines.append("\npaired geomean (decode, rounds resampled): "
+                 + "; ".join(f"{v}: {pair(v, 'geomean')}" for v in paired))
+    if doc.get("control_geomean"):
+        lines.append(f"\nA/A control (a second shipped engine) vs shipped, geomean: {doc['control_geomean']:.3f}: "
+                     "what noise alone reads; verdicts above are called only beyond its intervals")
+    lines.append(f"\ngeomean decode throughput vs shipped: {doc['geomean']}; numerics: "
+                 f"{ {k: v.get('ok') for k, v in doc['numerics'].items()} }; errors: {doc['errors']}")
+    return lines

@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["OPTIONAL_GENES", "geomean", "pick", "prior_seeds", "search_against"]
+__all__ = ["OPTIONAL_GENES", "geomean", "nearest_landscape_seeds", "nearest_ms", "pick", "prior_seeds",
+           "search_against"]
 
 
 def geomean(xs: list[float | None]) -> float | None:
@@ -149,6 +150,33 @@ def prior_seeds(path: Any, space: Any, *, normalise: Any = None, **match: Any) -
         if not missing and space.is_valid(point) and point not in out:
             out.append(point)
     return out
+
+
+def nearest_ms(path: Any, model: str, m: int, count: int) -> list[int]:
+    """The `count` batch sizes nearest to m (log scale, m itself left out) that a results JSON
+    holds rows of for this model (a tie: the smaller first). No file, none."""
+    import json
+    from pathlib import Path
+
+    if not path or not Path(path).exists():
+        return []
+    ms = {r["M"] for r in json.loads(Path(path).read_text()).get("rows", []) if r.get("model") == model} - {m}
+    return sorted(ms, key=lambda x: (abs(math.log(x) - math.log(max(m, 1))), x))[:count]
+
+
+def nearest_landscape_seeds(prefix: str, m: int, space: Any, *, fill: Any = None, top: int = 3) -> list[dict[str, Any]]:
+    """The fastest points of the shipped landscape named `prefix<M>_...` nearest to `m` in M
+    (log scale), valid in `space` once the genes they lack take `fill`'s values
+    (`evokernel.engine.landscape.landscape_seeds`). E.g. the plain-matmul sweeps
+    (`matmul_bf16_h200_M`) seeding the larger GEMM space; no such landscape, no seeds."""
+    from evokernel.engine.landscape import builtin_names, landscape_seeds
+
+    names = [n for n in builtin_names() if n.startswith(prefix)]
+    if not names:
+        return []
+    size = lambda n: int(n[len(prefix):].split("_")[0])  # noqa: E731
+    nearest = min(names, key=lambda n: abs(math.log(size(n)) - math.log(max(m, 1))))
+    return landscape_seeds(nearest, space, top=top, fill=fill)
 
 
 #: genes added to spaces after results were recorded: absent from an old row means off
