@@ -20,7 +20,6 @@ from evokernel.judge.gate import GateOptions, Judge
 from evokernel.judge.problem import Problem, ProblemError
 from evokernel.core.result import Result, Status
 
-ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 QUICK = GateOptions(seeds=1, heldout_seeds=0, recheck_seeds=0, rotate=2, samples=1, sample_rate=1.0,
                     timing={"min_reps": 3, "max_reps": 5, "max_s": 0.5}, race=0)
