@@ -14,7 +14,8 @@ clocks come up after the other engines' turns; each sample records the SM clock 
 after), and each engine runs on its own share of the CPUs (`pin_cpus`); the figures are
 medians with their spread (min, max). A round's figure for a point is the fastest of
 `best_of` consecutive runs: an engine's step time falls in one of two host states per run
-(calls V and X: 0.79-0.86 or 0.98-1.18 ms at batch 1, the GPU clock at 1980 MHz in both),
+(measured on the H200: 0.79-0.86 or 0.98-1.18 ms at batch 1, the GPU clock at 1980 MHz in
+both; BENCHMARKS.md, issue 8),
 the same for every variant. With `control` (the default) a second shipped engine
 runs as an A/A control: its paired ratios to the baseline are what noise alone reads, and a
 variant is called faster or slower only beyond them. Numerics: each candidate's first-step
@@ -89,8 +90,8 @@ def _verdict(median: float, boots: Sequence[float], n: int, control: Mapping[str
     """The interval and verdict of one variant at one point. With the A/A control's interval
     at that point, "faster" needs the variant's whole interval above the control's as well as
     above 1.0 (and "slower" below both): the control is the same engine as the baseline, so
-    what its interval covers is noise by construction (call X: an A/A pair read "slower",
-    [0.838, 0.997], on a bootstrap over 7 rounds of a bimodal step time)."""
+    what its interval covers is noise by construction (measured on the H200: an A/A pair
+    read "slower", [0.838, 0.997], on a bootstrap over 7 rounds of a bimodal step time)."""
     low, high = boots[int(0.025 * (len(boots) - 1))], boots[int(0.975 * (len(boots) - 1))]
     up, down = 1.0, 1.0
     if control is not None:
@@ -147,7 +148,7 @@ class ABReport:
         Rounds are interleaved (each engine's run of a point follows the others'), so the
         baseline's run of the same round shares the variant's conditions; pairing them
         removes the drift between rounds that dominates unpaired medians on a small model
-        (call S: spreads of 12-58% with gaps of a few percent). Under "geomean", the
+        (measured on the H200: spreads of 12-58% with gaps of a few percent). Under "geomean", the
         geometric mean over the decode points with rounds resampled jointly."""
         import random
 
@@ -213,8 +214,8 @@ class ABReport:
 def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
     """`n` disjoint CPU sets, one per engine, from the CPUs this process may use: each engine's
     host work (a decode step of a small model is mostly that) stays on its own cores instead of
-    migrating among the others'. Call V measured one engine's decode step at b1 in two states,
-    0.85-0.95 ms and 1.12-1.24 ms, round after round. Fewer CPUs than engines: no pinning.
+    migrating among the others'. Measured on the H200: one engine's decode step at b1 in two
+    states, 0.85-0.95 ms and 1.12-1.24 ms, round after round. Fewer CPUs than engines: no pinning.
 
     >>> cpu_sets(3, range(16))
     [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
