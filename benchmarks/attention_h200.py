@@ -50,7 +50,7 @@ from evokernel.engine.landscape import landscape_seeds  # noqa: E402
 from evokernel.engine.tuning import geomean, search_against  # noqa: E402
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
-#: recorded H200 sweeps (benchmarks/device_attention.sh) whose fastest points seed the searches
+#: recorded H200 sweeps (`benchmarks/device.sh sweep-attention`) whose fastest points seed the searches
 LANDSCAPES = {"prefill": ROOT / "benchmarks" / "results" / "landscapes" / "attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv",
               "decode": ROOT / "benchmarks" / "results" / "landscapes" / "attention_decode_bf16_h200_llama3-8b_B1_C32768.csv"}
 DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]

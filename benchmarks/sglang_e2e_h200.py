@@ -13,7 +13,7 @@
 Writes under --out: `sglang_e2e.json` (top-level `geomean.sglang_shipped`: variant ->
 geometric-mean decode-throughput ratio over shipped), `sglang_e2e.md`, `moe.json`.
 
-    bash benchmarks/device_sglang.sh      # sets up SGLang (carry .sgl) and runs this
+    bash benchmarks/device.sh sglang      # sets up SGLang (carry .sgl) and runs this
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def test_every_probe_config_is_a_point_of_the_benchmark_space():
     probe = _script("gemm_sk_probe")
 
     # (Triton's cooperative kernels, WARP_SPEC=1, hung on the H200 in call S11b: the probe
-    # keeps them, for a later Triton, and device_coop.sh leaves them out by default)
+    # keeps them, for a later Triton, and `benchmarks/device.sh coop` leaves them out by default)
     space = gemm_space(swap_ab=True, stream_k=True, tma_store=True, bn_tail=True, a_reg=True, gluon=True,
                        warp_spec=True)
     off = {p.name: p.values[0] for p in space.params}
