@@ -53,7 +53,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-compiled-sites", action="store_true",
                    help="leave out the choices that run torch.compile (segments, whole blocks)")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "model-level-out")),
-                   help="where model_level.json, .md and the store go (the record, benchmarks/results/model_level.json, is written by hand from a call's file)")
+                   help="where model_level.json, .md and the store go (the record, benchmarks/results/model_level.json, is a copy of one call's file)")
     p.add_argument("--db", type=Path, default=None, help="store (default OUT/model_level.db)")
     return p.parse_args(argv)
 
