@@ -206,8 +206,9 @@ def summarize(kind: str, record: dict[str, Any]) -> dict[str, Any]:
         doc["geomean_m256"] = {b: geomean([r["speedup"].get(b) for r in big]) for b in GEOMEAN[kind]}
         doc["geomean_eager_m256"] = {b: geomean([r.get("speedup_eager", {}).get(b) for r in big])
                                      for b in GEOMEAN[kind]}
+        # (a footed row's timing: a search's own row has only the gate's footing there)
         over = [r["timing"]["host_us"] - r["timing"]["host_us_all"]["cublas"] for r in kept
-                if r.get("timing") and r["timing"]["host_us_all"].get("cublas")]
+                if (r.get("timing") or {}).get("host_us_all", {}).get("cublas")]
         doc["host_us_over_cublas"] = {"max": max(over, default=None),
                                       "median": sorted(over)[len(over) // 2] if over else None, "rows": len(over)}
         doc["host_launch"] = _launch_summary(kept, record)

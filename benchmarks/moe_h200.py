@@ -212,7 +212,7 @@ def main() -> None:
         baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
         try:
             part, report = search_against(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
-                                              evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
+                                          evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
         except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
             doc["skipped"].append(f"{model} M={m}: {str(exc)[:300]}")
             write(out, doc, stem)

@@ -23,7 +23,8 @@ def _collect(results: Path, *args: str) -> str:
 def _row(layer: str, m: int, bm: int, cublas: float, triton: float | None, winner_ms: float = 0.1) -> dict:
     return {"model": "llama3-8b", "layer": layer, "M": m, "N": 4096, "K": 4096, "winner": {"BM": bm, "BN": 128},
             "winner_ms": winner_ms, "baselines": {"cublas": cublas * winner_ms, "triton_default": triton and triton * winner_ms},
-            "speedup": {"cublas": cublas, "triton_default": triton}, "winner_is_baseline": None}
+            "speedup": {"cublas": cublas, "triton_default": triton}, "winner_is_baseline": None,
+            "timing": {"gate": {"mode": "graph", "sets": 3}}}  # (as search_against writes it)
 
 
 def _write(path: Path, rows: list[dict], command: str, date: str) -> Path:
