@@ -169,10 +169,15 @@ def add_launch(record: dict[str, Any], doc: dict[str, Any], call: str, file: str
         row["host_launch"] = {"matmul_us": m["matmul_host_us"], "launcher_us": m["launcher_host_us"],
                               "over_matmul_us": m["over_matmul_us"], "within_target": m["within_target"],
                               "bitwise_gemm": m["same_as_gemm"], "call": call}
+        # (the JIT path's host time, and the spread of the paired per-round differences, where timed)
+        row["host_launch"].update({k: m[src] for k, src in (("gemm_us", "gemm_host_us"),
+                                                            ("over_matmul_spread_us", "over_matmul_spread_us"))
+                                   if m.get(src) is not None})
         taken += 1
     if taken:
         calls = record.setdefault("launch_calls", {})
-        calls[call] = {"file": file, "command": doc.get("command"), "date": doc.get("date")}
+        calls[call] = {"file": file, "command": doc.get("command"), "date": doc.get("date"),
+                       **{k: doc[k] for k in ("n", "reps", "target_us", "torch", "triton", "summary") if k in doc}}
     return taken
 
 

@@ -96,12 +96,14 @@ def test_a_launch_overhead_call_times_the_recorded_winners(tmp_path: Path):
                                                     "gemm_h200.py", "2026-12-01")), "--call", "A")
     timed = [dict(model="llama3-8b", layer=layer, M=16, N=4096, K=4096, winner={"BM": bm, "BN": 128},
                   matmul_host_us=10.0, launcher_host_us=10.0 + over, over_matmul_us=over, within_target=over <= 10,
-                  same_as_gemm=True) for layer, bm, over in [("qkv", 64, 3.0), ("o", 128, 1.0)]]  # o: not its winner
+                  same_as_gemm=True, gemm_host_us=150.0) for layer, bm, over in [("qkv", 64, 3.0), ("o", 128, 1.0)]]
+    # (o's winner there is not the recorded one)
     out = _collect(results, "--add", "gemm", str(_write(tmp_path / "l.json", timed, "launch_overhead.py",
                                                        "2026-12-02")), "--call", "L")
     assert "a launch file, 1 rows" in out
     rec = json.loads((results / "gemm.json").read_text())
     assert rec["rows"][0]["host_launch"]["over_matmul_us"] == 3.0 and "host_launch" not in rec["rows"][1]
+    assert rec["rows"][0]["host_launch"]["gemm_us"] == 150.0  # the JIT path's host time, beside the launcher's
     summary = rec["host_launch"]
     assert summary["rows"] == 1 and summary["within_10us"] == 1 and summary["calls"]["L"]["command"] == \
         "launch_overhead.py"
