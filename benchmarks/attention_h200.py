@@ -50,9 +50,10 @@ from evokernel.engine.landscape import landscape_seeds  # noqa: E402
 from evokernel.engine.tuning import geomean, search_against  # noqa: E402
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
-#: recorded H200 sweeps (`benchmarks/device.sh sweep-attention`) whose fastest points seed the searches
-LANDSCAPES = {"prefill": ROOT / "benchmarks" / "results" / "landscapes" / "attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv",
-              "decode": ROOT / "benchmarks" / "results" / "landscapes" / "attention_decode_bf16_h200_llama3-8b_B1_C32768.csv"}
+#: recorded H200 sweeps (`benchmarks/device.sh sweep-attention`), shipped in evokernel/landscapes/,
+#: whose fastest points seed the searches
+LANDSCAPES = {"prefill": "attention_prefill_bf16_h200_llama3-8b_4x2048_causal",
+              "decode": "attention_decode_bf16_h200_llama3-8b_B1_C32768"}
 DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]
 DEFAULT_DECODE = ["llama3-8b:1:32768", "llama3-8b:64:4096", "llama3-8b:256:1024", "qwen3-30b-a3b:32:8192"]
 

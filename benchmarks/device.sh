@@ -301,8 +301,9 @@ PY
 sweep_attention() {
   # the paged decode space at batch 1 x 32768 (795 valid points), then as much of the prefill
   # space at Llama-3-8B 4 x 2048 causal (3936 valid points) as fits; a sweep appends to its
-  # CSV and a re-run measures only what is missing (keep the CSVs at benchmarks/results/landscapes/)
-  local L=benchmarks/results/landscapes
+  # CSV and a re-run measures only what is missing (the CSVs are shipped in evokernel/landscapes/:
+  # copy a grown one back there)
+  local L=evokernel/landscapes
   local DEC=attention_decode_bf16_h200_llama3-8b_B1_C32768.csv PRE=attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv
   mkdir -p $L
   cp $L/$DEC "$OUT/" 2>/dev/null; cp $L/$PRE "$OUT/" 2>/dev/null
