@@ -361,8 +361,8 @@ def _fused_experts(args: dict[str, Any]) -> _Work | None:
     evokernel's `fused_moe` op): x [T, H], w1 [E, 2I, H] (gate and up), w2 [E, H, I], the
     routing weights and ids [T, k]. FLOPs 2 T k (2I H + H I); bytes: the weights of the
     experts T tokens touch on average under uniform routing, E (1 - (1 - k/E)^T) (the trace
-    has the shapes, not the routing), x read and the output written. Call W's engine profile
-    had no roofline for 85% of its kernel time without this."""
+    has the shapes, not the routing), x read and the output written. Without it an SGLang engine's profile had no roofline
+    for 85% of its kernel time (measured on the H200; BENCHMARKS.md, `evokernel profile`)."""
     ops = _operands(args)
     if len(ops) < 5 or any(o is None for o in ops[:5]):
         return None

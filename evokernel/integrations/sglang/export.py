@@ -141,7 +141,7 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
                 break
             why.append(got)
         if isinstance(got, str):
-            # every elite has a structure (call V: FUSE_SILU won each niche by ~1%): the
+            # every elite has a structure (FUSE_SILU can win each niche by ~1%): the
             # fastest candidate of the run's history SGLang's kernel runs, e.g. a winner's
             # twin without the structure, measured in the same run
             got, elite = _runnable_from_history(store, run.id, shared_m=shared_m)
