@@ -199,6 +199,15 @@ def build_evaluator(name: str) -> EvaluatorCase:
     return EvaluatorCase(ev, [Genome.of(space.sample(rng)) for _ in range(4)], deterministic=False)
 
 
+# -- stores --------------------------------------------------------------------------------
+
+#: Store back ends, by name: where one lives given a fresh folder (opened with open_store).
+STORES: dict[str, Callable[[Path], str]] = {
+    "sqlite-file": lambda folder: str(folder / "contract.db"),
+    "sqlite-memory": lambda folder: ":memory:",
+}
+
+
 # -- spaces --------------------------------------------------------------------------------
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.store import SQLiteStore, open_store
+from evokernel.store import Store, open_store
 
-from ._components import names
+from ._components import STORES, names
 
 _GROUPS = {"mutator_name": "evokernel.mutators", "evaluator_name": "evokernel.evaluators",
            "space_name": "evokernel.search_spaces", "strategy_name": "evokernel.strategies"}
@@ -25,14 +25,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(arg, names(group))
 
 
-@pytest.fixture(params=["file", "memory"])
+@pytest.fixture(params=sorted(STORES))
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a store lives: an SQLite file, or SQLite in memory."""
-    return str(tmp_path / "contract.db") if request.param == "file" else ":memory:"
+    """Where a store of each back end lives (`_components.STORES`)."""
+    return STORES[request.param](tmp_path)
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[SQLiteStore]:
+def store(store_url: str) -> Iterator[Store]:
     s = open_store(store_url)
     try:
         yield s
