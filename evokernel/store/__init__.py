@@ -11,11 +11,11 @@ import os
 
 from evokernel.core.errors import ConfigError
 from evokernel.store._base import (CompleteStore, Evaluation, FindsRuns, ForgetsMeasured, Hit, KeepsKnowledge,
-                                   KeepsProfiles, RunInfo, Store)
+                                   KeepsProfiles, Located, RunInfo, Store)
 from evokernel.store.sqlite import SQLiteStore
 
-__all__ = ["Store", "CompleteStore", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "RunInfo", "Hit",
-           "Evaluation", "SQLiteStore", "open_store"]
+__all__ = ["Store", "CompleteStore", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "Located",
+           "RunInfo", "Hit", "Evaluation", "SQLiteStore", "open_store"]
 
 
 def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:

@@ -5,7 +5,8 @@ so a process killed at any moment leaves a consistent database, and a re-run res
 SQLite is the default back end; a PostgreSQL one implements the same protocol.
 
 `Store` is what a search needs. What tools need besides is declared as capabilities, small
-protocols of their own (`ForgetsMeasured`, `FindsRuns`, `KeepsKnowledge`, `KeepsProfiles`);
+protocols of their own (`ForgetsMeasured`, `FindsRuns`, `KeepsKnowledge`, `KeepsProfiles`,
+`Located`);
 `CompleteStore` is all of them together, what `SQLiteStore` is and what the CLI expects.
 """
 
@@ -19,7 +20,8 @@ from evokernel.core.archive import Elite
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 
-__all__ = ["Store", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "CompleteStore", "CAPABILITIES",
+__all__ = ["Store", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "Located", "CompleteStore",
+           "CAPABILITIES",
            "RunInfo", "Hit", "Evaluation"]
 
 
@@ -202,9 +204,19 @@ class KeepsProfiles(Protocol):
 
 
 @runtime_checkable
-class CompleteStore(Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Protocol):
+class Located(Protocol):
+    """Says where it lives: a file path, `:memory:`, or a URL.
+
+    Read by tools that record where results came from (the SGLang export's record of what it
+    exported) and name the store in messages; a store without it is recorded as ''."""
+
+    path: str
+
+
+@runtime_checkable
+class CompleteStore(Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Protocol):
     """Everything the engine and the tools call on a store (SQLiteStore is one)."""
 
 
 #: The optional capabilities, for tools and the contract suite (tests/contracts).
-CAPABILITIES: tuple[type, ...] = (ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles)
+CAPABILITIES: tuple[type, ...] = (ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located)

@@ -31,6 +31,7 @@ def test_it_is_a_complete_store(store: Store):
     assert isinstance(store, Store) and isinstance(store, CompleteStore)
     for capability in CAPABILITIES:
         assert isinstance(store, capability), capability.__name__
+    assert isinstance(store.path, str) and store.path
 
 
 def test_runs_begin_resume_finish_and_are_found(store: CompleteStore):
