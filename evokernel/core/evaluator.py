@@ -44,7 +44,9 @@ class Evaluator(Protocol):
         """One result per genome, in order; may be a generator that yields as results arrive.
 
         A candidate that fails is a result with a failure status; raise only when the
-        evaluator itself cannot go on (the search stops and can be resumed)."""
+        evaluator itself cannot go on (the search stops and can be resumed). When the engine
+        stops reading early (the wall time ran out), it calls the iterable's `close()` if it
+        has one (a generator's: its `finally` blocks run, its processes end)."""
         ...
 
 
