@@ -152,6 +152,10 @@ def test_every_mutator_shipped_in_the_mutators_package_is_registered():
                     and callable(getattr(obj, "propose", None)) and hasattr(obj, "arity")):
                 shipped.add(f"{module.__name__}:{attr}")
     assert shipped and shipped <= named, sorted(shipped - named)
+    for value in named:  # and the package gives each by its class name
+        module, _, attr = value.partition(":")
+        if module.startswith(package.__name__ + "."):
+            assert getattr(package, attr) is getattr(importlib.import_module(module), attr)
 
 
 def test_a_search_with_it_alone_keeps_the_engines_contract(mutator_name: str):
