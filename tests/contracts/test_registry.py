@@ -54,3 +54,40 @@ def test_wheel_installs_only_the_evokernel_package(tmp_path: Path):
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "[evokernel.mutators]" in entry_points and "evokernel = evokernel.cli:main" in entry_points
     assert "[evokernel.strategies]" in entry_points and "optuna = evokernel.mutators.optuna_sampler" in entry_points
+
+
+def test_a_third_party_mutator_is_checked_by_adding_one_entry_point(tmp_path: Path):
+    """A package that registers a mutator (here: a folder on the path with its metadata) gets
+    the whole mutator suite run on it, and a broken one fails it."""
+    (tmp_path / "third_party_mutators.py").write_text(
+        "from evokernel import Genome\n\n\n"
+        "class Flip:\n"
+        "    name, arity = 'flip', 1\n\n"
+        "    def propose(self, parents, ctx):\n"
+        "        p = dict(parents[0].params)\n"
+        "        name = ctx.space.names[int(ctx.rng.integers(len(ctx.space.names)))]\n"
+        "        options = ctx.space[name].neighbours(p[name])\n"
+        "        p[name] = options[int(ctx.rng.integers(len(options)))]\n"
+        "        return Genome.of(p) if ctx.space.is_valid(p) else None\n\n\n"
+        "class Broken(Flip):\n"
+        "    name = 'broken'\n\n"
+        "    def propose(self, parents, ctx):\n"
+        "        return parents[0]  # the parent itself: not a child\n")
+    info = tmp_path / "third_party_mutators-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: third-party-mutators\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[evokernel.mutators]\nflip = third_party_mutators:Flip\nbroken = third_party_mutators:Broken\n")
+    root = Path(__file__).resolve().parents[2]
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
+         str(root / "tests/contracts/test_mutators.py"), "-k", "flip or broken"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=root)
+    outcomes: dict[str, list[str]] = {"flip": [], "broken": []}
+    for line in proc.stdout.splitlines():
+        for name in outcomes:
+            if f"[{name}] " in line and line.startswith("tests/"):
+                outcomes[name].append(line.split()[1])
+    assert len(outcomes["flip"]) >= 6 and set(outcomes["flip"]) == {"PASSED"}, proc.stdout[-3000:]
+    assert "FAILED" in outcomes["broken"], proc.stdout[-3000:]
