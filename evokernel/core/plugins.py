@@ -22,7 +22,10 @@ from evokernel.core.errors import PluginError
 
 __all__ = ["GROUPS", "HasExample", "registered", "load"]
 
-GROUPS = ("evokernel.mutators", "evokernel.evaluators", "evokernel.search_spaces", "evokernel.strategies")
+#: Entry-point groups. A template (`evokernel.templates`) renders a point of a space as a
+#: candidate module's source: the `render` a KernelEvaluator takes.
+GROUPS = ("evokernel.mutators", "evokernel.evaluators", "evokernel.search_spaces", "evokernel.strategies",
+          "evokernel.templates")
 
 
 @runtime_checkable

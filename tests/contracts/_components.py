@@ -3,7 +3,8 @@
 A registered component is built by calling what its entry point names with no arguments,
 or its `example()` (evokernel.core.plugins.HasExample) when it needs arguments. The shipped
 components that need test data get a recipe here: the replay evaluator a shipped landscape,
-the kernel evaluator a CPU problem of the test corpus, the LLM rewrite operator recorded
+the kernel evaluator a CPU problem of the test corpus (and the registered Triton matmul
+template, through the interpreter), the LLM rewrite operator recorded
 Messages API responses served through the real SDK's HTTP transport (never a fake client),
 the model evaluator a tiny model of examples/models.
 """
@@ -150,8 +151,11 @@ def _kernel() -> EvaluatorCase:
     quick = GateOptions(seeds=1, heldout_seeds=1, recheck_seeds=1, timing={"max_reps": 5, "min_reps": 3})
     ev = KernelEvaluator(MATMUL_PROBLEM, render, device="cpu", options=quick, workers=2)
     space = matmul_space()
+    # one genome rendered (through torch), one carrying its own source: the registered Triton
+    # template, run by the Triton interpreter on the CPU
+    triton = {"BM": 32, "BN": 32, "BK": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
     genomes = [space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
-               space.genome(BM=32, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=2)]
+               Genome.of(triton, source=load("evokernel.templates", "triton_matmul")(triton))]
     failing = [space.genome(BM=256, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)]
     # timings on a shared CPU differ run to run: results are compared by status, not latency
     return EvaluatorCase(ev, genomes, failing, deterministic=False)

@@ -20,6 +20,7 @@ def test_the_built_in_plugins_are_registered():
     assert {"replay", "kernel", "model", "sglang"} <= set(registered("evokernel.evaluators"))
     assert {"matmul", "gemm", "moe", "moe_shared", "attention", "decode"} <= set(registered("evokernel.search_spaces"))
     assert load("evokernel.search_spaces", "matmul")().name == "matmul"
+    assert "triton_matmul" in registered("evokernel.templates")  # a render, not a space
 
 
 def test_every_registered_plugin_loads():
