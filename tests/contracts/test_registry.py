@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -57,11 +58,12 @@ def test_wheel_installs_only_the_evokernel_package(tmp_path: Path):
     assert "[evokernel.strategies]" in entry_points and "optuna = evokernel.mutators.optuna_sampler" in entry_points
 
 
-def test_a_third_party_mutator_is_checked_by_adding_one_entry_point(tmp_path: Path):
-    """A package that registers a mutator (here: a folder on the path with its metadata) gets
-    the whole mutator suite run on it, and a broken one fails it."""
-    (tmp_path / "third_party_mutators.py").write_text(
-        "from evokernel import Genome\n\n\n"
+def test_a_third_party_component_is_checked_by_adding_one_entry_point(tmp_path: Path):
+    """A package that registers a mutator and an evaluator (here: a folder on the path with
+    its metadata) gets the whole suites run on them, the evaluator built by its example();
+    a broken mutator fails its suite."""
+    (tmp_path / "third_party.py").write_text(
+        "from evokernel import Genome, IntRange, Result, SearchSpace\n\n\n"
         "class Flip:\n"
         "    name, arity = 'flip', 1\n\n"
         "    def propose(self, parents, ctx):\n"
@@ -73,22 +75,36 @@ def test_a_third_party_mutator_is_checked_by_adding_one_entry_point(tmp_path: Pa
         "class Broken(Flip):\n"
         "    name = 'broken'\n\n"
         "    def propose(self, parents, ctx):\n"
-        "        return parents[0]  # the parent itself: not a child\n")
-    info = tmp_path / "third_party_mutators-0.1.dist-info"
+        "        return parents[0]  # the parent itself: not a child\n\n\n"
+        "class Sum:\n"
+        "    name = 'sum'\n\n"
+        "    def __init__(self, scale):\n"
+        "        self.scale = scale\n"
+        "        self.space = SearchSpace([IntRange('a', 1, 8), IntRange('b', 1, 8)], name='ab')\n\n"
+        "    @classmethod\n"
+        "    def example(cls):\n"
+        "        return cls(0.5)\n\n"
+        "    def fingerprint(self):\n"
+        "        return {'evaluator': 'sum', 'scale': self.scale}\n\n"
+        "    def evaluate(self, genomes):\n"
+        "        return [Result.ok(self.scale * (g['a'] + g['b'])) for g in genomes]\n")
+    info = tmp_path / "third_party-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: third-party-mutators\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[evokernel.mutators]\nflip = third_party_mutators:Flip\nbroken = third_party_mutators:Broken\n")
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: third-party\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[evokernel.mutators]\nflip = third_party:Flip\nbroken = third_party:Broken\n\n"
+                                           "[evokernel.evaluators]\nsum = third_party:Sum\n")
     root = Path(__file__).resolve().parents[2]
-    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
-         str(root / "tests/contracts/test_mutators.py"), "-k", "flip or broken"],
+         str(root / "tests/contracts/test_mutators.py"), str(root / "tests/contracts/test_evaluators.py"),
+         "-k", "flip or broken or sum"],
         capture_output=True, text=True, timeout=600, env=env, cwd=root)
-    outcomes: dict[str, list[str]] = {"flip": [], "broken": []}
+    outcomes: dict[str, list[str]] = {"flip": [], "broken": [], "sum": []}
     for line in proc.stdout.splitlines():
         for name in outcomes:
             if f"[{name}] " in line and line.startswith("tests/"):
                 outcomes[name].append(line.split()[1])
     assert len(outcomes["flip"]) >= 6 and set(outcomes["flip"]) == {"PASSED"}, proc.stdout[-3000:]
     assert "FAILED" in outcomes["broken"], proc.stdout[-3000:]
+    assert outcomes["sum"].count("PASSED") >= 4 and "FAILED" not in outcomes["sum"], proc.stdout[-3000:]
