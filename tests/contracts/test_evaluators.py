@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -60,8 +62,16 @@ def behaviour(case: EvaluatorCase) -> None:
         pytest.skip(case.skip_behaviour)
 
 
-def fresh(evaluator_name: str) -> EvaluatorCase:
-    return build_evaluator(evaluator_name)
+@contextmanager
+def fresh(evaluator_name: str) -> Iterator[Any]:
+    """A fresh instance of the evaluator, closed after use (a kernel evaluator's judge)."""
+    ev = build_evaluator(evaluator_name).evaluator
+    try:
+        yield ev
+    finally:
+        close = getattr(ev, "close", None)
+        if callable(close):
+            close()
 
 
 def test_it_is_an_evaluator_with_a_stable_fingerprint(case: EvaluatorCase):
@@ -104,7 +114,8 @@ def test_one_result_per_genome_in_order_and_failures_are_values(evaluator_name: 
     assert any(r.is_ok for r in results[: len(case.genomes)]), [r.status for r in results]
     assert list(case.evaluator.evaluate([])) == []
     # in order: a fresh evaluator given them in reverse gives the same results in reverse
-    again = list(fresh(evaluator_name).evaluator.evaluate(genomes[::-1]))[::-1]
+    with fresh(evaluator_name) as other:
+        again = list(other.evaluate(genomes[::-1]))[::-1]
     if case.deterministic:
         assert again == results
     else:
@@ -116,8 +127,9 @@ def test_the_same_genomes_on_a_fresh_instance_give_the_same_results(evaluator_na
     if not case.deterministic:
         pytest.skip("its results are measurements (or not known to be deterministic): statuses are compared above")
     first = list(case.evaluator.evaluate(case.genomes))
-    assert list(fresh(evaluator_name).evaluator.evaluate(case.genomes)) == first
-    assert fresh(evaluator_name).evaluator.fingerprint() == case.evaluator.fingerprint()
+    with fresh(evaluator_name) as other:
+        assert list(other.evaluate(case.genomes)) == first
+        assert other.fingerprint() == case.evaluator.fingerprint()
 
 
 def test_remeasure_gives_one_result_per_genome(case: EvaluatorCase):
@@ -137,9 +149,9 @@ def test_restored_genomes_count_as_measured(evaluator_name: str, case: Evaluator
     behaviour(case)
     g = case.genomes[0]
     _, second = list(case.evaluator.evaluate([g])) + list(case.evaluator.evaluate([g]))
-    resumed = fresh(evaluator_name).evaluator
-    resumed.restored([g])
-    [after] = list(resumed.evaluate([g]))
+    with fresh(evaluator_name) as resumed:
+        resumed.restored([g])
+        [after] = list(resumed.evaluate([g]))
     if case.deterministic:
         assert after == second
 
