@@ -32,14 +32,14 @@ from evokernel.core.archive import Archive, Descriptor, Elite, significant_gain
 from evokernel.engine.bandit import OperatorBandit
 from evokernel.judge.env import environment
 from evokernel.core.errors import ConfigError, EvaluatorError
-from evokernel.core.evaluator import Evaluator, fingerprint_hash
+from evokernel.core.evaluator import DescribesEnvironment, Evaluator, Remeasures, Restores, fingerprint_hash
 from evokernel.core.genome import Genome, canonical_json
 from evokernel.engine.learned import FailureModel
 from evokernel.engine.transfer import TransferOperator, transfer_key, transfer_seeds
-from evokernel.core.mutator import Context, Mutator, observe, reset
+from evokernel.core.mutator import Context, Costly, Exhaustible, Mutator, observe, reset
 from evokernel.core.result import Result
 from evokernel.core.space import SearchSpace
-from evokernel.store import SQLiteStore, Store
+from evokernel.store import ForgetsMeasured, SQLiteStore, Store
 
 __all__ = ["Budget", "SearchOptions", "Search", "SearchReport", "ReportedElite", "Individual", "Observer"]
 
@@ -331,9 +331,8 @@ class _Run:
                 results.expect_end()
         except _TooManyResults:
             # which result belongs to which genome is unknown: none of the batch's is kept
-            forget = getattr(store, "forget_measured", None)
-            if forget is not None:
-                forget(run_id, measured)
+            if isinstance(store, ForgetsMeasured):
+                store.forget_measured(run_id, measured)
             raise
         finally:
             results.close()
@@ -350,9 +349,8 @@ class _Run:
         of measuring them again (an evaluator whose draws count measurements, such as the
         replay's noise, advances as if it had measured them, so a resumed run retraces the
         uninterrupted one)."""
-        hook = getattr(self.s.evaluator, "restored", None)
-        if hook is not None and genomes:
-            hook(genomes)
+        if isinstance(self.s.evaluator, Restores) and genomes:
+            self.s.evaluator.restored(genomes)
 
     def _deadline(self) -> float | None:
         return None if self.budget.wall_s is None else self.t0 + self.budget.wall_s
@@ -394,8 +392,8 @@ class _Run:
         capped = self.budget.cost is not None and self.cost >= self.budget.cost
         return [
             m.name for m in self.mutators
-            if m.arity <= len(pool) and not (capped and getattr(m, "costly", False))
-            and not getattr(m, "exhausted", False)
+            if m.arity <= len(pool) and not (capped and isinstance(m, Costly) and m.costly)
+            and not (isinstance(m, Exhaustible) and m.exhausted)
         ]
 
     def propose(self, population: list[Individual], taken: set[str]) -> Genome | None:
@@ -668,7 +666,7 @@ class _Run:
         samples: dict[str, list[float]] = {e.genome.id: [e.latency_ms] for e in top}
         failed: set[str] = set()
         store, run_id = self.s.store, self.run.id
-        together = getattr(self.s.evaluator, "remeasure", None)
+        together = self.s.evaluator.remeasure if isinstance(self.s.evaluator, Remeasures) else None
         noises: dict[str, float] = {}
         if self._out_of_budget() == "budget: wall time":
             # the time is spent: report what the search measured, without measuring again
@@ -889,5 +887,6 @@ def _summary(report: SearchReport) -> dict[str, Any]:
 def _evaluator_environment(evaluator: Any) -> dict[str, Any]:
     """What an evaluator says about where it runs (a kernel evaluator: which sandbox
     protections its candidates get), recorded with the run."""
-    describe = getattr(evaluator, "environment", None)
-    return dict(describe()) if callable(describe) else {}
+    if isinstance(evaluator, DescribesEnvironment) and callable(evaluator.environment):
+        return dict(evaluator.environment())
+    return {}

@@ -30,7 +30,7 @@ from typing import Any
 
 from evokernel.core.archive import Elite
 from evokernel.core.errors import ConfigError
-from evokernel.store import Store
+from evokernel.store import Located, Store
 
 __all__ = ["sglang_file_name", "sglang_moe", "sglang_plugin_package", "MoeExport"]
 
@@ -236,7 +236,7 @@ def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_n
     manifest: dict[str, Any] = {
         "format": FORMAT, "configs": "configs" if report.files else None, "kernels": [],
         "provenance": {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "store": str(getattr(store, "path", "")), "configs": report.exported,
+                       "store": str(store.path) if isinstance(store, Located) else "", "configs": report.exported,
                        "seeded_from_sglang": seeded},
     }
     if kernel:
