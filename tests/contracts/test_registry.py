@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -42,8 +43,16 @@ def test_every_strategy_is_registered_and_builds_registered_mutators(strategy_na
 
 def test_wheel_installs_only_the_evokernel_package(tmp_path: Path):
     root = Path(__file__).resolve().parents[2]
+    # built from a copy of what the package is made of, so that setuptools' build/ folder
+    # lands in the temporary directory, not in the checkout
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    for name in ("evokernel", "search_spaces", "mutators", "evaluators"):
+        shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(root)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(src)],
         check=True, capture_output=True, timeout=300,
     )
     [wheel] = tmp_path.glob("evokernel-*.whl")
