@@ -7,8 +7,9 @@ build them; any other one this package registers (such as `LLMRewrite`, which ne
 `llm` extra to call a model) is loaded on first use:
 
 >>> from evokernel.mutators import LLMRewrite
->>> LLMRewrite.__module__
-'evokernel.mutators.llm'
+>>> from evokernel.mutators.llm import LLMRewrite as registered
+>>> LLMRewrite is registered
+True
 """
 
 from typing import Any
