@@ -51,7 +51,7 @@ def positive_float(text: str) -> float:
 # the strategies evokernel ships (evokernel.engine.strategies), named in --strategy's help without
 # loading every plugin to build the parser; tests check it against strategy_names()
 BUILTIN_STRATEGIES = ("default", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
-                       "optuna-qmc", "optuna-random", "random")
+                      "optuna-qmc", "optuna-random", "random")
 
 
 def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:

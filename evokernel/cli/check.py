@@ -11,9 +11,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.cli._common import (
-    positive_float, positive_int, say_sandbox,
-)
+from evokernel.cli._common import positive_float, positive_int, say_sandbox
 from evokernel.core.errors import ConfigError, EvokernelError
 
 

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
 from evokernel.core.errors import ConfigError
 
 

@@ -6,8 +6,6 @@ import argparse
 from typing import Any
 
 
-
-
 def add_parser(sub: Any) -> None:
     sub.add_parser("landscapes", help="list the landscapes shipped with evokernel")
 

@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any
 
-
 from evokernel.core.errors import ConfigError
 
 

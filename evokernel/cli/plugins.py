@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
-from evokernel.cli._common import (
-    stdout_console,
-)
+from evokernel.cli._common import stdout_console
 
 
 def add_parser(sub: Any) -> None:

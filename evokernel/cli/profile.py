@@ -8,10 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-
-from evokernel.cli._common import (
-    positive_int, stdout_console,
-)
+from evokernel.cli._common import positive_int, stdout_console
 from evokernel.core.errors import ConfigError, EvokernelError
 
 

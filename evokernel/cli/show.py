@@ -11,9 +11,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.cli._common import (
-    stdout_console,
-)
+from evokernel.cli._common import stdout_console
 from evokernel.core.errors import ConfigError
 
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
-from evokernel.cli._common import (
-    positive_float, positive_int, load_target,
-)
+from evokernel.cli._common import positive_float, positive_int, load_target
 from evokernel.core.errors import ConfigError
 
 
