@@ -72,3 +72,19 @@ def test_a_kernel_evaluator_gets_the_knowledge_recorder_and_the_llm_operator(mon
     assert recorder.summarizer is provider  # the run ends with a summary of the lessons
     bare = assemble(SearchSpec(space, evaluator, knowledge=False))
     assert not any(isinstance(o, KnowledgeRecorder) for o in bare.observers)
+
+
+def test_a_search_file_read_as_a_spec(tmp_path: Path):
+    path = tmp_path / "s.py"
+    path.write_text("from evokernel.evaluators import ReplayEvaluator\n"
+                    "from evokernel.engine.landscape import builtin\n"
+                    f"evaluator = ReplayEvaluator(builtin({SHIPPED!r}))\n"
+                    "space = evaluator.space\nname = 'mine'\nseeds = [evaluator.landscape.optimum()[0]]\n")
+    spec = SearchSpec.from_file(path)
+    search = assemble(spec)
+    assert search.name == "mine" and len(search.seeds) == 1
+    (tmp_path / "bad.py").write_text("space = None\n")
+    with pytest.raises(ConfigError, match="defines no `space`"):
+        SearchSpec.from_file(tmp_path / "bad.py")
+    with pytest.raises(ConfigError, match="no such search file"):
+        SearchSpec.from_file(tmp_path / "missing.py")

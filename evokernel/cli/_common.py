@@ -8,10 +8,10 @@ import math
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from evokernel.core.errors import ConfigError, EvokernelError
+from evokernel.core.errors import ConfigError
+from evokernel.engine.assemble import SearchSpec
 
 USER_ERROR = 2
 
@@ -108,23 +108,10 @@ def stdout_console() -> Any:
     return on_broken_pipe(Console() if sys.stdout.isatty() else Console(width=200), stop=True)
 
 
-def load_search_file(path: Path) -> ModuleType:
-    from evokernel.judge.problem import load_module
-
-    try:
-        return load_module(path, prefix="_evokernel_target")
-    except EvokernelError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    except Exception as exc:
-        raise ConfigError(f"{path}: {type(exc).__name__}: {exc}") from None
-
-
-def load_target(args: argparse.Namespace, target: str) -> dict[str, Any]:
-    """What to search: space, evaluator, and optionally descriptor, mutators, options, name,
-    seeds (known-good points the first generation starts from)."""
-    from evokernel.core.evaluator import Evaluator
+def load_target(args: argparse.Namespace, target: str) -> SearchSpec:
+    """What to search: a search file's spec (space, evaluator, and optionally descriptor,
+    mutators, options, name, seeds), or a landscape replayed (a CSV or a shipped name)."""
     from evokernel.engine.landscape import Landscape, builtin_names, resolve_landscape
-    from evokernel.core.space import SearchSpace
 
     path = Path(target)
     if path.suffix == ".py":
@@ -132,21 +119,7 @@ def load_target(args: argparse.Namespace, target: str) -> dict[str, Any]:
             raise ConfigError(f"no such search file: {target}")
         if args.noise is not None:
             raise ConfigError("--noise applies to landscape replays; set noise in the search file instead")
-        mod = load_search_file(path)
-        space, evaluator = getattr(mod, "space", None), getattr(mod, "evaluator", None)
-        if not isinstance(space, SearchSpace):
-            raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")
-        if not isinstance(evaluator, Evaluator):
-            raise ConfigError(f"{target}: defines no `evaluator` (with name, fingerprint() and evaluate())")
-        return {
-            "space": space,
-            "evaluator": evaluator,
-            "descriptor": getattr(mod, "descriptor", None),
-            "mutators": getattr(mod, "mutators", None),
-            "options": getattr(mod, "options", None),
-            "name": getattr(mod, "name", None),
-            "seeds": getattr(mod, "seeds", None) or (),
-        }
+        return SearchSpec.from_file(target)
     if path.suffix not in ("", ".csv"):
         raise ConfigError(f"{target}: expected a .py search file or a .csv landscape")
     csv = resolve_landscape(target)
@@ -157,7 +130,7 @@ def load_target(args: argparse.Namespace, target: str) -> dict[str, Any]:
 
     landscape = Landscape.load(csv)
     evaluator = ReplayEvaluator(landscape, noise=args.noise or 0.0, seed=args.seed)
-    return {"space": landscape.space, "evaluator": evaluator, "name": landscape.name}
+    return SearchSpec(landscape.space, evaluator, name=landscape.name)
 
 
 def say_sandbox(report: Any) -> None:

@@ -23,11 +23,11 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from evokernel.store import open_store
 
-    what = load_target(args, args.landscape)
-    evaluator = what["evaluator"]
+    spec = load_target(args, args.landscape)
+    evaluator = spec.evaluator
     store = open_store(args.db or ":memory:")
     progress = None if (args.quiet or args.json) else SearchProgress(args.budget)
-    search = make_search(args, what, store, [progress] if progress else [])
+    search = make_search(args, spec, store, [progress] if progress else [])
     t0 = time.monotonic()
     report = run_search(search, args, progress)
     _, optimum = evaluator.landscape.optimum()

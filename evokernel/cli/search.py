@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -42,13 +43,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.require_sandbox:  # read by every sandbox the search file's evaluator starts
         os.environ["EVOKERNEL_SANDBOX"] = "require"
-    what = load_target(args, args.target)
-    sandbox = getattr(what["evaluator"], "sandbox", None)
+    spec = load_target(args, args.target)
+    sandbox = getattr(spec.evaluator, "sandbox", None)
     if callable(sandbox):
         say_sandbox(sandbox())
     store = open_store(args.db)
     progress = None if (args.quiet or args.json) else SearchProgress(args.budget)
-    search = make_search(args, what, store, [progress] if progress else [])
+    search = make_search(args, spec, store, [progress] if progress else [])
     report = run_search(search, args, progress)
     if args.json:
         print(json.dumps({**msgspec.to_builtins(report), "db": args.db}))
@@ -57,33 +58,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_search(args: argparse.Namespace, what: dict[str, Any], store: Any, observers: list[Observer]) -> Search:
-    """The search that `args` and the target `what` describe, built by `evokernel.engine.assemble`
-    (as the Python API builds it); the command's own words for what it refuses."""
-    if (args.population is not None or args.patience is not None) and what.get("options") is None:
+def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observers: list[Observer]) -> Search:
+    """The search that the target's `spec` and the options in `args` describe, built by
+    `evokernel.engine.assemble` (as the Python API builds it); the command's own words for
+    what it refuses."""
+    if (args.population is not None or args.patience is not None) and spec.options is None:
         get_strategy(args.strategy or "default")  # an unknown strategy is the first thing said
-    if what.get("mutators") is not None and args.strategy is not None:
+    if spec.mutators is not None and args.strategy is not None:
         raise ConfigError("the search file sets its own mutators; drop --strategy")
     llm = getattr(args, "llm", None)
-    evaluator = what["evaluator"]
-    if llm and (getattr(evaluator, "problem", None) is None or getattr(evaluator, "render", None) is None):
+    if llm and (getattr(spec.evaluator, "problem", None) is None or getattr(spec.evaluator, "render", None) is None):
         raise ConfigError("--llm rewrites kernel sources: it needs a search file whose evaluator judges a problem "
                           "(a KernelEvaluator), not a landscape replay")
-    spec = SearchSpec(
-        what["space"],
-        evaluator,
-        descriptor=what.get("descriptor"),
-        mutators=what.get("mutators"),
-        strategy=args.strategy,
-        options=what.get("options"),
-        population=args.population,
-        patience=args.patience,
-        name=getattr(args, "name", None) or what.get("name"),
-        seeds=what.get("seeds") or (),
-        llm=llm,
-    )
-    return assemble(spec, store=store, observers=observers, say=lambda line: print(f"evokernel: {line}",
-                                                                                   file=sys.stderr))
+    spec = replace(spec, strategy=args.strategy, population=args.population, patience=args.patience,
+                   name=getattr(args, "name", None) or spec.name, llm=llm)
+    return assemble(spec, store=store, observers=observers,
+                    say=lambda line: print(f"evokernel: {line}", file=sys.stderr))
 
 
 def budget(args: argparse.Namespace) -> Budget:

@@ -25,8 +25,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.target.endswith(".py"):
         raise ConfigError(f"{args.target}: sweep takes a search file (.py defining `space` and `evaluator`)")
     args.noise = None
-    what = load_target(args, args.target)
-    space, evaluator = what["space"], what["evaluator"]
+    spec = load_target(args, args.target)
+    space, evaluator = spec.space, spec.evaluator
     from rich.console import Console
 
     console = Console(stderr=True, soft_wrap=True)  # one line per message, however long its path (no wrapping)

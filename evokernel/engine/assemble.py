@@ -5,7 +5,9 @@ a strategy, options, population and patience, name, seeds, an LLM model); `assem
 into a `Search` wired the way the command line wires it: a knowledge recorder (lessons and
 accepted kernels, in the store) when the evaluator judges a problem, the LLM rewrite operator
 with the store's lessons for the problem when `llm` names a model, and the strategy's options
-with the population and patience asked for.
+with the population and patience asked for. `SearchSpec.from_file` reads a search file, so
+`assemble(SearchSpec.from_file("examples/matmul_kernel.py"))` is the search that
+`evokernel search examples/matmul_kernel.py` runs.
 
 >>> from evokernel import Budget, SearchSpec, assemble
 >>> from evokernel.evaluators import ReplayEvaluator
@@ -21,12 +23,14 @@ with the population and patience asked for.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from evokernel.core.archive import Descriptor
-from evokernel.core.errors import ConfigError
+from evokernel.core.errors import ConfigError, EvokernelError
 from evokernel.core.evaluator import Evaluator
 from evokernel.core.genome import Genome
 from evokernel.core.mutator import Mutator
@@ -65,6 +69,30 @@ class SearchSpec:
     seeds: Iterable[Genome | Mapping[str, Any]] = ()
     llm: Any = None
     knowledge: bool = True
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> SearchSpec:
+        """The spec a search file declares (what `evokernel search FILE.py` reads): `space` and
+        `evaluator`, and optionally `descriptor`, `mutators`, `options`, `name`, `seeds`."""
+        from evokernel.judge.problem import load_module
+
+        target = str(path)
+        if not Path(path).is_file():
+            raise ConfigError(f"no such search file: {target}")
+        try:
+            mod = load_module(Path(path), prefix="_evokernel_target")
+        except EvokernelError as exc:
+            raise ConfigError(f"{Path(path)}: {exc}") from None
+        except Exception as exc:
+            raise ConfigError(f"{Path(path)}: {type(exc).__name__}: {exc}") from None
+        space, evaluator = getattr(mod, "space", None), getattr(mod, "evaluator", None)
+        if not isinstance(space, SearchSpace):
+            raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")
+        if not isinstance(evaluator, Evaluator):
+            raise ConfigError(f"{target}: defines no `evaluator` (with name, fingerprint() and evaluate())")
+        return cls(space, evaluator, descriptor=getattr(mod, "descriptor", None),
+                   mutators=getattr(mod, "mutators", None), options=getattr(mod, "options", None),
+                   name=getattr(mod, "name", None), seeds=getattr(mod, "seeds", None) or ())
 
 
 def assemble(spec: SearchSpec, *, store: Store | None = None, observers: Iterable[Observer] = (),
