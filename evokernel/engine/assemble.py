@@ -6,8 +6,8 @@ into a `Search` wired the way the command line wires it: a knowledge recorder (l
 accepted kernels, in the store) when the evaluator judges a problem, the LLM rewrite operator
 with the store's lessons for the problem when `llm` names a model, and the strategy's options
 with the population and patience asked for. `SearchSpec.from_file` reads a search file, so
-`assemble(SearchSpec.from_file("examples/matmul_kernel.py"))` is the search that
-`evokernel search examples/matmul_kernel.py` runs.
+`assemble(SearchSpec.from_file("examples/matmul_kernel.py"), store=open_store("evokernel.db"))`
+is the search that `evokernel search examples/matmul_kernel.py` runs.
 
 >>> from evokernel import Budget, SearchSpec, assemble
 >>> from evokernel.evaluators import ReplayEvaluator
