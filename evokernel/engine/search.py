@@ -20,7 +20,6 @@ This module is the loop; its steps live beside it: `options` (Budget, SearchOpti
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 import os
 import time
@@ -53,7 +52,6 @@ from evokernel.store import SQLiteStore, Store
 
 __all__ = ["Budget", "SearchOptions", "Search", "SearchReport", "ReportedElite", "Individual", "Observer"]
 
-log = logging.getLogger("evokernel.search")
 
 class Search:
     """An evolutionary search of `space`, judged by `evaluator`, stored in `store`.
