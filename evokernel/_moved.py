@@ -1,4 +1,4 @@
-"""Old import paths of modules that moved into subsystems (session 14), kept for one release.
+"""Old import paths of modules that moved into subsystems, kept for one release.
 
 `import evokernel.gate` (or `from evokernel.gate import Gate`) still works: it gives the module
 at its new place (`evokernel.judge.gate`), the same module object, with a DeprecationWarning

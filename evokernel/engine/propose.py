@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from evokernel.core.genome import Genome
-from evokernel.core.mutator import Context
+from evokernel.core.mutator import Context, Costly, Exhaustible
 from evokernel.engine.report import Individual
 
 if TYPE_CHECKING:
@@ -44,8 +44,8 @@ def allowed_operators(run: _Run, pool: list[Individual]) -> list[str]:
     capped = run.budget.cost is not None and run.cost >= run.budget.cost
     return [
         m.name for m in run.mutators
-        if m.arity <= len(pool) and not (capped and getattr(m, "costly", False))
-        and not getattr(m, "exhausted", False)
+        if m.arity <= len(pool) and not (capped and isinstance(m, Costly) and m.costly)
+        and not (isinstance(m, Exhaustible) and m.exhausted)
     ]
 
 

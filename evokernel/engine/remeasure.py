@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from evokernel.core.archive import Elite
 from evokernel.core.errors import EvaluatorError
+from evokernel.core.evaluator import Remeasures
 from evokernel.core.result import Result
 from evokernel.engine._stream import ResultStream
 from evokernel.engine.report import Individual, ReportedElite
@@ -48,7 +49,7 @@ def remeasure(run: _Run) -> list[ReportedElite]:
     top = finalists(run.history, run.archive, opt.report_elites, run_id)
     samples: dict[str, list[float]] = {e.genome.id: [e.latency_ms] for e in top}
     failed: set[str] = set()
-    together = getattr(evaluator, "remeasure", None)
+    together = evaluator.remeasure if isinstance(evaluator, Remeasures) else None
     noises: dict[str, float] = {}
     if run._out_of_budget() == "budget: wall time":
         # the time is spent: report what the search measured, without measuring again

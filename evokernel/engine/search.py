@@ -32,7 +32,7 @@ import numpy as np
 
 from evokernel.core.archive import Archive, Descriptor, significant_gain
 from evokernel.core.errors import ConfigError
-from evokernel.core.evaluator import Evaluator, fingerprint_hash
+from evokernel.core.evaluator import DescribesEnvironment, Evaluator, Restores, fingerprint_hash
 from evokernel.core.genome import Genome, canonical_json
 from evokernel.core.mutator import Mutator, observe, reset
 from evokernel.core.result import Result
@@ -48,7 +48,7 @@ from evokernel.engine.seeding import first_generation, valid_seeds
 from evokernel.engine.strategies import get_strategy
 from evokernel.engine.transfer import transfer_key
 from evokernel.judge.env import environment
-from evokernel.store import SQLiteStore, Store
+from evokernel.store import ForgetsMeasured, SQLiteStore, Store
 
 __all__ = ["Budget", "SearchOptions", "Search", "SearchReport", "ReportedElite", "Individual", "Observer"]
 
@@ -213,9 +213,8 @@ class _Run:
                 results.expect_end()
         except TooManyResults:
             # which result belongs to which genome is unknown: none of the batch's is kept
-            forget = getattr(store, "forget_measured", None)
-            if forget is not None:
-                forget(run_id, measured)
+            if isinstance(store, ForgetsMeasured):
+                store.forget_measured(run_id, measured)
             raise
         finally:
             results.close()
@@ -232,9 +231,8 @@ class _Run:
         of measuring them again (an evaluator whose draws count measurements, such as the
         replay's noise, advances as if it had measured them, so a resumed run retraces the
         uninterrupted one)."""
-        hook = getattr(self.s.evaluator, "restored", None)
-        if hook is not None and genomes:
-            hook(genomes)
+        if isinstance(self.s.evaluator, Restores) and genomes:
+            self.s.evaluator.restored(genomes)
 
     def _deadline(self) -> float | None:
         return None if self.budget.wall_s is None else self.t0 + self.budget.wall_s
@@ -390,5 +388,6 @@ class _Run:
 def _evaluator_environment(evaluator: Any) -> dict[str, Any]:
     """What an evaluator says about where it runs (a kernel evaluator: which sandbox
     protections its candidates get), recorded with the run."""
-    describe = getattr(evaluator, "environment", None)
-    return dict(describe()) if callable(describe) else {}
+    if isinstance(evaluator, DescribesEnvironment) and callable(evaluator.environment):
+        return dict(evaluator.environment())
+    return {}
