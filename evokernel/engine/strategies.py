@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from evokernel.core.errors import ConfigError, PluginError
 from evokernel.core.mutator import Mutator
 from evokernel.core.plugins import load, registered
-from evokernel.engine.search import SearchOptions
+from evokernel.engine.options import SearchOptions
 from evokernel.core.space import SearchSpace
 
 __all__ = ["Strategy", "get_strategy", "strategy_names"]
