@@ -5,7 +5,7 @@ and the re-measurement of its elites read an evaluator."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sized
+from collections.abc import Generator, Iterator, Sized
 from typing import Any
 
 from evokernel.core.errors import EvaluatorError
@@ -54,7 +54,7 @@ class ResultStream:
             return exc
         return EvaluatorError(f"evaluator {self.name!r} failed: {type(exc).__name__}: {exc}")
 
-    def _checked(self) -> Iterator[Result]:
+    def _checked(self) -> Generator[Result, None, None]:
         try:
             got = self.evaluator.evaluate(self.genomes)
         except (Exception, SystemExit) as exc:
@@ -87,6 +87,7 @@ class ResultStream:
             return next(self.it, self._END)
         import queue
 
+        assert self.deadline is not None  # (a queue only where there is a deadline)
         try:
             ok, item = self.queue.get(timeout=max(0.0, self.deadline - time.monotonic()))
         except queue.Empty:

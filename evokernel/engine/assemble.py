@@ -114,7 +114,7 @@ def assemble(spec: SearchSpec, *, store: Store | None = None, observers: Iterabl
     strategy = spec.strategy
     if mutators is not None and strategy is not None:
         raise ConfigError("give either mutators or a strategy, not both")
-    observers = list(observers)
+    observers = list[Any](observers)  # (duck-typed: a KnowledgeRecorder has an Observer's methods)
     if store is None:
         from evokernel.store import SQLiteStore
 

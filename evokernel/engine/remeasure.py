@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from evokernel.core.archive import Elite
 from evokernel.core.errors import EvaluatorError
 from evokernel.core.evaluator import Remeasures
+from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 from evokernel.engine._stream import ResultStream
 from evokernel.engine.report import Individual, ReportedElite
@@ -56,8 +57,9 @@ def remeasure(run: _Run) -> list[ReportedElite]:
         return _reported(run, top, samples, failed, noises)
     if together is not None and opt.remeasure and top:
         # the evaluator measures them side by side: rank by that measurement alone
-        got = [store.remeasurement(run_id, e.genome.id, 0) for e in top]
-        if any(r is None for r in got):
+        stored = [store.remeasurement(run_id, e.genome.id, 0) for e in top]
+        got: list[Result]
+        if any(r is None for r in stored):
             try:
                 got = list(together([e.genome for e in top]))
             except (Exception, SystemExit) as exc:
@@ -69,6 +71,7 @@ def remeasure(run: _Run) -> list[ReportedElite]:
                 store.record_remeasurement(run_id, 0, e.genome, run.fingerprint, r)
                 run.cost += r.cost
         else:
+            got = [r for r in stored if r is not None]
             run._restored([e.genome for e in top])
         for e, r in zip(top, got):
             samples[e.genome.id] = [r.fitness] if r.is_ok else samples[e.genome.id]
@@ -76,14 +79,15 @@ def remeasure(run: _Run) -> list[ReportedElite]:
             if not r.is_ok:
                 failed.add(e.genome.id)
     for rep in range(opt.remeasure if together is None else 0):
-        todo, restored = [], []
+        todo: list[Genome] = []
+        restored: list[Genome] = []
         for e in top:
-            got = store.remeasurement(run_id, e.genome.id, rep)
-            if got is None:
+            prior = store.remeasurement(run_id, e.genome.id, rep)
+            if prior is None:
                 todo.append(e.genome)
             else:
                 restored.append(e.genome)
-                _add_sample(e.genome.id, got, samples, failed)
+                _add_sample(e.genome.id, prior, samples, failed)
         run._restored(restored)
         if not todo:
             continue

@@ -183,10 +183,11 @@ class _Run:
         wall-time budget runs out mid-batch, abandoning an evaluation still in flight (logged
         as a `wall_time_stop` event, not stored as a result: a later run with more time
         measures it)."""
-        store, run_id, out = self.s.store, self.run.id, []
+        store, run_id = self.s.store, self.run.id
+        out: list[Individual] = []
         hits = {g.id: store.lookup(run_id, g.id, self.fingerprint) for g in genomes}
         todo = [g for g in genomes if hits[g.id] is None]
-        self._restored([g for g in genomes if hits[g.id] is not None and hits[g.id].in_run])
+        self._restored([g for g in genomes if (hit := hits[g.id]) is not None and hit.in_run])
         results = ResultStream(self.s.evaluator, todo, self._deadline())
         measured: list[str] = []
         try:
@@ -315,6 +316,10 @@ class _Run:
                 "best_ms": best.latency_ms if best else None, "best_params": best.genome.params if best else None,
                 "wall_s": time.monotonic() - self.t0, "cost": self.cost}
 
+    def _best_ms(self) -> float:
+        best = self.archive.best()
+        return best.latency_ms if best is not None else math.inf
+
     def _loop(self) -> SearchReport:
         s, opt = self.s, self.opt
         first = first_generation(self)
@@ -323,8 +328,8 @@ class _Run:
         stale = 0
         while not (reason := self._out_of_budget()):
             self.generation += 1
-            best_before = self.archive.best().latency_ms if self.archive.best() else math.inf
-            taken = set()
+            best_before = self._best_ms()
+            taken: set[str] = set()
             batch: list[Genome] = []
             for _ in range(min(opt.children, self._left())):
                 child = propose(self, population, taken)
@@ -338,7 +343,7 @@ class _Run:
             children = self.evaluate(batch)
             self._credit(children, population, best_before)
             population = self._survivors(population, children)
-            best_after = self.archive.best().latency_ms if self.archive.best() else math.inf
+            best_after = self._best_ms()
             stale = 0 if best_after < best_before else stale + 1
             self._end_generation(population, children)
             if opt.patience is not None and stale >= opt.patience:

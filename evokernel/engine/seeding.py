@@ -105,9 +105,9 @@ def first_generation(run: _Run) -> list[Genome]:
                 "offered_later": len(rest),
                 "distances": sorted({round(d, 3) for _, _, d in seeds})}, key="transfer")
     while len(first) < min(opt.population, run._left()):
-        g = unseen_random(run, taken)
-        if g is None:
+        fresh = unseen_random(run, taken)
+        if fresh is None:
             break
-        first.append(g.with_lineage((), "init", 0))
-        taken.add(g.id)
+        first.append(fresh.with_lineage((), "init", 0))
+        taken.add(fresh.id)
     return first
