@@ -8,11 +8,19 @@ if [ -z "${EVOKERNEL_SETUP_DONE:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
   rm -rf /tmp/pkg && mkdir -p /tmp/pkg/evokernel && cp -r evokernel/. /tmp/pkg/evokernel/
   for d in search_spaces mutators evaluators; do cp -r "$d" "/tmp/pkg/evokernel/$d"; done
-  # a dist-info so importlib.metadata finds evokernel's entry points (SGLang's load_plugins reads
-  # the sglang.srt.plugins group), as an installed evokernel would have
+  # a dist-info so importlib.metadata finds evokernel's entry points (all of pyproject's groups:
+  # SGLang's load_plugins reads sglang.srt.plugins, the registry the others), as an installed evokernel would have
   mkdir -p /tmp/pkg/evokernel-0.0.0.dist-info
   printf 'Metadata-Version: 2.1\nName: evokernel\nVersion: 0.0.0\n' > /tmp/pkg/evokernel-0.0.0.dist-info/METADATA
-  printf '[sglang.srt.plugins]\nevokernel = evokernel.integrations.sglang.plugin:register\n' > /tmp/pkg/evokernel-0.0.0.dist-info/entry_points.txt
+  python3 - > /tmp/pkg/evokernel-0.0.0.dist-info/entry_points.txt <<'PY'
+import tomllib
+groups = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
+for group, entries in groups.items():
+    print(f"[{group}]")
+    for name, target in entries.items():
+        print(f"{name} = {target}")
+    print()
+PY
   export EVOKERNEL_SETUP_DONE=1
 fi
 export PYTHONPATH=/tmp/pkg:/tmp/site PYTHONUNBUFFERED=1
