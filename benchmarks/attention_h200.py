@@ -145,8 +145,8 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
-    from evokernel.search_spaces import triton_attention as prefill_t
-    from evokernel.search_spaces import triton_decode as decode_t
+    from evokernel.search_spaces.attention import template_prefill as prefill_t
+    from evokernel.search_spaces.attention import template_decode as decode_t
     from evokernel.store import SQLiteStore
 
     doc: dict[str, Any] = {

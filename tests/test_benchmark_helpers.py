@@ -49,7 +49,7 @@ def test_landscape_seeds_and_geomean():
 def test_plain_matmul_sweeps_seed_the_gemm_space_with_the_missing_genes_filled():
     from gemm_h200 import matmul_landscape_seeds
 
-    from evokernel.search_spaces.triton_gemm import DEFAULTS
+    from evokernel.search_spaces.gemm.template import DEFAULTS
 
     space = gemm_space(swap_ab=True)
     # the plain sweep's points lack split-K, TMA, SWAP_AB...: without `fill` none is a point of the space
@@ -189,7 +189,7 @@ def test_earlier_winners_come_back_with_deeper_pipelines_where_they_fit():
     more, its C stored from registers where staging C leaves no room."""
     from gemm_h200 import deep_variants
 
-    from evokernel.search_spaces.triton_gemm import DEFAULTS
+    from evokernel.search_spaces.gemm.template import DEFAULTS
 
     space = gemm_space(tma_store=True, bn_tail=True)
     narrow = dict(DEFAULTS, BM=64, BN=64, BK=128, num_warps=4, num_stages=5, TMA_STORE=0, BN_TAIL=0)

@@ -24,8 +24,8 @@ is learned by the search (`SearchOptions.learn_failures`).
 from __future__ import annotations
 
 from evokernel.core.genome import Genome
-from evokernel.search_spaces.triton_attention import DEFAULTS as ATTENTION_DEFAULTS
-from evokernel.search_spaces.triton_decode import DEFAULTS as DECODE_DEFAULTS
+from evokernel.search_spaces.attention.template_prefill import DEFAULTS as ATTENTION_DEFAULTS
+from evokernel.search_spaces.attention.template_decode import DEFAULTS as DECODE_DEFAULTS
 from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,

@@ -1,5 +1,5 @@
 """The space of the fused-MoE template: each of its two GEMMs has its own tiles, grouping,
-warps and stages (`search_spaces/triton_moe.py`).
+warps and stages (`search_spaces/moe/template.py`).
 
 >>> space = moe_space()
 >>> len(space.params), space.size, moe_space(separate_block_m=True).size
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from evokernel.core.genome import Genome
-from evokernel.search_spaces.triton_gemm_fp8 import GROUP as FP8_GROUP
+from evokernel.search_spaces.gemm.template_fp8 import GROUP as FP8_GROUP
 from evokernel.core.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
 __all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts", "MOE_MODELS"]
@@ -131,7 +131,7 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
             PowerOfTwo(f"{prefix}num_warps", 4, 8),
             IntRange(f"{prefix}num_stages", 2, 5),
         ]
-    if gemv:  # the small-batch structure (see search_spaces/triton_moe.py) as a gene
+    if gemv:  # the small-batch structure (see search_spaces/moe/template.py) as a gene
         params.append(Ordinal("GEMV", [0, 1, 2]))  # 2: the down GEMV per pair, then a sum over the top_k
     if fuse_silu:  # SiLU-and-multiply fused into the up GEMM
         params.append(Ordinal("FUSE_SILU", [0, 1]))
@@ -176,7 +176,7 @@ def shared_params(params: dict[str, int]) -> dict[str, int]:
 
 def sglang_config(genome: Genome) -> tuple[dict[str, int], dict[str, int]]:
     """(up, down) configs as SGLang's tuned-config files write them."""
-    from evokernel.search_spaces.triton_moe import split_config
+    from evokernel.search_spaces.moe.template import split_config
 
     return split_config(genome.params)
 

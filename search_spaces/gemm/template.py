@@ -83,7 +83,7 @@ import triton.language as tl
 
 from evokernel.judge.candidate import check_params
 from evokernel.runtime.launch import KernelLaunch, quick_descriptor
-from evokernel.search_spaces.triton_matmul import grouped_tile
+from evokernel.search_spaces.matmul.template import grouped_tile
 
 __all__ = [
     "ACTIVATIONS",
@@ -109,7 +109,7 @@ ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
 #: through a tensor descriptor (1) or in two halves (2); BN_TAIL, tiles BN + BN_TAIL wide;
 #: A_REG, the tile's columns as 64-wide MMAs sharing each K step's A tile in registers;
-#: GLUON, the tile run by the warp-specialised Gluon kernel (`search_spaces/gluon_gemm.py`:
+#: GLUON, the tile run by the warp-specialised Gluon kernel (`search_spaces/gemm/template_gluon.py`:
 #: 1 one or two consumer warpgroups on each tile, 2 two taking turns at tiles, "ping-pong").
 OPTIONAL: tuple[str, ...] = ("SWAP_AB", "STREAM_K", "TMA_STORE", "BN_TAIL", "A_REG", "GLUON")
 
@@ -662,11 +662,12 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
                                                                         "SWAP_AB", "STREAM_K"))
     TMA_STORE, BN_TAIL, A_REG, GLUON = cfg["TMA_STORE"], cfg["BN_TAIL"], cfg["A_REG"], cfg["GLUON"]
     if GLUON:
-        if not (TMA and SPLIT_K == 1 and not (STREAM_K or A_REG or WARP_SPEC)
-                and num_ctas == 1 and not maxnreg and TMA_STORE in (1, 2)):
-            raise ValueError("GLUON: the Gluon kernel is a TMA tile (TMA=1, TMA_STORE 1 or 2) without split-K, "
-                             "stream-K, A_REG, WARP_SPEC (it is warp-specialised itself), a cluster or maxnreg")
-        from evokernel.search_spaces import gluon_gemm
+        from evokernel.search_spaces.gemm.space import GLUON_STORE, gluon_misfit  # (the space's rule)
+
+        misfit = gluon_misfit(cfg) or (None if TMA_STORE in (1, 2) else GLUON_STORE)
+        if misfit:
+            raise ValueError(misfit)
+        from evokernel.search_spaces.gemm import template_gluon as gluon_gemm
 
         gplan, c = gluon_gemm.plan_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN,
                                          BK=BK, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"],
@@ -773,7 +774,7 @@ class _Launches:
         self._make: Any = None
         self._ws: dict[tuple[int, int], torch.Tensor] = {}
         if plan.gluon is not None:
-            from evokernel.search_spaces import gluon_gemm
+            from evokernel.search_spaces.gemm import template_gluon as gluon_gemm
 
             g = plan.gluon
             self.main = KernelLaunch(gluon_gemm._gluon_gemm_kernel, g.grid, g.static, gluon_gemm.GLUON_ARGS, fast=fast)
@@ -802,7 +803,7 @@ class _Launches:
         plan = self.plan
         g = plan.gluon
         if g is not None:
-            from evokernel.search_spaces import gluon_gemm
+            from evokernel.search_spaces.gemm import template_gluon as gluon_gemm
 
             tensors = (a, b, c)
             bases = [tensors[src] for src, _, _ in g.descs]
@@ -860,7 +861,7 @@ class _Launches:
         if self.fast and self._direct(c, a, b, bias, residual):
             return c
         if plan.gluon is not None:
-            from evokernel.search_spaces import gluon_gemm
+            from evokernel.search_spaces.gemm import template_gluon as gluon_gemm
 
             _LAST["kernel"] = gluon_gemm.launch_gluon(plan.gluon, self.main, self.descriptor, c, a, b, bias, residual)
             return c
@@ -980,7 +981,7 @@ class GemmLauncher:
 
 _CANDIDATE = '''"""Candidate: the Hopper GEMM template at one configuration (generated)."""
 
-from evokernel.search_spaces.triton_gemm import GemmLauncher
+from evokernel.search_spaces.gemm.template import GemmLauncher
 
 
 CONFIG = {config}

@@ -85,8 +85,8 @@ import triton.language as tl
 
 from evokernel.judge.candidate import check_integers
 from evokernel.runtime.launch import LaunchCache
-from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
-from evokernel.search_spaces.triton_matmul import grouped_tile
+from evokernel.search_spaces.gemm.template_fp8 import FP8_MAX, GROUP
+from evokernel.search_spaces.matmul.template import grouped_tile
 
 __all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe", "align_block_size", "align_block_size_torch",
            "candidate_source",
@@ -675,7 +675,7 @@ def _fused_moe_fp8(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w1_scale
 
 _CANDIDATE = '''"""Candidate: the fused-MoE template at one configuration of its two GEMMs (generated)."""
 
-from evokernel.search_spaces.triton_moe import fused_moe
+from evokernel.search_spaces.moe.template import fused_moe
 
 
 UP = {up}
@@ -690,7 +690,7 @@ def kernel(x, w1, w2, topk_weights, topk_ids):
 _CANDIDATE_FP8 = '''"""Candidate: the fused-MoE template, fp8 w8a8 ({mode} scales), at one configuration of its
 two GEMMs (generated)."""
 
-from evokernel.search_spaces.triton_moe import fused_moe
+from evokernel.search_spaces.moe.template import fused_moe
 
 
 UP = {up}
