@@ -1,6 +1,9 @@
 """cuBLAS's Hopper kernel names, read as points of the GEMM space (`cublas_seed`).
 
-XXX
+torch.profiler names the kernel cuBLAS ran for a torch.matmul (`nvjet_sm90_tst_<rows>x<cols>_
+<BK>x<stages>_<cluster>_...` on Hopper with CUDA 12.9 and later); the name holds the tile,
+the pipeline depth, split-K and the cooperative form, which `cublas_seed` turns into the
+template's nearest point: a seed that starts a search where cuBLAS already is.
 """
 
 from __future__ import annotations
@@ -36,21 +39,20 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     split-K becomes SPLIT_K=2 with the in-kernel fixup, its cluster is dropped
     (num_ctas=2 fails or gives NaN in Triton 3.6 here). Its `coop` kernels (a producer
     warpgroup and two consumer ones) become Triton's warp-specialised form (`coop_variant`)
-    where `warp_spec` lets the space hold it (it hung on the H200, call S11b), else the plain
+    where `warp_spec` lets the space hold it (it hung on the H200), else the plain
     tile (whose Gluon form `gluon_variant` gives: the same structure). At
-    Qwen3's qkv, M=512, cuBLAS's 320x64 tile became the 64x(256+64) that beat it (1.021,
-    call BD).
+    Qwen3's qkv, M=512, cuBLAS's 320x64 tile becomes the 64x(256+64) that beat it on the H200 (1.021x).
 
     >>> p = cublas_seed("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120, tma_store=True)
     >>> p["BM"], p["BN"], p["BN_TAIL"], p["num_warps"], p["num_stages"]
     (64, 256, 64, 4, 4)
-    >>> p = cublas_seed("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048)  # Qwen3's o (call BB)
+    >>> p = cublas_seed("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048)  # Qwen3's o
     >>> p["BM"], p["BN"], p["num_stages"], p["SPLIT_K"]
     (64, 64, 13, 1)
     >>> p = cublas_seed("nvjet_sm90_tst_64x32_64x16_1x2_h_bz_NNT", 64, 4096, swap_ab=True)  # Llama's o
     >>> p["BM"], p["BN"], p["SWAP_AB"], p["num_stages"]
     (32, 64, 1, 16)
-    >>> name = "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT"  # Llama qkv M=512, call BB
+    >>> name = "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT"  # Llama qkv M=512
     >>> p = cublas_seed(name, 512, 6144, warp_spec=True)
     >>> p["BM"], p["BN"] + p["BN_TAIL"], p["num_warps"], p["num_stages"], p["WARP_SPEC"], p["PERSISTENT"]
     (128, 192, 4, 5, 1, 0)

@@ -1,6 +1,16 @@
 """Seed heuristics of the Hopper GEMM space: known-good starting points for a search.
 
-SEEDS_DOC
+Apart from the space (`space.py`), which says what is valid, these say where to start:
+`gemm_seeds` (the tiles Triton's tutorials and Hopper autotune lists lead with, by token
+count), `wave_seeds` (the tiles whose count fills the GPU's waves best at an M x N output,
+from a small model of each tile's rate), and the forms of a point that run on another
+kernel: `coop_variant` (Triton's warp-specialised form) and `gluon_variant` (the Gluon
+kernel's). The rates in the model (`TAIL_RATE`, `_tile_rate`) are rounded from H200
+timings (BENCHMARKS.md). Starting points, not answers: the search measures them.
+
+>>> space = gemm_space()
+>>> all(space.is_valid(p) for m in (16, 256, 4096) for p in gemm_seeds(m))
+True
 """
 
 from __future__ import annotations
@@ -18,8 +28,8 @@ def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str,
     return {**DEFAULTS, "BM": BM, "BN": BN, "BK": BK, "num_warps": w, "num_stages": s, **extra}
 
 
-#: the tail's own MMA's rate per column, relative to the main MMA's, fitted to call AB's
-#: probe: 128x(128+64) ran at ~0.85 of a full-width MMA's rate, 128x(128+32) at ~0.6
+#: the tail's own MMA's rate per column, relative to the main MMA's, fitted to H200 timings:
+#: 128x(128+64) runs at ~0.85 of a full-width MMA's rate, 128x(128+32) at ~0.6
 TAIL_RATE = {0: 1.0, 32: 0.23, 64: 0.65}
 
 
@@ -34,9 +44,9 @@ def _tail_rate(bn: int, tail: int) -> float:
 
 
 def _tile_rate(bm: int, w: int) -> float:
-    """A tile's output rate per SM relative to 128x256 (rounded from the probes: 128x128 runs
-    at ~0.85, 64x128 at ~0.7, call AB; 64x256 with 4 warps and 5 stages at ~0.9, beating
-    128x128 at Qwen3 qkv M=2048 and 128x256 at Llama gate_up M=512, call BD): smaller tiles
+    """A tile's output rate per SM relative to 128x256 (rounded from H200 timings: 128x128 runs
+    at ~0.85, 64x128 at ~0.7; 64x256 with 4 warps and 5 stages at ~0.9, beating
+    128x128 at Qwen3 qkv M=2048 and 128x256 at Llama gate_up M=512): smaller tiles
     read more operand bytes per MMA."""
     if bm >= 128:
         return 1.0 if w >= 192 else 0.85 if w >= 128 else 0.7
@@ -53,8 +63,8 @@ def _fitting_point(space: SearchSpace, bm: int, bn: int, bk: int, depths: Iterab
     """The first point of `space` with this tile at the deepest of `depths` that fits, C
     staged whole, else in halves, else stored from registers (a 128x320 tile's pipeline
     leaves no room for the whole of C); one warpgroup (4 warps) per tile of up to 64 rows,
-    two for larger ones (64x320 ran 0.0160 ms with 4 warps, 0.0267 with 8: Qwen3 qkv
-    M=512, call BC). With `coop`, the warp-specialised form instead (`coop_variant`);
+    two for larger ones (64x320 runs 0.0160 ms with 4 warps, 0.0267 with 8: Qwen3 qkv
+    M=512 on the H200). With `coop`, the warp-specialised form instead (`coop_variant`);
     `warps` and `stores` (TMA_STORE values, in order) override those choices. None where no
     depth fits."""
     if coop:
@@ -77,12 +87,12 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
     one producer warpgroup issuing the TMA loads and two consumer warpgroups of BM/2 rows
     each running the MMAs (Triton 3.6 builds it from a non-persistent 4-warp kernel whose K
     loop is `warp_specialize`d: 12 warps, the producer at 40 registers, the consumers at
-    232), as cuBLAS's `coop` kernels run 128x192 and 128x256 tiles on the H200 (call BB:
-    every row from M=2048 up, Llama's qkv at M=512); its pipeline as deep as `p`'s plus one
+    232), as cuBLAS's `coop` kernels run 128x192 and 128x256 tiles on the H200 (at
+    every Llama-3-8B and Qwen3 layer from M=2048 up, Llama's qkv at M=512); its pipeline as deep as `p`'s plus one
     stage (a producer with its own warps keeps more stages in flight), or less where it
     does not fit, C stored from registers (a TMA store fails to compile with it).
 
-    Where `space` leaves it out (`gemm_space`'s default: it hung on the H200, call S11b), None.
+    Where `space` leaves it out (`gemm_space`'s default: it hung on the H200), None.
 
     >>> q = coop_variant(gemm_space(warp_spec=True), _point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1))
     >>> q["num_warps"], q["num_stages"], q["WARP_SPEC"], q["PERSISTENT"]
@@ -101,7 +111,7 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
 
 
 def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None:
-    """The Gluon kernel's form of a TMA tile (`GLUON=1`: search_spaces/gluon_gemm.py), or
+    """The Gluon kernel's form of a TMA tile (`GLUON=1`: search_spaces/gemm/template_gluon.py), or
     None where it has none (split-K, fewer than 64 rows or columns unswapped, or no GLUON
     gene in `space`): the same tile (its BN tail, its swap-AB too) and schedule, one consumer warpgroup per 64
     rows, its pipeline as deep as `p`'s plus one stage or less where it does not fit, C
@@ -129,7 +139,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
     for each tile of 64-256 rows and 64-256 columns, at least 64 x 128 (96, 160, 192 and 320
     with a tail), and 64x32 and 64x64 with the deepest pipeline that fits (as cuBLAS runs them
-    at Qwen3's o M=256 and Llama's o M=64, call BB) -- those without a tail also split in two
+    at Qwen3's o M=256 and Llama's o M=64) -- those without a tail also split in two
     along K where they are fewer than the SMs, scored 10% down for the partials -- the
     fraction of the SMs' time in whole waves that does useful work (tiles over the waves'
     slots, times the tiles' coverage of M x N), times the tile's own rate (`_tile_rate`,
@@ -144,7 +154,7 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
     [(64, 128, 2)]
     >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(2048, 5120)][:2]  # 256 tiles of 128x320: 1.94 waves
     [(128, 320), (64, 256)]
-    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 5120)][:1]  # cuBLAS's tile there (call BB)
+    >>> [(p["BM"], p["BN"] + p["BN_TAIL"]) for p in wave_seeds(512, 5120)][:1]  # cuBLAS's tile there
     [(64, 320)]
     >>> [(p["BM"], p["BN"], p["num_stages"]) for p in wave_seeds(64, 4096)][:2]  # Llama-3-8B's o at 64 tokens
     [(64, 64, 14), (64, 32, 16)]
@@ -166,13 +176,13 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 if split > 1:  # the partials' round trip through the workspace
                     fill *= 0.9
                 # the tail's own MMA reads A from shared memory again for few columns: per
-                # tile, 128x(128+64) ran at ~0.83 of 128x256's rate and 128x(128+32) at
-                # ~0.6 of 128x128's (call AB's probe)
+                # tile, 128x(128+64) runs at ~0.83 of 128x256's rate and 128x(128+32) at
+                # ~0.6 of 128x128's (H200)
                 fill *= _tail_rate(bn, tail) * _tile_rate(bm, w)
-                # one warpgroup per 64 rows: 64x320 ran 0.0160 ms with 4 warps and 0.0267
-                # with 8 (Qwen3 qkv, M=512, call BC)
+                # one warpgroup per 64 rows: 64x320 runs 0.0160 ms with 4 warps and 0.0267
+                # with 8 (Qwen3 qkv, M=512, H200)
                 # 64-row tiles run deeper pipelines (64x(128+64): 5 stages 0.0419 ms, 4 stages
-                # 0.0497 at Llama qkv M=512, call BC); tiles with a tail are not persistent
+                # 0.0497 at Llama qkv M=512); tiles with a tail are not persistent
                 # (128x(256+64) at Qwen3 qkv M=2048: 0.0805 ms persistent, 0.0667 not)
                 depths = range(16, 2, -1) if bm == 64 and w <= 64 else (5, 4, 3) if bm == 64 else (4, 3)
                 p = _fitting_point(space, bm, bn, 64, depths, tma_store=tma_store, TMA=1, BN_TAIL=tail,
@@ -228,7 +238,7 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
     ]
     # mid M (a few hundred tokens): too few output tiles to fill 132 SMs with wide tiles, too
     # many K steps per tile to hide the latency; split-K in one kernel doubles the programs
-    # (call N/P: down M=256 at 0.50-0.69x cuBLAS with the seeds above alone)
+    # (Llama's down at M=256 reached 0.50-0.69x cuBLAS's speed from the seeds above alone)
     mid = [
         _point(128, 128, 64, 8, 4, SPLIT_K=2, SPLITK_FIXUP=1, TMA=1),
         _point(64, 128, 64, 4, 4, SPLIT_K=2, SPLITK_FIXUP=1, TMA=1),
@@ -262,9 +272,9 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         out = [dict(p, BN_TAIL=0) for p in out]
     if gluon and tma_store:
         # the Gluon kernel (a TMA producer warp, one consumer warpgroup per 64 rows, one MMA
-        # in flight): cuBLAS's cooperative 128x256 4-stage tile from a few hundred tokens up
-        # (call BB), a deep 64-row one below
-        # (call S11b, against cuBLAS: 128x128 s6 1.069 and the ping-pong s5 1.065 at gate_up
+        # in flight): cuBLAS's cooperative 128x256 4-stage tile from a few hundred tokens up,
+        # a deep 64-row one below
+        # (on the H200, against cuBLAS: 128x128 s6 1.069 and the ping-pong s5 1.065 at gate_up
         # M=512, 0.983 / 0.995 at Qwen3 qkv M=2048; 128x256 s4 0.998 at o M=8192; 64x64 s13
         # persistent 0.915 at Qwen3 o M=256 (the searches' best 0.826); swap-AB 32x64 s16
         # 0.961 at o M=64 (0.879), 16x64 s16 1.081 at o M=16)

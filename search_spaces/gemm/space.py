@@ -75,8 +75,8 @@ def warp_spec_idle(p: Point | dict) -> bool:
 
 def without_idle_genes(p: Point | dict) -> dict:
     """The point with WARP_SPEC off where it changes nothing (`warp_spec_idle`): how a
-    winner recorded before that was ruled out (e.g. 128x256 w8 persistent "ws", calls
-    AG-BE) is spelled in this space, the same kernel.
+    recorded winner with such an idle gene (e.g. 128x256, 8 warps, persistent, "ws") is
+    spelled in this space, the same kernel.
 
     >>> without_idle_genes(dict(DEFAULTS, WARP_SPEC=1, num_warps=8))["WARP_SPEC"]
     0
@@ -90,14 +90,14 @@ def _ws_scratch(p: Point, elem_bytes: int) -> int:
     partial's whole tile with split-K) and the producer's barriers: Triton 3.6's sm_90
     kernels measured 128x256 s4 229608 B = 196608 + 33000, 128x(128+64) s5 221664 =
     204800 + 16864, 128x128 split-K 2 s4 196840 = 131072 + 65768."""
-    if p["SPLIT_K"] > 1:  # (+1.5 KB: a review's 154 builds found one 15-stage point 256 B over at +1 KB)
+    if p["SPLIT_K"] > 1:  # (+1.5 KB: at +1 KB one of 154 sm_90 builds, 15 stages, was 256 B over)
         return p["BM"] * p["BN"] * 4 + 1536
     return 8192 * elem_bytes * max(1, p["BN"] // 128) + 1536
 
 
 #: why WARP_SPEC=1 is out of `gemm_space` unless asked for (`warp_spec=True`)
 WARP_SPEC_HANGS = ("warp specialisation: Triton 3.6's cooperative kernel (4 warps, non-persistent) hung on the "
-                   "H200 in each of its 4 GPU test cases (call S11b); gemm_space(warp_spec=True) keeps it")
+                   "H200 in each of its 4 GPU test cases; gemm_space(warp_spec=True) keeps it")
 
 
 def _warp_spec(limit: int, elem_bytes: int, allowed: bool = True):
@@ -113,7 +113,7 @@ def _warp_spec(limit: int, elem_bytes: int, allowed: bool = True):
             return WARP_SPEC_HANGS
         if p["BM"] < 128:
             # its two consumer warpgroups each take BM/2 rows; at BM=64 each computed the whole
-            # tile and 5 of 5 such kernels gave NaN (calls AF, BA, BD)
+            # tile and every such kernel run on the H200 gave NaN
             return "warp specialisation: two consumer warpgroups of BM/2 rows need BM >= 128"
         if p.get("TMA_STORE") or p.get("SWAP_AB") or p["maxnreg"] or p["num_ctas"] > 1:
             # Triton 3.6's passes fail on the first two (sm_90, compiled on the CPU); its
@@ -152,11 +152,11 @@ def _stream_k(limit: int, elem_bytes: int):
         if not (p["PERSISTENT"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]):
             return "stream-K: STREAM_K=1 is a schedule of the persistent kernel, without split-K or warp specialisation"
         if p["num_ctas"] > 1 and p["TMA"]:
-            # Triton 3.6 on the H200 (call Z1): its pipeliner fails ("PassManager::run failed")
+            # Triton 3.6 on the H200: its pipeliner fails ("PassManager::run failed")
             return "stream-K: with TMA loads, not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
         # inside the pipelined K loop, a partial tile's fp32 store goes through a layout
-        # conversion in shared memory beside the pipeline's buffers (call Z5: 128x256x64 s3
-        # needed 278552 B = 3 x 49152 + 128 x 256 x 4 + 24)
+        # conversion in shared memory beside the pipeline's buffers (128x256x64 with 3 stages
+        # needs 278552 B = 3 x 49152 + 128 x 256 x 4 + 24)
         need = _pipeline_bytes(p, elem_bytes) + p["BM"] * p["BN"] * 4 + _staged_c_bytes(p, elem_bytes)
         if need > limit:
             return f"stream-K: the pipeline, the partial's conversion and C's staging need {need} B of shared memory > {limit} B"
@@ -170,7 +170,7 @@ def _tma_store(limit: int, elem_bytes: int):
             return None
         if not (p["TMA"] and p["SPLIT_K"] == 1):
             return "TMA store: C through a tensor descriptor goes with TMA loads and no split-K"
-        if p["TMA_STORE"] == 2 and p["num_ctas"] > 1:  # Triton 3.6's pipeliner fails on it (call Z1: 5 of 5)
+        if p["TMA_STORE"] == 2 and p["num_ctas"] > 1:  # Triton 3.6's pipeliner fails on it (H200)
             return "TMA store: C in halves not on a CTA cluster (num_ctas > 1: Triton's pipeliner fails)"
         # the store stages its tile (or half of it) in shared memory beside the pipeline
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
@@ -191,7 +191,7 @@ def _bn_tail(limit: int, elem_bytes: int):
             return "BN tail: tiles BN + BN_TAIL wide go without split-K, swap-AB or stream-K"
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes)
         if p["PERSISTENT"] and not p.get("GLUON"):  # the tail's store converts its layout through shared
-            need += 32800  # memory beside the live pipeline (call BC: 128x(256+64) s4 needed 229376 + 32800 B)
+            need += 32800  # memory beside the live pipeline (128x(256+64), 4 stages: 229376 + 32800 B)
         if need > limit:  # (the generic rule counts BN alone)
             return f"BN tail: the pipeline with the B tiles of the tail needs {need} B of shared memory > {limit} B"
         return None
@@ -296,14 +296,14 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
     TMA_STORE gene (C through a tensor descriptor, whole or in two halves), with `bn_tail` the
     BN_TAIL gene (tiles BN + 32 or BN + 64 columns wide, as two accumulators: 96, 160, 192,
     288 and 320 wide tiles, which fill the last wave where powers of two do not; cuBLAS runs
-    320-wide tiles at Qwen3's qkv, call BB), with `a_reg` the A_REG
+    320-wide tiles at Qwen3's qkv), with `a_reg` the A_REG
     gene (a 128-256 column tile as 64-wide MMAs sharing A in registers), with `gluon` (and
     `tma_store`) the GLUON gene (the tile run by the warp-specialised Gluon kernel of
     search_spaces/gemm/template_gluon.py: a TMA producer warp, one consumer warpgroup per 64 rows,
     one MMA in flight, C by TMA; GLUON=2 its ping-pong form, two consumer warpgroups taking
     turns at whole tiles); see search_spaces/gemm/template.py. Triton's own warp-specialised
     kernel (WARP_SPEC=1: cooperative, 4 warps, non-persistent) only with `warp_spec`: it hung
-    on the H200 in every GPU test case (call S11b), so a search must not meet it.
+    on the H200 in every GPU test case, so a search must not meet it.
 
     >>> gemm_space(swap_ab=True).why_invalid(dict(DEFAULTS, BM=16, BN=32, SWAP_AB=1))
     "swap-AB: the weights' BN side becomes the MMA's rows, at least 64 (BN >= 64)"
@@ -334,8 +334,8 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             PowerOfTwo("BK", 32, 128),
             Choice("GROUP_M", [1, 8]),
             PowerOfTwo("num_warps", 4, 8),
-            # up to 16: cuBLAS runs narrow tiles 6-16 stages deep (call BB: 64x64 with 13
-            # stages at Qwen3's o, M=256, 64x32 with 16 at Llama's o, M=64); shared memory
+            # up to 16: cuBLAS runs narrow tiles 6-16 stages deep (64x64 with 13 stages
+            # at Qwen3's o, M=256, 64x32 with 16 at Llama's o, M=64); shared memory
             # bounds it per tile (64x64x64 13 stages: 213 KB, 58 registers, sm_90 ptxas)
             IntRange("num_stages", 2, 16),
             Choice("SPLIT_K", [1, 2, 4, 8]),

@@ -202,13 +202,13 @@ def _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
     Without TMA, the tile's rows and columns are computed in the K loop (`_a_tile`,
     `_b_tile`): the persistent kernel's flattened loop would otherwise carry them from tile to
     tile as loop values of unknown contiguity, and B (contiguous along N) then loads element by element, unpipelined
-    (seen in the sm_90 TTGIR; the persistent form without TMA measured 0.29 ms against 0.032
-    not persistent, call Z1)."""
+    (seen in the sm_90 TTGIR; the persistent form without TMA ran 0.29 ms against 0.032
+    not persistent on the H200)."""
     a = _a_tile(a_ptr, a_desc, pid_m * BM, kt, M, K, stride_am, stride_ak, BM, BK, TMA, EVEN_K)
     b = _b_tile(b_ptr, b_desc, kt, pid_n * BN, N, K, stride_bk, stride_bn, BK, BN, TMA, EVEN_K)
     # (one return after the branch: Triton's code generator went on past a `return` inside
     # a constexpr `if` and type-checked the other dot against the swapped accumulator, so
-    # every swap-AB kernel failed to compile from session 7 to 11; the interpreter ran it)
+    # every swap-AB kernel failed to compile, while the interpreter ran it)
     if SWAP_AB:
         acc = tl.dot(tl.trans(b), tl.trans(a), acc, input_precision=INPUT_PRECISION)
     else:
@@ -408,7 +408,7 @@ def _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_
     """C[tile t] = epilogue(the sum of its contributors' partials), in program order, by column
     chunks of at most 64: a whole BM x BN fp32 sum beside the tile just loaded needs two
     accumulators' worth of registers (256 per thread at 128x256 on 8 warps), which spilled
-    and made the stream-K kernel 1.5x slower than the plain persistent one (call Z1)."""
+    and made the stream-K kernel 1.5x slower than the plain persistent one on the H200)."""
     CN: tl.constexpr = BN if BN < 64 else 64
     rows = tl.arange(0, BM)
     offs_m = pid_m * BM + rows
@@ -615,8 +615,8 @@ _LAST: dict[str, Any] = {"kernel": None}
 def last_compiled() -> Any:
     """The compiled kernel `gemm` (or a `GemmLauncher`) launched last (registers: `.n_regs`,
     spills: `.n_spills`), or None (none yet, or the CPU interpreter). For probes: a lookup in
-    Triton's kernel cache reads a stale entry (the registers column of calls AB-BC repeated
-    one kernel's count)."""
+    Triton's kernel cache instead can read a stale entry (one kernel's register count
+    reported for others)."""
     return _LAST["kernel"]
 
 
@@ -633,7 +633,7 @@ class _Plan:
     it launches. A call then allocates C (and the workspace), makes its tensors' descriptors
     and launches. `descs`: (kernel argument, tensor 0 A / 1 B / 2 C, block shape);
     `counters`: the tile counters a call takes (0: none, C stands in); `gluon`: the Gluon
-    kernel's own plan (`gluon_gemm.GluonPlan`) when GLUON is set."""
+    kernel's own plan (`template_gluon.GluonPlan`) when GLUON is set."""
 
     shape: tuple[int, int]
     dtype: torch.dtype

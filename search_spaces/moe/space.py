@@ -29,7 +29,7 @@ from evokernel.core.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Po
 __all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts", "MOE_MODELS"]
 
 
-#: The MoE layers the problems (examples/problems/moe_bf16.py, moe_fp8.py) take by name:
+#: The MoE layers the problems (problems/moe_bf16.py, moe_fp8.py) take by name:
 #: E experts, hidden size H, expert intermediate size I, experts per token.
 MOE_MODELS: dict[str, dict[str, int]] = {
     "qwen3-30b-a3b": {"E": 128, "H": 2048, "I": 768, "topk": 8},
@@ -190,7 +190,7 @@ def distinct_experts(shape: Mapping[str, int]) -> float:
     under the mean, never fewer than top_k, bounds what any seed's inputs touch.
     `min(E, M * top_k)`, the most a batch can reach, is no floor: at M=16 on Qwen3-30B-A3B
     (E=128, top 8) it counts 128 experts where ~82 are touched, and the gate rejected honest
-    GEMM-path kernels as faster than the roofline (call S)."""
+    GEMM-path kernels as faster than the roofline."""
     E, k, M = shape["E"], shape["topk"], shape["M"]
     p = 1.0 - (1.0 - k / E) ** M
     return max(float(k), E * p - 5.0 * (E * p * (1.0 - p)) ** 0.5 - 1.0)

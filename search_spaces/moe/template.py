@@ -19,8 +19,7 @@ rows first) and `W2` of shape [E, H, I]. Steps:
 5. out = cache3.view(M, top_k, H).sum(1).
 
 The up and the down GEMM each have their own BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps
-and num_stages (`PARAMS`; the down GEMM's carry a `down_` prefix), as the issue's genome
-asks; when the two BLOCK_SIZE_M differ the pairs are aligned twice.
+and num_stages (`PARAMS`; the down GEMM's carry a `down_` prefix); when the two BLOCK_SIZE_M differ the pairs are aligned twice.
 
 A structural gene, `GEMV` (optional in every form; 0 when absent), takes the small-batch
 path instead: no alignment at all (the dozen small ops that sort and pad the pairs cost
@@ -94,7 +93,7 @@ __all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe"
 
 #: fp8 scale modes: one scale per tensor (per expert for the weights), or DeepSeek-V3's blocks.
 FP8_MODES: tuple[str, ...] = ("tensor", "block")
-_EPS = 1e-12  # the smallest amax a scale is computed from (as `triton_gemm_fp8.quantize`)
+_EPS = 1e-12  # the smallest amax a scale is computed from (as `gemm.template_fp8.quantize`)
 #: the module's kernel launches, through their compiled handles after the first of each signature
 _LAUNCHES = LaunchCache()
 
@@ -708,7 +707,7 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
     """The text of a candidate module running `fused_moe` at `params`: `kernel(x, w1, w2,
     topk_weights, topk_ids)`, or with `fp8` ("tensor" or "block": 128x128 blocks) `kernel(x,
     w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)`, the inputs of
-    `examples/problems/moe_fp8.py`.
+    `problems/moe_fp8.py`.
 
     >>> src = candidate_source(dict.fromkeys(GEMM_KEYS, 64), fp8="block")
     >>> "def kernel(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids):" in src, "BLOCK_SHAPE = [128, 128]" in src
