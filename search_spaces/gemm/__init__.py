@@ -2,8 +2,9 @@
 
 - `space`: the bf16/fp16 space and its validity rules (`gemm_space`, the Gluon rule
   `gluon_misfit`); `space_fp8`: the fp8 space;
-- `template`: the Triton template (a fusable epilogue), `template_gluon`: the Gluon
-  kernel it runs for GLUON=1/2, `template_fp8`: the fp8 e4m3 template;
+- `template`: the Triton template (genes, plans, launches, candidate source; a fusable
+  epilogue), `kernels`: its Triton kernels, `template_gluon`: the Gluon kernel it runs for
+  GLUON=1/2, `template_fp8`: the fp8 e4m3 template;
 - `seeds`: starting points (`gemm_seeds`, `wave_seeds`, the Gluon and warp-specialised
   forms of a point); `cublas`: cuBLAS's kernel names read as points (`cublas_seed`);
 - `problems/`: gemm_bf16.py and gemm_fp8.py.
