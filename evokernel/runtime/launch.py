@@ -29,7 +29,7 @@ instrumentation mode, are the first call's: set them before it.) Launch hooks
 (profilers: Triton's `knobs.runtime.launch_enter_hook`) are honoured: with a hook set, the
 launch passes the hooks and the launch metadata as the JIT does; without, it passes None.
 
->>> from evokernel.search_spaces.gemm.template import _splitk_reduce_kernel
+>>> from evokernel.search_spaces.gemm.kernels import _splitk_reduce_kernel
 >>> launch = KernelLaunch(_splitk_reduce_kernel, (2, 1), dict(M=64, N=128, stride_cm=128, stride_cn=1,
 ...     stride_rm=128, stride_rn=1, SPLIT_K=2, BM=32, BN=128, HAS_BIAS=False, ACT=0, HAS_RES=False, num_warps=4),
 ...     ("ws_ptr", "c_ptr", "bias_ptr", "res_ptr"))

@@ -124,7 +124,7 @@ def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | Non
     """
     swap = bool(p.get("SWAP_AB"))
     # (the genes the Gluon form sets itself aside, the rule the space and the template apply)
-    if "GLUON" not in space.names or gluon_misfit(dict(p, WARP_SPEC=0, maxnreg=0, num_ctas=1)) \
+    if "GLUON" not in space.names or gluon_misfit(dict(p, WARP_SPEC=0, maxnreg=0, num_ctas=1, TMA_STORE=1)) \
             or (p["BN"] < 64 if swap else (p["BM"] < 64 or p["BN"] < 64)):
         return None
     base = {k: v for k, v in p.items() if k not in ("BM", "BN", "BK", "num_warps", "num_stages", "TMA_STORE")}

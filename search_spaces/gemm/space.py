@@ -39,7 +39,7 @@ from evokernel.core.space import (
 from evokernel.search_spaces.gemm.template import DEFAULTS
 
 __all__ = ["gemm_space", "gemm_class", "warp_spec_idle", "without_idle_genes", "gluon_misfit", "gluon_warps",
-           "ACC_REGISTERS", "GLUON_STORE", "WARP_SPEC_HANGS", "DEFAULTS"]
+           "ACC_REGISTERS", "WARP_SPEC_HANGS", "DEFAULTS"]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
 #: loop state and the epilogue take.
@@ -212,23 +212,21 @@ def _a_reg(p: Point) -> str | None:
 
 def gluon_misfit(p: Point | dict) -> str | None:
     """Why a point's schedule has no Gluon kernel (`GLUON` set), or None where it has one:
-    the Gluon kernel (`template_gluon`) is a TMA tile without split-K, stream-K, A_REG,
-    Triton's warp specialisation (it is warp-specialised itself), a CTA cluster or a
-    register cap. The one statement of that rule: `gemm_space` rules such points out, the
-    template refuses them, and `seeds.gluon_variant` asks it which points have a Gluon form.
+    the Gluon kernel (`template_gluon`) is a TMA tile whose C is stored by TMA (whole,
+    TMA_STORE=1, or in halves, 2), without split-K, stream-K, A_REG, Triton's warp
+    specialisation (it is warp-specialised itself), a CTA cluster or a register cap. The one
+    statement of that rule: `gemm_space` rules such points out, the template refuses them,
+    and `seeds.gluon_variant` asks it which points have a Gluon form.
 
-    >>> gluon_misfit(dict(DEFAULTS, TMA=1)) is None, gluon_misfit(dict(DEFAULTS, TMA=1, SPLIT_K=2)) is None
+    >>> point = dict(DEFAULTS, TMA=1, TMA_STORE=1)
+    >>> gluon_misfit(point) is None, gluon_misfit(dict(point, SPLIT_K=2)) is None
     (True, False)
     """
-    if (p["TMA"] and p["SPLIT_K"] == 1 and not p["WARP_SPEC"] and p["num_ctas"] == 1 and not p["maxnreg"]
-            and not (p.get("STREAM_K") or p.get("A_REG"))):
+    if (p["TMA"] and p.get("TMA_STORE") in (1, 2) and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]
+            and p["num_ctas"] == 1 and not p["maxnreg"] and not (p.get("STREAM_K") or p.get("A_REG"))):
         return None
-    return ("Gluon: a TMA tile without split-K, stream-K, A_REG, WARP_SPEC (it is warp-specialised "
-            "itself), a cluster or maxnreg")
-
-
-#: how the Gluon kernel stores C (its TMA_STORE values)
-GLUON_STORE = "Gluon: C is stored by TMA, whole (TMA_STORE=1) or in halves (TMA_STORE=2)"
+    return ("Gluon: a TMA tile stored by TMA (TMA_STORE=1 whole, 2 in halves), without split-K, stream-K, A_REG, "
+            "WARP_SPEC (it is warp-specialised itself), a cluster or maxnreg")
 
 
 def gluon_warps(bm: int) -> int:
@@ -248,8 +246,6 @@ def _gluon(limit: int, elem_bytes: int):
                 return "Gluon ping-pong: 4 warps a consumer, tiles of 64 or 128 rows and 64+ columns, not swapped"
             if not p["PERSISTENT"]:  # one tile per program leaves the second consumer idle
                 return "Gluon ping-pong: persistent (the consumers take turns at a program's tiles)"
-            if p.get("TMA_STORE") not in (1, 2):
-                return GLUON_STORE
             # each consumer stages its own C
             need = _pipeline_bytes(p, elem_bytes) + 2 * _staged_c_bytes(p, elem_bytes) + 512
             if need > limit:
@@ -267,8 +263,6 @@ def _gluon(limit: int, elem_bytes: int):
             if p["num_warps"] != gluon_warps(p["BM"]):
                 return (f"Gluon: one consumer warpgroup per 64 rows, at most two (BM={p['BM']}: "
                         f"{gluon_warps(p['BM'])} warps)")
-            if p.get("TMA_STORE") not in (1, 2):
-                return GLUON_STORE
         # the pipeline's slots, C's staging and the slots' barriers (sm_90 builds: 128x256
         # s4 in halves 229556 B = 196608 + 32768 + 180; 64x64 s12 205108 = 196608 + 8192 + 308)
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes) + 512

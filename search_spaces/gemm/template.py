@@ -220,9 +220,9 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
                                                                         "SWAP_AB", "STREAM_K"))
     TMA_STORE, BN_TAIL, A_REG, GLUON = cfg["TMA_STORE"], cfg["BN_TAIL"], cfg["A_REG"], cfg["GLUON"]
     if GLUON:
-        from evokernel.search_spaces.gemm.space import GLUON_STORE, gluon_misfit  # (the space's rule)
+        from evokernel.search_spaces.gemm.space import gluon_misfit  # (the space's rule)
 
-        misfit = gluon_misfit(cfg) or (None if TMA_STORE in (1, 2) else GLUON_STORE)
+        misfit = gluon_misfit(cfg)
         if misfit:
             raise ValueError(misfit)
         from evokernel.search_spaces.gemm import template_gluon as gluon_gemm
