@@ -1,10 +1,6 @@
 """The Triton kernels of the Hopper GEMM template (`template.py`: its genes, plans,
 launches and candidate source): device code only, one tile loop for every schedule.
 
-Why one module of some 470 lines: the fifteen `@triton.jit` functions are one kernel,
-`_gemm_kernel`, specialised by its constexpr genes; every schedule goes through the same
-tile helpers (`_tile`, `_acc*`, `_store`, `_epilogue`), so they read best side by side.
-
 `_gemm_kernel` runs one configuration: a program per tile (or, PERSISTENT, one per SM
 walking the tiles, with STREAM_K the last tiles' K steps dealt out evenly, `_stream_k`),
 each tile's K loop (`_acc`, `_acc_tail` for a BN_TAIL, `_acc_areg` for A_REG) through
@@ -27,6 +23,10 @@ next call on the same stream starts after this kernel ends, so it finds them at 
 different streams use different buffers; a kernel killed half way (a fault) leaves counters
 set, but a fault loses the CUDA context and the buffer with it.
 """
+
+# One module on purpose, though over 400 lines: the `@triton.jit` functions are one kernel, `_gemm_kernel`,
+# specialised by its constexpr genes; every schedule goes through the same tile helpers (`_tile`, `_acc*`, `_store`,
+# `_epilogue`), so they read best side by side.
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ True
 
 from __future__ import annotations
 
-from evokernel.search_spaces.gemm import ACC_REGISTERS
+from evokernel.search_spaces.gemm.space import ACC_REGISTERS
 from evokernel.search_spaces.gemm.template_fp8 import DEFAULTS, GROUP
 from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,

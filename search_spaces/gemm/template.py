@@ -38,12 +38,6 @@ with the tanh approximation), + residual[M, N] (optional). The genome (`PARAMS`)
 
 The split-K fixup's protocol (SPLITK_FIXUP=1) is written beside its kernel (`kernels.py`).
 
-Why one module of some 600 lines: the genes (`PARAMS`, `OPTIONAL`), their checks and launch
-arithmetic (`_plan`), the two launch paths (`gemm`, `GemmLauncher`, sharing `_Launches`)
-and the candidate source are one contract: a launcher must run the very plan `gemm` runs,
-bitwise, and a gene added to one of them is a gene of all. The device code is apart
-(`kernels.py`), as are the Gluon kernel (`template_gluon.py`) and the space (`space.py`).
-
 `gemm(a, b, bias=, residual=, activation=, **params)` runs one configuration, checking
 everything and launching through Triton's JIT on every call (the reference path: 70-230 us
 of host time a call on the H200, more than many of these kernels take on the GPU);
@@ -61,6 +55,11 @@ True
 >>> "def kernel(a, b, bias, residual):" in candidate_source(DEFAULTS, bias=True, residual=True, activation="silu")
 True
 """
+
+# One module on purpose, though over 400 lines: the genes (PARAMS, OPTIONAL), their checks and launch arithmetic
+# (`_plan`), the two launch paths (`gemm`, `GemmLauncher`, sharing `_Launches`) and the candidate source are one
+# contract: a launcher must run the very plan `gemm` runs, bitwise, and a gene added to one is a gene of all. The
+# device code is apart (kernels.py), as are the Gluon kernel (template_gluon.py) and the space (space.py).
 
 from __future__ import annotations
 

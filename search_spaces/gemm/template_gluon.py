@@ -30,17 +30,16 @@ layout-level language) says all of that in Python:
   shared memory: with `PERSISTENT=1` (one program per SM walking the tiles) the store
   overlaps the next tile's main loop, as the producer runs ahead into it.
 
-Why one module of some 480 lines: the producer, the consumers (cooperative, swapped and
-ping-pong) and the plan share one protocol of slots and barriers (their phases, the
-`turn` hand-over, the register split of `setmaxnreg`), and the plan's checks are the
-layouts' assumptions; apart, a change to the protocol would span files that must agree.
-
 TMA zero-fills the loads past M, N and K and clips the stores, so any M, N, K run (rows of A,
 B and C 16-byte aligned, as TMA needs). Gluon does not run in Triton's CPU interpreter:
 `gemm_gluon` on a CPU tensor raises a ValueError saying so (a failure value for the
 evaluator); the kernel's sm_90 build is tested on the CPU (tests/test_gluon_gemm.py) and its
 results on the GPU.
 """
+
+# One module on purpose, though over 400 lines: the producer, the consumers (cooperative, swapped and ping-pong) and
+# the plan share one protocol of slots and barriers (their phases, the `turn` hand-over, the register split of
+# setmaxnreg), and the plan's checks are the layouts' assumptions: apart, files that must agree on the protocol.
 
 from __future__ import annotations
 

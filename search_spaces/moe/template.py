@@ -69,15 +69,14 @@ done in fp32 arithmetic (round-to-nearest-even, then an exact conversion), so th
 interpreter, whose fp32->fp8 cast mishandles mantissa carries, agrees with torch. The
 output is in x's dtype. The GEMV path is bf16/fp16/fp32 only (fp8 raises ValueError).
 
-Why one module of some 740 lines: `fused_moe` runs these steps as one call (the alignment,
-the GEMM or GEMV kernels, SiLU-and-mul, fp8 quantisation), and every step's kernels launch
-through one `LaunchCache` (`_LAUNCHES`: what the launch tests swap to compare the JIT path
-with direct launches); its seams are marked by the steps above, each a few kernels and
-the host function that runs them.
-
 >>> sorted(PARAMS)[:3]
 ['BLOCK_SIZE_K', 'BLOCK_SIZE_M', 'BLOCK_SIZE_N']
 """
+
+# One module on purpose, though over 400 lines: `fused_moe` runs its steps as one call (alignment, the GEMM or GEMV
+# kernels, SiLU-and-mul, fp8 quantisation) and every step's kernels launch through one `LaunchCache` (`_LAUNCHES`,
+# which the launch tests swap to compare the JIT path with direct launches); the module docstring's steps are its
+# seams, each a few kernels and the host function that runs them.
 
 from __future__ import annotations
 
