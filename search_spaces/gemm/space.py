@@ -9,7 +9,8 @@ kernels' structure. Two rules keep duplicates out: the split-K fixup gene means 
 only with split-K, and WARP_SPEC=1 with 8 warps or a persistent kernel compiles to the same
 kernel as WARP_SPEC=0 (`warp_spec_idle`). What else fails
 (a cluster shape Triton rejects, a warp-specialised loop this Triton cannot split) fails
-once and is learned by the search (`SearchOptions.learn_failures`).
+once and is learned by the search (`SearchOptions.learn_failures`). Where a search starts
+is apart: `seeds.py` (heuristics) and `cublas.py` (cuBLAS's own kernel, read as a point).
 
 >>> space = gemm_space()
 >>> len(space.params), space.size
