@@ -358,11 +358,11 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
               HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
               TMA_STORE: tl.constexpr):
     """The stream-K phase: the K steps of the last `sk_tiles` tiles, dealt out evenly over the
-    programs (see the module's doc), in one flat loop over this program's steps that Triton
-    software-pipelines as it does the persistent tutorial's. Calls Z2 and Z3 ran two earlier
-    forms 2-5x slower per K step than the plain persistent kernel: the sm_90 TTGIR showed
-    their K loops unpipelined (each TMA load waited for before its MMA), because the loop
-    held the tickets' atomic add and barrier (and, before that, sat inside a `while`). Where
+    programs (the STREAM_K gene, `template.py`), in one flat loop over this program's steps
+    that Triton software-pipelines as it does the persistent tutorial's. A K loop that holds
+    the tickets' atomic add and barrier, or sits inside a `while`, is not pipelined (in the
+    sm_90 TTGIR each TMA load is waited for before its MMA) and runs 2-5x slower per K step
+    on the H200 than the plain persistent kernel. Where
     a segment ends (its tile's last K step, or the program's last step): a whole tile is
     written to C; a partial one is stored in this program's workspace slot (0:
     its first segment, 1: its last). Only a program's first and last segments can be

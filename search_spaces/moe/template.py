@@ -483,8 +483,8 @@ def _interpreted() -> bool:
 
 def align_block_size_torch(topk_ids: torch.Tensor, num_experts: int, block_m: int
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`align_block_size` in plain torch ops (about 18 launches: what the template ran before
-    the two kernels; kept for CPU callers and as the kernels' reference in the tests)."""
+    """`align_block_size` in plain torch ops (about 18 launches, where the kernels take two:
+    for CPU callers, and the kernels' reference in the tests)."""
     flat = topk_ids.reshape(-1).to(torch.int64)
     pairs = flat.numel()
     dev = flat.device
