@@ -46,12 +46,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, landscape_seeds, search_and_measure  # noqa: E402
+from evokernel.engine.landscape import landscape_seeds  # noqa: E402
+from evokernel.engine.tuning import geomean, search_against  # noqa: E402
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
-#: recorded H200 sweeps (benchmarks/device_attention.sh) whose fastest points seed the searches
-LANDSCAPES = {"prefill": ROOT / "benchmarks" / "results" / "landscapes" / "attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv",
-              "decode": ROOT / "benchmarks" / "results" / "landscapes" / "attention_decode_bf16_h200_llama3-8b_B1_C32768.csv"}
+#: recorded H200 sweeps (`benchmarks/device.sh sweep-attention`), shipped in evokernel/landscapes/,
+#: whose fastest points seed the searches
+LANDSCAPES = {"prefill": "attention_prefill_bf16_h200_llama3-8b_4x2048_causal",
+              "decode": "attention_decode_bf16_h200_llama3-8b_B1_C32768"}
 DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]
 DEFAULT_DECODE = ["llama3-8b:1:32768", "llama3-8b:64:4096", "llama3-8b:256:1024", "qwen3-30b-a3b:32:8192"]
 
@@ -187,7 +189,7 @@ def main() -> None:
         # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
         # of it, usually): the search starts where the sweep found the fast region
         seeds = landscape_seeds(LANDSCAPES[kind], space) if not args.no_seeds else []
-        part, report = search_and_measure(
+        part, report = search_against(
             space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}", seeds=seeds,
             baselines=dict(zip(names, baselines)), evaluations=args.budget,
             wall_s=max(15.0, 0.7 * left / (len(jobs) - i)))

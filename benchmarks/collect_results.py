@@ -1,89 +1,58 @@
-"""Gather the device calls' result files into the machine-readable files the issues name:
-`benchmarks/results/{gemm,moe,attention_prefill,attention_decode}.json`.
+"""Merge a device call's result file into the record, `benchmarks/results/<kind>.json`
+(kind: gemm, moe, attention_prefill, attention_decode).
 
-Each device call writes its own JSON (under benchmarks/results/call*/); a shape measured by
-several calls keeps the latest call's row (the calls are listed oldest first). Every row
-says which call and command produced it, and `geomean` (baseline -> the winner's geometric
-mean speedup over it) is recomputed over the rows kept. The figures are not comparable
-across calls to the percent (the H200 drifts between calls): within a row, the winner and
-its baselines were measured together, interleaved, in one call.
+The record keeps one row per shape: the latest call's. Each row says which call and command
+produced it (`call`, `command`); the summary figures (`geomean` and the like: baseline ->
+the winners' geometric mean speedup over it) are recomputed over the rows kept. The figures
+are not comparable across calls to the percent (the H200 drifts between calls): within a
+row, the winner and its baselines were measured together, interleaved, in one call.
 
-    python benchmarks/collect_results.py          # rewrites the four files from SOURCES
+Three kinds of file are merged, told apart by their rows:
+
+- a search (`gemm_h200.py`, `moe_h200.py`, `attention_h200.py`): its rows replace the
+  record's at the same shape;
+- a footing re-measurement (`footing_h200.py`: rows with `graph` and `eager`): each row of
+  the record it re-measured takes its figures (graph-replayed and eager), the search's own
+  kept under `recorded`;
+- a launch-overhead run (`launch_overhead.py`, GEMM only): each row whose winner it timed
+  gets `host_launch` (host time per eager call against torch.matmul's).
+
+    python benchmarks/collect_results.py --add gemm $OUT/gemm/gemm.json --call S15a
+    python benchmarks/collect_results.py --add gemm $OUT/footing_gemm.json --call S15b
+    python benchmarks/collect_results.py --summary        # only recompute every record's summary
+
+The raw files of the calls before this merge form (`sources[*].file`, `footing[*].file`) are
+in git history at the commit the record's `raw_files` names.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean  # noqa: E402
+from evokernel.engine.tuning import geomean
 
-#: output -> [(call, file under benchmarks/results, row filter)], oldest call first
-SOURCES: dict[str, list[tuple[str, str, str | None]]] = {
-    "gemm": [("M", "callM/gemm.json", None), ("N", "callN/gemm/gemm.json", None), ("P", "callP/gemm/gemm.json", None),
-             ("W", "callW/g0/gemm/gemm.json", None), ("X", "callX/g0/gemm/gemm.json", None), ("Z1", "callZ1/gemm/gemm.json", None),
-             ("Z2", "callZ2/mid/gemm.json", None), ("Z2", "callZ2/edge/gemm.json", None),
-             ("Z3", "callZ3/qwen/gemm.json", None), ("Z3", "callZ3/mid512/gemm.json", None),
-             ("AF", "callAF/mid/gemm.json", None), ("AG", "callAG/g1/gemm.json", None),
-             ("AG", "callAG/g2/gemm.json", None), ("BA", "callBA/weak/gemm.json", None),
-             ("BC", "callBC/q/gemm.json", None), ("BD", "callBD/g/gemm.json", None),
-             ("BE", "callBE/g/gemm.json", None), ("S11c", "call_s11c/g/gemm.json", None),
-             ("S11d", "call_s11d/h/gemm.json", None), ("S13b", "call_s13b/g/gemm.json", None)],
-    "moe": [("N", "callN/moe.log", None), ("S", "callS/g0/moe.json", None), ("T", "callT/g1/moe/moe.json", None),
-            ("U", "callU/g0/moe_qwen.json", None), ("U", "callU/g0/moe_mixtral.json", None),
-            ("W", "callW/g0/moe_small/moe.json", None), ("W", "callW/g0/moe_ds/moe.json", None),
-            ("Z4", "callZ4/moe/moe.json", None), ("AA", "callAA/moe/moe.json", None),
-            ("AF", "callAF/moe/moe.json", None), ("AG", "callAG/ds/moe.json", None),
-            ("AH", "callAH/ds/moe.json", None), ("BB", "callBB/ds/moe.json", None)],
-    # (a later call adds its files here, oldest first)
-    "attention_prefill": [("N", "callN/attn/attention.json", "prefill"), ("O", "callO/attn/attention.json", "prefill"),
-                          ("T", "callT/g0/attn/attention.json", "prefill")],
-    "attention_decode": [("N", "callN/attn/attention.json", "decode"), ("O", "callO/attn/attention.json", "decode"),
-                         ("T", "callT/g0/attn/attention.json", "decode")],
-}
-#: commands of calls whose JSON did not come back (a call returns 8 files): their rows are
-#: read from the log's one-line JSON summaries (no winner genome there, its short form only)
-LOG_COMMANDS = {"callN/moe.log": "moe_h200.py --out $OUT/moe --models qwen3-30b-a3b mixtral-8x7b --ms 1 16 64 256 "
-                                 "1024 4096 --budget 16 --deadline 190"}
-#: the baselines each file's `geomean` reports (as the issues name them)
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+KINDS = ("gemm", "moe", "attention_prefill", "attention_decode")
+#: the baselines each record's `geomean` reports (as the issues name them)
 GEOMEAN = {"gemm": ["cublas", "triton_default"], "moe": ["sglang_default", "sglang_h200"],
            "attention_prefill": ["best_sdpa", "sdpa_cudnn", "sdpa_flash", "triton_default"],
            "attention_decode": ["sglang_default", "sdpa_gathered"]}
-#: re-measurements of every row's winner and baselines on both footings, graph-replayed and called
-#: eagerly (benchmarks/footing_h200.py), oldest first: a row measured there takes these figures
-#: (the search call's own stay under the row's `recorded`)
-FOOTING: dict[str, list[tuple[str, str]]] = {
-    # S12a: the templates launched through Triton's JIT; S12b: through the compiled handles
-    # (evokernel.runtime.launch; its MoE file did not come back); S12c: also below Triton 3.6's launcher
-    # wrapper for kernels with descriptors; S12d (GEMM): for every kernel; S13a: tensors passed as
-    # pointers, CUtensorMaps per pointer; S13b: GemmLauncher's direct path, and the eight rows
-    # under 0.95 graph-replayed searched again under the graph footing (call S13b's searches)
-    "gemm": [("S12a", "footing/s12a/footing_gemm.json"), ("S12b", "footing/s12b/footing_gemm.json"),
-             ("S12c", "footing/s12c/footing_gemm.json"), ("S12d", "footing/s12d/footing_gemm.json"),
-             ("S13a", "footing/s13a/footing_gemm.json"), ("S13b", "footing/s13b/footing_gemm.json")],
-    "moe": [("S12a", "footing/s12a/footing_moe.json"), ("S12c", "footing/s12c/footing_moe.json")],
-    "attention_prefill": [("S12a", "footing/s12a/footing_attention.json"),
-                          ("S12b", "footing/s12b/footing_attention.json"),
-                          ("S12c", "footing/s12c/footing_attention.json")],
-    "attention_decode": [("S12a", "footing/s12a/footing_decode.json"), ("S12b", "footing/s12b/footing_decode.json"),
-                         ("S12c", "footing/s12c/footing_decode.json")],
-}
-#: host time per eager call of every GEMM row's winner against torch.matmul's on the same shape
-#: (benchmarks/launch_overhead.py: interleaved rounds, the difference paired per round), latest
-#: call last: each row gets `host_launch` from the latest call that measured its winner
-LAUNCH: list[tuple[str, str]] = [("S13c", "footing/s13c/launch_overhead.json"),
-                                 ("S14a", "footing/s14a/launch_overhead.json")]
 #: candidates a footing file times for the record that are not baselines (the winner through
 #: another launch path): reported as host time, never as a speedup
 DIAGNOSTIC = {"winner_gemm_call"}
 #: the issues' names for some baselines
 ALIAS = {"attention_decode": {"sglang_default": "split_kv_default", "sdpa_gathered": "sdpa"},
          "attention_prefill": {"best_sdpa": "sdpa_best"}}
+#: an attention file holds both kinds of rows (`kind`: prefill or decode)
+ROW_KIND = {"attention_prefill": "prefill", "attention_decode": "decode"}
+NOTE = ("per row, the winner the latest search call found at the shape; its figures, where a footing call "
+        "re-measured it (`timing`), are that call's: the winner and its baselines timed together, "
+        "interleaved, graph-replayed (`speedup`, `winner_ms`, `baselines`) and called eagerly "
+        "(`speedup_eager`, `eager_ms`, `timing.host_us`: the winner's host time per call), each side "
+        "timed the same way; the search call's own figures under `recorded` (benchmarks/collect_results.py)")
 
 
 def _key(kind: str, row: dict[str, Any]) -> tuple:
@@ -92,6 +61,46 @@ def _key(kind: str, row: dict[str, Any]) -> tuple:
     if kind == "moe":
         return (row["model"], row["M"])
     return (row["model"], row.get("shape") or row["spec"])
+
+
+def file_kind(doc: dict[str, Any]) -> str:
+    """"footing", "launch" or "search": what made the file, read from its rows."""
+    rows = doc.get("rows") or []
+    if any("graph" in r and "eager" in r for r in rows):
+        return "footing"
+    if any("launcher_host_us" in r or "over_matmul_us" in r for r in rows):
+        return "launch"
+    return "search"
+
+
+def _winner(row: dict[str, Any]) -> str:
+    return json.dumps({k: int(v) for k, v in (row.get("winner") or {}).items()}, sort_keys=True)
+
+
+def add_search(kind: str, record: dict[str, Any], doc: dict[str, Any], call: str, file: str) -> int:
+    """The file's rows replace the record's at the same shape (new shapes are appended).
+    Returns the number of rows taken."""
+    rows = {_key(kind, r): r for r in record.get("rows", [])}
+    taken = 0
+    for row in doc.get("rows", []):
+        if ROW_KIND.get(kind) and row.get("kind", ROW_KIND[kind]) != ROW_KIND[kind]:
+            continue
+        if not row.get("winner_ms") or not any((row.get("speedup") or {}).values()):
+            continue  # a row whose baselines failed says nothing about the target
+        same = row.get("winner_is_baseline")
+        if same and row["speedup"].get(same):  # the winner is that baseline: 1.0 (older rows kept the noise)
+            row = dict(row, speedup=dict(row["speedup"], **{same: 1.0}))
+        row = dict(row, call=call, command=doc.get("command"))
+        old = rows.get(_key(kind, row))
+        if old and old.get("host_launch") and _winner(old) == _winner(row) and \
+                (old.get("N"), old.get("K")) == (row.get("N"), row.get("K")):
+            row["host_launch"] = old["host_launch"]  # the same kernel at the same shape: its launch still holds
+        rows[_key(kind, row)] = row
+        taken += 1
+    record["rows"] = list(rows.values())
+    record["device"] = doc.get("device", record.get("device"))
+    record.setdefault("sources", {})[call] = {"file": file, "command": doc.get("command"), "date": doc.get("date")}
+    return taken
 
 
 def _footed(kind: str, row: dict[str, Any], f: dict[str, Any], call: str, command: str) -> dict[str, Any]:
@@ -103,8 +112,8 @@ def _footed(kind: str, row: dict[str, Any], f: dict[str, Any], call: str, comman
     speed, eager = keep(g["speedup"]), keep(e["speedup"])
     out = {k: v for k, v in row.items() if k not in ("tflops", "rate")}
     out["recorded"] = row.get("recorded") or {  # (the search call's own, not an earlier footing call's)
-        k: row.get(k) for k in ("winner_ms", "baselines", "speedup", "tflops", "rate", "call", "best_sdpa",
-                                "best_sdpa_ms") if k in row}
+        k: row.get(k) for k in ("winner_ms", "baselines", "speedup", "tflops", "rate", "call", "command",
+                                "best_sdpa", "best_sdpa_ms") if k in row}
     if kind == "attention_prefill":  # the fastest SDPA backend on each footing
         for d in (speed, eager):
             sdpa = {n: v for n, v in d.items() if n.startswith("sdpa_") and v}
@@ -121,112 +130,79 @@ def _footed(kind: str, row: dict[str, Any], f: dict[str, Any], call: str, comman
                 "host_us_all": e["host_us"], "speedup_ci": g.get("speedup_ci"),
                 "speedup_eager_ci": e.get("speedup_ci"), "clocks": g.get("clocks"), "call": call,
                 "command": command},
-        call=call,
+        call=call, command=command,
     )
     if kind == "gemm":
         out["tflops"] = 2.0 * row["M"] * row["N"] * row["K"] / (out["winner_ms"] * 1e-3) / 1e12
     return out
 
 
-def apply_footing(kind: str, rows: dict[tuple, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every row re-measured in a footing call takes that call's figures (the latest call's
-    per row). Returns the footing calls used (call -> file, command, date)."""
-    used: dict[str, dict[str, Any]] = {}
-    for call, rel in FOOTING.get(kind, []):
-        path = RESULTS / rel
-        if not path.exists():
+def add_footing(kind: str, record: dict[str, Any], doc: dict[str, Any], call: str, file: str) -> int:
+    """Every row of the record the file re-measured (both footings without error) takes its
+    figures. Returns the number of rows re-measured."""
+    rows = {_key(kind, r): r for r in record.get("rows", [])}
+    taken = 0
+    for f in doc.get("rows", []):
+        key = _key(kind, f)
+        if key not in rows or "error" in f.get("graph", {"error": 1}) or "error" in f.get("eager", {"error": 1}):
             continue
-        doc = json.loads(path.read_text())
-        for f in doc.get("rows", []):
-            key = _key(kind, f)
-            if key not in rows or "error" in f.get("graph", {"error": 1}) or "error" in f.get("eager", {"error": 1}):
-                continue
-            rows[key] = _footed(kind, rows[key], f, call, doc.get("command", ""))
-            used[call] = {"file": rel, "command": doc.get("command"), "date": doc.get("date")}
-    kept = {r.get("timing", {}).get("call") for r in rows.values()}  # the latest call per row
-    return {c: v for c, v in used.items() if c in kept}
+        rows[key] = _footed(kind, rows[key], f, call, doc.get("command", ""))
+        taken += 1
+    record["rows"] = list(rows.values())
+    if taken:
+        record.setdefault("footing", {})[call] = {"file": file, "command": doc.get("command"), "date": doc.get("date")}
+    return taken
 
 
-def apply_launch(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Each GEMM row's host time per eager call against torch.matmul's (`LAUNCH`: the latest
-    call that measured the row's winner at its shape) as `host_launch`; the summary over the
-    rows: the issue's target is launcher - matmul <= 10 us at every row."""
-    by_key: dict[tuple, dict[str, Any]] = {}
-    calls: dict[str, dict[str, Any]] = {}
-    for call, rel in LAUNCH:
-        path = RESULTS / rel
-        if not path.exists():
-            continue
-        doc = json.loads(path.read_text())
-        calls[call] = {"file": rel, "command": doc.get("command"), "date": doc.get("date")}
-        for r in doc.get("rows", []):
-            if "error" not in r:
-                by_key[(r["model"], r["layer"], r["M"], r["N"], r["K"], json.dumps(r["winner"], sort_keys=True))] = \
-                    dict(r, call=call, target_us=doc.get("target_us"))
-    over = []
-    used = set()
-    for row in rows:
-        winner = {k: int(v) for k, v in (row.get("winner") or {}).items()}
-        m = by_key.get((row.get("model"), row.get("layer"), row["M"], row["N"], row["K"],
-                        json.dumps(winner, sort_keys=True)))
+def add_launch(record: dict[str, Any], doc: dict[str, Any], call: str, file: str) -> int:
+    """Each GEMM row whose winner the file timed at its shape gets `host_launch`: its host
+    time per eager call against torch.matmul's. Returns the number of rows matched."""
+    timed = {}
+    for r in doc.get("rows", []):
+        if "error" not in r:
+            timed[(r["model"], r["layer"], r["M"], r["N"], r["K"], _winner(r))] = r
+    taken = 0
+    for row in record.get("rows", []):
+        m = timed.get((row.get("model"), row.get("layer"), row["M"], row["N"], row["K"], _winner(row)))
         if m is None:
-            row.pop("host_launch", None)
             continue
         row["host_launch"] = {"matmul_us": m["matmul_host_us"], "launcher_us": m["launcher_host_us"],
                               "over_matmul_us": m["over_matmul_us"], "within_target": m["within_target"],
-                              "bitwise_gemm": m["same_as_gemm"], "call": m["call"]}
-        over.append(m["over_matmul_us"])
-        used.add(m["call"])
-    if not over:
-        return None
-    return {"rows": len(over), "within_10us": sum(x <= 10.0 for x in over), "max_over_matmul_us": max(over),
-            "median_over_matmul_us": sorted(over)[len(over) // 2], "calls": {c: calls[c] for c in sorted(used)}}
+                              "bitwise_gemm": m["same_as_gemm"], "call": call}
+        # (the JIT path's host time, and the spread of the paired per-round differences, where timed)
+        row["host_launch"].update({k: m[src] for k, src in (("gemm_us", "gemm_host_us"),
+                                                            ("over_matmul_spread_us", "over_matmul_spread_us"))
+                                   if m.get(src) is not None})
+        taken += 1
+    if taken:
+        calls = record.setdefault("launch_calls", {})
+        calls[call] = {"file": file, "command": doc.get("command"), "date": doc.get("date"),
+                       **{k: doc[k] for k in ("n", "reps", "target_us", "torch", "triton", "summary") if k in doc}}
+    return taken
 
 
-def collect(kind: str) -> dict[str, Any] | None:
-    rows: dict[tuple, dict[str, Any]] = {}
-    sources: dict[str, dict[str, Any]] = {}
-    device = None
-    for call, rel, only in SOURCES[kind]:
-        path = RESULTS / rel
-        if not path.exists():
-            continue
-        if path.suffix == ".log":
-            doc = {"command": LOG_COMMANDS.get(rel), "rows": [json.loads(line) for line in path.read_text().splitlines()
-                                                             if line.startswith('{"model"')]}
-        else:
-            doc = json.loads(path.read_text())
-        device = doc.get("device", device)
-        sources[call] = {"file": rel, "command": doc.get("command"), "date": doc.get("date")}
-        for row in doc.get("rows", []):
-            if only and row.get("kind") != only:
-                continue
-            if not row.get("winner_ms") or not any(row.get("speedup", {}).values()):
-                continue  # a row whose baselines failed says nothing about the target
-            same = row.get("winner_is_baseline")
-            if same and row["speedup"].get(same):  # the winner is that baseline: 1.0 (older rows kept the noise)
-                row = dict(row, speedup=dict(row["speedup"], **{same: 1.0}))
-            rows[_key(kind, row)] = dict(row, call=call)
-    if not rows:
-        return None
-    footing = apply_footing(kind, rows)
-    kept = list(rows.values())
+def summarize(kind: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its summary recomputed over its rows: the calls still in use, the
+    date, the command, the geometric means (all, per model, eager; GEMM: at M >= 256, the
+    winners' host time over cuBLAS's, the launch-overhead summary)."""
+    kept = record.get("rows", [])
     used = {r.get("recorded", {}).get("call") or r["call"] for r in kept}  # the search calls
-    sources = {c: v for c, v in sources.items() if c in used}  # the calls whose rows were kept
+    sources = {c: v for c, v in record.get("sources", {}).items() if c in used}
+    footed = {r.get("timing", {}).get("call") for r in kept}
+    footing = {c: v for c, v in record.get("footing", {}).items() if c in footed}
     alias = ALIAS.get(kind, {})
     gm = {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept]) for b in GEOMEAN[kind]}
     # the same per model (the issue's "geometric mean over M" read model by model)
     by_model = {m: {alias.get(b, b): geomean([r["speedup"].get(b) for r in kept if r.get("model") == m])
                     for b in GEOMEAN[kind]} for m in sorted({r.get("model") for r in kept if r.get("model")})}
-    doc = {"device": device, "date": max(s["date"] or "" for s in [*sources.values(), *footing.values()]),
-           "command": "; ".join(f"call {c}: {s['command']}" for c, s in [*sources.items(), *footing.items()]),
-           "sources": sources, "footing": footing,
-           "note": "per row, the winner the latest search call found at the shape; its figures, where a footing call "
-                   "re-measured it (`timing`), are that call's: the winner and its baselines timed together, "
-                   "interleaved, graph-replayed (`speedup`, `winner_ms`, `baselines`) and called eagerly "
-                   "(`speedup_eager`, `eager_ms`, `timing.host_us`: the winner's host time per call), each side "
-                   "timed the same way; the search call's own figures under `recorded` (benchmarks/collect_results.py)",
-           "rows": kept, "geomean": gm, "geomean_by_model": by_model}
+    doc: dict[str, Any] = {
+        "device": record.get("device"),
+        "date": max((s["date"] or "" for s in [*sources.values(), *footing.values()]), default=""),
+        "command": "; ".join(f"call {c}: {s['command']}" for c, s in [*sources.items(), *footing.items()]),
+        "sources": sources, "footing": footing, "note": NOTE}
+    if record.get("raw_files"):
+        doc["raw_files"] = record["raw_files"]
+    doc.update(rows=kept, geomean=gm, geomean_by_model=by_model)
     if any("speedup_eager" in r for r in kept):
         doc["geomean_eager"] = {alias.get(b, b): geomean([r.get("speedup_eager", {}).get(b) for r in kept])
                                 for b in GEOMEAN[kind]}
@@ -235,27 +211,79 @@ def collect(kind: str) -> dict[str, Any] | None:
         doc["geomean_m256"] = {b: geomean([r["speedup"].get(b) for r in big]) for b in GEOMEAN[kind]}
         doc["geomean_eager_m256"] = {b: geomean([r.get("speedup_eager", {}).get(b) for r in big])
                                      for b in GEOMEAN[kind]}
+        # (a footed row's timing: a search's own row has only the gate's footing there)
         over = [r["timing"]["host_us"] - r["timing"]["host_us_all"]["cublas"] for r in kept
-                if r.get("timing") and r["timing"]["host_us_all"].get("cublas")]
+                if (r.get("timing") or {}).get("host_us_all", {}).get("cublas")]
         doc["host_us_over_cublas"] = {"max": max(over, default=None),
                                       "median": sorted(over)[len(over) // 2] if over else None, "rows": len(over)}
-        doc["host_launch"] = apply_launch(kept)
+        doc["host_launch"] = _launch_summary(kept, record)
     return doc
 
 
-def main() -> None:
-    for kind in SOURCES:
-        doc = collect(kind)
-        if doc is None:
-            print(f"{kind}: no source file")
-            continue
-        (RESULTS / f"{kind}.json").write_text(json.dumps(doc, indent=1))
-        print(f"{kind}: {len(doc['rows'])} rows from calls {', '.join(doc['sources'])}, footing "
-              f"{', '.join(doc['footing']) or '-'}; geomean "
-              + ", ".join(f"{b} {v:.3f}" for b, v in doc["geomean"].items() if v)
-              + ("; eager " + ", ".join(f"{b} {v:.3f}" for b, v in doc["geomean_eager"].items() if v)
-                 if doc.get("geomean_eager") else ""))
+def _launch_summary(rows: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
+    """Over the rows with `host_launch`: how many within the issue's target (launcher -
+    matmul <= 10 us), the largest and the median difference, the calls that measured them."""
+    launched = [r["host_launch"] for r in rows if r.get("host_launch")]
+    if not launched:
+        return None
+    over = [h["over_matmul_us"] for h in launched]
+    known = {**((record.get("host_launch") or {}).get("calls") or {}), **record.get("launch_calls", {})}
+    used = {h["call"] for h in launched}
+    return {"rows": len(over), "within_10us": sum(x <= 10.0 for x in over), "max_over_matmul_us": max(over),
+            "median_over_matmul_us": sorted(over)[len(over) // 2],
+            "calls": {c: known.get(c, {}) for c in sorted(used)}}
+
+
+def add(kind: str, record: dict[str, Any], doc: dict[str, Any], call: str, file: str) -> tuple[str, int, dict]:
+    """Merge one result file (`doc`) into `record`; returns (the file's kind, rows it
+    changed, the record summarized)."""
+    what = file_kind(doc)
+    if what == "launch" and kind != "gemm":
+        raise SystemExit(f"a launch-overhead file goes into the gemm record, not {kind}")
+    n = {"search": lambda: add_search(kind, record, doc, call, file),
+         "footing": lambda: add_footing(kind, record, doc, call, file),
+         "launch": lambda: add_launch(record, doc, call, file)}[what]()
+    return what, n, summarize(kind, record)
+
+
+def _line(kind: str, doc: dict[str, Any]) -> str:
+    gm = ", ".join(f"{b} {v:.3f}" for b, v in doc["geomean"].items() if v)
+    eager = doc.get("geomean_eager") or {}
+    return (f"{kind}: {len(doc['rows'])} rows from calls {', '.join(doc['sources']) or '-'}, footing "
+            f"{', '.join(doc['footing']) or '-'}; geomean {gm}"
+            + ("; eager " + ", ".join(f"{b} {v:.3f}" for b, v in eager.items() if v) if eager else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--add", nargs=2, metavar=("KIND", "FILE"), help=f"merge FILE into the KIND record ({', '.join(KINDS)})")
+    ap.add_argument("--call", help="the call's name for the rows it gives (e.g. S15a); needed with --add")
+    ap.add_argument("--summary", action="store_true", help="recompute every record's summary")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the folder of the records (default: %(default)s)")
+    args = ap.parse_args(argv)
+    if args.add:
+        kind, file = args.add
+        if kind not in KINDS:
+            ap.error(f"KIND is one of {', '.join(KINDS)}, not {kind!r}")
+        if not args.call:
+            ap.error("--add needs --call (the name its rows are recorded under)")
+        path = args.results / f"{kind}.json"
+        record = json.loads(path.read_text()) if path.exists() else {"rows": []}
+        what, n, doc = add(kind, record, json.loads(Path(file).read_text()), args.call, str(file))
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"{file}: a {what} file, {n} rows of {kind} from call {args.call}")
+        print(_line(kind, doc))
+    elif args.summary:
+        for kind in KINDS:
+            path = args.results / f"{kind}.json"
+            if path.exists():
+                doc = summarize(kind, json.loads(path.read_text()))
+                path.write_text(json.dumps(doc, indent=1))
+                print(_line(kind, doc))
+    else:
+        ap.error("say --add KIND FILE --call NAME, or --summary")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -3,7 +3,7 @@
 # It needs the call to carry `.whl` (cp312 wheels of msgspec, optuna, cmaes, sqlalchemy,
 # greenlet, alembic, mako, colorlog: see the device tool's README), and
 # installs the package by copying it with its package-dir mapping into /tmp/pkg.
-# (a pair run, benchmarks/device_pair.sh, sets up once; its two jobs find EVOKERNEL_SETUP_DONE set)
+# (`benchmarks/device.sh pair` sets up once; its two jobs find EVOKERNEL_SETUP_DONE set)
 if [ -z "${EVOKERNEL_SETUP_DONE:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
   rm -rf /tmp/pkg && mkdir -p /tmp/pkg/evokernel && cp -r evokernel/. /tmp/pkg/evokernel/

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PROBLEMS = ROOT / "examples" / "problems"
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean  # noqa: E402
+from evokernel.engine.tuning import geomean  # noqa: E402
 
 MIN_SET_BYTES = 200 * 2**20
 FAMILIES = ("gemm", "attention", "decode", "moe")

@@ -329,7 +329,7 @@ def main() -> None:
 
     log(out, {"env": True, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": triton.__version__, "cpus": os.cpu_count(), "python": sys.version.split()[0],
-              # the candidates' protections (EVOKERNEL_SANDBOX, EVOKERNEL_SANDBOX_WITHOUT: device_sandbox.sh)
+              # the candidates' protections (EVOKERNEL_SANDBOX, EVOKERNEL_SANDBOX_WITHOUT: device.sh sandbox)
               "sandbox": isolation_report(device="cuda").describe()})
     for ph in args.phases:
         if left(args.deadline) < 30:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 import time
@@ -37,11 +36,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
+from evokernel.engine.tuning import geomean, nearest_landscape_seeds, prior_seeds, search_against  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
-
-
 
 
 def write(out: Path, doc: dict[str, Any]) -> None:
@@ -74,20 +71,6 @@ def short(p: dict[str, int]) -> str:
     width = f"({p['BN']}+{p['BN_TAIL']})" if p.get("BN_TAIL") else f"{p['BN']}"
     return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
         " ".join(e for e in extra if e)
-
-
-def matmul_landscape_seeds(m: int, space, *, fill: dict[str, int], top: int = 3) -> list[dict[str, int]]:
-    """The fastest points of the shipped plain-matmul sweep nearest in M (log scale), the
-    missing genes filled in: e.g. at M=256 the sweep's 64x128x128 w4 s4 (0.058 ms on down
-    256x4096x14336), which a budget-16 search of the larger space had missed (0.077 ms)."""
-    from evokernel.engine.landscape import builtin_names, landscape_seeds
-
-    names = [n for n in builtin_names() if n.startswith("matmul_bf16_h200_M")]
-    if not names:
-        return []
-    size = lambda n: int(n.split("_M")[1].split("_")[0])  # noqa: E731
-    nearest = min(names, key=lambda n: abs(math.log(size(n)) - math.log(max(m, 1))))
-    return landscape_seeds(nearest, space, top=top, fill=fill)
 
 
 def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
@@ -281,7 +264,7 @@ def main() -> None:
             made = [p for p in seeds if p.get("GLUON")]
             seeds = (prior[:2] + made + prior[2:] + deep_variants(prior, space) + gluons[:2] + from_cublas
                      + waves + gluons[2:]
-                     + matmul_landscape_seeds(m, space, fill=dict(DEFAULTS, **off))
+                     + nearest_landscape_seeds("matmul_bf16_h200_M", m, space, fill=dict(DEFAULTS, **off))
                      + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m) + seeds)
             # the search evaluates its seeds first: at most half the budget, so that it also
             # explores (calls W and X ran budget 14 with 16 seeds: seeds only); earlier winners
@@ -301,7 +284,7 @@ def main() -> None:
             baselines = {"cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
                          "triton_default": Genome.of(dict(DEFAULTS))}
         try:
-            part, report = search_and_measure(
+            part, report = search_against(
                 space, ev, store=store, descriptor=descriptor, seeds=seeds, baselines=baselines,
                 name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}",
                 evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i)))

@@ -13,7 +13,7 @@ a top-level `geomean` of the winner's speedups over `eager_cudagraph` and `torch
 targets 1.15 and 1.0) and `model_level.md` under --out; models already in the JSON (an
 earlier call) are kept, so the models can run in separate calls.
 
-    python benchmarks/model_level_h200.py --models flux --budget 24 --deadline 150 --out benchmarks/results/model_level
+    python benchmarks/model_level_h200.py --models flux --budget 24 --deadline 150 --out $OUT/model_level
     python benchmarks/model_level_h200.py --device cpu --tiny --budget 6 --out /tmp/ml   # a check of the script
 
 On the CPU (`--device cpu`) Triton kernels run in the interpreter (TRITON_INTERPRET=1 is set
@@ -52,7 +52,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-compile", action="store_true", help="leave the torch.compile baseline out")
     p.add_argument("--no-compiled-sites", action="store_true",
                    help="leave out the choices that run torch.compile (segments, whole blocks)")
-    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "model_level")
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "model-level-out")),
+                   help="where model_level.json, .md and the store go (the record, benchmarks/results/model_level.json, is a copy of one call's file)")
     p.add_argument("--db", type=Path, default=None, help="store (default OUT/model_level.db)")
     return p.parse_args(argv)
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from evokernel.model.profile import profile_module
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import geomean
+    from evokernel.engine.tuning import geomean
 
     if not cpu and not torch.cuda.is_available():
         print("no CUDA GPU here: use --device cpu --tiny", file=sys.stderr)

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import os
 import sys
 import time
@@ -51,7 +50,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import geomean, prior_seeds, search_and_measure  # noqa: E402
+from evokernel.engine.tuning import geomean, nearest_ms, prior_seeds, search_against  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
 PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -114,15 +113,6 @@ def write(out: Path, doc: dict[str, Any], stem: str = "moe") -> None:
 
 def short(cfg: dict[str, int]) -> str:
     return "{BLOCK_SIZE_M}x{BLOCK_SIZE_N}x{BLOCK_SIZE_K} g{GROUP_SIZE_M} w{num_warps} s{num_stages}".format(**cfg)
-
-
-def nearest_ms(path: str, model: str, m: int, count: int) -> list[int]:
-    """The `count` batch sizes nearest to m (log scale, m itself left out) that a results JSON
-    holds rows of for this model."""
-    if not path or not Path(path).exists():
-        return []
-    ms = {r["M"] for r in json.loads(Path(path).read_text()).get("rows", []) if r.get("model") == model} - {m}
-    return sorted(ms, key=lambda x: (abs(math.log(x) - math.log(max(m, 1))), x))[:count]
 
 
 def main() -> None:
@@ -221,8 +211,8 @@ def main() -> None:
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
         baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
         try:
-            part, report = search_and_measure(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
-                                              evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
+            part, report = search_against(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
+                                          evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
         except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
             doc["skipped"].append(f"{model} M={m}: {str(exc)[:300]}")
             write(out, doc, stem)

@@ -8,7 +8,7 @@ judge's block, reads its inputs from it and writes its outputs into it, so "acce
 the IPC mapping works both ways under that variant. Each verdict is one JSON line in
 OUT/sandbox_h200.jsonl (with the protections that held, the reason, the time to ready);
 the last line recommends what to switch off for CUDA (`without`), also written alone to
-OUT/sandbox_without.txt for benchmarks/device_sandbox.sh ("" : nothing; "off": no variant
+OUT/sandbox_without.txt for `benchmarks/device.sh sandbox` ("" : nothing; "off": no variant
 with namespaces worked).
 
     python benchmarks/sandbox_h200.py --out $OUT [--device cuda]

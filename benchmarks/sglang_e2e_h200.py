@@ -13,7 +13,7 @@
 Writes under --out: `sglang_e2e.json` (top-level `geomean.sglang_shipped`: variant ->
 geometric-mean decode-throughput ratio over shipped), `sglang_e2e.md`, `moe.json`.
 
-    bash benchmarks/device_sglang.sh      # sets up SGLang (carry .sgl) and runs this
+    bash benchmarks/device.sh sglang      # sets up SGLang (carry .sgl) and runs this
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     import torch
     import triton
 
-    from evokernel.evaluators.sglang import SGLangEvaluator
+    from evokernel.evaluators.sglang import SGLangEvaluator, ab_markdown
     from evokernel.integrations.sglang.export import sglang_plugin_package
     from evokernel.store import SQLiteStore
 
@@ -120,42 +120,13 @@ def main() -> None:
     doc.update({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "cascade": cascade,
                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "packages": {k: str(v) for k, v in packages.items()}})
     (out / "sglang_e2e.json").write_text(json.dumps(doc, indent=1))
-    lines = markdown(doc)
+    lines = ab_markdown(doc)
     (out / "sglang_e2e.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     for name in doc["errors"]:
         log = work / "logs" / f"{name}.log"
         if log.exists():
             print(f"---- {name}.log (tail) ----\n" + log.read_text()[-3000:], flush=True)
-
-
-def markdown(doc: dict) -> list[str]:  # type: ignore[type-arg]
-    """The A/B table of `sglang_e2e.json` (unpaired medians and paired per-round ratios)."""
-    lines = ["| variant | point | prefill ms | decode ms (median, spread) | decode tok/s | vs shipped | paired per round [95%] |",
-             "|---|---|---|---|---|---|---|"]
-    ratios = doc["decode_throughput_ratio"]
-    paired = doc["paired"]["decode_throughput"]
-
-    def pair(variant: str, point: str) -> str:
-        got = paired.get(variant, {}).get(point)
-        return f"{got['median']:.3f} [{got['low']:.3f}, {got['high']:.3f}] {got['verdict']}" if got else "-"
-
-    for row in doc["rows"]:
-        d = row.get("median_decode_latency", {})
-        p = row.get("prefill_latency", {})
-        tp = row.get("median_decode_throughput", {})
-        ratio = ratios.get(row["variant"], {}).get(row["point"])
-        lines.append(f"| {row['variant']} | {row['point']} | {1e3 * p.get('median', 0):.3f} | "
-                     f"{1e3 * d.get('median', 0):.3f} ({d.get('spread_pct', 0):.1f}%) | {tp.get('median', 0):.0f} | "
-                     f"{f'{ratio:.3f}' if ratio else '-'} | {pair(row['variant'], row['point'])} |")
-    lines.append("\npaired geomean (decode, rounds resampled): "
-                 + "; ".join(f"{v}: {pair(v, 'geomean')}" for v in paired))
-    if doc.get("control_geomean"):
-        lines.append(f"\nA/A control (a second shipped engine) vs shipped, geomean: {doc['control_geomean']:.3f}: "
-                     "what noise alone reads; verdicts above are called only beyond its intervals")
-    lines.append(f"\ngeomean decode throughput vs shipped: {doc['geomean']}; numerics: "
-                 f"{ {k: v.get('ok') for k, v in doc['numerics'].items()} }; errors: {doc['errors']}")
-    return lines
 
 
 class _Only:

@@ -129,9 +129,9 @@ def _device_name(device: str) -> str:
 def _allow_recompiles(limit: int = 256) -> None:
     """Let dynamo compile one code object many times. Every candidate that compiles a block
     compiles the same method (`Block._forward`) again, for its own instance; past dynamo's
-    recompile limit (8) it silently runs the rest *eagerly* (call S: "hit
-    config.recompile_limit (8)" in the FLUX search), and a search would judge later
-    candidates by their eager speed."""
+    recompile limit (8) it silently runs the rest *eagerly* ("hit
+    config.recompile_limit (8)", seen in a FLUX search on the H200), and a search would judge
+    later candidates by their eager speed."""
     cfg = torch._dynamo.config
     for name in ("recompile_limit", "cache_size_limit"):  # the name since torch 2.7, and before
         if hasattr(cfg, name):

@@ -14,7 +14,8 @@ clocks come up after the other engines' turns; each sample records the SM clock 
 after), and each engine runs on its own share of the CPUs (`pin_cpus`); the figures are
 medians with their spread (min, max). A round's figure for a point is the fastest of
 `best_of` consecutive runs: an engine's step time falls in one of two host states per run
-(calls V and X: 0.79-0.86 or 0.98-1.18 ms at batch 1, the GPU clock at 1980 MHz in both),
+(measured on the H200: 0.79-0.86 or 0.98-1.18 ms at batch 1, the GPU clock at 1980 MHz in
+both; BENCHMARKS.md, issue 8),
 the same for every variant. With `control` (the default) a second shipped engine
 runs as an A/A control: its paired ratios to the baseline are what noise alone reads, and a
 variant is called faster or slower only beyond them. Numerics: each candidate's first-step
@@ -48,7 +49,8 @@ from typing import Any
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result, Status
 
-__all__ = ["SGLangEvaluator", "ABReport", "compare_numerics", "summarise", "profile_engine", "BASELINE", "CONTROL"]
+__all__ = ["SGLangEvaluator", "ABReport", "ab_markdown", "compare_numerics", "summarise", "profile_engine", "BASELINE",
+           "CONTROL"]
 
 BASELINE = "sglang_shipped"
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
@@ -88,8 +90,8 @@ def _verdict(median: float, boots: Sequence[float], n: int, control: Mapping[str
     """The interval and verdict of one variant at one point. With the A/A control's interval
     at that point, "faster" needs the variant's whole interval above the control's as well as
     above 1.0 (and "slower" below both): the control is the same engine as the baseline, so
-    what its interval covers is noise by construction (call X: an A/A pair read "slower",
-    [0.838, 0.997], on a bootstrap over 7 rounds of a bimodal step time)."""
+    what its interval covers is noise by construction (measured on the H200: an A/A pair
+    read "slower", [0.838, 0.997], on a bootstrap over 7 rounds of a bimodal step time)."""
     low, high = boots[int(0.025 * (len(boots) - 1))], boots[int(0.975 * (len(boots) - 1))]
     up, down = 1.0, 1.0
     if control is not None:
@@ -146,7 +148,7 @@ class ABReport:
         Rounds are interleaved (each engine's run of a point follows the others'), so the
         baseline's run of the same round shares the variant's conditions; pairing them
         removes the drift between rounds that dominates unpaired medians on a small model
-        (call S: spreads of 12-58% with gaps of a few percent). Under "geomean", the
+        (measured on the H200: spreads of 12-58% with gaps of a few percent). Under "geomean", the
         geometric mean over the decode points with rounds resampled jointly."""
         import random
 
@@ -212,8 +214,8 @@ class ABReport:
 def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
     """`n` disjoint CPU sets, one per engine, from the CPUs this process may use: each engine's
     host work (a decode step of a small model is mostly that) stays on its own cores instead of
-    migrating among the others'. Call V measured one engine's decode step at b1 in two states,
-    0.85-0.95 ms and 1.12-1.24 ms, round after round. Fewer CPUs than engines: no pinning.
+    migrating among the others'. Measured on the H200: one engine's decode step at b1 in two
+    states, 0.85-0.95 ms and 1.12-1.24 ms, round after round. Fewer CPUs than engines: no pinning.
 
     >>> cpu_sets(3, range(16))
     [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
@@ -473,3 +475,33 @@ def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len
         engine.close()
     name = f"sglang-b{batch_size}-i{input_len}-o{output_len}"
     return parse_trace(trace_path, iterations=1, target=name)
+
+
+def ab_markdown(doc: dict[str, Any]) -> list[str]:
+    """The A/B table of a comparison (`ABReport.to_json()`, plus the optional `control_geomean`):
+    unpaired medians and paired per-round ratios, one line per variant and point."""
+    lines = ["| variant | point | prefill ms | decode ms (median, spread) | decode tok/s | vs shipped | paired per round [95%] |",
+             "|---|---|---|---|---|---|---|"]
+    ratios = doc["decode_throughput_ratio"]
+    paired = doc["paired"]["decode_throughput"]
+
+    def pair(variant: str, point: str) -> str:
+        got = paired.get(variant, {}).get(point)
+        return f"{got['median']:.3f} [{got['low']:.3f}, {got['high']:.3f}] {got['verdict']}" if got else "-"
+
+    for row in doc["rows"]:
+        d = row.get("median_decode_latency", {})
+        p = row.get("prefill_latency", {})
+        tp = row.get("median_decode_throughput", {})
+        ratio = ratios.get(row["variant"], {}).get(row["point"])
+        lines.append(f"| {row['variant']} | {row['point']} | {1e3 * p.get('median', 0):.3f} | "
+                     f"{1e3 * d.get('median', 0):.3f} ({d.get('spread_pct', 0):.1f}%) | {tp.get('median', 0):.0f} | "
+                     f"{f'{ratio:.3f}' if ratio else '-'} | {pair(row['variant'], row['point'])} |")
+    lines.append("\npaired geomean (decode, rounds resampled): "
+                 + "; ".join(f"{v}: {pair(v, 'geomean')}" for v in paired))
+    if doc.get("control_geomean"):
+        lines.append(f"\nA/A control (a second shipped engine) vs shipped, geomean: {doc['control_geomean']:.3f}: "
+                     "what noise alone reads; verdicts above are called only beyond its intervals")
+    lines.append(f"\ngeomean decode throughput vs shipped: {doc['geomean']}; numerics: "
+                 f"{ {k: v.get('ok') for k, v in doc['numerics'].items()} }; errors: {doc['errors']}")
+    return lines

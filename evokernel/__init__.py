@@ -17,6 +17,7 @@ from evokernel.core.genome import Genome, Lineage
 from evokernel.engine.landscape import Landscape
 from evokernel.core.mutator import Context, Mutator
 from evokernel.core.result import Result, Status
+from evokernel.engine.assemble import SearchSpec, assemble
 from evokernel.engine.search import Budget, Individual, Observer, ReportedElite, Search, SearchOptions, SearchReport
 from evokernel.core.space import (
     Boolean,
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError", "EvaluatorError", "EvokernelError", "LandscapeError", "SpaceError", "StoreError",
     "Evaluator", "Genome", "Lineage", "Landscape", "Context", "Mutator", "Result", "Status",
     "Budget", "Individual", "Observer", "ReportedElite", "Search", "SearchOptions", "SearchReport",
+    "SearchSpec", "assemble",
     "Boolean", "Choice", "Constraint", "IntRange", "Ordinal", "Param", "PowerOfTwo", "SearchSpace",
     "shared_memory_limit", "thread_limit",
     "SQLiteStore", "Store", "open_store", "Strategy", "get_strategy", "strategy_names",

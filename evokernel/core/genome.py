@@ -36,7 +36,7 @@ def canonical_json(obj: Any) -> bytes:
     return _ENCODER.encode(obj)
 
 
-class FrozenParams(dict):  # type: ignore[type-arg]
+class FrozenParams(dict):
     """A genome's parameters: a dict that cannot change in place (the genome's id is a hash
     of it). It encodes, compares and copies as a plain dict; `dict(params)` is a mutable copy."""
 

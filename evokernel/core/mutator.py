@@ -1,16 +1,18 @@
 """The mutator protocol: parents in, one proposed genome out. Mutators never touch the GPU.
 
 A mutator has a `name`, an `arity` (how many parents it wants: 0, 1 or 2) and `propose`.
-It may also `observe` every evaluated genome of the run (samplers that learn, such as
-Optuna's), `reset` what it learned when a new run starts, and set `costly = True` if it charges money (LLM operators): those are the
-operators a cost cap switches off.
+Optional capabilities are protocols of their own, checked with `isinstance` by the engine:
+`Learns` (it `observe`s every evaluated genome of the run: samplers that learn, such as
+Optuna's), `Resets` (it forgets what it learned when a new run starts), `Costly` (it charges
+money, LLM operators: the operators a cost cap switches off) and `Exhaustible` (it knows
+when it has nothing left to offer).
 
 >>> class Flip:
 ...     name, arity = "flip", 1
 ...     def propose(self, parents, ctx):
 ...         return parents[0].replace(use_tma=not parents[0]["use_tma"])
->>> isinstance(Flip(), Mutator)
-True
+>>> isinstance(Flip(), Mutator), isinstance(Flip(), Learns)
+(True, False)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from evokernel.core.space import SearchSpace
 if TYPE_CHECKING:
     from evokernel.core.archive import Archive
 
-__all__ = ["Mutator", "Context", "observe", "reset"]
+__all__ = ["Mutator", "Learns", "Resets", "Costly", "Exhaustible", "CAPABILITIES", "Context", "observe", "reset"]
 
 
 @dataclass
@@ -59,15 +61,61 @@ class Mutator(Protocol):
         ...
 
 
+# -- optional capabilities --------------------------------------------------------------
+
+
+@runtime_checkable
+class Learns(Protocol):
+    """Learns from evaluations (a sampler such as Optuna's, local search, the LLM operator).
+
+    Called by the engine after every evaluation of the run, whichever operator proposed the
+    genome, measured, resumed from the store or reused from an earlier run, in the run's
+    order: a stateful mutator's proposals depend on its seed and on this history alone."""
+
+    def observe(self, genome: Genome, result: Result) -> None: ...
+
+
+@runtime_checkable
+class Resets(Protocol):
+    """Keeps state across calls that belongs to one run.
+
+    Called by the engine when a run starts, before its first proposal, so that a mutator
+    object reused by a second run (or a resumed one) starts as a fresh one would."""
+
+    def reset(self) -> None: ...
+
+
+@runtime_checkable
+class Costly(Protocol):
+    """May charge money (`Context.charge`), such as an LLM operator.
+
+    Read by the engine before each proposal: once a run's `Budget.cost` is spent, mutators
+    whose `costly` is true are no longer chosen (the search goes on with the others)."""
+
+    costly: bool
+
+
+@runtime_checkable
+class Exhaustible(Protocol):
+    """Offers a finite supply of genomes (the transfer operator's list of other shapes' genomes).
+
+    Read by the engine before each proposal: a mutator whose `exhausted` is true is no
+    longer chosen."""
+
+    exhausted: bool
+
+
+#: The optional capabilities, for tools and the contract suite (tests/contracts).
+CAPABILITIES: tuple[type, ...] = (Learns, Resets, Costly, Exhaustible)
+
+
 def reset(mutator: Mutator) -> None:
     """Let a stateful mutator forget the last run, if it keeps state."""
-    hook = getattr(mutator, "reset", None)
-    if hook is not None:
-        hook()
+    if isinstance(mutator, Resets):
+        mutator.reset()
 
 
 def observe(mutator: Mutator, genome: Genome, result: Result) -> None:
     """Tell a learning mutator about an evaluation, if it listens."""
-    hook = getattr(mutator, "observe", None)
-    if hook is not None:
-        hook(genome, result)
+    if isinstance(mutator, Learns):
+        mutator.observe(genome, result)

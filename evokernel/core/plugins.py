@@ -5,20 +5,38 @@ A third-party package registers its own in its pyproject.toml:
     [project.entry-points."evokernel.mutators"]
     my_mutator = "my_package.mutators:MyMutator"
 
+Every registered component is checked by the contract suites (tests/contracts): the suite
+builds it by calling what the entry point names with no arguments, or, when that needs
+arguments, through its `example()` (see `HasExample`).
+
 >>> sorted(registered("evokernel.mutators"))[:2]
-['crossover', 'point']
+['crossover', 'llm']
 """
 
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from evokernel.core.errors import PluginError
 
-__all__ = ["GROUPS", "registered", "load"]
+__all__ = ["GROUPS", "HasExample", "registered", "load"]
 
-GROUPS = ("evokernel.mutators", "evokernel.evaluators", "evokernel.search_spaces", "evokernel.strategies")
+#: Entry-point groups. A template (`evokernel.templates`) renders a point of a space as a
+#: candidate module's source: the `render` a KernelEvaluator takes.
+GROUPS = ("evokernel.mutators", "evokernel.evaluators", "evokernel.search_spaces", "evokernel.strategies",
+          "evokernel.templates")
+
+
+@runtime_checkable
+class HasExample(Protocol):
+    """A registered class (or factory) that needs arguments offers a small working instance.
+
+    Called by the contract suites (tests/contracts) to build a component they check:
+    `example()` returns one that works on the CPU without a network (an evaluator with a
+    `space` attribute also gets its behaviour checked on genomes drawn from it)."""
+
+    def example(self) -> Any: ...
 
 
 def registered(group: str) -> dict[str, metadata.EntryPoint]:

@@ -80,7 +80,7 @@ def _infer_param(name: str, values: list[Value]) -> Param:
     if all(isinstance(v, bool) for v in distinct):
         return Boolean(name) if len(distinct) == 2 else Choice(name, distinct)
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in distinct):
-        return Ordinal(name, distinct)
+        return Ordinal(name, [v for v in distinct if isinstance(v, (int, float))])
     return Choice(name, sorted(distinct, key=str))
 
 
@@ -187,9 +187,9 @@ class Landscape:
         return self.rows.get(key)
 
     def optimum(self) -> tuple[dict[str, Value], float]:
-        key, row = min(((k, r) for k, r in self.rows.items() if r.latency_ms is not None),
-                       key=lambda kr: kr[1].latency_ms)
-        return dict(zip(self.space.names, key)), row.latency_ms  # type: ignore[return-value]
+        measured = [(r.latency_ms, k) for k, r in self.rows.items() if r.latency_ms is not None]
+        latency, key = min(measured, key=lambda lk: lk[0])
+        return dict(zip(self.space.names, key)), latency
 
     def latencies(self) -> list[float]:
         return sorted(r.latency_ms for r in self.rows.values() if r.latency_ms is not None)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from evokernel.core.errors import ConfigError, PluginError
 from evokernel.core.mutator import Mutator
 from evokernel.core.plugins import load, registered
-from evokernel.engine.search import SearchOptions
+from evokernel.engine.options import SearchOptions
 from evokernel.core.space import SearchSpace
 
 __all__ = ["Strategy", "get_strategy", "strategy_names"]
@@ -69,24 +69,31 @@ def _default(space: SearchSpace | None) -> list[Mutator]:
     return [OptunaSampler("tpe"), LocalSearch(), PointMutation()]
 
 
-_BUILTIN = {
-    "default": Strategy(
-        "default", _default, SearchOptions(),
-        "an operator bandit over Optuna's TPE (which learns from every evaluation), local search "
-        "around the elites and point mutation; the first generation is random, or seeded from "
-        "the nearest shapes in the store",
-    ),
-    "evolution": Strategy(
-        "evolution", _evolution, SearchOptions(),
-        "generational evolution: point mutation, uniform crossover and random restarts under an operator bandit",
-    ),
-    "local": Strategy("local", _local, SearchOptions(),
-                      "greedy iterated local search on the Hamming neighbourhood of the elites"),
-    "random": Strategy("random", _random, SearchOptions(), "uniform random sampling without repeats"),
-}
-for _name in ("tpe", "cmaes", "gp", "nsga2", "qmc", "random"):
-    _BUILTIN[f"optuna-{_name}"] = Strategy(f"optuna-{_name}", _sampler(_name), SearchOptions(),
-                                           f"Optuna's {_name} sampler alone (ask/tell)")
+DEFAULT = Strategy(
+    "default", _default, SearchOptions(),
+    "an operator bandit over Optuna's TPE (which learns from every evaluation), local search "
+    "around the elites and point mutation; the first generation is random, or seeded from "
+    "the nearest shapes in the store",
+)
+EVOLUTION = Strategy(
+    "evolution", _evolution, SearchOptions(),
+    "generational evolution: point mutation, uniform crossover and random restarts under an operator bandit",
+)
+LOCAL = Strategy("local", _local, SearchOptions(), "greedy iterated local search on the Hamming neighbourhood of the elites")
+RANDOM = Strategy("random", _random, SearchOptions(), "uniform random sampling without repeats")
+
+
+def _optuna(name: str) -> Strategy:
+    return Strategy(f"optuna-{name}", _sampler(name), SearchOptions(), f"Optuna's {name} sampler alone (ask/tell)")
+
+
+OPTUNA_TPE, OPTUNA_CMAES, OPTUNA_GP = _optuna("tpe"), _optuna("cmaes"), _optuna("gp")
+OPTUNA_NSGA2, OPTUNA_QMC, OPTUNA_RANDOM = _optuna("nsga2"), _optuna("qmc"), _optuna("random")
+
+# The shipped strategies, registered in pyproject.toml (so `evokernel plugins` lists them)
+# and found here too: a name of ours is never shadowed by another package's, and an install
+# whose metadata predates an entry still finds it.
+_BUILTIN = {s.name: s for s in globals().copy().values() if isinstance(s, Strategy)}
 
 
 def strategy_names() -> list[str]:

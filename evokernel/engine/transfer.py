@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from evokernel.core.evaluator import HasTransferKey
 from evokernel.core.genome import Genome
 from evokernel.core.space import SearchSpace
 from evokernel.store import Store
@@ -40,11 +41,10 @@ def family_of_name(name: str) -> tuple[str, dict[str, float]]:
 
 
 def transfer_key(evaluator: Any) -> dict[str, Any] | None:
-    hook = getattr(evaluator, "transfer_key", None)
-    if hook is None:
+    if not isinstance(evaluator, HasTransferKey):
         return None
     try:
-        key = hook()
+        key = evaluator.transfer_key()
     except Exception:
         return None
     if not isinstance(key, dict) or not isinstance(key.get("family"), str) or not isinstance(key.get("shape"), dict):

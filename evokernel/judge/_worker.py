@@ -10,6 +10,10 @@ The harness keeps references to the torch functions it relies on, taken before a
 candidate code runs, and reports a candidate that replaced them.
 """
 
+# One module on purpose, though over 400 lines: this is the candidate's whole side of the protocol and runs in a forked
+# process whose imports are fixed by the fork server's preload list; keeping it one module keeps that list, and what a
+# candidate process can reach, short and auditable.
+
 from __future__ import annotations
 
 import builtins
@@ -148,8 +152,8 @@ def _send(conn: Any, msg: Any) -> None:
 def _error_text(exc: BaseException, limit: int = 1500) -> str:
     """The exception as text, its innermost cause first: Triton raises a compile error in a
     called function as the caller's CompilationError (a source excerpt pointing at the call)
-    from the callee's, so the reason sits at the end of the chain (call BE stored 19 of them
-    as excerpts without a reason)."""
+    from the callee's, so the reason sits at the end of the chain (read from the outermost
+    one, a compile error is an excerpt without a reason)."""
     chain, seen = [exc], {id(exc)}
     while chain[-1].__cause__ is not None and id(chain[-1].__cause__) not in seen:
         chain.append(chain[-1].__cause__)
@@ -470,7 +474,8 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
 def _map_block(arena: Any) -> Any:
     """The judge's block: as sent (a CPU tensor in shared memory), or mapped here from the
     CUDA IPC handles the judge sent (see sandbox.py: the judge shares it by hand). Before
-    the process drops its privileges (call AB: "mapping of buffer object failed" after)."""
+    the process drops its privileges (after it, the mapping fails with "mapping of buffer
+    object failed")."""
     if isinstance(arena, tuple) and arena and arena[0] == "cuda-ipc":
         from torch.multiprocessing.reductions import rebuild_cuda_tensor
 

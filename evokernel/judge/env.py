@@ -77,7 +77,7 @@ def _interpreter_problem(numpy_version: str | None, source: str, triton_version:
     """Known: Triton's interpreter up to 3.6 converts a one-element array to an int, which
     numpy 2.4 refuses (triton-lang/triton#9171, fixed by #9172): every kernel with a loop
     bound computed in the kernel raises `TypeError: only 0-dimensional arrays can be
-    converted to Python scalars` (the H200's image, Triton 3.6 with numpy 2.4, call BB).
+    converted to Python scalars` (seen with Triton 3.6 and numpy 2.4).
 
     >>> old = 'scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))'
     >>> _interpreter_problem("2.3.5", old, "3.6.0") is None

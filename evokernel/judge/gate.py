@@ -15,6 +15,10 @@ True
 'output 0: 4 NaN or Inf values where the reference has 0'
 """
 
+# One module on purpose, though over 400 lines: the verdict is one protocol with the candidate's process (setup, trials into
+# owned buffers, poisoning, comparison, timing, re-check); `_Arena`, `_Shape` and `_Run` are its state, and `Judge`
+# drives them in order. Comparison helpers that stand alone live at the top and are tested directly.
+
 from __future__ import annotations
 
 import math
@@ -518,8 +522,8 @@ class Judge:
         (with rotation sets, several copies of the problem's inputs: ~11 GB for Mixtral's
         experts), and on CUDA the blocks PyTorch keeps for candidate processes that mapped
         them (its IPC limbo, freed only by `torch.cuda.ipc_collect`). A benchmark that judged
-        one problem after another without this held 95-128 GiB of the H200 by its twelfth
-        (call Z4: the next jobs ran out of memory). The judge cannot be used afterwards."""
+        one problem after another without this held 95-128 GiB of the H200 by its twelfth,
+        and the next jobs ran out of memory. The judge cannot be used afterwards."""
         for shape in self.tuning + self.heldout:
             shape.inputs, shape.slots, shape.rotation, shape.samples, shape.refs = [], [], [], [], {}
         self.tuning, self.heldout = [], []

@@ -68,6 +68,9 @@ Traceback (most recent call last):
 evokernel.judge.problem.ProblemError: ...double.py: unknown parameter 'm' (parameters: n: tuple[int, ...] = (8,), scale: float = 2.0)
 """
 
+# One module on purpose, though over 400 lines: loading a problem file, its typed parameters and their parsing from the
+# command line or environment are one contract with problem authors; the parsing helpers exist only for `Problem`.
+
 from __future__ import annotations
 
 import hashlib

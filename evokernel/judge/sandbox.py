@@ -24,6 +24,10 @@ Python); `without` (or EVOKERNEL_SANDBOX_WITHOUT=pid,...) leaves chosen protecti
 ['CUDA_VISIBLE_DEVICES', 'PATH']
 """
 
+# One module on purpose, though over 400 lines: the judge's side of one candidate's life (fork server, keeper, namespaces
+# chosen per device, the shared CUDA block, kill and reap) is one state machine whose steps share the process handles
+# and the probe's findings; split, each part would need the others' private state.
+
 from __future__ import annotations
 
 import contextlib
@@ -212,9 +216,9 @@ def _probe(wanted: frozenset[str]) -> Report:
     return probe(wanted)
 
 
-#: why a CUDA candidate keeps the host's /dev/shm (measured on the H200, call S13c: with a
-#: private one, opening the judge's block fails with cudaErrorMapBufferObjectFailed; the
-#: driver's CUDA IPC goes through files there)
+#: why a CUDA candidate keeps the host's /dev/shm (measured on the H200: with a private
+#: one, opening the judge's block fails with cudaErrorMapBufferObjectFailed; the driver's
+#: CUDA IPC goes through files there; BENCHMARKS.md, "The sandbox on the H200")
 CUDA_SHM = "kept for CUDA: the driver's IPC maps the judge's memory through the host's /dev/shm"
 
 
@@ -420,7 +424,7 @@ _CLEAN_FAILURES = ("import", "no_kernel", "compile")
 # above 0 is kept ("limbo") until `torch.cuda.ipc_collect()` finds every slot at 0. The judge
 # kills candidate processes (SIGKILL: nothing in them runs on the way out), so their slots
 # stayed at 1 and every judge's block stayed allocated for good: 13 GiB per Mixtral job,
-# until the 6th job ran out of the H200's memory (call AA). So the block is shared here by
+# until the 6th job ran out of the H200's memory. So the block is shared here by
 # hand (`_share_cuda_`, what torch.multiprocessing does when it pickles a CUDA tensor) and
 # the judge releases a killed process's slot once the process is gone.
 _DEAD_HOLDERS: list[tuple[Any, int | None, bytes, int]] = []  # (keeper, pidfd of the candidate's process,

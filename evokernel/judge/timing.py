@@ -9,6 +9,10 @@ functions it relies on are passed in (`watched`), captured before any candidate 
 True
 """
 
+# One module on purpose, though over 400 lines: every way of timing a call (events, graphs, flush, rotation, perturbation,
+# host-sync detection) runs inside the candidate's process from the same captured functions (`watched`); they share
+# one set of helpers and one footing record.
+
 from __future__ import annotations
 
 import math
@@ -436,7 +440,7 @@ def time_cuda(
     # The host's launch latency must never land inside a timed region: if the GPU runs dry
     # before a start event, the start fires and the call arrives tens of microseconds later
     # (the perturbation's small kernels and the flush make that likely). Measured on the
-    # H200 (benchmarks/NOTES.md): no protection, up to +55% on a 0.14 ms matmul; a 50 us
+    # H200 (docs/lessons.md): no protection, up to +55% on a 0.14 ms matmul; a 50 us
     # spin on the GPU before each start event, spreads under 1% in one call and outliers up
     # to +60% in another (a busy host outlasts any fixed spin). The default now holds the
     # stream while a block of calls is queued (StreamHold); the spin is the fallback.

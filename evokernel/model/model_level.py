@@ -41,6 +41,9 @@ return a refusal (an `Applied` whose `module` is None, with the reason), never r
 (True, 'mul', 'add')
 """
 
+# One module on purpose, though over 400 lines: the rewritable-block API (sites, plans), the model space built from it and
+# the per-site judge are one contract: a site's rules, its genes and how it is checked change together.
+
 from __future__ import annotations
 
 import copy

@@ -48,6 +48,10 @@ say so.
 [('(outside)', 'aten::mm', 1.0, None)]
 """
 
+# One module on purpose, though over 400 lines: reading a torch trace means attributing each kernel to a scope and an
+# operator's work (FLOPs, bytes) for the roofline; the per-operator work models (`_mm`, `_attention`, `_grouped_mm`,
+# ...) and the timeline that attributes them are read together.
+
 from __future__ import annotations
 
 import bisect
@@ -357,8 +361,8 @@ def _fused_experts(args: dict[str, Any]) -> _Work | None:
     evokernel's `fused_moe` op): x [T, H], w1 [E, 2I, H] (gate and up), w2 [E, H, I], the
     routing weights and ids [T, k]. FLOPs 2 T k (2I H + H I); bytes: the weights of the
     experts T tokens touch on average under uniform routing, E (1 - (1 - k/E)^T) (the trace
-    has the shapes, not the routing), x read and the output written. Call W's engine profile
-    had no roofline for 85% of its kernel time without this."""
+    has the shapes, not the routing), x read and the output written. Without it an SGLang engine's profile had no roofline
+    for 85% of its kernel time (measured on the H200; BENCHMARKS.md, `evokernel profile`)."""
     ops = _operands(args)
     if len(ops) < 5 or any(o is None for o in ops[:5]):
         return None

@@ -42,6 +42,10 @@ argument worked out per call), `LaunchCache` is the drop-in: `launches(fn, grid,
 by type and value and, of each tensor (or descriptor), what Triton specialises on.
 """
 
+# One module on purpose, though over 400 lines: `KernelLaunch` and `_RawLaunch` follow one version-pinned reading of
+# Triton's launch protocol; keeping the guards and the raw launch together keeps every assumption about Triton's
+# internals in one file.
+
 from __future__ import annotations
 
 import inspect

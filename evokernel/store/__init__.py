@@ -1,8 +1,8 @@
 """Where results, lineage, elites and runs are kept. SQLite by default.
 
 >>> store = open_store(":memory:")
->>> isinstance(store, Store)
-True
+>>> isinstance(store, Store), isinstance(store, CompleteStore)
+(True, True)
 """
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 
 from evokernel.core.errors import ConfigError
-from evokernel.store._base import Evaluation, Hit, RunInfo, Store
+from evokernel.store._base import (CompleteStore, Evaluation, FindsRuns, ForgetsMeasured, Hit, KeepsKnowledge,
+                                   KeepsProfiles, Located, RunInfo, Store)
 from evokernel.store.sqlite import SQLiteStore
 
-__all__ = ["Store", "RunInfo", "Hit", "Evaluation", "SQLiteStore", "open_store"]
+__all__ = ["Store", "CompleteStore", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "Located",
+           "RunInfo", "Hit", "Evaluation", "SQLiteStore", "open_store"]
 
 
 def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:

@@ -3,6 +3,11 @@
 Every write is one transaction (a result, its genome and its place in the run together),
 so a process killed at any moment leaves a consistent database, and a re-run resumes.
 SQLite is the default back end; a PostgreSQL one implements the same protocol.
+
+`Store` is what a search needs. What tools need besides is declared as capabilities, small
+protocols of their own (`ForgetsMeasured`, `FindsRuns`, `KeepsKnowledge`, `KeepsProfiles`,
+`Located`);
+`CompleteStore` is all of them together, what `SQLiteStore` is and what the CLI expects.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from evokernel.core.archive import Elite
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 
-__all__ = ["Store", "RunInfo", "Hit", "Evaluation"]
+__all__ = ["Store", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "Located", "CompleteStore",
+           "CAPABILITIES",
+           "RunInfo", "Hit", "Evaluation"]
 
 
 class RunInfo(msgspec.Struct, kw_only=True):
@@ -124,3 +131,92 @@ class Store(Protocol):
     def events(self, run_id: str) -> list[tuple[str, dict[str, Any], float]]: ...
 
     def close(self) -> None: ...
+
+
+# -- optional capabilities ------------------------------------------------------------------
+
+
+@runtime_checkable
+class ForgetsMeasured(Protocol):
+    """Can take back a batch of measurements.
+
+    Called by the engine when an evaluator returned more results than genomes: which result
+    belongs to which genome is then unknown, so none of the batch's is kept (the search stops
+    with an EvaluatorError; a re-run measures them again). A store without it keeps them."""
+
+    def forget_measured(self, run_id: str, genome_ids: list[str]) -> None:
+        """Drop the run's evaluations of these genomes and the results measured for them."""
+        ...
+
+
+@runtime_checkable
+class FindsRuns(Protocol):
+    """Finds a run by id prefix, and says whether another process is running it.
+
+    Called by the CLI (`show`, `resume`: which run is meant; whether a run marked running
+    is alive elsewhere or was killed)."""
+
+    def run(self, run_id: str) -> RunInfo:
+        """The run whose id is or starts with `run_id`; StoreError if none or several."""
+        ...
+
+    def running_elsewhere(self, run_id: str) -> bool: ...
+
+
+@runtime_checkable
+class KeepsKnowledge(Protocol):
+    """The knowledge base (lessons) and the kernel database.
+
+    Written by `evokernel.store.knowledge.KnowledgeRecorder` (an observer the CLI adds to a
+    search whose evaluator judges a problem) and by `evokernel.model.ablation`; read by the
+    LLM operator's prompts (`knowledge.lessons_for`, `knowledge.kernels`) and the CLI's `lessons`."""
+
+    def save_lessons(self, lessons: list[Any]) -> None:
+        """Insert or replace `evokernel.store.knowledge.Lesson`s (by id)."""
+        ...
+
+    def lessons(self, *, op: str | None = None, gpu: str | None = None) -> list[Any]:
+        """Stored lessons, oldest first, of an op and a GPU if given."""
+        ...
+
+    def save_kernel(self, record: dict[str, Any]) -> None:
+        """Insert or replace a kernel record (keys: genome_id, op, gpu, latency_ms, ...)."""
+        ...
+
+    def kernels(self, *, op: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
+        """Stored kernel records, fastest first."""
+        ...
+
+
+@runtime_checkable
+class KeepsProfiles(Protocol):
+    """Workload profiles (`evokernel.model.profile`).
+
+    Written by the CLI's `profile` and the model-level benchmark; read back by id or name."""
+
+    def save_profile(self, record: dict[str, Any]) -> int:
+        """Store a profile (keys: name, rows, and optionally device_name, toolchain); its id."""
+        ...
+
+    def profiles(self, *, name: str | None = None) -> list[dict[str, Any]]:
+        """Stored profiles, oldest first: id, created, name, device, toolchain, rows, summary."""
+        ...
+
+
+@runtime_checkable
+class Located(Protocol):
+    """Says where it lives: a file path, `:memory:`, or a URL.
+
+    Read by tools that record where results came from (the SGLang export's record of what it
+    exported) and name the store in messages; a store without it is recorded as ''."""
+
+    path: str
+
+
+@runtime_checkable
+class CompleteStore(Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Protocol):
+    """Everything the engine and the tools call on a store (SQLiteStore is one)."""
+
+
+#: The optional capabilities, for tools and the contract suite (tests/contracts).
+CAPABILITIES: tuple[type, ...] = (ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located)

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 got = None
                 if all(r is not None for r in runs):
                     # the run with the fastest median step (every run's median is kept): a run's
-                    # steps share one host state, fast or slow (calls V, X), so the best of a few
+                    # steps share one host state, fast or slow (measured on the H200), so the best of a few
                     # runs estimates the engine, not the state it happened to be in
                     best = min(runs, key=lambda r: r.get("median_decode_latency", float("inf")))
                     got = dict(best, sm_clock_mhz=[before, _sm_clock()],

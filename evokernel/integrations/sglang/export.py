@@ -30,7 +30,7 @@ from typing import Any
 
 from evokernel.core.archive import Elite
 from evokernel.core.errors import ConfigError
-from evokernel.store import Store
+from evokernel.store import Located, Store
 
 __all__ = ["sglang_file_name", "sglang_moe", "sglang_plugin_package", "MoeExport"]
 
@@ -141,7 +141,7 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
                 break
             why.append(got)
         if isinstance(got, str):
-            # every elite has a structure (call V: FUSE_SILU won each niche by ~1%): the
+            # every elite has a structure (FUSE_SILU can win each niche by ~1%): the
             # fastest candidate of the run's history SGLang's kernel runs, e.g. a winner's
             # twin without the structure, measured in the same run
             got, elite = _runnable_from_history(store, run.id, shared_m=shared_m)
@@ -236,7 +236,7 @@ def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_n
     manifest: dict[str, Any] = {
         "format": FORMAT, "configs": "configs" if report.files else None, "kernels": [],
         "provenance": {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "store": str(getattr(store, "path", "")), "configs": report.exported,
+                       "store": str(store.path) if isinstance(store, Located) else "", "configs": report.exported,
                        "seeded_from_sglang": seeded},
     }
     if kernel:

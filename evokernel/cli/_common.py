@@ -1,0 +1,143 @@
+"""What the subcommands share: argument types, the search target (a search file or a landscape),
+consoles that go quiet when their reader goes away, and the sandbox line."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from evokernel.core.errors import ConfigError
+from evokernel.engine.assemble import SearchSpec
+
+USER_ERROR = 2
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+        self.exit(USER_ERROR, f"evokernel: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = nonneg_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+# the strategies evokernel ships (evokernel.engine.strategies), named in --strategy's help without
+# loading every plugin to build the parser; tests check it against strategy_names()
+BUILTIN_STRATEGIES = ("default", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
+                      "optuna-qmc", "optuna-random", "random")
+
+
+def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:
+    """The options `search` and `replay` share: budget, seed, strategy, store, output."""
+    sp.add_argument("--budget", type=positive_int, default=100, help="evaluations (default 100)")
+    sp.add_argument("--wall-time", type=positive_float, default=None, help="seconds (default: none)")
+    sp.add_argument("--seed", type=int, default=0,
+                    help="seed of every random choice (default 0); the same seed and options re-run "
+                         "(or resume) the same run")
+    sp.add_argument("--strategy", default=None, metavar="NAME",
+                    help=f"search strategy: {', '.join(BUILTIN_STRATEGIES)}, or one a plugin registers "
+                         "(evokernel plugins); default: default")
+    sp.add_argument("--noise", type=nonneg_float, default=None,
+                    help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)")
+    sp.add_argument("--patience", type=positive_int, default=None,
+                    help="stop after this many generations without a better elite")
+    sp.add_argument("--population", type=positive_int, default=None,
+                    help="individuals kept per generation, and elites carried over (default: the strategy's)")
+    sp.add_argument("--db", default=db_default,
+                    help=f"SQLite database (default: {db_default or 'in memory'})")
+    sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    sp.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def silence(stream: Any) -> None:
+    """Point a stream's file descriptor at /dev/null (its reader is gone), so neither later
+    writes nor the flush at exit raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def on_broken_pipe(console: Any, *, stop: bool) -> Any:
+    """Rich exits the process (SystemExit 1) when its pipe closes; instead, a display on
+    stderr goes quiet and the search goes on (a closed pipe never changes a run), and the
+    report on stdout stops with a BrokenPipeError that `main` turns into a quiet exit."""
+    def broken() -> None:
+        console.quiet = True
+        silence(console.file)
+        if stop:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    console.on_broken_pipe = broken
+    return console
+
+
+def stdout_console() -> Any:
+    """stdout console; off a terminal, wide enough that tables do not wrap."""
+    from rich.console import Console
+
+    return on_broken_pipe(Console() if sys.stdout.isatty() else Console(width=200), stop=True)
+
+
+def load_target(args: argparse.Namespace, target: str) -> SearchSpec:
+    """What to search: a search file's spec (space, evaluator, and optionally descriptor,
+    mutators, options, name, seeds), or a landscape replayed (a CSV or a shipped name)."""
+    from evokernel.engine.landscape import Landscape, builtin_names, resolve_landscape
+
+    path = Path(target)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise ConfigError(f"no such search file: {target}")
+        if args.noise is not None:
+            raise ConfigError("--noise applies to landscape replays; set noise in the search file instead")
+        return SearchSpec.from_file(target)
+    if path.suffix not in ("", ".csv"):
+        raise ConfigError(f"{target}: expected a .py search file or a .csv landscape")
+    csv = resolve_landscape(target)
+    if not os.path.exists(csv):
+        shipped = ", ".join(builtin_names())
+        raise ConfigError(f"no such file or shipped landscape: {target} (shipped: {shipped})")
+    from evokernel.evaluators import ReplayEvaluator
+
+    landscape = Landscape.load(csv)
+    evaluator = ReplayEvaluator(landscape, noise=args.noise or 0.0, seed=args.seed)
+    return SearchSpec(landscape.space, evaluator, name=landscape.name)
+
+
+def say_sandbox(report: Any) -> None:
+    """One line on stderr when candidates run with a protection off."""
+    if report.off:
+        print(f"evokernel: {report.describe()}", file=sys.stderr)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

@@ -1,0 +1,116 @@
+"""`evokernel search TARGET`: run (or resume) a search and print its elites.
+
+The search is built by `evokernel.engine.assemble`, the same function the Python API calls;
+this module only reads the command line, shows progress and prints the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+import msgspec
+
+from evokernel.cli._common import add_run_options, load_target, plural, positive_float, say_sandbox, stdout_console
+from evokernel.cli._progress import SearchProgress
+from evokernel.core.errors import ConfigError
+from evokernel.engine.assemble import SearchSpec, assemble
+from evokernel.engine.search import Budget, Observer, Search, SearchReport
+from evokernel.engine.strategies import get_strategy
+
+
+def add_parser(sub: Any) -> None:
+    s = sub.add_parser("search", help="run (or resume) a search and print its elites")
+    s.add_argument("target", help="a search file (.py defining `space` and `evaluator`), a landscape "
+                                  "CSV, or the name of a shipped landscape")
+    s.add_argument("--name", default=None, help="run name (default: the space's name)")
+    s.add_argument("--llm", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
+                   help="add the LLM rewrite operator (Anthropic; needs ANTHROPIC_API_KEY; default model "
+                        "claude-sonnet-5); off, with one line saying why, when it cannot run")
+    s.add_argument("--llm-dollars", type=positive_float, default=None,
+                   help="stop LLM calls once they cost this much (the search goes on)")
+    s.add_argument("--require-sandbox", action="store_true",
+                   help="refuse to judge candidates unless every sandbox protection holds on this machine")
+    add_run_options(s, db_default="evokernel.db")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evokernel.store import open_store
+
+    if args.require_sandbox:  # read by every sandbox the search file's evaluator starts
+        os.environ["EVOKERNEL_SANDBOX"] = "require"
+    spec = load_target(args, args.target)
+    sandbox = getattr(spec.evaluator, "sandbox", None)
+    if callable(sandbox):
+        say_sandbox(sandbox())
+    store = open_store(args.db)
+    progress = None if (args.quiet or args.json) else SearchProgress(args.budget)
+    search = make_search(args, spec, store, [progress] if progress else [])
+    report = run_search(search, args, progress)
+    if args.json:
+        print(json.dumps({**msgspec.to_builtins(report), "db": args.db}))
+    else:
+        print_report(report, args.db)
+    return 0
+
+
+def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observers: list[Observer]) -> Search:
+    """The search that the target's `spec` and the options in `args` describe, built by
+    `evokernel.engine.assemble` (as the Python API builds it); the command's own words for
+    what it refuses."""
+    if (args.population is not None or args.patience is not None) and spec.options is None:
+        get_strategy(args.strategy or "default")  # an unknown strategy is the first thing said
+    if spec.mutators is not None and args.strategy is not None:
+        raise ConfigError("the search file sets its own mutators; drop --strategy")
+    llm = getattr(args, "llm", None)
+    if llm and (getattr(spec.evaluator, "problem", None) is None or getattr(spec.evaluator, "render", None) is None):
+        raise ConfigError("--llm rewrites kernel sources: it needs a search file whose evaluator judges a problem "
+                          "(a KernelEvaluator), not a landscape replay")
+    spec = replace(spec, strategy=args.strategy, population=args.population, patience=args.patience,
+                   name=getattr(args, "name", None) or spec.name, llm=llm)
+    return assemble(spec, store=store, observers=observers,
+                    say=lambda line: print(f"evokernel: {line}", file=sys.stderr))
+
+
+def budget(args: argparse.Namespace) -> Budget:
+    return Budget(evaluations=args.budget, wall_s=args.wall_time, cost=getattr(args, "llm_dollars", None))
+
+
+def run_search(search: Search, args: argparse.Namespace, progress: SearchProgress | None) -> SearchReport:
+    try:
+        return search.run(budget(args), seed=args.seed)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def generations_run(report: SearchReport) -> int:
+    """How many generations ran: `report.generations` is the last one's number, counting the
+    first population as generation 0 (a search that found nothing new to try numbered one more
+    and stopped before evaluating it)."""
+    return report.generations + (report.stop_reason != "space exhausted")
+
+
+def print_report(report: SearchReport, db: str | None) -> None:
+    from rich.table import Table
+
+    console = stdout_console()
+    table = Table(title=f"elites of run {report.run_id} ({report.stop_reason})")
+    for col in ("#", "niche", "latency ms", "noise", "n", "genome", "params"):
+        table.add_column(col, justify="right" if col in ("#", "latency ms", "noise", "n") else "left")
+    for i, e in enumerate(report.elites, 1):
+        table.add_row(str(i), e.niche, f"{e.latency_ms:.6f}", f"{100 * e.noise:.1f}%", str(len(e.samples)),
+                      e.genome.id, e.genome.short())
+    console.print(table)
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
+    where = f"; stored in {db}" if db else ""
+    console.print(
+        f"{report.evaluations} evaluations ({report.measured} measured, {report.resumed_hits} resumed, "
+        f"{report.reused} reused from earlier runs) in {plural(generations_run(report), 'generation')}: "
+        f"{statuses}{where}",
+        highlight=False,
+    )

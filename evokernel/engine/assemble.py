@@ -1,0 +1,177 @@
+"""One place that builds a search: the `evokernel search` command and the Python API both call it.
+
+A `SearchSpec` says what to search (space, evaluator, and optionally descriptor, mutators or
+a strategy, options, population and patience, name, seeds, an LLM model); `assemble` turns it
+into a `Search` wired the way the command line wires it: a knowledge recorder (lessons and
+accepted kernels, in the store) when the evaluator judges a problem, the LLM rewrite operator
+with the store's lessons for the problem when `llm` names a model, and the strategy's options
+with the population and patience asked for. `SearchSpec.from_file` reads a search file, so
+`assemble(SearchSpec.from_file("examples/matmul_kernel.py"), store=open_store("evokernel.db"))`
+is the search that `evokernel search examples/matmul_kernel.py` runs.
+
+>>> from evokernel import Budget, SearchSpec, assemble
+>>> from evokernel.evaluators import ReplayEvaluator
+>>> from evokernel.engine.landscape import builtin
+>>> evaluator = ReplayEvaluator(builtin("matmul_bf16_h200_M16_N4096_K4096"))
+>>> search = assemble(SearchSpec(evaluator.space, evaluator, population=4, patience=10))
+>>> search.strategy, search.options.population, search.options.patience
+('default', 4, 10)
+>>> search.run(Budget(evaluations=40), seed=0).evaluations
+40
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from evokernel.core.archive import Descriptor
+from evokernel.core.errors import ConfigError, EvokernelError
+from evokernel.core.evaluator import Evaluator
+from evokernel.core.genome import Genome
+from evokernel.core.mutator import Mutator
+from evokernel.core.space import SearchSpace
+from evokernel.engine.options import SearchOptions
+from evokernel.engine.report import Observer
+from evokernel.engine.search import Search
+from evokernel.engine.strategies import get_strategy
+from evokernel.store import Store
+
+__all__ = ["SearchSpec", "assemble"]
+
+log = logging.getLogger("evokernel.assemble")
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """What to search, as a search file (`evokernel search FILE.py`) says it.
+
+    mutators or strategy (not both; default: the "default" strategy); options: the loop's
+    knobs (default: the strategy's); population and patience override them (population sets
+    the elites carried over too); seeds: known-good points of the first generation; llm: a
+    model name (Anthropic) or a provider object for the LLM rewrite operator, added to the
+    mutators when the evaluator judges a problem; knowledge: record lessons and accepted
+    kernels in the store when the evaluator judges a problem."""
+
+    space: SearchSpace
+    evaluator: Evaluator
+    descriptor: Descriptor | None = None
+    mutators: Sequence[Mutator] | None = None
+    strategy: str | None = None
+    options: SearchOptions | None = None
+    population: int | None = None
+    patience: int | None = None
+    name: str | None = None
+    seeds: Iterable[Genome | Mapping[str, Any]] = ()
+    llm: Any = None
+    knowledge: bool = True
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> SearchSpec:
+        """The spec a search file declares (what `evokernel search FILE.py` reads): `space` and
+        `evaluator`, and optionally `descriptor`, `mutators`, `options`, `name`, `seeds`."""
+        from evokernel.judge.problem import load_module
+
+        target = str(path)
+        if not Path(path).is_file():
+            raise ConfigError(f"no such search file: {target}")
+        try:
+            mod = load_module(Path(path), prefix="_evokernel_target")
+        except EvokernelError as exc:
+            raise ConfigError(f"{Path(path)}: {exc}") from None
+        except Exception as exc:
+            raise ConfigError(f"{Path(path)}: {type(exc).__name__}: {exc}") from None
+        space, evaluator = getattr(mod, "space", None), getattr(mod, "evaluator", None)
+        if not isinstance(space, SearchSpace):
+            raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")
+        if not isinstance(evaluator, Evaluator):
+            raise ConfigError(f"{target}: defines no `evaluator` (with name, fingerprint() and evaluate())")
+        return cls(space, evaluator, descriptor=getattr(mod, "descriptor", None),
+                   mutators=getattr(mod, "mutators", None), options=getattr(mod, "options", None),
+                   name=getattr(mod, "name", None), seeds=getattr(mod, "seeds", None) or ())
+
+
+def assemble(spec: SearchSpec, *, store: Store | None = None, observers: Iterable[Observer] = (),
+             say: Callable[[str], None] | None = None) -> Search:
+    """The search `spec` describes, stored in `store` (default: in memory), followed by
+    `observers`. `say` gets the one line on why the LLM operator is off when it cannot run
+    (default: a logged warning); the search goes on without it."""
+    say = say or log.warning
+    options = spec.options
+    if spec.population is not None or spec.patience is not None:
+        base = options or get_strategy(spec.strategy or "default").options
+        options = replace(
+            base,
+            population=spec.population or base.population,
+            elitism=spec.population or base.elitism,
+            patience=spec.patience if spec.patience is not None else base.patience,
+        )
+    mutators = spec.mutators
+    strategy = spec.strategy
+    if mutators is not None and strategy is not None:
+        raise ConfigError("give either mutators or a strategy, not both")
+    observers = list(observers)
+    if store is None:
+        from evokernel.store import SQLiteStore
+
+        store = SQLiteStore(":memory:")
+    knowledge = None
+    if spec.knowledge and getattr(spec.evaluator, "problem", None) is not None:
+        from evokernel.store.knowledge import KnowledgeRecorder
+
+        knowledge = KnowledgeRecorder.from_evaluator(store, spec.evaluator)  # lessons and kernels, in the store
+        observers.append(knowledge)
+    llm = _llm_operator(spec, store, knowledge, say)
+    if llm is not None:
+        base_mutators = list(mutators) if mutators is not None else get_strategy(strategy or "default").mutators(
+            spec.space)
+        mutators = base_mutators + [llm]
+        strategy = None
+    return Search(
+        spec.space,
+        spec.evaluator,
+        mutators,
+        strategy=None if mutators is not None else (strategy or "default"),
+        options=options,
+        store=store,
+        descriptor=spec.descriptor,
+        name=spec.name,
+        observers=observers,
+        seeds=spec.seeds or (),
+    )
+
+
+def _llm_operator(spec: SearchSpec, store: Store, knowledge: Any, say: Callable[[str], None]) -> Any:
+    """The LLM rewrite operator `spec.llm` asks for, or None (with one line to `say` if it is off)."""
+    if not spec.llm:
+        return None
+    evaluator = spec.evaluator
+    problem, render = getattr(evaluator, "problem", None), getattr(evaluator, "render", None)
+    if problem is None or render is None:
+        raise ConfigError("the LLM operator rewrites kernel sources: it needs an evaluator that judges a problem "
+                          "(a KernelEvaluator), not a landscape replay")
+    try:
+        from evokernel.mutators.llm import AnthropicProvider, LLMRewrite
+    except ImportError as exc:  # pragma: no cover - the module itself has no hard dependency
+        say(f"LLM operator off: {exc}")
+        return None
+    lessons = None
+    if knowledge is not None:
+        from evokernel.store.knowledge import lessons_for
+
+        where = knowledge.where
+        lessons = lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"],  # noqa: E731
+                                            toolchain=where["toolchain"])
+    provider = AnthropicProvider(spec.llm) if isinstance(spec.llm, str) else spec.llm
+    op = LLMRewrite(problem, provider=provider, render=render, lessons=lessons)
+    off = op.available()
+    if off is not None:
+        say(f"LLM operator off: {off}; searching without it")
+        return None
+    if knowledge is not None:  # the run ends with a prose summary of its op's lessons
+        knowledge.summarizer = op.provider
+    return op

@@ -1,0 +1,113 @@
+"""Where a run starts: the first generation, and what earlier runs taught it.
+
+The first generation is, in order and within the budget: the elites of earlier runs of the
+same space and evaluator, the user's seeds (known-good points: a library's defaults, a
+serving engine's tuned config), the best genomes of the nearest other shapes' runs
+(transfer; more of them offered later by a "transfer" operator), then random unseen points
+up to the population. Before it, the failures of those earlier runs teach the failure model
+which points would run out of resources.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from evokernel.core.genome import Genome
+from evokernel.core.space import SearchSpace
+from evokernel.engine.propose import unseen_random
+from evokernel.engine.transfer import TransferOperator, transfer_key, transfer_seeds
+
+if TYPE_CHECKING:
+    from evokernel.engine.search import _Run
+
+__all__ = ["valid_seeds", "learn_prior_failures", "first_generation"]
+
+log = logging.getLogger("evokernel.search")
+
+
+def valid_seeds(space: SearchSpace, seeds: Iterable[Genome | Mapping[str, Any]]) -> list[Genome]:
+    """`seeds` (genomes or parameter dicts) as canonical genomes of `space`, without repeats;
+    an invalid seed is left out with a warning.
+
+    >>> from evokernel.core.space import IntRange
+    >>> space = SearchSpace([IntRange("x", 1, 4)])
+    >>> [g.params for g in valid_seeds(space, [{"x": 2}, {"x": 9}, Genome.of({"x": 2})])]
+    [{'x': 2}]
+    """
+    out: list[Genome] = []
+    for seed in seeds:
+        params = seed.params if isinstance(seed, Genome) else dict(seed)
+        reason = space.why_invalid(params)
+        if reason is not None:
+            log.warning("seed %s left out: %s", params, reason)
+            continue
+        g = Genome.of(space.canonical(params), seed.source if isinstance(seed, Genome) else None)
+        if all(g.id != h.id for h in out):
+            out.append(g)
+    return out
+
+
+def learn_prior_failures(run: _Run) -> None:
+    """Known dead ends: the evaluations of earlier runs of this space and evaluator (the
+    same archive key) teach the failure model before this run proposes anything."""
+    if run.failures is None:
+        return
+    store, space = run.s.store, run.s.space
+    taught = 0
+    for info in store.runs():
+        if info.archive_key != run.archive_key or info.seq >= run.run.seq:
+            continue
+        for e in store.history(info.id):
+            if e.kind == "eval" and space.is_valid(e.genome.params):
+                taught += run.failures.learn(e.genome, e.result)
+    if taught:
+        store.log_event(run.run.id, "prior_failures", {"learned": taught, "model": len(run.failures)},
+                        key="prior_failures")
+
+
+def first_generation(run: _Run) -> list[Genome]:
+    """The genomes the run starts from (see the module's docstring); the archive is seeded with
+    the earlier runs' elites and the failure model taught by their failures."""
+    s, opt = run.s, run.opt
+    prior = s.store.elites(archive_key=run.archive_key, before_seq=run.run.seq)
+    prior = [e for e in prior if s.space.is_valid(e.genome.params)]
+    run.archive.seed(prior)
+    learn_prior_failures(run)
+    first: list[Genome] = []
+    for e in prior[: opt.seed_elites]:
+        if len(first) < run._left():
+            first.append(Genome.of(s.space.canonical(e.genome.params), e.genome.source)
+                         .with_lineage((), "archive", 0))
+    taken = {g.id for g in first}
+    for g in s.seeds:
+        if g.id not in taken and len(first) < run._left():
+            first.append(g.with_lineage((), "seed", 0))
+            taken.add(g.id)
+    key = transfer_key(s.evaluator)
+    if key is not None and opt.transfer and len(first) < run._left():
+        # the nearest shapes' best genomes: the first few open the run, the rest are offered
+        # by a "transfer" operator that the bandit keeps calling while they pay off
+        seeds = transfer_seeds(s.store, key, s.space, fingerprint=run.fingerprint,
+                               limit=opt.transfer + opt.transfer_operator)
+        head, rest = seeds[: min(opt.transfer, run._left() - len(first))], seeds[opt.transfer:]
+        for g, run_id, dist in head:
+            if g.id not in taken:
+                first.append(g.with_lineage((), "transfer", 0))
+                taken.add(g.id)
+        if rest and "transfer" not in run.bandit.names:
+            run.mutators.append(TransferOperator([g for g, _, _ in rest]))
+            run.bandit.add("transfer")
+        if seeds:
+            s.store.log_event(run.run.id, "transfer", {
+                "from_runs": sorted({r for _, r, _ in seeds}), "genomes": [g.id for g, _, _ in head],
+                "offered_later": len(rest),
+                "distances": sorted({round(d, 3) for _, _, d in seeds})}, key="transfer")
+    while len(first) < min(opt.population, run._left()):
+        g = unseen_random(run, taken)
+        if g is None:
+            break
+        first.append(g.with_lineage((), "init", 0))
+        taken.add(g.id)
+    return first

@@ -1,0 +1,1 @@
+"""Tests of the fused RMSNorm family (search_spaces/rmsnorm/)."""
