@@ -10,7 +10,7 @@ then the winner and the baselines re-measured together, interleaved, in fresh pr
 - `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn` (and any --sdpa extra, e.g. `varlen`): torch
   scaled_dot_product_attention with that backend forced, on the [B, H, N, D] view (one call
   for equal lengths, one per sequence otherwise; the lengths' read-back is timed; see
-  `triton_attention.sdpa_source`). A backend that cannot run the shape is a failed cell.
+  `attention.template_prefill.sdpa_source`). A backend that cannot run the shape is a failed cell.
 
 Decode: for each model, batch and context, a search of the split-KV paged template's space
 (`decode_space()`) on `examples/problems/attention_decode_bf16.py`, then re-measured with:
@@ -147,8 +147,8 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
-    from evokernel.search_spaces import triton_attention as prefill_t
-    from evokernel.search_spaces import triton_decode as decode_t
+    from evokernel.search_spaces.attention import template_prefill as prefill_t
+    from evokernel.search_spaces.attention import template_decode as decode_t
     from evokernel.store import SQLiteStore
 
     doc: dict[str, Any] = {

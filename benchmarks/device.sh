@@ -90,7 +90,7 @@ gate() {
 footing() {
   mkdir -p "$OUT"
   if [ -z "${SKIP_TESTS:-}" ]; then
-    cp -r tests benchmarks examples /tmp/pkg/ 2>/dev/null
+    cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null
     (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
        ${TESTS:-tests/test_footing.py tests/test_launch_gpu.py "tests/test_gate.py::test_corpus_verdict" -k "footing or host_sync or side_by_side or host_side or synchronises or launch"}) \
        > "$OUT/tests.log" 2>&1
@@ -100,10 +100,11 @@ footing() {
     # the gate end to end on the GPU: a prefill winner and cuDNN SDPA under the varlen contract
     # (host-side lengths as plain inputs), a GEMM winner through its launcher; graph-timed.
     # (run from /tmp/pkg: the checkout's own evokernel/ holds the core alone)
-    cp -r examples benchmarks /tmp/pkg/ 2>/dev/null
+    cp -rL examples benchmarks /tmp/pkg/ 2>/dev/null
     (cd /tmp/pkg && python3 - <<'PY'
 import json, pathlib
-from evokernel.search_spaces import triton_attention as t, triton_gemm as g
+from evokernel.search_spaces.attention import template_prefill as t
+from evokernel.search_spaces.gemm import template as g
 rows = json.loads(pathlib.Path("benchmarks/results/attention_prefill.json").read_text())["rows"]
 pathlib.Path("/tmp/attn_winner.py").write_text(t.candidate_source(rows[0]["winner"], causal=True))
 pathlib.Path("/tmp/attn_cudnn.py").write_text(t.sdpa_source("cudnn", causal=True))

@@ -50,7 +50,7 @@ FAMILIES = ("gemm", "attention", "decode", "moe")
 
 # -- what each row times -------------------------------------------------------------------
 def gemm_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
+    from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, torch_source
 
     jobs = []
     for r in rows:
@@ -68,7 +68,7 @@ def gemm_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def attention_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from evokernel.search_spaces import triton_attention as t
+    from evokernel.search_spaces.attention import template_prefill as t
 
     jobs = []
     for r in rows:
@@ -91,7 +91,7 @@ def attention_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def decode_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from evokernel.search_spaces import triton_decode as t
+    from evokernel.search_spaces.attention import template_decode as t
 
     jobs = []
     for r in rows:
@@ -112,7 +112,7 @@ def decode_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def moe_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from evokernel.search_spaces.moe import shared_params
-    from evokernel.search_spaces.triton_moe import candidate_source
+    from evokernel.search_spaces.moe.template import candidate_source
 
     jobs = []
     for r in rows:
@@ -154,7 +154,7 @@ def _kernels(job: dict[str, Any], folder: Path) -> dict[str, Any]:
         kernel = load_module(path, prefix="_footing").kernel
         fns[name] = lambda s, k=kernel: k(*s)
     if job.get("direct"):
-        from evokernel.search_spaces.triton_gemm import gemm
+        from evokernel.search_spaces.gemm.template import gemm
 
         for name, params in job["direct"].items():
             fns[name] = lambda s, p=params: gemm(*s, **p)

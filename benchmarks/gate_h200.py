@@ -45,7 +45,7 @@ def left(deadline: float) -> float:
 def phase_smoke(out: Path, deadline: float) -> None:
     from evokernel.judge.gate import Judge
     from evokernel.judge.problem import Problem
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     problem = Problem.load(ROOT / "examples/problems/matmul_bf16.py")
     t = time.monotonic()
@@ -117,7 +117,7 @@ def _top_configs(n: int) -> list[dict]:
 def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.core.genome import Genome
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     top = _top_configs(10)
     genomes = [Genome.of(p) for p, _ in top]
@@ -170,7 +170,7 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3, burn: int = 0,
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.gate import GateOptions
     from evokernel.core.genome import Genome
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     top = _top_configs(4)
     genomes = [Genome.of(p) for p, _ in top]
@@ -215,7 +215,7 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     from evokernel.evaluators import KernelEvaluator
     from evokernel.core.genome import Genome
     from evokernel.search_spaces import matmul_space
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     space = matmul_space()
     points = space.valid_points()
@@ -289,7 +289,7 @@ def phase_ab(out: Path, deadline: float) -> None:
     """The 4 best landscape configs re-measured together, interleaved, 3 rounds."""
     from evokernel.evaluators import KernelEvaluator
     from evokernel.core.genome import Genome
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     top = _top_configs(4)
     genomes = [Genome.of(p) for p, _ in top]

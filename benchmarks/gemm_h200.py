@@ -115,7 +115,7 @@ def cublas_seeds(m: int, shape: dict, space, off: dict[str, int], *, tma_store: 
 def gluon_available() -> bool:
     """Whether this Triton has Gluon's Hopper API (the GLUON gene's kernel): said when not."""
     try:
-        import evokernel.search_spaces.gluon_gemm  # noqa: F401
+        import evokernel.search_spaces.gemm.template_gluon  # noqa: F401
     except Exception as exc:  # an older Triton: the gene stays out of the space
         print(f"no GLUON gene: this Triton's Gluon is missing or differs ({type(exc).__name__}: {exc})", flush=True)
         return False
@@ -158,7 +158,7 @@ def main() -> None:
                     help="add the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers): off by "
                          "default, as it measured 1.5-3x slower than the same tiles without it (call BA)")
     ap.add_argument("--no-gluon", action="store_true",
-                    help="leave the GLUON gene (the warp-specialised Gluon kernel, search_spaces/gluon_gemm.py) out")
+                    help="leave the GLUON gene (the warp-specialised Gluon kernel, search_spaces/gemm/template_gluon.py) out")
     ap.add_argument("--no-cublas-seed", action="store_true",
                     help="do not seed each search with the tile cuBLAS runs at its shape (read with torch.profiler)")
     ap.add_argument("--device", default="cuda")
@@ -174,15 +174,15 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import (gemm_class, gemm_seeds, gemm_space, gluon_variant,
                                          wave_seeds, without_idle_genes)
-    from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
+    from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
     problem_path = PROBLEM
     if args.fp8:
-        from evokernel.search_spaces.gemm_fp8 import gemm_fp8_space
-        from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS as FP8_DEFAULTS
-        from evokernel.search_spaces.triton_gemm_fp8 import candidate_source as fp8_source
-        from evokernel.search_spaces.triton_gemm_fp8 import scaled_mm_source
+        from evokernel.search_spaces.gemm.space_fp8 import gemm_fp8_space
+        from evokernel.search_spaces.gemm.template_fp8 import DEFAULTS as FP8_DEFAULTS
+        from evokernel.search_spaces.gemm.template_fp8 import candidate_source as fp8_source
+        from evokernel.search_spaces.gemm.template_fp8 import scaled_mm_source
 
         problem_path = ROOT / "examples" / "problems" / "gemm_fp8.py"
 

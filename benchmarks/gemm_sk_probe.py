@@ -138,7 +138,7 @@ COOP_CONFIGS = {
     "128x(128+64) s4 coop": dict(COOP, BM=128, BN=128, BN_TAIL=64, num_stages=4),
     "128x128 s6 coop": dict(COOP, BM=128, BN=128, num_stages=6),
     "128x128 s4 ts1 P": TAIL_CONFIGS["128x128 s4 ts1 P"],
-    # the Gluon kernel (search_spaces/gluon_gemm.py): a TMA producer warp, one consumer
+    # the Gluon kernel (search_spaces/gemm/template_gluon.py): a TMA producer warp, one consumer
     # warpgroup per 64 rows keeping one MMA in flight, C by TMA (whole: ts1, halves: ts2)
     "128x256 s4 P ts2 gluon": dict(GLUON_BASE, BM=128, BN=256, num_warps=8, num_stages=4, TMA_STORE=2, PERSISTENT=1),
     "128x256 s4 ts2 gluon": dict(GLUON_BASE, BM=128, BN=256, num_warps=8, num_stages=4, TMA_STORE=2, PERSISTENT=0),
@@ -208,7 +208,7 @@ def main() -> None:
     import triton
 
     from evokernel.judge.timing import time_cuda
-    from evokernel.search_spaces.triton_gemm import gemm, last_compiled
+    from evokernel.search_spaces.gemm.template import gemm, last_compiled
 
     watched = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
                "time.perf_counter": time.perf_counter}

@@ -91,7 +91,7 @@ def measure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     """One row: inputs, the three paths' host times, the bitwise check."""
     import torch
 
-    from evokernel.search_spaces.triton_gemm import GemmLauncher, gemm
+    from evokernel.search_spaces.gemm.template import GemmLauncher, gemm
 
     m, n, k = (int(row[x]) for x in ("M", "N", "K"))
     if args.clip:
@@ -147,7 +147,7 @@ def compile_only(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     """(A --precompile process) Compile these rows' winners: one call each, results unused."""
     import torch
 
-    from evokernel.search_spaces.triton_gemm import GemmLauncher
+    from evokernel.search_spaces.gemm.template import GemmLauncher
 
     for row in rows:
         try:

@@ -28,7 +28,7 @@ files `moe_fp8_<mode>.json/.md/.db`. Baselines:
   block), GROUP_SIZE_M 32, 4 warps, 3 stages; per tensor 128x256x128 g32 w8 s4, or
   64x128x128 g1 w4 s4 when M <= E;
 - `sglang_h200`: the shipped H200 fp8 file for that E and N (`...,dtype=fp8_w8a8[,block_shape=
-  [128, 128]].json`) where one is vendored in `search_spaces/sglang_configs/`. None is (the
+  [128, 128]].json`) where one is vendored in `search_spaces/moe/sglang_configs/`. None is (the
   vendored files are bf16): the row then says the baseline is absent. (SGLang 0.5.17 itself
   ships H200 fp8 files for E=8,N=14336 per tensor and E=128,N=768 per block, none for
   DeepSeek-V3 under EP8, E=32,N=2048.)
@@ -71,7 +71,7 @@ def default_fp8_config(M: int, E: int, block: bool) -> dict[str, int]:
 def shipped_fp8_config(E: int, N: int, M: int, device_name: str, block: bool) -> dict[str, int] | None:
     """The vendored SGLang fp8 config for this GPU, E and N at the batch size nearest M (newest
     Triton folder first, as SGLang's loader), or None where no such file is vendored."""
-    from evokernel.search_spaces.sglang import CONFIG_DIR
+    from evokernel.search_spaces.moe.sglang import CONFIG_DIR
 
     name = (f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=fp8_w8a8"
             + (",block_shape=[128, 128]" if block else "") + ".json")
@@ -142,8 +142,8 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import moe_space, shared_params
-    from evokernel.search_spaces.sglang import default_config, shipped_config, shipped_elsewhere
-    from evokernel.search_spaces.triton_moe import candidate_source, split_config
+    from evokernel.search_spaces.moe.sglang import default_config, shipped_config, shipped_elsewhere
+    from evokernel.search_spaces.moe.template import candidate_source, split_config
     from evokernel.store import SQLiteStore
 
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
@@ -183,7 +183,7 @@ def main() -> None:
                     "sglang_h200": shipped_fp8_config(E, N, m, device_name, block)}
             if base["sglang_h200"] is None:
                 notes["sglang_h200"] = (f"absent: no {device_name} fp8_w8a8{' block' if block else ''} config "
-                                        f"for E={E}, N={N} vendored in search_spaces/sglang_configs (bf16 only)")
+                                        f"for E={E}, N={N} vendored in search_spaces/moe/sglang_configs (bf16 only)")
         else:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it

@@ -36,8 +36,8 @@ def main() -> None:
     import triton
 
     from evokernel.search_spaces.moe import MOE_MODELS
-    from evokernel.search_spaces.sglang import default_config, shipped_config
-    from evokernel.search_spaces.triton_moe import _gemv_up_kernel, fused_moe
+    from evokernel.search_spaces.moe.sglang import default_config, shipped_config
+    from evokernel.search_spaces.moe.template import _gemv_up_kernel, fused_moe
 
     shape = MOE_MODELS[args.model]
     E, H, inter, k = shape["E"], shape["H"], shape["I"], shape["topk"]

@@ -6,7 +6,7 @@ re-checked. Candidates import and compile in parallel processes (one per CPU cor
 the judge checks and times one candidate at a time on the GPU: two timings never share it.
 
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     evaluator = KernelEvaluator("examples/problems/matmul_bf16.py", lambda g: candidate_source(g.params))
     for result in evaluator.evaluate(genomes):

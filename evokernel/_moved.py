@@ -1,4 +1,4 @@
-"""Old import paths of modules that moved into subsystems, kept for one release.
+"""Old import paths of modules that moved (into subsystems, and kernel families into folders), kept for one release.
 
 `import evokernel.gate` (or `from evokernel.gate import Gate`) still works: it gives the module
 at its new place (`evokernel.judge.gate`), the same module object, with a DeprecationWarning
@@ -64,6 +64,18 @@ MOVED: dict[str, str] = {
     "evokernel.profile": "evokernel.model.profile",
     "evokernel.workload": "evokernel.model.workload",
     "evokernel.cascade": "evokernel.model.cascade",
+    # one folder per kernel family (search_spaces/<family>/); the old flat modules
+    # evokernel.search_spaces.{matmul,gemm,moe,attention} are those packages now
+    "evokernel.search_spaces.triton_matmul": "evokernel.search_spaces.matmul.template",
+    "evokernel.search_spaces.triton_gemm": "evokernel.search_spaces.gemm.template",
+    "evokernel.search_spaces.gluon_gemm": "evokernel.search_spaces.gemm.template_gluon",
+    "evokernel.search_spaces.gemm_fp8": "evokernel.search_spaces.gemm.space_fp8",
+    "evokernel.search_spaces.triton_gemm_fp8": "evokernel.search_spaces.gemm.template_fp8",
+    "evokernel.search_spaces.triton_fused": "evokernel.search_spaces.fused.kernels",
+    "evokernel.search_spaces.triton_moe": "evokernel.search_spaces.moe.template",
+    "evokernel.search_spaces.sglang": "evokernel.search_spaces.moe.sglang",
+    "evokernel.search_spaces.triton_attention": "evokernel.search_spaces.attention.template_prefill",
+    "evokernel.search_spaces.triton_decode": "evokernel.search_spaces.attention.template_decode",
 }
 
 

@@ -25,7 +25,7 @@ from evokernel.evaluators import KernelEvaluator  # noqa: E402
 from evokernel.engine.landscape import landscape_seeds  # noqa: E402
 from evokernel.judge.problem import Problem  # noqa: E402
 from evokernel.search_spaces import decode_class, decode_space  # noqa: E402
-from evokernel.search_spaces.triton_decode import candidate_source  # noqa: E402
+from evokernel.search_spaces.attention.template_decode import candidate_source  # noqa: E402
 
 problem = Problem.load(Path(__file__).resolve().parent / "problems" / "attention_decode_bf16.py")
 space = decode_space(head_dim=problem.module.D, group=problem.module.HQ // problem.module.HKV)

@@ -24,7 +24,7 @@ from evokernel.evaluators import KernelEvaluator  # noqa: E402
 from evokernel.engine.landscape import landscape_seeds  # noqa: E402
 from evokernel.judge.problem import Problem  # noqa: E402
 from evokernel.search_spaces import attention_class, attention_space  # noqa: E402
-from evokernel.search_spaces.triton_attention import candidate_source  # noqa: E402
+from evokernel.search_spaces.attention.template_prefill import candidate_source  # noqa: E402
 
 problem = Problem.load(Path(__file__).resolve().parent / "problems" / "attention_prefill_bf16.py")
 CAUSAL = bool(problem.module.CAUSAL)

@@ -55,7 +55,7 @@ def replay(budget: int) -> None:
 def _gluon() -> bool:
     """Whether this Triton has Gluon's Hopper API (the GLUON gene's kernel)."""
     try:
-        import evokernel.search_spaces.gluon_gemm  # noqa: F401
+        import evokernel.search_spaces.gemm.template_gluon  # noqa: F401
     except Exception:  # an older Triton: the gene stays out of the space
         return False
     return True
@@ -69,7 +69,7 @@ def tune(shapes: list[str], ms: list[int], *, budget: int, epilogue: str, out: P
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import gemm_class, gemm_seeds, gemm_space, wave_seeds
-    from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, torch_source
+    from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Tune a Triton bf16 matmul (M=2048, N=6144, K=4096) for the H200.
 
-The space is declared in Python (search_spaces/matmul.py) with the constraints that rule
+The space is declared in Python (search_spaces/matmul/space.py) with the constraints that rule
 out configurations that cannot fit the GPU. Its fitness is the recorded H200 sweep of
 that shape, replayed with 3% measurement noise, so the search runs on any machine.
 

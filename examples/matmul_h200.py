@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evokernel.evaluators import KernelEvaluator
 from evokernel.search_spaces import matmul_space, tile_class
-from evokernel.search_spaces.triton_matmul import candidate_source
+from evokernel.search_spaces.matmul.template import candidate_source
 
 PROBLEM = Path(__file__).resolve().parents[1] / "benchmarks" / "problems" / "matmul_bf16_m2048.py"
 

@@ -16,7 +16,7 @@ import torch
 
 from evokernel.evaluators import KernelEvaluator
 from evokernel.search_spaces import matmul_space, tile_class
-from evokernel.search_spaces.triton_matmul import candidate_source
+from evokernel.search_spaces.matmul.template import candidate_source
 
 ROOT = Path(__file__).resolve().parent
 GPU = torch.cuda.is_available()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from evokernel.evaluators import KernelEvaluator
 from evokernel.search_spaces import moe_shared_space, shared_params
-from evokernel.search_spaces.triton_moe import candidate_source
+from evokernel.search_spaces.moe.template import candidate_source
 
 PROBLEM = Path(__file__).resolve().parent / "problems" / "moe_bf16.py"
 

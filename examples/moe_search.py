@@ -27,7 +27,7 @@ def replay(budget: int, ms: list[int]) -> None:
     from evokernel import Budget, Search
     from evokernel.evaluators import ReplayEvaluator
     from evokernel.engine.landscape import Landscape, builtin
-    from evokernel.search_spaces.sglang import default_config, shipped_config
+    from evokernel.search_spaces.moe.sglang import default_config, shipped_config
 
     print("no GPU: replaying the recorded H200 landscapes (moe_bf16_h200_qwen3-30b-a3b_M*), with 3% noise")
     print("| M | winner (one config for both GEMMs) | winner ms | SGLang default ms | speedup | SGLang H200 ms | speedup |")

@@ -1,11 +1,38 @@
-"""Search spaces for kernels evokernel ships: declared as data, a few lines each."""
+"""Search spaces for kernels evokernel ships: declared as data, a few lines each.
 
-from .attention import attention_class, attention_space, decode_class, decode_space
-from .gemm import (coop_variant, cublas_seed, gemm_class, gemm_seeds, gemm_space, gluon_variant, warp_spec_idle,
-                   wave_seeds, without_idle_genes)
-from .gemm_fp8 import gemm_fp8_space
-from .matmul import matmul_space, tile_class
-from .moe import moe_shared_space, moe_space, shared_params, sglang_config
+One folder per kernel family, each with its space (`space.py`: the parameters and the
+validity rules), its template(s) (`template*.py`: the kernel and the candidate source a
+search evaluates), where it has them its seed heuristics (`seeds.py`), and its problems
+(`problems/*.py`, loaded by path):
+
+- `matmul/`: a plain Triton matmul (the shipped H200 landscapes);
+- `gemm/`: the Hopper GEMM with a fusable epilogue, its Gluon kernel and its fp8 form;
+- `moe/`: the fused MoE, with SGLang's own configs as baselines;
+- `attention/`: prefill and paged decode;
+- `rmsnorm/`: a fused RMSNorm (the README's guide to adding a family);
+- `fused/`: small fused kernels model-level rewrites use (no space of their own).
+
+The flat modules of earlier releases (`evokernel.search_spaces.triton_gemm`, ...) still
+import, as the same module objects at their new names (`evokernel/_moved.py`):
+
+>>> import importlib, warnings
+>>> from evokernel._moved import MOVED
+>>> old = sorted(name for name in MOVED if name.startswith("evokernel.search_spaces."))
+>>> with warnings.catch_warnings():
+...     warnings.simplefilter("ignore", DeprecationWarning)
+...     same = [importlib.import_module(name) is importlib.import_module(MOVED[name]) for name in old]
+>>> len(old), all(same)
+(10, True)
+>>> from evokernel.search_spaces.gemm import gemm_space  # (a module once, a package now)
+>>> gemm_space().name
+'gemm_hopper'
+"""
+
+from evokernel.search_spaces.attention import attention_class, attention_space, decode_class, decode_space
+from evokernel.search_spaces.gemm import (coop_variant, cublas_seed, gemm_class, gemm_fp8_space, gemm_seeds, gemm_space,
+                                          gluon_variant, warp_spec_idle, wave_seeds, without_idle_genes)
+from evokernel.search_spaces.matmul import matmul_space, tile_class
+from evokernel.search_spaces.moe import moe_shared_space, moe_space, shared_params, sglang_config
 
 __all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "coop_variant", "gluon_variant", "warp_spec_idle",
            "without_idle_genes", "gemm_fp8_space", "matmul_space", "tile_class", "moe_space", "moe_shared_space", "shared_params", "sglang_config",

@@ -52,7 +52,7 @@ def test_a_kernel_evaluator_gets_the_knowledge_recorder_and_the_llm_operator(mon
     from evokernel.evaluators import KernelEvaluator
     from evokernel.mutators.llm import AnthropicProvider
     from evokernel.search_spaces import matmul_space
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     evaluator = KernelEvaluator(ROOT / "tests" / "corpus" / "problems" / "matmul_small.py",
                                 lambda genome: candidate_source(genome.params))

@@ -17,7 +17,7 @@ from evokernel.integrations.sglang.export import GEMM_KEYS, sglang_file_name, sg
 from evokernel.judge.gate import GateOptions
 from evokernel.engine.search import SearchOptions
 from evokernel.search_spaces import moe_shared_space, shared_params
-from evokernel.search_spaces.triton_moe import candidate_source
+from evokernel.search_spaces.moe.template import candidate_source
 from evokernel.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,7 @@ def test_earlier_winners_come_back_with_deeper_pipelines_where_they_fit():
     more, its C stored from registers where staging C leaves no room."""
     deep_variants = _script("gemm_h200").deep_variants
 
-    from evokernel.search_spaces.triton_gemm import DEFAULTS
+    from evokernel.search_spaces.gemm.template import DEFAULTS
 
     space = gemm_space(tma_store=True, bn_tail=True)
     narrow = dict(DEFAULTS, BM=64, BN=64, BK=128, num_warps=4, num_stages=5, TMA_STORE=0, BN_TAIL=0)

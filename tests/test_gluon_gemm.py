@@ -1,4 +1,4 @@
-"""The warp-specialised Gluon GEMM (search_spaces/gluon_gemm.py, the template's GLUON=1).
+"""The warp-specialised Gluon GEMM (search_spaces/gemm/template_gluon.py, the template's GLUON=1).
 
 On the CPU: the space's rules, the refusal of CPU tensors (Gluon does not run in Triton's
 interpreter) as a clear error, and the kernel's sm_90 build (Triton's NVIDIA backend compiles
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from evokernel.search_spaces import gemm_space, gluon_variant
-from evokernel.search_spaces.triton_gemm import DEFAULTS, candidate_source, gemm
+from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, gemm
 from evokernel.core.space import H200_SHARED_MEMORY_BYTES
 
 #: a Gluon point of the benchmark space: 128x256, 8 consumer warps, 4 stages, C in halves
@@ -159,7 +159,7 @@ def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1
         import triton.backends.nvidia  # noqa: F401
     except ImportError:
         pytest.skip("this Triton has no NVIDIA backend")
-    from evokernel.search_spaces.gluon_gemm import _gluon_gemm_kernel, gluon_launch_maxnreg
+    from evokernel.search_spaces.gemm.template_gluon import _gluon_gemm_kernel, gluon_launch_maxnreg
 
     def desc(shape: list[int]) -> str:
         layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)

@@ -171,17 +171,20 @@ def test_the_health_check_judges_the_same_problem(clean_env):
 
 # -- the template --------------------------------------------------------------------------
 def test_the_template_hash_covers_the_modules_render_uses():
-    from evokernel.search_spaces.triton_gemm import candidate_source
+    from evokernel.search_spaces.gemm.template import candidate_source
 
     names = [Path(f).name for f in template_files(lambda g: candidate_source(g.params))]
-    # triton_gemm.py imports gluon_gemm inside a function; this test file defines the render
-    assert {"triton_gemm.py", "gluon_gemm.py", "triton_matmul.py", "candidate.py", "test_identity.py"} <= set(names)
+    # gemm/template.py imports gemm/template_gluon.py inside a function; this test file defines the render
+    assert {"template.py", "template_gluon.py", "candidate.py", "test_identity.py"} <= set(names)
+    files = {Path(f).relative_to(ROOT).as_posix() for f in template_files(lambda g: candidate_source(g.params))
+             if Path(f).is_relative_to(ROOT)}
+    assert {"search_spaces/gemm/template.py", "search_spaces/matmul/template.py"} <= files
     assert "kernel.py" not in names and "search.py" not in names  # the machinery is not the template
 
 
 def _template_copy(folder: Path, edit: bool = False):
     folder.mkdir()
-    source = (ROOT / "search_spaces" / "triton_matmul.py").read_bytes()
+    source = (ROOT / "search_spaces" / "matmul" / "template.py").read_bytes()
     if edit:  # one byte of the docstring
         assert source.startswith(b'"""')
         source = source[:3] + source[3:4].swapcase() + source[4:]
@@ -232,7 +235,7 @@ def reference(a, b):
 
 
 def test_no_stored_result_crosses_a_problem_parameter(tmp_path: Path):
-    from evokernel.search_spaces.triton_matmul import candidate_source
+    from evokernel.search_spaces.matmul.template import candidate_source
 
     problem = tmp_path / "scaled.py"
     problem.write_text(SCALED)

@@ -15,7 +15,7 @@ from evokernel.judge.gate import GateOptions, Judge
 from evokernel.judge.problem import Problem
 from evokernel.judge.sandbox import Sandbox, scrubbed_environment
 from evokernel.search_spaces import matmul_space
-from evokernel.search_spaces.triton_matmul import candidate_source
+from evokernel.search_spaces.matmul.template import candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "tests/corpus/problems/matmul_small.py"

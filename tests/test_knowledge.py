@@ -17,7 +17,7 @@ from evokernel.store.knowledge import KnowledgeRecorder, failure_class, kernels,
 from evokernel.mutators.llm import LLMRewrite  # noqa: E402
 from evokernel.engine.search import SearchOptions  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
-from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
+from evokernel.search_spaces.matmul.template import candidate_source  # noqa: E402
 from evokernel.store import SQLiteStore  # noqa: E402
 
 from .test_llm import PROBLEM, Recorded, provider  # noqa: E402

@@ -32,8 +32,8 @@ from triton.runtime.jit import create_function_from_signature
 from evokernel import launch as launch_mod
 from evokernel.judge.candidate import bind_config
 from evokernel.runtime.launch import KernelLaunch, quick_descriptor
-from evokernel.search_spaces import triton_gemm
-from evokernel.search_spaces.triton_gemm import DEFAULTS, GemmLauncher, _signature, candidate_source
+from evokernel.search_spaces.gemm import template as triton_gemm
+from evokernel.search_spaces.gemm.template import DEFAULTS, GemmLauncher, _signature, candidate_source
 
 from ._interpreter import run_interpreted
 
@@ -431,7 +431,7 @@ def test_a_quick_gluon_descriptor_specialises_as_the_checked_one() -> None:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from evokernel.search_spaces.gluon_gemm import _gluon_gemm_kernel
+    from evokernel.search_spaces.gemm.template_gluon import _gluon_gemm_kernel
 
     binder = create_function_from_signature(_gluon_gemm_kernel.signature, _gluon_gemm_kernel.params, BaseBackend)
     layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float16)
@@ -521,7 +521,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
     against 1, 0.0 against -0.0) get launches of their own; each direct launch passes what
     the JIT would bind for the same call, with its first call's specialisation."""
     from evokernel.runtime.launch import LaunchCache
-    from evokernel.search_spaces.triton_decode import _split_kernel
+    from evokernel.search_spaces.attention.template_decode import _split_kernel
 
     jit = RecordingJit(_split_kernel)
     cache = LaunchCache()
@@ -589,8 +589,8 @@ def test_a_launch_cache_sends_unhashable_arguments_through_the_jit() -> None:
 _SCRIPT = r'''
 import json, sys, torch
 from evokernel.judge.candidate import bind_config
-from evokernel.search_spaces import triton_gemm
-from evokernel.search_spaces.triton_gemm import DEFAULTS, GemmLauncher, candidate_source, gemm
+from evokernel.search_spaces.gemm import template as triton_gemm
+from evokernel.search_spaces.gemm.template import DEFAULTS, GemmLauncher, candidate_source, gemm
 
 
 def inputs(m, n, k, dtype, seed, has_bias, has_res):

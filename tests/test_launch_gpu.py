@@ -17,7 +17,7 @@ import pytest
 import torch
 import triton
 
-from evokernel.search_spaces.triton_gemm import DEFAULTS, GemmLauncher, candidate_source, gemm, last_compiled
+from evokernel.search_spaces.gemm.template import DEFAULTS, GemmLauncher, candidate_source, gemm, last_compiled
 
 _CUDA = torch.cuda.is_available()
 _HOPPER = _CUDA and torch.cuda.get_device_capability()[0] == 9
@@ -262,7 +262,7 @@ def _through_the_jit_then_direct(module: Any, call: Any, sets: list[tuple], monk
 
 @pytest.mark.parametrize("over", [{}, {"TMA": 1}, {"PERSISTENT": 1}])
 def test_the_attention_template_launches_directly(over: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evokernel.search_spaces import triton_attention
+    from evokernel.search_spaces.attention import template_prefill as triton_attention
 
     lens, h, hkv, d = [300, 77, 512], 8, 2, 128
     total = sum(lens)
@@ -280,7 +280,7 @@ def test_the_attention_template_launches_directly(over: dict, monkeypatch: pytes
 
 @pytest.mark.parametrize("over", [{}, {"NUM_SPLITS": 4, "REDUCE": 1}, {"NUM_SPLITS": 1}])
 def test_the_decode_template_launches_directly(over: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evokernel.search_spaces import triton_decode
+    from evokernel.search_spaces.attention import template_decode as triton_decode
 
     lens, h, hkv, d, page = [1000, 37, 4000, 129], 32, 8, 128, 16
     per_seq = [-(-n // page) for n in lens]
@@ -306,7 +306,7 @@ def test_the_decode_template_launches_directly(over: dict, monkeypatch: pytest.M
 
 @pytest.mark.parametrize("structure", [{}, {"gemv": 1}, {"gemv": 2}, {"fuse_silu": True}])
 def test_the_fused_moe_template_launches_directly(structure: dict, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evokernel.search_spaces import triton_moe
+    from evokernel.search_spaces.moe import template as triton_moe
 
     m, e, hidden, inter, top_k = 64, 8, 512, 256, 2
     cfg = dict(zip(triton_moe.GEMM_KEYS, (32, 64, 64, 1, 4, 3)))

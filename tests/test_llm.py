@@ -27,7 +27,7 @@ from evokernel.mutators import PointMutation  # noqa: E402
 from evokernel.mutators.llm import AnthropicProvider, LLMRewrite, validate_source  # noqa: E402
 from evokernel.engine.search import SearchOptions  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
-from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
+from evokernel.search_spaces.matmul.template import candidate_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "tests" / "recorded" / "anthropic"

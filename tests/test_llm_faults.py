@@ -25,7 +25,7 @@ from evokernel.mutators.llm import AnthropicProvider, LLMRewrite  # noqa: E402
 from evokernel.core.result import Result  # noqa: E402
 from evokernel.engine.search import SearchOptions  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
-from evokernel.search_spaces.triton_matmul import candidate_source  # noqa: E402
+from evokernel.search_spaces.matmul.template import candidate_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER = (ROOT / "tests" / "recorded" / "anthropic" / "success_tool_use.json").read_bytes()

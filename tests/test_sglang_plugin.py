@@ -152,7 +152,7 @@ def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: p
 
 
 def test_the_package_keeps_sglangs_shipped_configs_for_batch_sizes_not_tuned(tmp_path: Path, monkeypatch):
-    import evokernel.search_spaces.sglang as sglang_configs
+    import evokernel.search_spaces.moe.sglang as sglang_configs
     from evokernel.integrations.sglang.export import sglang_plugin_package
     from evokernel.store import SQLiteStore
 

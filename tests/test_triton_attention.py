@@ -22,8 +22,8 @@ import torch
 
 from evokernel.judge.problem import Problem, load_module
 from evokernel.search_spaces import attention_class, attention_space
-from evokernel.search_spaces import triton_attention
-from evokernel.search_spaces.triton_attention import DEFAULTS, PARAMS, candidate_source, sdpa_source
+from evokernel.search_spaces.attention import template_prefill as triton_attention
+from evokernel.search_spaces.attention.template_prefill import DEFAULTS, PARAMS, candidate_source, sdpa_source
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
@@ -54,7 +54,7 @@ CASES = [
 
 _SCRIPT = r'''
 import json, math, sys, torch
-from evokernel.search_spaces.triton_attention import DEFAULTS, attention
+from evokernel.search_spaces.attention.template_prefill import DEFAULTS, attention
 out = []
 for over, lens, (hq, hkv, d), dtype, causal, spike in json.loads(sys.argv[1]):
     dt = getattr(torch, dtype)

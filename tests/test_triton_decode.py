@@ -22,8 +22,9 @@ from ._interpreter import run_interpreted
 import torch
 
 from evokernel.judge.problem import Problem, load_module
-from evokernel.search_spaces import decode_class, decode_space, triton_decode
-from evokernel.search_spaces.triton_decode import (
+from evokernel.search_spaces import decode_class, decode_space
+from evokernel.search_spaces.attention import template_decode as triton_decode
+from evokernel.search_spaces.attention.template_decode import (
     DEFAULTS,
     PARAMS,
     auto_splits,
@@ -49,7 +50,7 @@ CASES = [
 
 _SCRIPT = r'''
 import json, math, sys, torch
-from evokernel.search_spaces.triton_decode import DEFAULTS, decode
+from evokernel.search_spaces.attention.template_decode import DEFAULTS, decode
 out = []
 for over, lens, (hq, hkv, d), page, dtype, calls in json.loads(sys.argv[1]):
     dt = getattr(torch, dtype)

@@ -18,7 +18,7 @@ import pytest
 from ._interpreter import run_interpreted
 
 from evokernel.search_spaces import gemm_class, gemm_space
-from evokernel.search_spaces.triton_gemm import DEFAULTS, PARAMS, candidate_source
+from evokernel.search_spaces.gemm.template import DEFAULTS, PARAMS, candidate_source
 from evokernel.core.space import H200_SHARED_MEMORY_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,8 +55,8 @@ CASES = [
 # the inputs and the fp64 reference every interpreted script below checks against
 _INPUTS = r'''
 import json, sys, torch, torch.nn.functional as F
-from evokernel.search_spaces import triton_gemm
-from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+from evokernel.search_spaces.gemm import template as triton_gemm
+from evokernel.search_spaces.gemm.template import DEFAULTS, gemm
 
 
 def inputs(m, n, k, dtype, has_bias, act, has_res):
@@ -249,7 +249,7 @@ def test_a_register_a_tile_matches_the_reference() -> None:
 
 
 def test_a_register_a_tile_is_64_column_chunks_without_split_k() -> None:
-    from evokernel.search_spaces.triton_gemm import gemm
+    from evokernel.search_spaces.gemm.template import gemm
     import torch
 
     a, b = torch.zeros(8, 16), torch.zeros(16, 8)
@@ -283,7 +283,7 @@ def test_wave_seeds_fill_the_last_wave_with_tiles_of_a_width_no_power_of_two_giv
 
 
 def test_a_tail_needs_a_wider_tile_and_no_split_k() -> None:
-    from evokernel.search_spaces.triton_gemm import gemm
+    from evokernel.search_spaces.gemm.template import gemm
     import torch
 
     a, b = torch.zeros(8, 16), torch.zeros(16, 8)
@@ -340,7 +340,7 @@ def test_the_stream_k_schedule_matches_the_reference(stream_k_interpreted: list[
 def test_stream_k_needs_the_persistent_kernel_without_split_k() -> None:
     import torch
 
-    from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm, stream_k_tiles
+    from evokernel.search_spaces.gemm.template import DEFAULTS, gemm, stream_k_tiles
 
     a, b = torch.zeros(4, 8), torch.zeros(8, 8)
     with pytest.raises(ValueError, match="STREAM_K"):
@@ -356,7 +356,7 @@ def test_stream_k_with_no_k_steps_still_writes_the_epilogue() -> None:
     # K == 0: nothing to deal out by K steps; C must still be epilogue(0) (review of the change)
     script = (
         "import json, torch\n"
-        "from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm\n"
+        "from evokernel.search_spaces.gemm.template import DEFAULTS, gemm\n"
         "a, b, bias = torch.zeros(5, 0), torch.zeros(0, 8), torch.arange(8.0)\n"
         "c = gemm(a, b, bias=bias, activation='relu', **dict(DEFAULTS, BM=16, BN=32, BK=32, PERSISTENT=1, STREAM_K=1))\n"
         "print(json.dumps(bool(torch.equal(c, torch.relu(bias).expand(5, 8)))))\n"
@@ -386,7 +386,7 @@ def _hopper_kernel(**genes):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from evokernel.search_spaces.triton_gemm import _gemm_kernel
+    from evokernel.search_spaces.gemm.template import _gemm_kernel
 
     values = dict(BM=128, BN=256, BK=64, GROUP_M=8, SPLIT_K=1, FIXUP=False, PERSISTENT=True, TMA=True, WS_TILES=False,
                   WS_K=False, HAS_BIAS=False, ACT=0, HAS_RES=False, EVEN_K=True, INPUT_PRECISION="tf32",
@@ -509,7 +509,7 @@ def test_the_last_compiled_kernel_is_the_one_launched() -> None:
     """The probes read registers and spills from it: two tiles, two different kernels."""
     import torch
 
-    from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm, last_compiled
+    from evokernel.search_spaces.gemm.template import DEFAULTS, gemm, last_compiled
 
     a = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(512, 512, device="cuda", dtype=torch.bfloat16)
@@ -692,7 +692,7 @@ def test_every_cooperative_gpu_case_is_a_point_of_the_space() -> None:
 def test_the_cooperative_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int, int, int]) -> None:
     import torch
 
-    from evokernel.search_spaces.triton_gemm import gemm, last_compiled
+    from evokernel.search_spaces.gemm.template import gemm, last_compiled
 
     m, n, k = shape
     torch.manual_seed(0)

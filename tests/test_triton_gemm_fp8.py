@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.search_spaces.gemm_fp8 import gemm_fp8_space
-from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS, candidate_source
+from evokernel.search_spaces.gemm.space_fp8 import gemm_fp8_space
+from evokernel.search_spaces.gemm.template_fp8 import DEFAULTS, candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "gemm_fp8.py"
@@ -33,7 +33,7 @@ import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
 from evokernel.judge.problem import Problem
-from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS, gemm_fp8
+from evokernel.search_spaces.gemm.template_fp8 import DEFAULTS, gemm_fp8
 cases = json.loads(sys.argv[1])
 for scales, over, (M, N, K) in cases:
     os.environ["EVOKERNEL_FP8_SCALES"] = scales

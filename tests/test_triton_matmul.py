@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from evokernel.judge.problem import Problem, load_module
-from evokernel.search_spaces.triton_matmul import PARAMS, candidate_source
+from evokernel.search_spaces.matmul.template import PARAMS, candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"
@@ -73,7 +73,7 @@ def _case_id(case: tuple[Any, ...]) -> str:
 
 
 def _check_template(params: dict[str, int], mnk: tuple[int, int, int], dtype: str, b_transposed: bool) -> None:
-    from evokernel.search_spaces.triton_matmul import matmul
+    from evokernel.search_spaces.matmul.template import matmul
 
     m, n, k = mnk
     g = torch.Generator().manual_seed(m * n + k)
@@ -170,7 +170,7 @@ def test_candidate_source_is_valid_stable_python():
     assert ast.literal_eval(assign.value) == params
     assert list(ast.literal_eval(assign.value)) == sorted(PARAMS)
     assert any(isinstance(n, ast.FunctionDef) and n.name == "kernel" for n in tree.body)
-    assert "from evokernel.search_spaces.triton_matmul import matmul" in src
+    assert "from evokernel.search_spaces.matmul.template import matmul" in src
 
 
 @pytest.mark.parametrize("bad", [{"BM": 64}, {**config(64, 64, 32, 1), "extra": 1}, {**config(64, 64, 32, 1), "BM": 6.4}])
@@ -250,7 +250,7 @@ def test_bf16_problem_dtype_override(monkeypatch, dtype):
 @pytest.mark.parametrize("params", [config(16, 64, 128, 1), config(128, 128, 64, 8, num_stages=3),
                                     config(128, 256, 64, 8, num_warps=8, num_stages=3)], ids=str)
 def test_template_bf16_on_gpu(monkeypatch, params):
-    from evokernel.search_spaces.triton_matmul import matmul
+    from evokernel.search_spaces.matmul.template import matmul
 
     monkeypatch.delenv("EVOKERNEL_MATMUL_DTYPE", raising=False)
     problem = Problem.load(MATMUL_BF16)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from evokernel.search_spaces.moe import moe_shared_space, moe_space, sglang_config, shared_params
-from evokernel.search_spaces.triton_moe import GEMM_KEYS, PARAMS, align_block_size, align_block_size_torch, candidate_source
+from evokernel.search_spaces.moe.template import GEMM_KEYS, PARAMS, align_block_size, align_block_size_torch, candidate_source
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
@@ -59,7 +59,7 @@ def _inputs(m: int, dtype: str, seed: int = 0):
 
 
 def _check_case(up: dict, down: dict, m: int, dtype: str, gemv: bool = False, fuse_silu: bool = False) -> None:
-    from evokernel.search_spaces.triton_moe import fused_moe
+    from evokernel.search_spaces.moe.template import fused_moe
 
     problem, inputs = _inputs(m, dtype)
     got = fused_moe(*inputs, up=up, down=down, gemv=gemv, fuse_silu=fuse_silu)
@@ -249,7 +249,7 @@ def test_the_fused_silu_gene_and_its_constraints():
         candidate_source({k: v for k, v in point.items() if k != "GEMV"}, fp8="tensor")
     with pytest.raises(ValueError, match="two structures"):
         candidate_source(dict(point, GEMV=1))
-    from evokernel.search_spaces.triton_moe import STRUCTURE
+    from evokernel.search_spaces.moe.template import STRUCTURE
     from evokernel.integrations.sglang.plugin import STRUCTURE as PLUGIN_STRUCTURE
 
     assert PLUGIN_STRUCTURE == STRUCTURE  # the plugin reads every structural gene a table may hold

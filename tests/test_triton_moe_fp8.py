@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from evokernel.search_spaces.moe import moe_space
-from evokernel.search_spaces.triton_moe import GEMM_KEYS, candidate_source, fused_moe
+from evokernel.search_spaces.moe.template import GEMM_KEYS, candidate_source, fused_moe
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "moe_fp8.py"
@@ -76,8 +76,8 @@ def _check_case(scales: str, up: dict, down: dict, m: int, dtype: str, model: di
 def _check_quantisation() -> None:
     """The kernel's dynamic quantisation (e4m3 rounding done in fp32, the interpreter's own
     cast mishandles carries) equals `quantize` value for value, gated (SiLU-and-mul) or not."""
-    from evokernel.search_spaces.triton_gemm_fp8 import quantize
-    from evokernel.search_spaces.triton_moe import _quantize_act
+    from evokernel.search_spaces.gemm.template_fp8 import quantize
+    from evokernel.search_spaces.moe.template import _quantize_act
 
     g = torch.Generator().manual_seed(1)
     a = torch.randn(37, 2 * 300, generator=g) * torch.logspace(-4, 2, 600)  # tiny (subnormal) to large

@@ -55,7 +55,7 @@ def test_landscape_seeds_and_geomean():
 
 
 def test_plain_matmul_sweeps_seed_the_gemm_space_with_the_missing_genes_filled():
-    from evokernel.search_spaces.triton_gemm import DEFAULTS
+    from evokernel.search_spaces.gemm.template import DEFAULTS
 
     space = gemm_space(swap_ab=True)
     # the plain sweep's points lack split-K, TMA, SWAP_AB...: without `fill` none is a point of the space

@@ -17,11 +17,11 @@ imports the evaluator and the search machinery, which are not the template. Data
 render closes over (a flag bound as a default argument) is not hashed; a render whose output
 depends on such data can name its identity instead (`KernelEvaluator(..., template="...")`).
 
->>> from evokernel.search_spaces.triton_gemm import candidate_source
+>>> from evokernel.search_spaces.gemm.template import candidate_source
 >>> render = lambda g: candidate_source(g.params)
 >>> names = {Path(f).name for f in template_files(render)}
->>> sorted(names & {"triton_gemm.py", "gluon_gemm.py", "launch.py", "candidate.py"})
-['candidate.py', 'gluon_gemm.py', 'launch.py', 'triton_gemm.py']
+>>> sorted(names & {"template.py", "template_gluon.py", "launch.py", "candidate.py"})
+['candidate.py', 'launch.py', 'template.py', 'template_gluon.py']
 >>> len(template_hash(render))
 16
 """

@@ -528,7 +528,7 @@ def _gemm_smem(p: Point) -> str | None:
 
 
 def gemm_genes() -> KernelGenes:
-    """The tile, grouping, warps and stages of `search_spaces/triton_gemm.py` (split-K,
+    """The tile, grouping, warps and stages of `search_spaces/gemm/template.py` (split-K,
     persistence, TMA and the rest stay at the template's defaults), with its shared-memory
     and register rules."""
     return KernelGenes(
@@ -539,7 +539,7 @@ def gemm_genes() -> KernelGenes:
 
 
 def moe_genes() -> KernelGenes:
-    """One config for both GEMMs of `search_spaces/triton_moe.py`'s fused MoE."""
+    """One config for both GEMMs of `search_spaces/moe/template.py`'s fused MoE."""
     def smem(p: Point) -> str | None:
         need = (p["BLOCK_SIZE_M"] * p["BLOCK_SIZE_K"] + p["BLOCK_SIZE_K"] * p["BLOCK_SIZE_N"]) * 2 * p["num_stages"]
         return f"shared memory {need} B > {227 * 1024} B" if need > 227 * 1024 else None

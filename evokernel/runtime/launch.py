@@ -15,7 +15,7 @@ What the caller promises: the arguments that change keep the first call's specia
 (tensors of the same dtypes whose pointers are 16-byte aligned or not alike, descriptors of
 the same dtype, block shape and layout), and the static arguments are the same. A caller
 keeps one launch per input signature (shapes, strides, dtypes, device, pointer alignment),
-as `search_spaces/triton_gemm.py`'s `GemmLauncher` does.
+as `search_spaces/gemm/template.py`'s `GemmLauncher` does.
 
 Whatever this module cannot vouch for goes through the JIT on every call instead, never a
 wrong launch: no `CompiledKernel` returned (Triton's CPU interpreter), a Triton other than
@@ -29,7 +29,7 @@ instrumentation mode, are the first call's: set them before it.) Launch hooks
 (profilers: Triton's `knobs.runtime.launch_enter_hook`) are honoured: with a hook set, the
 launch passes the hooks and the launch metadata as the JIT does; without, it passes None.
 
->>> from evokernel.search_spaces.triton_gemm import _splitk_reduce_kernel
+>>> from evokernel.search_spaces.gemm.kernels import _splitk_reduce_kernel
 >>> launch = KernelLaunch(_splitk_reduce_kernel, (2, 1), dict(M=64, N=128, stride_cm=128, stride_cn=1,
 ...     stride_rm=128, stride_rn=1, SPLIT_K=2, BM=32, BN=128, HAS_BIAS=False, ACT=0, HAS_RES=False, num_warps=4),
 ...     ("ws_ptr", "c_ptr", "bias_ptr", "res_ptr"))

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evokernel.model.model_level import Rewritable, Site, gemm_genes, launch_genes, model_size
-from evokernel.search_spaces.triton_fused import NORM_GENES, ROPE_GENES
+from evokernel.search_spaces.fused.kernels import NORM_GENES, ROPE_GENES
 
 name = "flux-dit"
 
@@ -119,7 +119,7 @@ class DoubleBlock(Rewritable, nn.Module):
     def _modulated(self, x, shift, scale, stream=None, gate=None, y=None):  # type: ignore[no-untyped-def]
         """(stream, h): stream = x + gate * y when y is given, h = LN(stream) * (1 + scale) + shift."""
         if self.choice("norm_modulate") == "triton":
-            from evokernel.search_spaces.triton_fused import norm_modulate
+            from evokernel.search_spaces.fused.kernels import norm_modulate
 
             if y is None:
                 return norm_modulate(x, shift=shift, scale=scale, **self.genes("norm_modulate"))
@@ -153,7 +153,7 @@ class DoubleBlock(Rewritable, nn.Module):
             return self.__dict__["_compiled"](t_qkv, i_qkv, cos, sin)
         if how == "eager":
             return self._prologue_eager(t_qkv, i_qkv, cos, sin)
-        from evokernel.search_spaces.triton_fused import qk_norm_rope
+        from evokernel.search_spaces.fused.kernels import qk_norm_rope
 
         b, st_, _ = t_qkv.shape
         total = st_ + i_qkv.shape[1]
@@ -165,7 +165,7 @@ class DoubleBlock(Rewritable, nn.Module):
 
     def _mlp(self, st: Stream, h: torch.Tensor) -> torch.Tensor:
         if self.choice("mlp_act") == "gemm_epilogue":
-            from evokernel.search_spaces.triton_gemm import DEFAULTS, gemm
+            from evokernel.search_spaces.gemm.template import DEFAULTS, gemm
 
             flat = h.reshape(-1, h.shape[-1])
             up = gemm(flat, st.mlp_in.weight.t(), bias=st.mlp_in.bias, activation="gelu_tanh",

@@ -14,7 +14,7 @@ residual add. Real sizes (`model("real")`, Qwen3-30B-A3B's layer): hidden 2048, 
 Rewrite sites (`DecoderLayer.SITES`): qkv_merge (Q/K/V as one GEMM), qkv_epilogue (QK-norm +
 RoPE + the head layout in one Triton kernel, or torch.compile on that segment), rmsnorm (both
 norms as one Triton kernel each, the residual add fused into the second), moe_impl (the
-experts as the fused-MoE Triton template of `search_spaces/triton_moe.py`, with its genes),
+experts as the fused-MoE Triton template of `search_spaces/moe/template.py`, with its genes),
 block_compile (torch.compile on each whole layer, after the other rewrites).
 
     evokernel profile examples/models/qwen3_moe_stack.py --device cpu --iters 3
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from evokernel.model.model_level import Rewritable, Site, launch_genes, model_size, moe_genes
-from evokernel.search_spaces.triton_fused import NORM_GENES, ROPE_GENES
+from evokernel.search_spaces.fused.kernels import NORM_GENES, ROPE_GENES
 
 name = "qwen3-moe-stack"
 
@@ -152,7 +152,7 @@ class DecoderLayer(Rewritable, nn.Module):
     def _norm(self, x, weight, y=None):  # type: ignore[no-untyped-def]
         """(stream, h): stream = x + y when y is given, h = RMSNorm(stream)."""
         if self.choice("rmsnorm") == "triton":
-            from evokernel.search_spaces.triton_fused import norm_modulate
+            from evokernel.search_spaces.fused.kernels import norm_modulate
 
             if y is None:
                 return norm_modulate(x, weight=weight, rms=True, **self.genes("rmsnorm"))
@@ -183,14 +183,14 @@ class DecoderLayer(Rewritable, nn.Module):
             return self.__dict__["_compiled"](qkv, cos, sin)
         if how == "eager":
             return self._prologue_eager(qkv, cos, sin)
-        from evokernel.search_spaces.triton_fused import qk_norm_rope
+        from evokernel.search_spaces.fused.kernels import qk_norm_rope
 
         return qk_norm_rope(qkv, self.q_norm, self.k_norm, cos, sin, heads=self.heads, kv_heads=self.kv_heads,
                             **self.genes("qkv_epilogue"))
 
     def _experts(self, flat: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         if self.choice("moe_impl") == "triton_fused":
-            from evokernel.search_spaces.triton_moe import GEMM_KEYS
+            from evokernel.search_spaces.moe.template import GEMM_KEYS
 
             genes = self.genes("moe_impl")
             cfg = [int(genes[k]) for k in GEMM_KEYS]

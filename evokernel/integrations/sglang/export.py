@@ -214,7 +214,7 @@ def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_n
     did not tune keep SGLang's configs instead of borrowing the nearest tuned one."""
     import datetime as dt
 
-    from evokernel.search_spaces.sglang import shipped_file
+    from evokernel.search_spaces.moe.sglang import shipped_file
 
     from evokernel.integrations.sglang.plugin import FORMAT, FUSED_EXPERTS, MoeTable
 

@@ -15,7 +15,7 @@ installing evokernel never changes an engine by itself. A package holds:
 - `configs`: `SGLANG_MOE_CONFIG_DIR` is pointed at the package (unless the user set it), so
   SGLang's own fused-MoE kernel runs the exported up and down configs;
 - `fused_moe`: an AROUND hook on SGLang's `fused_experts_impl` runs evokernel's fused-MoE
-  template (`search_spaces/triton_moe.py`) at the config tuned for the nearest batch size,
+  template (`search_spaces/moe/template.py`) at the config tuned for the nearest batch size,
   with the up and down GEMMs' BLOCK_SIZE_M free (SGLang's own kernel forces them equal),
   and its small-batch GEMV path where the search chose it (SGLang's kernel has none).
   Only the plain path is taken over: bf16/fp16, SiLU-gated, no quantisation, biases,
@@ -46,7 +46,7 @@ FORMAT = "evokernel-sglang/1"
 #: SGLang 0.5.17's fused-MoE entry (its Triton runner and `fused_moe` both call it).
 FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts_impl"
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-STRUCTURE = ("GEMV", "FUSE_SILU")  # the template's structural genes (search_spaces/triton_moe.py: STRUCTURE)
+STRUCTURE = ("GEMV", "FUSE_SILU")  # the template's structural genes (search_spaces/moe/template.py: STRUCTURE)
 
 
 class PackageError(ValueError):
@@ -150,7 +150,7 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
     """An AROUND hook for `fused_experts_impl`: the template where `table` has a config for
     the call's (E, N) and the call is on the plain path, else SGLang's own kernel."""
     if run is None:
-        from evokernel.search_spaces.triton_moe import fused_moe as run
+        from evokernel.search_spaces.moe.template import fused_moe as run
     signatures: dict[Any, inspect.Signature] = {}
     used: set[tuple[int, int, int]] = set()
     stats = {"template": 0, "fallback": 0}

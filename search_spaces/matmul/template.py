@@ -10,7 +10,7 @@ are masked; any strides work (they are passed to the kernel).
 writes the candidate module a search evaluates for that point::
 
     import torch
-    from evokernel.search_spaces.triton_matmul import matmul
+    from evokernel.search_spaces.matmul.template import matmul
     a = torch.randn(2048, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 6144, device="cuda", dtype=torch.bfloat16)
     c = matmul(a, b, BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
@@ -120,7 +120,7 @@ def matmul(
 
 _CANDIDATE = '''"""Candidate: the plain Triton matmul template at one configuration (generated)."""
 
-from evokernel.search_spaces.triton_matmul import matmul
+from evokernel.search_spaces.matmul.template import matmul
 
 
 CONFIG = {config}

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from evokernel.judge.candidate import check_params
-from evokernel.search_spaces.triton_matmul import grouped_tile
+from evokernel.search_spaces.matmul.template import grouped_tile
 
 __all__ = ["PARAMS", "DEFAULTS", "GROUP", "gemm_fp8", "candidate_source", "scaled_mm_source", "quantize"]
 
@@ -136,7 +136,7 @@ def quantize(x: torch.Tensor, *, blockwise: bool, weight: bool) -> tuple[torch.T
 
 _CANDIDATE = '''"""Candidate: the fp8 GEMM template at one configuration (generated)."""
 
-from evokernel.search_spaces.triton_gemm_fp8 import gemm_fp8
+from evokernel.search_spaces.gemm.template_fp8 import gemm_fp8
 
 
 CONFIG = {config}

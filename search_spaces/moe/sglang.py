@@ -72,7 +72,7 @@ def shipped_elsewhere(E: int, N: int, M: int, device_name: str) -> list[dict[str
     """The configs SGLang ships for this GPU for *other* (E, N) shapes, each at the batch size
     nearest M: starting points for a shape it ships nothing for (the DeepSeek-V3-like E=32,
     N=2048: its searches at budget 8 from SGLang's default alone kept the default's 64x64x32
-    tiles at M >= 256, call AG, where the shipped files hold 64-128 x 128-256 tiles).
+    tiles at M >= 256, where the shipped files hold 64-128 x 128-256 tiles).
 
     >>> [(c["BLOCK_SIZE_M"], c["BLOCK_SIZE_N"]) for c in shipped_elsewhere(32, 2048, 256, "NVIDIA H200")]
     [(32, 256), (128, 256)]

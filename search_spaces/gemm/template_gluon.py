@@ -4,7 +4,7 @@ Triton's own warp specialisation on Hopper (Triton 3.6, `tl.range(warp_specializ
 builds the producer/consumer split only from a non-persistent 4-warp kernel, and its
 consumers wait for each warpgroup MMA to finish before the next is issued (`wgmma.wait_group
 0` after every K step, seen in its sm_90 PTX). cuBLAS's `coop` kernels, which it runs at
-every shape of the issue's grid from M=2048 up (call BB), keep one MMA in flight behind the
+the H200 at every Llama-3-8B and Qwen3 layer shape from M=2048 tokens up, keep one MMA in flight behind the
 next and overlap a tile's epilogue with the next tile's loads. Gluon (Triton's explicit,
 layout-level language) says all of that in Python:
 
@@ -20,11 +20,11 @@ layout-level language) says all of that in Python:
   columns as a second accumulator, loaded into their own slots beside B's;
 - with SWAP_AB (few tokens), each tile is computed transposed, C^T = B^T A^T, the weights'
   64-128 columns as the MMA's rows and the 16-64 tokens as its narrow side (cuBLAS's
-  small-batch tiles, 64x16 and 64x32 with 11-16 stages, call BB);
+  small-batch tiles, 64x16 and 64x32 with 11-16 stages);
 - with PINGPONG (GLUON=2), two consumer warpgroups each own a whole tile and take turns
   at the program's tiles, one's epilogue under the other's main loop (CUTLASS's ping-pong
   kernel: 128x128 tiles, 4 warps each);
-- the epilogue (bias, activation, residual in fp32, as `triton_gemm._epilogue`) goes
+- the epilogue (bias, activation, residual in fp32, as `template._epilogue`) goes
   through shared memory to a TMA store, whole or in two halves of BN/2 columns
   (`EPI_SPLIT`), and is waited for only before the next tile's epilogue writes the same
   shared memory: with `PERSISTENT=1` (one program per SM walking the tiles) the store
@@ -36,6 +36,10 @@ B and C 16-byte aligned, as TMA needs). Gluon does not run in Triton's CPU inter
 evaluator); the kernel's sm_90 build is tested on the CPU (tests/test_gluon_gemm.py) and its
 results on the GPU.
 """
+
+# One module on purpose, though over 400 lines: the producer, the consumers (cooperative, swapped and ping-pong) and
+# the plan share one protocol of slots and barriers (their phases, the `turn` hand-over, the register split of
+# setmaxnreg), and the plan's checks are the layouts' assumptions: apart, files that must agree on the protocol.
 
 from __future__ import annotations
 
@@ -73,7 +77,7 @@ __all__ = [
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
-#: activation name -> the kernel's ACT code (as `triton_gemm.ACTIVATIONS`)
+#: activation name -> the kernel's ACT code (as `template.ACTIVATIONS`)
 GLUON_ACTIVATIONS = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 
 
@@ -119,7 +123,7 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M,
 def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout: gl.constexpr,
               BM: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr,
               HAS_RES: gl.constexpr, TRANS: gl.constexpr = False):
-    """acc (fp32, MMA layout) -> act(acc + bias) + residual, fp32: `triton_gemm._epilogue`;
+    """acc (fp32, MMA layout) -> act(acc + bias) + residual, fp32: `template._epilogue`;
     with TRANS, acc is the tile transposed (BN x BM: the swap-AB consumer's)."""
     offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(1 if TRANS else 0, layout))
     if HAS_BIAS:
@@ -157,7 +161,7 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
     finished its own (the `turn` barriers): a slot's ready barrier is waited on by parity,
     which tells this round from the previous one but not from the one before, so a consumer
     must never wait on a round of a slot whose earlier round the other has not yet waited
-    for (found by a review's model of the protocol, tests/test_gluon_gemm.py)."""
+    for (tests/test_gluon_gemm.py models the protocol)."""
     # one warpgroup MMA per 16-row slice of warps, as wide as the tile (n up to 256)
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                      instr_shape=[16, BN, 16])
@@ -239,7 +243,7 @@ def _consumer_swapped(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, re
                       WARPS: gl.constexpr):
     """SWAP_AB's default partition: each tile computed transposed, C^T = B^T A^T, so the
     weights' BN columns fill the warpgroup MMA's 64-row side and the BM (16-64) tokens its
-    narrow one (n = BM), as cuBLAS runs its small-batch tiles (64x16, 64x32: call BB); the
+    narrow one (n = BM), as cuBLAS runs its small-batch tiles (64x16, 64x32); the
     operands are the same slots read through transposed views, the result transposed back
     on its way to C's TMA store."""
     layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -341,7 +345,7 @@ def gluon_launch_maxnreg(num_warps: int) -> int | None:
 
 
 _SMS: dict[int, int] = {}
-#: the compiled kernel `gemm_gluon` launched last (`triton_gemm.last_compiled` reads it)
+#: the compiled kernel `gemm_gluon` launched last (`template.last_compiled` reads it)
 LAST: dict[str, object] = {"kernel": None}
 #: the kernel's arguments given per call (`launch_gluon`), in this order
 GLUON_ARGS: tuple[str, ...] = ("a_desc", "b_desc", "b2_desc", "c_desc", "c2_desc", "bias_ptr", "res_ptr")
@@ -461,12 +465,12 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
                EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0, PINGPONG: int = 0) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
     tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
-    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's, call BB); with
+    (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's); with
     SWAP_AB, each tile computed as B^T A^T (BM 16-64 tokens as the MMA's narrow side, BN 64
     or 128 weights as its rows: one consumer warpgroup per 64 of BN); with PINGPONG, two
     consumer warpgroups of 4 warps each take every other tile of the program, one's epilogue
     running under the other's main loop (CUTLASS's "ping-pong" Hopper kernel). Every call
-    checks everything and launches through Triton's JIT (`triton_gemm.GemmLauncher` plans
+    checks everything and launches through Triton's JIT (`template.GemmLauncher` plans
     once per input signature and launches the compiled kernel directly)."""
     plan, c = plan_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
                          GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages, PERSISTENT=PERSISTENT,

@@ -1,4 +1,4 @@
-"""The space of the fp8 GEMM template (`search_spaces/triton_gemm_fp8.py`).
+"""The space of the fp8 GEMM template (`search_spaces/gemm/template_fp8.py`).
 
 >>> space = gemm_fp8_space(blockwise=True)
 >>> space.why_invalid(dict(DEFAULTS, BK=256))
@@ -9,8 +9,8 @@ True
 
 from __future__ import annotations
 
-from evokernel.search_spaces.gemm import ACC_REGISTERS
-from evokernel.search_spaces.triton_gemm_fp8 import DEFAULTS, GROUP
+from evokernel.search_spaces.gemm.space import ACC_REGISTERS
+from evokernel.search_spaces.gemm.template_fp8 import DEFAULTS, GROUP
 from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,

@@ -1,5 +1,5 @@
-"""The spaces of the attention templates: prefill (`triton_attention.py`) and paged decode
-(`triton_decode.py`).
+"""The spaces of the attention templates: prefill (`template_prefill.py`) and paged decode
+(`template_decode.py`).
 
 Constraints rule out, before anything compiles, what cannot fit an H200 or is known to be
 hopeless: shared memory for the pipelined K and V tiles, fp32 registers per thread for the
@@ -24,8 +24,8 @@ is learned by the search (`SearchOptions.learn_failures`).
 from __future__ import annotations
 
 from evokernel.core.genome import Genome
-from evokernel.search_spaces.triton_attention import DEFAULTS as ATTENTION_DEFAULTS
-from evokernel.search_spaces.triton_decode import DEFAULTS as DECODE_DEFAULTS
+from evokernel.search_spaces.attention.template_prefill import DEFAULTS as ATTENTION_DEFAULTS
+from evokernel.search_spaces.attention.template_decode import DEFAULTS as DECODE_DEFAULTS
 from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,
@@ -93,7 +93,7 @@ def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int
         if p.WARP_SPEC and not p.TMA:
             return "warp specialisation needs TMA loads"
         if p.WARP_SPEC:
-            # sm_90 builds with Triton 3.6 (the H200's), on the CPU, session 10: with 4 warps
+            # sm_90 builds with Triton 3.6 (the H200's), compiled on the CPU: with 4 warps
             # its Hopper pass fails on this loop ("PassManager::run failed") unless
             # LAZY_RESCALE=1, where it builds the same PTX as WARP_SPEC=0; with 8 or 16 warps
             # the same PTX too. The recorded H200 sweep agrees: its 54 failed WARP_SPEC=1
@@ -163,7 +163,7 @@ def decode_space(*, head_dim: int = 128, group: int = 4, elem_bytes: int = 2,
 
     return SearchSpace(
         [
-            Ordinal("NUM_SPLITS", [0, 1, 2, 4, 8, 16, 32, 64], default=8),  # 0: auto (see triton_decode.auto_splits)
+            Ordinal("NUM_SPLITS", [0, 1, 2, 4, 8, 16, 32, 64], default=8),  # 0: auto (see template_decode.auto_splits)
             PowerOfTwo("BLOCK_N", 16, 128),
             PowerOfTwo("num_warps", 1, 8),
             IntRange("num_stages", 1, 4),

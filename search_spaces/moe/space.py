@@ -1,5 +1,5 @@
 """The space of the fused-MoE template: each of its two GEMMs has its own tiles, grouping,
-warps and stages (`search_spaces/triton_moe.py`).
+warps and stages (`search_spaces/moe/template.py`).
 
 >>> space = moe_space()
 >>> len(space.params), space.size, moe_space(separate_block_m=True).size
@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from evokernel.core.genome import Genome
-from evokernel.search_spaces.triton_gemm_fp8 import GROUP as FP8_GROUP
+from evokernel.search_spaces.gemm.template_fp8 import GROUP as FP8_GROUP
 from evokernel.core.space import H200_SHARED_MEMORY_BYTES, IntRange, Ordinal, Point, PowerOfTwo, SearchSpace
 
 __all__ = ["moe_space", "moe_shared_space", "shared_params", "sglang_config", "distinct_experts", "MOE_MODELS"]
 
 
-#: The MoE layers the problems (examples/problems/moe_bf16.py, moe_fp8.py) take by name:
+#: The MoE layers the problems (problems/moe_bf16.py, moe_fp8.py) take by name:
 #: E experts, hidden size H, expert intermediate size I, experts per token.
 MOE_MODELS: dict[str, dict[str, int]] = {
     "qwen3-30b-a3b": {"E": 128, "H": 2048, "I": 768, "topk": 8},
@@ -131,7 +131,7 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
             PowerOfTwo(f"{prefix}num_warps", 4, 8),
             IntRange(f"{prefix}num_stages", 2, 5),
         ]
-    if gemv:  # the small-batch structure (see search_spaces/triton_moe.py) as a gene
+    if gemv:  # the small-batch structure (see search_spaces/moe/template.py) as a gene
         params.append(Ordinal("GEMV", [0, 1, 2]))  # 2: the down GEMV per pair, then a sum over the top_k
     if fuse_silu:  # SiLU-and-multiply fused into the up GEMM
         params.append(Ordinal("FUSE_SILU", [0, 1]))
@@ -176,7 +176,7 @@ def shared_params(params: dict[str, int]) -> dict[str, int]:
 
 def sglang_config(genome: Genome) -> tuple[dict[str, int], dict[str, int]]:
     """(up, down) configs as SGLang's tuned-config files write them."""
-    from evokernel.search_spaces.triton_moe import split_config
+    from evokernel.search_spaces.moe.template import split_config
 
     return split_config(genome.params)
 
@@ -190,7 +190,7 @@ def distinct_experts(shape: Mapping[str, int]) -> float:
     under the mean, never fewer than top_k, bounds what any seed's inputs touch.
     `min(E, M * top_k)`, the most a batch can reach, is no floor: at M=16 on Qwen3-30B-A3B
     (E=128, top 8) it counts 128 experts where ~82 are touched, and the gate rejected honest
-    GEMM-path kernels as faster than the roofline (call S)."""
+    GEMM-path kernels as faster than the roofline."""
     E, k, M = shape["E"], shape["topk"], shape["M"]
     p = 1.0 - (1.0 - k / E) ** M
     return max(float(k), E * p - 5.0 * (E * p * (1.0 - p)) ** 0.5 - 1.0)

@@ -19,8 +19,7 @@ rows first) and `W2` of shape [E, H, I]. Steps:
 5. out = cache3.view(M, top_k, H).sum(1).
 
 The up and the down GEMM each have their own BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps
-and num_stages (`PARAMS`; the down GEMM's carry a `down_` prefix), as the issue's genome
-asks; when the two BLOCK_SIZE_M differ the pairs are aligned twice.
+and num_stages (`PARAMS`; the down GEMM's carry a `down_` prefix); when the two BLOCK_SIZE_M differ the pairs are aligned twice.
 
 A structural gene, `GEMV` (optional in every form; 0 when absent), takes the small-batch
 path instead: no alignment at all (the dozen small ops that sort and pad the pairs cost
@@ -74,6 +73,11 @@ output is in x's dtype. The GEMV path is bf16/fp16/fp32 only (fp8 raises ValueEr
 ['BLOCK_SIZE_K', 'BLOCK_SIZE_M', 'BLOCK_SIZE_N']
 """
 
+# One module on purpose, though over 400 lines: `fused_moe` runs its steps as one call (alignment, the GEMM or GEMV
+# kernels, SiLU-and-mul, fp8 quantisation) and every step's kernels launch through one `LaunchCache` (`_LAUNCHES`,
+# which the launch tests swap to compare the JIT path with direct launches); the module docstring's steps are its
+# seams, each a few kernels and the host function that runs them.
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -85,8 +89,8 @@ import triton.language as tl
 
 from evokernel.judge.candidate import check_integers
 from evokernel.runtime.launch import LaunchCache
-from evokernel.search_spaces.triton_gemm_fp8 import FP8_MAX, GROUP
-from evokernel.search_spaces.triton_matmul import grouped_tile
+from evokernel.search_spaces.gemm.template_fp8 import FP8_MAX, GROUP
+from evokernel.search_spaces.matmul.template import grouped_tile
 
 __all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe", "align_block_size", "align_block_size_torch",
            "candidate_source",
@@ -94,7 +98,7 @@ __all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe"
 
 #: fp8 scale modes: one scale per tensor (per expert for the weights), or DeepSeek-V3's blocks.
 FP8_MODES: tuple[str, ...] = ("tensor", "block")
-_EPS = 1e-12  # the smallest amax a scale is computed from (as `triton_gemm_fp8.quantize`)
+_EPS = 1e-12  # the smallest amax a scale is computed from (as `gemm.template_fp8.quantize`)
 #: the module's kernel launches, through their compiled handles after the first of each signature
 _LAUNCHES = LaunchCache()
 
@@ -479,8 +483,8 @@ def _interpreted() -> bool:
 
 def align_block_size_torch(topk_ids: torch.Tensor, num_experts: int, block_m: int
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`align_block_size` in plain torch ops (about 18 launches: what the template ran before
-    the two kernels; kept for CPU callers and as the kernels' reference in the tests)."""
+    """`align_block_size` in plain torch ops (about 18 launches, where the kernels take two:
+    for CPU callers, and the kernels' reference in the tests)."""
     flat = topk_ids.reshape(-1).to(torch.int64)
     pairs = flat.numel()
     dev = flat.device
@@ -675,7 +679,7 @@ def _fused_moe_fp8(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w1_scale
 
 _CANDIDATE = '''"""Candidate: the fused-MoE template at one configuration of its two GEMMs (generated)."""
 
-from evokernel.search_spaces.triton_moe import fused_moe
+from evokernel.search_spaces.moe.template import fused_moe
 
 
 UP = {up}
@@ -690,7 +694,7 @@ def kernel(x, w1, w2, topk_weights, topk_ids):
 _CANDIDATE_FP8 = '''"""Candidate: the fused-MoE template, fp8 w8a8 ({mode} scales), at one configuration of its
 two GEMMs (generated)."""
 
-from evokernel.search_spaces.triton_moe import fused_moe
+from evokernel.search_spaces.moe.template import fused_moe
 
 
 UP = {up}
@@ -708,7 +712,7 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
     """The text of a candidate module running `fused_moe` at `params`: `kernel(x, w1, w2,
     topk_weights, topk_ids)`, or with `fp8` ("tensor" or "block": 128x128 blocks) `kernel(x,
     w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)`, the inputs of
-    `examples/problems/moe_fp8.py`.
+    `problems/moe_fp8.py`.
 
     >>> src = candidate_source(dict.fromkeys(GEMM_KEYS, 64), fp8="block")
     >>> "def kernel(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids):" in src, "BLOCK_SHAPE = [128, 128]" in src
