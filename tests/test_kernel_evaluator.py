@@ -277,7 +277,7 @@ def test_uid_claims_are_exclusive_released_off_the_judges_path_and_stale_ones_cl
     """The uid bookkeeping alone (dropping to a uid needs root and a world-readable Python)."""
     import time
 
-    from evokernel import sandbox as sbx
+    from evokernel.judge import sandbox as sbx
     from evokernel.judge.sandbox import SandboxOptions
 
     monkeypatch.setattr(sbx, "can_drop_privileges", lambda: True)

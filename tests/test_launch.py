@@ -29,7 +29,7 @@ from triton.backends.compiler import BaseBackend
 from triton.compiler import CompiledKernel
 from triton.runtime.jit import create_function_from_signature
 
-from evokernel import launch as launch_mod
+from evokernel.runtime import launch as launch_mod
 from evokernel.judge.candidate import bind_config
 from evokernel.runtime.launch import KernelLaunch, quick_descriptor
 from evokernel.search_spaces.gemm import template as triton_gemm

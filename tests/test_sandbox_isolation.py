@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel import _isolation
+from evokernel.judge import _isolation
 from evokernel.judge.sandbox import SandboxOptions, SandboxUnavailable, isolation_report
 
 ROOT = Path(__file__).resolve().parents[1]
