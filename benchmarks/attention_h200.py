@@ -48,26 +48,34 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from evokernel.engine.landscape import landscape_seeds  # noqa: E402
 from evokernel.engine.tuning import geomean, search_against  # noqa: E402
+
 PREFILL = ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
 #: recorded H200 sweeps (`benchmarks/device.sh sweep-attention`), shipped in evokernel/landscapes/,
 #: whose fastest points seed the searches
-LANDSCAPES = {"prefill": "attention_prefill_bf16_h200_llama3-8b_4x2048_causal",
-              "decode": "attention_decode_bf16_h200_llama3-8b_B1_C32768"}
+LANDSCAPES = {
+    "prefill": "attention_prefill_bf16_h200_llama3-8b_4x2048_causal",
+    "decode": "attention_decode_bf16_h200_llama3-8b_B1_C32768",
+}
 DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]
 DEFAULT_DECODE = ["llama3-8b:1:32768", "llama3-8b:64:4096", "llama3-8b:256:1024", "qwen3-30b-a3b:32:8192"]
-
-
 
 
 def short(kind: str, p: dict[str, int]) -> str:
     if kind == "decode":
         splits = p["NUM_SPLITS"] or "auto"
-        return f"splits{splits} n{p['BLOCK_N']} w{p['num_warps']} s{p['num_stages']}" + \
-            (" lastblock" if p["REDUCE"] else "")
-    flags = ["noskip" if not p["CAUSAL_SKIP"] else "", "exp" if not p["EXP2"] else "",
-             "lazy" if p["LAZY_RESCALE"] else "", "persistent" if p["PERSISTENT"] else "", "tma" if p["TMA"] else "",
-             "ws" if p["WARP_SPEC"] else "", "rev" if p["REVERSE_KV"] else ""]
+        return f"splits{splits} n{p['BLOCK_N']} w{p['num_warps']} s{p['num_stages']}" + (
+            " lastblock" if p["REDUCE"] else ""
+        )
+    flags = [
+        "noskip" if not p["CAUSAL_SKIP"] else "",
+        "exp" if not p["EXP2"] else "",
+        "lazy" if p["LAZY_RESCALE"] else "",
+        "persistent" if p["PERSISTENT"] else "",
+        "tma" if p["TMA"] else "",
+        "ws" if p["WARP_SPEC"] else "",
+        "rev" if p["REVERSE_KV"] else "",
+    ]
     return f"{p['BLOCK_M']}x{p['BLOCK_N']} w{p['num_warps']} s{p['num_stages']} " + " ".join(f for f in flags if f)
 
 
@@ -85,13 +93,19 @@ def write(out: Path, doc: dict[str, Any]) -> None:
         if not rows:
             continue
         names = list(rows[0]["baselines"]) + (["best_sdpa"] if kind == "prefill" else [])
-        lines += [f"### {kind}", "", f"| model | shape | winner | winner ms | {rate} | " +
-                  " | ".join(f"{b} ms | speedup" for b in names) + " |", "|---" * (5 + 2 * len(names)) + "|"]
+        lines += [
+            f"### {kind}",
+            "",
+            f"| model | shape | winner | winner ms | {rate} | " + " | ".join(f"{b} ms | speedup" for b in names) + " |",
+            "|---" * (5 + 2 * len(names)) + "|",
+        ]
         for r in rows:
             won = f"{r['winner_ms']:.4f} | {r['rate']:.0f}" if r["winner_ms"] else "failed | -"
             base = dict(r["baselines"], best_sdpa=r.get("best_sdpa_ms"))
-            cells = " | ".join(f"{base[b]:.4f} | {r['speedup'][b]:.3f}" if base.get(b) and r["speedup"].get(b)
-                               else "- | -" for b in names)
+            cells = " | ".join(
+                f"{base[b]:.4f} | {r['speedup'][b]:.3f}" if base.get(b) and r["speedup"].get(b) else "- | -"
+                for b in names
+            )
             lines.append(f"| {r['model']} | {r['shape']} | {r['winner_short']} | {won} | {cells} |")
         cells = ["**geomean**"] + [""] * 4
         for b in names:
@@ -115,9 +129,13 @@ def jobs_from(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]
         jobs.append(("prefill", spec, params))
     for spec in decode or []:
         model, batch, context = (spec.split(":") + ["", ""])[:3]
-        params = {"model": model, "batch": int(batch or 32),
-                  "context": [int(c) for c in (context or "4096").split(",") if c.strip()], "page": args.page,
-                  "dtype": args.dtype}
+        params = {
+            "model": model,
+            "batch": int(batch or 32),
+            "context": [int(c) for c in (context or "4096").split(",") if c.strip()],
+            "page": args.page,
+            "dtype": args.dtype,
+        }
         jobs.append(("decode", spec, params))
     return jobs
 
@@ -128,8 +146,12 @@ def main() -> None:
     ap.add_argument("--prefill", nargs="*", default=None, help="MODEL or MODEL:LEN,LEN,... (see the prefill problem)")
     ap.add_argument("--decode", nargs="*", default=None, help="MODEL:BATCH:CONTEXT[,CONTEXT...]")
     ap.add_argument("--page", type=int, default=16, help="decode page size (tokens)")
-    ap.add_argument("--sdpa", nargs="+", default=["flash", "efficient", "cudnn"],
-                    help="SDPA backends for prefill baselines (flash, efficient, cudnn, math, varlen)")
+    ap.add_argument(
+        "--sdpa",
+        nargs="+",
+        default=["flash", "efficient", "cudnn"],
+        help="SDPA backends for prefill baselines (flash, efficient, cudnn, math, varlen)",
+    )
     ap.add_argument("--budget", type=int, default=25, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole script")
     ap.add_argument("--no-seeds", action="store_true", help="start the searches unseeded (not from the landscapes)")
@@ -154,8 +176,12 @@ def main() -> None:
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
-        "dtype": args.dtype, "rows": [], "geomean": {}, "skipped": [],
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "rows": [],
+        "geomean": {},
+        "skipped": [],
     }
     store = SQLiteStore(out / "attention.db")
     jobs = jobs_from(args)
@@ -172,27 +198,38 @@ def main() -> None:
         if kind == "prefill":
             causal = bool(mod.CAUSAL)
             space = attention_space(head_dim=mod.D, causal=causal)
-            ev = KernelEvaluator(problem, lambda g, c=causal: prefill_t.candidate_source(g.params, causal=c),
-                                 device=args.device)
+            ev = KernelEvaluator(
+                problem, lambda g, c=causal: prefill_t.candidate_source(g.params, causal=c), device=args.device
+            )
             descriptor = attention_class
             names = ["triton_default"] + [f"sdpa_{b}" for b in args.sdpa]
             baselines = [Genome.of(dict(prefill_t.DEFAULTS))] + [
-                Genome.of({"baseline": f"sdpa_{b}"}, source=prefill_t.sdpa_source(b, causal=causal)) for b in args.sdpa]
+                Genome.of({"baseline": f"sdpa_{b}"}, source=prefill_t.sdpa_source(b, causal=causal)) for b in args.sdpa
+            ]
         else:
             space = decode_space(head_dim=mod.D, group=mod.HQ // mod.HKV)
             ev = KernelEvaluator(problem, lambda g: decode_t.candidate_source(g.params), device=args.device)
             descriptor = decode_class
             names = ["sglang_default", "sdpa_gathered"]
-            baselines = [Genome.of(decode_t.sglang_default_params()),
-                         Genome.of({"baseline": "sdpa_gathered"}, source=decode_t.sdpa_gathered_source())]
+            baselines = [
+                Genome.of(decode_t.sglang_default_params()),
+                Genome.of({"baseline": "sdpa_gathered"}, source=decode_t.sdpa_gathered_source()),
+            ]
         tag = spec.replace(":", "-").replace(",", "_")
         # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
         # of it, usually): the search starts where the sweep found the fast region
         seeds = landscape_seeds(LANDSCAPES[kind], space) if not args.no_seeds else []
         part, report = search_against(
-            space, ev, store=store, descriptor=descriptor, name=f"attention-{kind}-{tag}", seeds=seeds,
-            baselines=dict(zip(names, baselines)), evaluations=args.budget,
-            wall_s=max(15.0, 0.7 * left / (len(jobs) - i)))
+            space,
+            ev,
+            store=store,
+            descriptor=descriptor,
+            name=f"attention-{kind}-{tag}",
+            seeds=seeds,
+            baselines=dict(zip(names, baselines)),
+            evaluations=args.budget,
+            wall_s=max(15.0, 0.7 * left / (len(jobs) - i)),
+        )
         if part is None:
             doc["skipped"].append(f"{kind} {spec}: no candidate passed ({report.statuses})")
             write(out, doc)
@@ -200,10 +237,13 @@ def main() -> None:
         ms = part["winner_ms"]
         work = problem.flops(shape) if kind == "prefill" else problem.bytes(shape)
         row: dict[str, Any] = {
-            "kind": kind, "model": mod.MODEL, "spec": spec,
+            "kind": kind,
+            "model": mod.MODEL,
+            "spec": spec,
             "shape": ",".join(f"{k}={v}" for k, v in shape.items() if k in ("lens", "Hq", "Hkv", "D", "P")),
             "winner_short": short(kind, part["winner"]),
-            "rate": (work or 0.0) / (ms * 1e-3) / (1e12 if kind == "prefill" else 1e9) if ms else None, **part,
+            "rate": (work or 0.0) / (ms * 1e-3) / (1e12 if kind == "prefill" else 1e9) if ms else None,
+            **part,
         }
         if kind == "prefill":
             sdpa = [(x, n) for n, x in row["baselines"].items() if n.startswith("sdpa_") and x]

@@ -54,16 +54,32 @@ def gemm_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     jobs = []
     for r in rows:
-        env = {"EVOKERNEL_GEMM_MODEL": r["model"], "EVOKERNEL_GEMM_LAYER": r["layer"], "EVOKERNEL_GEMM_M": str(r["M"]),
-               "EVOKERNEL_GEMM_EPILOGUE": "none", "EVOKERNEL_GEMM_DTYPE": "bfloat16"}
+        env = {
+            "EVOKERNEL_GEMM_MODEL": r["model"],
+            "EVOKERNEL_GEMM_LAYER": r["layer"],
+            "EVOKERNEL_GEMM_M": str(r["M"]),
+            "EVOKERNEL_GEMM_EPILOGUE": "none",
+            "EVOKERNEL_GEMM_DTYPE": "bfloat16",
+        }
         params = {k: int(v) for k, v in r["winner"].items()}
-        jobs.append({"family": "gemm", "key": {k: r[k] for k in ("model", "layer", "M", "N", "K")},
-                     "problem": "gemm_bf16.py", "env": env, "winner": params, "baseline": "cublas",
-                     "sources": {"winner": candidate_source(params), "cublas": torch_source(),
-                                 "triton_default": candidate_source(DEFAULTS)},
-                     # the winner through `gemm()` itself: the launch path the searches' candidates used before
-                     "direct": {"winner_gemm_call": params},
-                     "recorded": {"speedup": r.get("speedup"), "call": r.get("call")}})
+        jobs.append(
+            {
+                "family": "gemm",
+                "key": {k: r[k] for k in ("model", "layer", "M", "N", "K")},
+                "problem": "gemm_bf16.py",
+                "env": env,
+                "winner": params,
+                "baseline": "cublas",
+                "sources": {
+                    "winner": candidate_source(params),
+                    "cublas": torch_source(),
+                    "triton_default": candidate_source(DEFAULTS),
+                },
+                # the winner through `gemm()` itself: the launch path the searches' candidates used before
+                "direct": {"winner_gemm_call": params},
+                "recorded": {"speedup": r.get("speedup"), "call": r.get("call")},
+            }
+        )
     return jobs
 
 
@@ -80,13 +96,24 @@ def attention_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         env = {"EVOKERNEL_ATTN_MODEL": model, "EVOKERNEL_ATTN_SEQLENS": lens, "EVOKERNEL_ATTN_DTYPE": "bfloat16"}
         causal = model != "flux-dit"
         params = {k: int(v) for k, v in r["winner"].items()}
-        sources = {"winner": t.candidate_source(params, causal=causal),
-                   "triton_default": t.candidate_source(t.DEFAULTS, causal=causal)}
+        sources = {
+            "winner": t.candidate_source(params, causal=causal),
+            "triton_default": t.candidate_source(t.DEFAULTS, causal=causal),
+        }
         for b in ("flash", "efficient", "cudnn", "varlen"):
             sources[f"sdpa_{b}"] = t.sdpa_source(b, causal=causal)
-        jobs.append({"family": "attention", "key": {"model": model, "shape": r["shape"]},
-                     "problem": "attention_prefill_bf16.py", "env": env, "winner": params, "baseline": "sdpa_cudnn",
-                     "sources": sources, "recorded": {"speedup": r.get("speedup"), "call": r.get("call")}})
+        jobs.append(
+            {
+                "family": "attention",
+                "key": {"model": model, "shape": r["shape"]},
+                "problem": "attention_prefill_bf16.py",
+                "env": env,
+                "winner": params,
+                "baseline": "sdpa_cudnn",
+                "sources": sources,
+                "recorded": {"speedup": r.get("speedup"), "call": r.get("call")},
+            }
+        )
     return jobs
 
 
@@ -96,17 +123,30 @@ def decode_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     jobs = []
     for r in rows:
         model, batch, context = (r["spec"].split(":") + ["", ""])[:3]
-        env = {"EVOKERNEL_DECODE_MODEL": model, "EVOKERNEL_DECODE_BATCH": batch or "32",
-               "EVOKERNEL_DECODE_CONTEXT": context or "4096", "EVOKERNEL_DECODE_PAGE": "16",
-               "EVOKERNEL_DECODE_DTYPE": "bfloat16"}
+        env = {
+            "EVOKERNEL_DECODE_MODEL": model,
+            "EVOKERNEL_DECODE_BATCH": batch or "32",
+            "EVOKERNEL_DECODE_CONTEXT": context or "4096",
+            "EVOKERNEL_DECODE_PAGE": "16",
+            "EVOKERNEL_DECODE_DTYPE": "bfloat16",
+        }
         params = {k: int(v) for k, v in r["winner"].items()}
-        jobs.append({"family": "decode", "key": {"model": model, "shape": r["shape"]},
-                     "problem": "attention_decode_bf16.py", "env": env, "winner": params,
-                     "baseline": "sglang_default",
-                     "sources": {"winner": t.candidate_source(params),
-                                 "sglang_default": t.candidate_source(t.sglang_default_params()),
-                                 "sdpa_gathered": t.sdpa_gathered_source()},
-                     "recorded": {"speedup": r.get("speedup"), "call": r.get("call")}})
+        jobs.append(
+            {
+                "family": "decode",
+                "key": {"model": model, "shape": r["shape"]},
+                "problem": "attention_decode_bf16.py",
+                "env": env,
+                "winner": params,
+                "baseline": "sglang_default",
+                "sources": {
+                    "winner": t.candidate_source(params),
+                    "sglang_default": t.candidate_source(t.sglang_default_params()),
+                    "sdpa_gathered": t.sdpa_gathered_source(),
+                },
+                "recorded": {"speedup": r.get("speedup"), "call": r.get("call")},
+            }
+        )
     return jobs
 
 
@@ -124,15 +164,27 @@ def moe_jobs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for name, cfg in (r.get("baseline_configs") or {}).items():
             if cfg:
                 sources[name] = candidate_source(shared_params({k: int(v) for k, v in cfg.items()}))
-        jobs.append({"family": "moe", "key": {"model": r["model"], "M": r["M"]}, "problem": "moe_bf16.py",
-                     "env": env, "winner": params, "baseline": "sglang_h200" if "sglang_h200" in sources
-                     else "sglang_default", "sources": sources,
-                     "recorded": {"speedup": r.get("speedup"), "call": r.get("call")}})
+        jobs.append(
+            {
+                "family": "moe",
+                "key": {"model": r["model"], "M": r["M"]},
+                "problem": "moe_bf16.py",
+                "env": env,
+                "winner": params,
+                "baseline": "sglang_h200" if "sglang_h200" in sources else "sglang_default",
+                "sources": sources,
+                "recorded": {"speedup": r.get("speedup"), "call": r.get("call")},
+            }
+        )
     return jobs
 
 
-BUILDERS = {"gemm": ("gemm", gemm_jobs), "attention": ("attention_prefill", attention_jobs),
-            "decode": ("attention_decode", decode_jobs), "moe": ("moe", moe_jobs)}
+BUILDERS = {
+    "gemm": ("gemm", gemm_jobs),
+    "attention": ("attention_prefill", attention_jobs),
+    "decode": ("attention_decode", decode_jobs),
+    "moe": ("moe", moe_jobs),
+}
 
 
 # -- building and compiling ----------------------------------------------------------------
@@ -229,8 +281,14 @@ def measure(job: dict[str, Any], folder: Path, rounds: int) -> dict[str, Any]:
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"[:300]
         torch.cuda.synchronize()
-    row: dict[str, Any] = {**job["key"], "winner": job["winner"], "sets": n_sets, "set_mib": set_bytes / 2**20,
-                           "errors": errors, "recorded": job["recorded"]}
+    row: dict[str, Any] = {
+        **job["key"],
+        "winner": job["winner"],
+        "sets": n_sets,
+        "set_mib": set_bytes / 2**20,
+        "errors": errors,
+        "recorded": job["recorded"],
+    }
     base = job["baseline"]
     if "winner" not in fns or base not in fns:
         row["skipped"] = f"winner or {base} failed"
@@ -265,23 +323,32 @@ def summarise(family: str, doc: dict[str, Any]) -> None:
     rows = [r for r in doc["rows"] if "graph" in r and "eager" in r and "error" not in r["graph"]]
     names = sorted({n for r in rows for n in r["graph"]["speedup"]})
     doc["geomean"] = {n: geomean([r["graph"]["speedup"].get(n) for r in rows]) for n in names}
-    doc["geomean_eager"] = {n: geomean([r["eager"]["speedup"].get(n) for r in rows if "speedup" in r["eager"]])
-                            for n in names}
+    doc["geomean_eager"] = {
+        n: geomean([r["eager"]["speedup"].get(n) for r in rows if "speedup" in r["eager"]]) for n in names
+    }
     if family == "gemm":
         big = [r for r in rows if r["M"] >= 256]
         doc["geomean_m256"] = {n: geomean([r["graph"]["speedup"].get(n) for r in big]) for n in names}
-        doc["geomean_eager_m256"] = {n: geomean([r["eager"]["speedup"].get(n) for r in big if "speedup" in r["eager"]])
-                                     for n in names}
-        over = [r["eager"]["host_us"]["winner"] - r["eager"]["host_us"]["cublas"] for r in rows
-                if r["eager"].get("host_us", {}).get("winner") and r["eager"]["host_us"].get("cublas")]
-        doc["host_us_over_cublas"] = {"max": max(over, default=None), "median": sorted(over)[len(over) // 2]
-                                      if over else None}
+        doc["geomean_eager_m256"] = {
+            n: geomean([r["eager"]["speedup"].get(n) for r in big if "speedup" in r["eager"]]) for n in names
+        }
+        over = [
+            r["eager"]["host_us"]["winner"] - r["eager"]["host_us"]["cublas"]
+            for r in rows
+            if r["eager"].get("host_us", {}).get("winner") and r["eager"]["host_us"].get("cublas")
+        ]
+        doc["host_us_over_cublas"] = {
+            "max": max(over, default=None),
+            "median": sorted(over)[len(over) // 2] if over else None,
+        }
 
 
 def table(family: str, doc: dict[str, Any]) -> str:
-    lines = [f"### {family}: {len(doc['rows'])} rows ({doc.get('skipped') or 'none skipped'})",
-             "| row | base | graph speedup | eager speedup | host us winner / base | winner ms (graph) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"### {family}: {len(doc['rows'])} rows ({doc.get('skipped') or 'none skipped'})",
+        "| row | base | graph speedup | eager speedup | host us winner / base | winner ms (graph) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in doc["rows"]:
         key = " ".join(str(r[k]) for k in ("model", "layer", "M", "shape") if k in r)
         if "graph" not in r or "error" in r.get("graph", {}):
@@ -290,12 +357,18 @@ def table(family: str, doc: dict[str, Any]) -> str:
         base = next(iter(k for k in r["graph"] if k.startswith("ratio_vs_"))).removeprefix("ratio_vs_")
         g, e = r["graph"]["speedup"].get(base), r.get("eager", {}).get("speedup", {}).get(base)
         h = r.get("eager", {}).get("host_us", {})
-        lines.append(f"| {key} | {base} | {g:.3f} | {e:.3f} | {h.get('winner', 0):.0f} / {h.get(base, 0):.0f} | "
-                     f"{r['graph']['ms']['winner']:.4f} |" if g and e else f"| {key} | {base} | {g} | {e} | | |")
+        lines.append(
+            f"| {key} | {base} | {g:.3f} | {e:.3f} | {h.get('winner', 0):.0f} / {h.get(base, 0):.0f} | "
+            f"{r['graph']['ms']['winner']:.4f} |"
+            if g and e
+            else f"| {key} | {base} | {g} | {e} | | |"
+        )
     lines.append(f"geomean graph {doc.get('geomean')}; eager {doc.get('geomean_eager')}")
     if family == "gemm":
-        lines.append(f"M>=256: graph {doc.get('geomean_m256')}; eager {doc.get('geomean_eager_m256')}; "
-                     f"host us over cuBLAS {doc.get('host_us_over_cublas')}")
+        lines.append(
+            f"M>=256: graph {doc.get('geomean_m256')}; eager {doc.get('geomean_eager_m256')}; "
+            f"host us over cuBLAS {doc.get('host_us_over_cublas')}"
+        )
     return "\n".join(lines)
 
 
@@ -307,8 +380,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--workers", type=int, default=14, help="compile processes")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
-    ap.add_argument("--results", default=str(RESULTS),
-                    help="the folder of the results files whose rows are re-measured (default benchmarks/results)")
+    ap.add_argument(
+        "--results",
+        default=str(RESULTS),
+        help="the folder of the results files whose rows are re-measured (default benchmarks/results)",
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     end = t0 + args.deadline
@@ -320,12 +396,17 @@ def main() -> None:
     for family in args.families:
         stem, build = BUILDERS[family]
         rows = json.loads((Path(args.results) / f"{stem}.json").read_text())["rows"]
-        jobs = build(rows[:args.rows] if args.rows else rows)
-        docs[family] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                        "triton": __import__("triton").__version__,
-                        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "rows": [], "skipped": [],
-                        "jobs": jobs}
+        jobs = build(rows[: args.rows] if args.rows else rows)
+        docs[family] = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": __import__("triton").__version__,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "rows": [],
+            "skipped": [],
+            "jobs": jobs,
+        }
     all_jobs = [(f, i) for f, d in docs.items() for i in range(len(d["jobs"]))]
     print(f"{len(all_jobs)} rows to re-measure; compiling in {args.workers} processes", flush=True)
     try:
@@ -333,8 +414,9 @@ def main() -> None:
     except Exception as exc:  # the timing process compiles what the pool did not
         print(f"precompile stopped: {type(exc).__name__}: {exc}", flush=True)
         compiled = {}
-    print(f"compiled in {time.monotonic() - t0:.0f} s; failures: "
-          f"{ {k: v for k, v in compiled.items() if v} }", flush=True)
+    print(
+        f"compiled in {time.monotonic() - t0:.0f} s; failures: { {k: v for k, v in compiled.items() if v} }", flush=True
+    )
     with tempfile.TemporaryDirectory() as d:
         for family, doc in docs.items():
             for job in doc.pop("jobs"):
@@ -344,8 +426,11 @@ def main() -> None:
                 try:
                     row = measure(job, Path(d), args.rounds)
                 except Exception as exc:
-                    row = {**job["key"], "skipped": f"{type(exc).__name__}: {exc}"[:400],
-                           "trace": traceback.format_exc()[-800:]}
+                    row = {
+                        **job["key"],
+                        "skipped": f"{type(exc).__name__}: {exc}"[:400],
+                        "trace": traceback.format_exc()[-800:],
+                    }
                 doc["rows"].append(row)
                 summarise(family, doc)
                 (out / f"footing_{family}.json").write_text(json.dumps(doc, indent=1))

@@ -54,20 +54,41 @@ def phase_smoke(out: Path, deadline: float) -> None:
     cands = {
         "torch_matmul": (ROOT / "tests/corpus/honest/torch_matmul.py").read_text(),
         "triton_128x256x64_g8_w8_s4": candidate_source(
-            {"BM": 128, "BN": 256, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}),
+            {"BM": 128, "BN": 256, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+        ),
         "triton_64x64x128_g1_w4_s5": candidate_source(
-            {"BM": 64, "BN": 64, "BK": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 5}),
+            {"BM": 64, "BN": 64, "BK": 128, "GROUP_M": 1, "num_warps": 4, "num_stages": 5}
+        ),
     }
     for name, src in cands.items():
         if left(deadline) < 30:
             return
         t = time.monotonic()
         v = judge.check(src, label=name)
-        log(out, {"phase": "smoke", "candidate": name, "accepted": v.accepted, "reason": v.reason[:300],
-                  "wall_s": round(time.monotonic() - t, 2), "import_s": v.import_s, "compile_s": v.compile_s,
-                  "timings": [{"shape": x.shape, "ms": x.median_ms, "ci": [x.ci_low_ms, x.ci_high_ms],
-                               "n": x.samples, "graph": x.graph, "tflops": x.tflops,
-                               "roofline_pct": x.roofline_pct} for x in v.timings]})
+        log(
+            out,
+            {
+                "phase": "smoke",
+                "candidate": name,
+                "accepted": v.accepted,
+                "reason": v.reason[:300],
+                "wall_s": round(time.monotonic() - t, 2),
+                "import_s": v.import_s,
+                "compile_s": v.compile_s,
+                "timings": [
+                    {
+                        "shape": x.shape,
+                        "ms": x.median_ms,
+                        "ci": [x.ci_low_ms, x.ci_high_ms],
+                        "n": x.samples,
+                        "graph": x.graph,
+                        "tflops": x.tflops,
+                        "roofline_pct": x.roofline_pct,
+                    }
+                    for x in v.timings
+                ],
+            },
+        )
 
 
 def _header(path: Path) -> dict[str, str]:
@@ -100,10 +121,23 @@ def phase_corpus(out: Path, deadline: float, only: str = "") -> None:
         t = time.monotonic()
         v = judges[prob].check(path.read_text(), label=path.name)
         expect_ok = head.get("expect", "").startswith("accept")
-        reason_ok = expect_ok or any(alt.strip().lower() in v.reason.lower() for alt in head.get("reason", "").split("|"))
-        log(out, {"phase": "corpus", "file": f"{path.parent.name}/{path.name}", "device_class": head.get("device"),
-                  "expect": head.get("expect"), "accepted": v.accepted, "as_expected": v.accepted == expect_ok,
-                  "reason_matches": reason_ok, "reason": v.reason[:240], "wall_s": round(time.monotonic() - t, 2)})
+        reason_ok = expect_ok or any(
+            alt.strip().lower() in v.reason.lower() for alt in head.get("reason", "").split("|")
+        )
+        log(
+            out,
+            {
+                "phase": "corpus",
+                "file": f"{path.parent.name}/{path.name}",
+                "device_class": head.get("device"),
+                "expect": head.get("expect"),
+                "accepted": v.accepted,
+                "as_expected": v.accepted == expect_ok,
+                "reason_matches": reason_ok,
+                "reason": v.reason[:240],
+                "wall_s": round(time.monotonic() - t, 2),
+            },
+        )
 
 
 def _top_configs(n: int) -> list[dict]:
@@ -121,8 +155,9 @@ def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
 
     top = _top_configs(10)
     genomes = [Genome.of(p) for p, _ in top]
-    ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
-                         device="cuda")
+    ev = KernelEvaluator(
+        ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params), device="cuda"
+    )
     medians: dict[str, list[float]] = {g.id: [] for g in genomes}
     for k in range(passes):
         if left(deadline) < 60:
@@ -133,8 +168,16 @@ def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
             if r.is_ok:
                 medians[g.id].append(r.latency_ms)
             else:
-                log(out, {"phase": "fidelity", "pass": k, "genome": g.short(), "status": r.status.value,
-                          "error": r.error[:300]})
+                log(
+                    out,
+                    {
+                        "phase": "fidelity",
+                        "pass": k,
+                        "genome": g.short(),
+                        "status": r.status.value,
+                        "error": r.error[:300],
+                    },
+                )
         log(out, {"phase": "fidelity", "pass": k, "wall_s": round(time.monotonic() - t, 1)})
     rows = []
     for (params, recorded), g in zip(top, genomes):
@@ -143,13 +186,21 @@ def phase_fidelity(out: Path, deadline: float, passes: int = 5) -> None:
             continue
         med = statistics.median(xs)
         dev = max(abs(x / med - 1) for x in xs)
-        rows.append({"config": g.short(), "recorded_ms": recorded, "median_ms": med, "passes": xs,
-                     "max_dev_pct": 100 * dev})
+        rows.append(
+            {"config": g.short(), "recorded_ms": recorded, "median_ms": med, "passes": xs, "max_dev_pct": 100 * dev}
+        )
         log(out, {"phase": "fidelity", **rows[-1]})
     if rows:
-        log(out, {"phase": "fidelity", "summary": True, "configs": len(rows),
-                  "worst_dev_pct": max(r["max_dev_pct"] for r in rows),
-                  "within_1pct": sum(r["max_dev_pct"] <= 1.0 for r in rows)})
+        log(
+            out,
+            {
+                "phase": "fidelity",
+                "summary": True,
+                "configs": len(rows),
+                "worst_dev_pct": max(r["max_dev_pct"] for r in rows),
+                "within_1pct": sum(r["max_dev_pct"] <= 1.0 for r in rows),
+            },
+        )
 
 
 ABLATION = {  # name: (elements perturbed per input before each timed call, timing options)
@@ -160,8 +211,9 @@ ABLATION = {  # name: (elements perturbed per input before each timed call, timi
 }
 
 
-def phase_ablation(out: Path, deadline: float, passes: int = 3, burn: int = 0,
-                   names: tuple[str, ...] = tuple(ABLATION)) -> None:
+def phase_ablation(
+    out: Path, deadline: float, passes: int = 3, burn: int = 0, names: tuple[str, ...] = tuple(ABLATION)
+) -> None:
     """What inflates timings: the 4 best configs, re-measured in `passes` rounds under each
     variant (ABLATION), variants interleaved within a round so that all see the same
     conditions. `burn`: that many processes spin on the CPU meanwhile (as compiles do)."""
@@ -175,9 +227,15 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3, burn: int = 0,
     top = _top_configs(4)
     genomes = [Genome.of(p) for p, _ in top]
     variants = {name: GateOptions(perturb=ABLATION[name][0], timing=ABLATION[name][1]) for name in names}
-    evs = {name: KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py",
-                                 lambda g: candidate_source(g.params), device="cuda", options=opt)
-           for name, opt in variants.items()}
+    evs = {
+        name: KernelEvaluator(
+            ROOT / "benchmarks/problems/matmul_bf16_m2048.py",
+            lambda g: candidate_source(g.params),
+            device="cuda",
+            options=opt,
+        )
+        for name, opt in variants.items()
+    }
     got: dict[str, dict[str, list[float]]] = {name: {g.id: [] for g in genomes} for name in variants}
     held: dict[str, list[float]] = {name: [] for name in variants}
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(burn)]
@@ -197,12 +255,27 @@ def phase_ablation(out: Path, deadline: float, passes: int = 3, burn: int = 0,
         for (params, recorded), g in zip(top, genomes):
             xs = [x for x in got[name][g.id] if x == x]
             if xs:
-                rows.append({"config": g.short(), "recorded_ms": recorded, "ms": xs,
-                             "vs_recorded": statistics.median(xs) / recorded,
-                             "spread_pct": 100 * (max(xs) - min(xs)) / statistics.median(xs)})
-        log(out, {"phase": "ablation", "burn": burn, "variant": name, "rows": rows, "held": held[name][:4],
-                  "worst_spread_pct": max((r["spread_pct"] for r in rows), default=None),
-                  "median_vs_recorded": statistics.median([r["vs_recorded"] for r in rows]) if rows else None})
+                rows.append(
+                    {
+                        "config": g.short(),
+                        "recorded_ms": recorded,
+                        "ms": xs,
+                        "vs_recorded": statistics.median(xs) / recorded,
+                        "spread_pct": 100 * (max(xs) - min(xs)) / statistics.median(xs),
+                    }
+                )
+        log(
+            out,
+            {
+                "phase": "ablation",
+                "burn": burn,
+                "variant": name,
+                "rows": rows,
+                "held": held[name][:4],
+                "worst_spread_pct": max((r["spread_pct"] for r in rows), default=None),
+                "median_vs_recorded": statistics.median([r["vs_recorded"] for r in rows]) if rows else None,
+            },
+        )
 
 
 def phase_stress(out: Path, deadline: float) -> None:
@@ -210,8 +283,9 @@ def phase_stress(out: Path, deadline: float) -> None:
     phase_ablation(out, deadline, passes=3, burn=os.cpu_count() or 16, names=("hold16", "spin50"))
 
 
-def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None,
-                     prewarm: bool = True) -> None:
+def phase_throughput(
+    out: Path, deadline: float, window_s: float = 120.0, workers: int | None = None, prewarm: bool = True
+) -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.core.genome import Genome
     from evokernel.search_spaces import matmul_space
@@ -226,12 +300,22 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
     from evokernel.judge.gate import GateOptions
     from evokernel.judge.sandbox import SandboxOptions
 
-    ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
-                         device="cuda", workers=workers, options=GateOptions(sandbox=SandboxOptions(prewarm=prewarm)))
+    ev = KernelEvaluator(
+        ROOT / "benchmarks/problems/matmul_bf16_m2048.py",
+        lambda g: candidate_source(g.params),
+        device="cuda",
+        workers=workers,
+        options=GateOptions(sandbox=SandboxOptions(prewarm=prewarm)),
+    )
     ev.judge  # set up buffers before the clock starts
     window = min(window_s, left(deadline) - 20)
     t0 = time.monotonic()
-    done, statuses, lat, parts = 0, {}, [], {k: [] for k in ("wait_s", "judge_s", "compile_s", "import_s", "warm_s", "checks_s", "timing_s", "recheck_s")}
+    done, statuses, lat, parts = (
+        0,
+        {},
+        [],
+        {k: [] for k in ("wait_s", "judge_s", "compile_s", "import_s", "warm_s", "checks_s", "timing_s", "recheck_s")},
+    )
     raced, errors = 0, []
     steps: dict[str, list[float]] = {}
     recorded = {tuple(sorted(p.items())): v for p, v in _top_configs(10**6)}
@@ -253,20 +337,41 @@ def phase_throughput(out: Path, deadline: float, window_s: float = 120.0, worker
                 lat.append((r.latency_ms, rec))
         if done % 25 == 0:
             el = time.monotonic() - t0
-            log(out, {"phase": "throughput", "done": done, "elapsed_s": round(el, 1),
-                      "per_min": round(60 * done / el, 1), "statuses": statuses})
+            log(
+                out,
+                {
+                    "phase": "throughput",
+                    "done": done,
+                    "elapsed_s": round(el, 1),
+                    "per_min": round(60 * done / el, 1),
+                    "statuses": statuses,
+                },
+            )
         if time.monotonic() - t0 > window:
             break
     gen.close()
     el = time.monotonic() - t0
     ratio = [m / r for m, r in lat]
-    log(out, {"phase": "throughput", "summary": True, "prewarm": prewarm, "workers": workers, "done": done, "elapsed_s": round(el, 1),
-              "per_min": round(60 * done / el, 1), "statuses": statuses, "raced": raced,
-              "seed_entries": ev.judge.seed.harvested if ev.judge.seed is not None else None, "errors": errors,
-              "mean_s": {k: round(statistics.fmean(v), 4) for k, v in parts.items() if v},
-              "steps_mean_s": {k: round(sum(v) / max(done, 1), 4) for k, v in sorted(steps.items())},
-              "vs_landscape_median_ratio": statistics.median(ratio) if ratio else None,
-              "vs_landscape_spearman": _spearman([m for m, _ in lat], [r for _, r in lat]) if len(lat) > 5 else None})
+    log(
+        out,
+        {
+            "phase": "throughput",
+            "summary": True,
+            "prewarm": prewarm,
+            "workers": workers,
+            "done": done,
+            "elapsed_s": round(el, 1),
+            "per_min": round(60 * done / el, 1),
+            "statuses": statuses,
+            "raced": raced,
+            "seed_entries": ev.judge.seed.harvested if ev.judge.seed is not None else None,
+            "errors": errors,
+            "mean_s": {k: round(statistics.fmean(v), 4) for k, v in parts.items() if v},
+            "steps_mean_s": {k: round(sum(v) / max(done, 1), 4) for k, v in sorted(steps.items())},
+            "vs_landscape_median_ratio": statistics.median(ratio) if ratio else None,
+            "vs_landscape_spearman": _spearman([m for m, _ in lat], [r for _, r in lat]) if len(lat) > 5 else None,
+        },
+    )
 
 
 def phase_fault(out: Path, deadline: float) -> None:
@@ -281,8 +386,16 @@ def phase_fault(out: Path, deadline: float) -> None:
     ev = KernelEvaluator(root / "problems/matmul_small.py", lambda g: g.source or "", device="cuda", workers=2)
     t = time.monotonic()
     results = list(ev.evaluate(genomes))
-    log(out, {"phase": "fault", "statuses": [r.status.value for r in results], "faults": ev.faults,
-              "errors": [r.error[:200] for r in results], "wall_s": round(time.monotonic() - t, 2)})
+    log(
+        out,
+        {
+            "phase": "fault",
+            "statuses": [r.status.value for r in results],
+            "faults": ev.faults,
+            "errors": [r.error[:200] for r in results],
+            "wall_s": round(time.monotonic() - t, 2),
+        },
+    )
 
 
 def phase_ab(out: Path, deadline: float) -> None:
@@ -293,15 +406,25 @@ def phase_ab(out: Path, deadline: float) -> None:
 
     top = _top_configs(4)
     genomes = [Genome.of(p) for p, _ in top]
-    ev = KernelEvaluator(ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params),
-                         device="cuda")
+    ev = KernelEvaluator(
+        ROOT / "benchmarks/problems/matmul_bf16_m2048.py", lambda g: candidate_source(g.params), device="cuda"
+    )
     for k in range(2):
         t = time.monotonic()
         results = ev.remeasure(genomes, rounds=3)
-        log(out, {"phase": "ab", "pass": k, "wall_s": round(time.monotonic() - t, 2),
-                  "configs": [g.short() for g in genomes], "recorded_ms": [r for _, r in top],
-                  "ms": [r.latency_ms for r in results], "noise": [r.noise for r in results],
-                  "statuses": [r.status.value for r in results]})
+        log(
+            out,
+            {
+                "phase": "ab",
+                "pass": k,
+                "wall_s": round(time.monotonic() - t, 2),
+                "configs": [g.short() for g in genomes],
+                "recorded_ms": [r for _, r in top],
+                "ms": [r.latency_ms for r in results],
+                "noise": [r.noise for r in results],
+                "statuses": [r.status.value for r in results],
+            },
+        )
 
 
 def _spearman(a: list[float], b: list[float]) -> float:
@@ -327,10 +450,19 @@ def main() -> None:
 
     from evokernel.judge.sandbox import isolation_report
 
-    log(out, {"env": True, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "triton": triton.__version__, "cpus": os.cpu_count(), "python": sys.version.split()[0],
-              # the candidates' protections (EVOKERNEL_SANDBOX, EVOKERNEL_SANDBOX_WITHOUT: device.sh sandbox)
-              "sandbox": isolation_report(device="cuda").describe()})
+    log(
+        out,
+        {
+            "env": True,
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            # the candidates' protections (EVOKERNEL_SANDBOX, EVOKERNEL_SANDBOX_WITHOUT: device.sh sandbox)
+            "sandbox": isolation_report(device="cuda").describe(),
+        },
+    )
     for ph in args.phases:
         if left(args.deadline) < 30:
             break
@@ -352,8 +484,14 @@ def main() -> None:
             elif ph == "corpus":
                 phase_corpus(out, args.deadline, args.corpus_only)
             else:
-                {"smoke": phase_smoke, "fidelity": phase_fidelity, "fault": phase_fault,
-                 "ab": phase_ab, "ablation": phase_ablation, "stress": phase_stress}[ph](out, args.deadline)
+                {
+                    "smoke": phase_smoke,
+                    "fidelity": phase_fidelity,
+                    "fault": phase_fault,
+                    "ab": phase_ab,
+                    "ablation": phase_ablation,
+                    "stress": phase_stress,
+                }[ph](out, args.deadline)
         except Exception as exc:
             import traceback
 

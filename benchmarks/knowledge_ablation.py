@@ -44,9 +44,11 @@ def one(name: str, seed: int, first: int, budget: int) -> dict[str, Any]:
                 best = min(best, truth.true_latency(e.genome))
             if e.kind == "eval":
                 trace.append(best)
-        out[label] = {"to_first_best": _evals_to(trace, target * (1 + 1e-9)),
-                      "to_1pct": _evals_to(trace, optimum * 1.01),
-                      "failed": sum(1 for e in history if e.kind == "eval" and not e.result.is_ok)}
+        out[label] = {
+            "to_first_best": _evals_to(trace, target * (1 + 1e-9)),
+            "to_1pct": _evals_to(trace, optimum * 1.01),
+            "failed": sum(1 for e in history if e.kind == "eval" and not e.result.is_ok),
+        }
     return out
 
 
@@ -65,8 +67,10 @@ def main() -> None:
     jobs = [(n, s, args.first, args.budget) for n in args.landscapes for s in range(args.seeds)]
     with ProcessPoolExecutor(args.jobs) as pool:
         results = list(pool.map(_star, jobs))
-    print("| landscape | second run | median evals to the first run's best | median evals to 1% | "
-          "reached 1% | mean failed evals |")
+    print(
+        "| landscape | second run | median evals to the first run's best | median evals to 1% | "
+        "reached 1% | mean failed evals |"
+    )
     print("|---|---|---|---|---|---|")
     for name in args.landscapes:
         rows = [r for (n, *_), r in zip(jobs, results) if n == name]
@@ -74,9 +78,11 @@ def main() -> None:
             to_best = [r[label]["to_first_best"] for r in rows]
             to_1 = [r[label]["to_1pct"] for r in rows]
             fmt = lambda x: "-" if math.isinf(x) else f"{x:.0f}"  # noqa: E731
-            print(f"| {name.removeprefix('matmul_bf16_h200_')} | {label} | {fmt(statistics.median(to_best))} | "
-                  f"{fmt(statistics.median(to_1))} | {sum(math.isfinite(x) for x in to_1)}/{len(rows)} | "
-                  f"{statistics.fmean(r[label]['failed'] for r in rows):.1f} |")
+            print(
+                f"| {name.removeprefix('matmul_bf16_h200_')} | {label} | {fmt(statistics.median(to_best))} | "
+                f"{fmt(statistics.median(to_1))} | {sum(math.isfinite(x) for x in to_1)}/{len(rows)} | "
+                f"{statistics.fmean(r[label]['failed'] for r in rows):.1f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -56,15 +56,16 @@ RESULTS = ROOT / "benchmarks" / "results" / "gemm.json"
 TARGET_US = 10.0  # the launcher's host time may exceed torch.matmul's by this much
 
 
-def host_times(paths: dict[str, Callable[[], Any]], sync: Callable[[], None], *, n: int,
-               reps: int) -> dict[str, tuple[list[float], list[float]]]:
+def host_times(
+    paths: dict[str, Callable[[], Any]], sync: Callable[[], None], *, n: int, reps: int
+) -> dict[str, tuple[list[float], list[float]]]:
     """Per path, (host us per call, eager us per call) of each of `reps` rounds; a round times
     one loop of `n` calls of every path, the paths in an order rotated round by round (paths
     compared under the same load, the host's drift shared between them)."""
     names = list(paths)
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
     for r in range(reps):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             fn = paths[name]
             sync()
             t0 = time.perf_counter()
@@ -79,10 +80,23 @@ def host_times(paths: dict[str, Callable[[], Any]], sync: Callable[[], None], *,
 
 
 def _short(w: dict[str, int]) -> str:
-    s = f"{w['BM']}x{w['BN']}{'+' + str(w['BN_TAIL']) if w.get('BN_TAIL') else ''}x{w['BK']} w{w['num_warps']}" \
+    s = (
+        f"{w['BM']}x{w['BN']}{'+' + str(w['BN_TAIL']) if w.get('BN_TAIL') else ''}x{w['BK']} w{w['num_warps']}"
         f" s{w['num_stages']}"
-    genes = ("SPLIT_K", "SPLITK_FIXUP", "PERSISTENT", "TMA", "TMA_STORE", "SWAP_AB", "STREAM_K", "GLUON", "WARP_SPEC",
-             "maxnreg", "A_REG")
+    )
+    genes = (
+        "SPLIT_K",
+        "SPLITK_FIXUP",
+        "PERSISTENT",
+        "TMA",
+        "TMA_STORE",
+        "SWAP_AB",
+        "STREAM_K",
+        "GLUON",
+        "WARP_SPEC",
+        "maxnreg",
+        "A_REG",
+    )
     extra = [f"{k}={v}" for k, v in sorted(w.items()) if k in genes and v and not (k == "SPLIT_K" and v == 1)]
     return " ".join([s, *extra])
 
@@ -97,13 +111,20 @@ def measure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     if args.clip:
         m, n, k = (min(v, args.clip) for v in (m, n, k))
     winner = {key: int(v) for key, v in row["winner"].items()}
-    out: dict[str, Any] = {"model": row.get("model"), "layer": row.get("layer"), "M": m, "N": n, "K": k,
-                           "winner": winner, "winner_short": _short(winner)}
+    out: dict[str, Any] = {
+        "model": row.get("model"),
+        "layer": row.get("layer"),
+        "M": m,
+        "N": n,
+        "K": k,
+        "winner": winner,
+        "winner_short": _short(winner),
+    }
     cuda = args.device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float16  # (the interpreter's bf16 dots are wrong)
     g = torch.Generator(device=args.device).manual_seed(m * 1_000_003 + n * 1009 + k)
     a = torch.randn(m, k, device=args.device, dtype=dtype, generator=g)
-    b = torch.randn(k, n, device=args.device, dtype=dtype, generator=g) / k ** 0.5
+    b = torch.randn(k, n, device=args.device, dtype=dtype, generator=g) / k**0.5
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     run = GemmLauncher(winner)
     t0 = time.perf_counter()
@@ -117,8 +138,11 @@ def measure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
     ref = a.float() @ b.float()
     out["rel_err"] = ((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
     del first, got, want, ref
-    paths: dict[str, Callable[[], Any]] = {"matmul": lambda: torch.matmul(a, b), "gemm": lambda: gemm(a, b, **winner),
-                                           "launcher": lambda: run(a, b)}
+    paths: dict[str, Callable[[], Any]] = {
+        "matmul": lambda: torch.matmul(a, b),
+        "gemm": lambda: gemm(a, b, **winner),
+        "launcher": lambda: run(a, b),
+    }
     for fn in paths.values():  # warm-up: allocator blocks, cuBLAS handles and workspaces
         for _ in range(args.warmup):
             fn()
@@ -172,8 +196,21 @@ def precompile(rows: list[dict[str, Any]], args: argparse.Namespace, timeout: fl
     procs = []
     for chunk in chunks:
         labels = [f"{r['model']}:{r['layer']}:{r['M']}" for r in chunk]
-        procs.append(subprocess.Popen([sys.executable, __file__, "--compile-only", "--results", args.results,
-                                       "--out", args.out, "--rows", *labels]))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--compile-only",
+                    "--results",
+                    args.results,
+                    "--out",
+                    args.out,
+                    "--rows",
+                    *labels,
+                ]
+            )
+        )
     for p in procs:
         try:
             p.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
@@ -187,18 +224,26 @@ def write(out: Path, doc: dict[str, Any]) -> None:
     rows = [r for r in doc["rows"] if "error" not in r]
     if rows:
         doc["summary"] = {
-            "rows": len(rows), "within_target": sum(r["within_target"] for r in rows),
-            "same_as_gemm": sum(r["same_as_gemm"] for r in rows), "fast": sum(r["fast"] for r in rows),
-            **{f"median_{p}_host_us": statistics.median(r[f"{p}_host_us"] for r in rows)
-               for p in ("matmul", "gemm", "launcher")},
+            "rows": len(rows),
+            "within_target": sum(r["within_target"] for r in rows),
+            "same_as_gemm": sum(r["same_as_gemm"] for r in rows),
+            "fast": sum(r["fast"] for r in rows),
+            **{
+                f"median_{p}_host_us": statistics.median(r[f"{p}_host_us"] for r in rows)
+                for p in ("matmul", "gemm", "launcher")
+            },
             "max_over_matmul_us": max(r["over_matmul_us"] for r in rows),
         }
     tmp = out / "launch_overhead.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1))
     tmp.replace(out / "launch_overhead.json")
-    lines = [("| model | layer | M | N | K | winner | matmul host us | gemm host us | launcher host us | "
-              "launcher - matmul | <= +10 us | eager us (matmul / gemm / launcher) | bitwise | compile s |"),
-             "|---" * 14 + "|"]
+    lines = [
+        (
+            "| model | layer | M | N | K | winner | matmul host us | gemm host us | launcher host us | "
+            "launcher - matmul | <= +10 us | eager us (matmul / gemm / launcher) | bitwise | compile s |"
+        ),
+        "|---" * 14 + "|",
+    ]
     for r in doc["rows"]:
         head = f"| {r.get('model')} | {r.get('layer')} | {r.get('M')} | {r.get('N')} | {r.get('K')} | "
         if "error" in r:
@@ -208,14 +253,20 @@ def write(out: Path, doc: dict[str, Any]) -> None:
             head + f"{r['winner_short']} | {r['matmul_host_us']:.1f} | {r['gemm_host_us']:.1f} | "
             f"{r['launcher_host_us']:.1f} | {r['over_matmul_us']:+.1f} | {'yes' if r['within_target'] else 'NO'} | "
             f"{r['matmul_eager_us']:.1f} / {r['gemm_eager_us']:.1f} / {r['launcher_eager_us']:.1f} | "
-            f"{'yes' if r['same_as_gemm'] else 'NO'}{'' if r['fast'] else ' (JIT path!)'} | {r['compile_s']:.1f} |")
+            f"{'yes' if r['same_as_gemm'] else 'NO'}{'' if r['fast'] else ' (JIT path!)'} | {r['compile_s']:.1f} |"
+        )
     s = doc.get("summary")
     if s:
-        lines += ["", (f"{s['within_target']}/{s['rows']} rows within torch.matmul + {TARGET_US:.0f} us; "
-                       f"{s['same_as_gemm']}/{s['rows']} bitwise gemm's; {s['fast']}/{s['rows']} launched directly. "
-                       f"Median host us per call: matmul {s['median_matmul_host_us']:.1f}, gemm "
-                       f"{s['median_gemm_host_us']:.1f}, launcher {s['median_launcher_host_us']:.1f}; worst launcher "
-                       f"- matmul {s['max_over_matmul_us']:+.1f} us.")]
+        lines += [
+            "",
+            (
+                f"{s['within_target']}/{s['rows']} rows within torch.matmul + {TARGET_US:.0f} us; "
+                f"{s['same_as_gemm']}/{s['rows']} bitwise gemm's; {s['fast']}/{s['rows']} launched directly. "
+                f"Median host us per call: matmul {s['median_matmul_host_us']:.1f}, gemm "
+                f"{s['median_gemm_host_us']:.1f}, launcher {s['median_launcher_host_us']:.1f}; worst launcher "
+                f"- matmul {s['max_over_matmul_us']:+.1f} us."
+            ),
+        ]
     errors = [f"{r.get('model')}:{r.get('layer')}:{r.get('M')}" for r in doc["rows"] if "error" in r]
     if errors:
         lines += ["", "Failed: " + ", ".join(errors)]
@@ -232,17 +283,33 @@ def main() -> None:
     ap.add_argument("--max-rows", type=int, default=None)
     ap.add_argument("--n", type=int, default=200, help="calls per timed loop (at most)")
     ap.add_argument("--min-n", type=int, default=30, help="calls per timed loop (at least)")
-    ap.add_argument("--loop-s", type=float, default=0.05,
-                    help="a timed loop's GPU seconds at most: rows of long kernels take fewer calls (down to --min-n)")
-    ap.add_argument("--precompile", type=int, default=8,
-                    help="processes compiling the winners first, into Triton's on-disk cache (0: none)")
+    ap.add_argument(
+        "--loop-s",
+        type=float,
+        default=0.05,
+        help="a timed loop's GPU seconds at most: rows of long kernels take fewer calls (down to --min-n)",
+    )
+    ap.add_argument(
+        "--precompile",
+        type=int,
+        default=8,
+        help="processes compiling the winners first, into Triton's on-disk cache (0: none)",
+    )
     ap.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--reps", type=int, default=9,
-                    help="rounds, each one timed loop per path (medians reported; launcher - matmul paired per round)")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=9,
+        help="rounds, each one timed loop per path (medians reported; launcher - matmul paired per round)",
+    )
     ap.add_argument("--warmup", type=int, default=20, help="calls per path before timing")
     ap.add_argument("--deadline", type=float, default=300.0, help="seconds for the whole script")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
-                    help="cpu: a check of the script in Triton's interpreter (TRITON_INTERPRET=1), fp16")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        choices=["cuda", "cpu"],
+        help="cpu: a check of the script in Triton's interpreter (TRITON_INTERPRET=1), fp16",
+    )
     ap.add_argument("--clip", type=int, default=0, help="clip M, N and K to this (the CPU check)")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -264,9 +331,15 @@ def main() -> None:
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu (interpreter)",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
-        "triton": triton.__version__, "n": args.n, "reps": args.reps, "target_us": TARGET_US,
-        "fast_launch": os.environ.get("EVOKERNEL_FAST_LAUNCH", "1"), "rows": [], "skipped": [],
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "n": args.n,
+        "reps": args.reps,
+        "target_us": TARGET_US,
+        "fast_launch": os.environ.get("EVOKERNEL_FAST_LAUNCH", "1"),
+        "rows": [],
+        "skipped": [],
     }
     write(out, doc)
     if args.precompile and args.device == "cuda" and rows:
@@ -284,9 +357,15 @@ def main() -> None:
             result = measure_row(row, args)
         except Exception as exc:  # noqa: BLE001 (a row's failure is a row of the table, not the end of the run)
             traceback.print_exc()
-            result = {"model": row["model"], "layer": row["layer"], "M": row["M"], "N": row["N"], "K": row["K"],
-                      "winner_short": _short({k: int(v) for k, v in row["winner"].items()}),
-                      "error": f"{type(exc).__name__}: {exc}"}
+            result = {
+                "model": row["model"],
+                "layer": row["layer"],
+                "M": row["M"],
+                "N": row["N"],
+                "K": row["K"],
+                "winner_short": _short({k: int(v) for k, v in row["winner"].items()}),
+                "error": f"{type(exc).__name__}: {exc}",
+            }
         result["row_s"] = time.monotonic() - t1
         slowest = max(slowest, result["row_s"])
         doc["rows"].append(result)
@@ -294,9 +373,12 @@ def main() -> None:
         if "error" in result:
             print(f"{label}: {result['error']}", flush=True)
         else:
-            print(f"{label}: host us matmul {result['matmul_host_us']:.1f} gemm {result['gemm_host_us']:.1f} "
-                  f"launcher {result['launcher_host_us']:.1f} ({result['over_matmul_us']:+.1f}), bitwise "
-                  f"{result['same_as_gemm']}, {result['row_s']:.1f} s", flush=True)
+            print(
+                f"{label}: host us matmul {result['matmul_host_us']:.1f} gemm {result['gemm_host_us']:.1f} "
+                f"launcher {result['launcher_host_us']:.1f} ({result['over_matmul_us']:+.1f}), bitwise "
+                f"{result['same_as_gemm']}, {result['row_s']:.1f} s",
+                flush=True,
+            )
     write(out, doc)
     print((out / "launch_overhead.md").read_text())
 

@@ -33,7 +33,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = {"flux": ROOT / "examples" / "models" / "flux_dit.py", "qwen": ROOT / "examples" / "models" / "qwen3_moe_stack.py"}
+MODELS = {
+    "flux": ROOT / "examples" / "models" / "flux_dit.py",
+    "qwen": ROOT / "examples" / "models" / "qwen3_moe_stack.py",
+}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,13 +50,23 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 12; 3 on the CPU)")
     p.add_argument("--reps", type=int, default=None, help="calls per variant per round (default 5; 1 on the CPU)")
-    p.add_argument("--compile-mode", default=None, help="torch.compile mode of the baseline (default max-autotune; "
-                                                         "default on the CPU)")
+    p.add_argument(
+        "--compile-mode",
+        default=None,
+        help="torch.compile mode of the baseline (default max-autotune; default on the CPU)",
+    )
     p.add_argument("--no-compile", action="store_true", help="leave the torch.compile baseline out")
-    p.add_argument("--no-compiled-sites", action="store_true",
-                   help="leave out the choices that run torch.compile (segments, whole blocks)")
-    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "model-level-out")),
-                   help="where model_level.json, .md and the store go (the record, benchmarks/results/model_level.json, is a copy of one call's file)")
+    p.add_argument(
+        "--no-compiled-sites",
+        action="store_true",
+        help="leave out the choices that run torch.compile (segments, whole blocks)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("OUT", "model-level-out")),
+        help="where model_level.json, .md and the store go (the record, benchmarks/results/model_level.json, is a copy of one call's file)",
+    )
     p.add_argument("--db", type=Path, default=None, help="store (default OUT/model_level.db)")
     return p.parse_args(argv)
 
@@ -82,8 +95,16 @@ def seeds_for(space, *, compiled_sites: bool):  # type: ignore[no-untyped-def]
                 continue
             point = {**space.default(), p.name: v}
             if space.why_invalid(point) is not None:
-                point = next(({**point, q.name: w} for q in sites if q is not p for w in q.values[1:]
-                              if space.why_invalid({**point, q.name: w}) is None), point)
+                point = next(
+                    (
+                        {**point, q.name: w}
+                        for q in sites
+                        if q is not p
+                        for w in q.values[1:]
+                        if space.why_invalid({**point, q.name: w}) is None
+                    ),
+                    point,
+                )
             if space.why_invalid(point) is None:
                 out.append(point)
     # combinations: every kernel change at once, and each with the block compiled around it
@@ -143,12 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         model = mod.model(size)
         if args.blocks:
             blocks = getattr(model, "blocks", None) or getattr(model, "layers")
-            del blocks[args.blocks:]
+            del blocks[args.blocks :]
         inputs = mod.example_inputs(size, dtype)
         print(f"== {mod.name} ({size}, {str(dtype).removeprefix('torch.')}, {args.device})", flush=True)
         # 1. where the time goes
-        prof = profile_module(model.to(args.device, dtype), inputs, device=args.device, warmup=2,
-                              iters=2 if cpu else 5, target=mod.name)
+        prof = profile_module(
+            model.to(args.device, dtype), inputs, device=args.device, warmup=2, iters=2 if cpu else 5, target=mod.name
+        )
         rec = prof.to_dict(top=15)
         rec.update(name=mod.name, toolchain={**tc, "device_name": prof.device_name})
         store.save_profile(rec)
@@ -160,53 +182,100 @@ def main(argv: list[str] | None = None) -> int:
         gpu = ev.fingerprint()["device"]
         seeds = seeds_for(ev.space, compiled_sites=not args.no_compiled_sites)
         if args.no_compiled_sites:
-            ev.space.add_constraint(lambda p: not any(_compiles(k, v) for k, v in p.items()) or
-                                    "torch.compile choices left out (--no-compiled-sites)", "no compiled sites")
-        search = Search(ev.space, ev, store=store, seeds=seeds, name=f"model_level:{mod.name}",
-                        options=SearchOptions(population=max(4, min(8, len(seeds))), report_elites=3))
+            ev.space.add_constraint(
+                lambda p: (
+                    not any(_compiles(k, v) for k, v in p.items())
+                    or "torch.compile choices left out (--no-compiled-sites)"
+                ),
+                "no compiled sites",
+            )
+        search = Search(
+            ev.space,
+            ev,
+            store=store,
+            seeds=seeds,
+            name=f"model_level:{mod.name}",
+            options=SearchOptions(population=max(4, min(8, len(seeds))), report_elites=3),
+        )
         report = search.run(Budget(evaluations=args.budget, wall_s=args.deadline), seed=args.seed)
         winner = report.best.genome if report.best else ev.space.genome(ev.space.default())
-        print(f"search: {report.evaluations} evaluations, {report.statuses}, stop: {report.stop_reason}; "
-              f"best {winner.short()}", flush=True)
+        print(
+            f"search: {report.evaluations} evaluations, {report.statuses}, stop: {report.stop_reason}; "
+            f"best {winner.short()}",
+            flush=True,
+        )
         abl = None
         # 3. the final table, one call: winner vs eager + CUDA graph vs torch.compile (written
         # before the ablation, so that a call stopped at its limit keeps the headline figures)
         times, failed = ev.measure({"winner": winner}, compiled=not args.no_compile)
         base, win, comp = times["baseline"], times.get("winner"), times.get("torch_compile")
         entry = {
-            "size": size, "dtype": str(dtype).removeprefix("torch."), "device": gpu, "timing": base.method,
+            "size": size,
+            "dtype": str(dtype).removeprefix("torch."),
+            "device": gpu,
+            "timing": base.method,
             "inputs": [list(x.shape) for x in inputs if isinstance(x, torch.Tensor)],
             "blocks": len(getattr(model, "blocks", None) or getattr(model, "layers")),
-            "winner": dict(winner.params), "winner_ms": win.median_ms if win else None,
-            "eager_cudagraph_ms": base.median_ms, "torch_compile_ms": comp.median_ms if comp else None,
-            "torch_compile_label": ev.compile_label, "torch_compile_timing": comp.method if comp else None,
+            "winner": dict(winner.params),
+            "winner_ms": win.median_ms if win else None,
+            "eager_cudagraph_ms": base.median_ms,
+            "torch_compile_ms": comp.median_ms if comp else None,
+            "torch_compile_label": ev.compile_label,
+            "torch_compile_timing": comp.method if comp else None,
             "noise": {k: t.noise for k, t in times.items()},
-            "speedup": {"eager_cudagraph": base.median_ms / win.median_ms if win else None,
-                        "torch_compile": comp.median_ms / win.median_ms if win and comp else None},
-            "failed": failed, "search": {"evaluations": report.evaluations, "statuses": report.statuses,
-                                         "stop": report.stop_reason, "run_id": report.run_id},
+            "speedup": {
+                "eager_cudagraph": base.median_ms / win.median_ms if win else None,
+                "torch_compile": comp.median_ms / win.median_ms if win and comp else None,
+            },
+            "failed": failed,
+            "search": {
+                "evaluations": report.evaluations,
+                "statuses": report.statuses,
+                "stop": report.stop_reason,
+                "run_id": report.run_id,
+            },
             "ablation": abl.to_dict() if abl else None,
-            "profile_top": [{k: r[k] for k in ("module", "op", "kernel", "share", "total_ms")} for r in rec["rows"][:8]],
+            "profile_top": [
+                {k: r[k] for k in ("module", "op", "kernel", "share", "total_ms")} for r in rec["rows"][:8]
+            ],
             "wall_s": time.time() - t0,
         }
         doc["models"][mod.name] = entry
         doc.update(
-            device=args.device, mode=("cpu-tiny: Triton in the interpreter, wall-clock figures, not GPU figures"
-                                      if cpu else f"{size} sizes, {str(dtype).removeprefix('torch.')}"),
-            toolchain=tc, targets={"eager_cudagraph": 1.15, "torch_compile": 1.0},
-            geomean={k: geomean([m["speedup"][k] for m in doc["models"].values()])
-                     for k in ("eager_cudagraph", "torch_compile")})
+            device=args.device,
+            mode=(
+                "cpu-tiny: Triton in the interpreter, wall-clock figures, not GPU figures"
+                if cpu
+                else f"{size} sizes, {str(dtype).removeprefix('torch.')}"
+            ),
+            toolchain=tc,
+            targets={"eager_cudagraph": 1.15, "torch_compile": 1.0},
+            geomean={
+                k: geomean([m["speedup"][k] for m in doc["models"].values()])
+                for k in ("eager_cudagraph", "torch_compile")
+            },
+        )
         json_path.write_text(json.dumps(doc, indent=1, default=str))
         md_path.write_text(markdown(doc))
-        print(f"{mod.name}: winner {entry['winner_ms']} ms, eager+graph {base.median_ms:.4g} ms, "
-              f"torch.compile {entry['torch_compile_ms']} ms; speedups {entry['speedup']}", flush=True)
+        print(
+            f"{mod.name}: winner {entry['winner_ms']} ms, eager+graph {base.median_ms:.4g} ms, "
+            f"torch.compile {entry['torch_compile_ms']} ms; speedups {entry['speedup']}",
+            flush=True,
+        )
         # 4. ablation (nothing to ablate when the model as written won)
         abl = None
         if any("." not in n and winner.params[n] != ev.space.default()[n] for n in ev.space.names):
             abl = ablate(ev, winner)
-            record(store, abl, ev.space, gpu=gpu, toolchain=tc, run_id=report.run_id,
-                   shapes=[{"input": list(x.shape)} for x in inputs if isinstance(x, torch.Tensor)],
-                   tests=["tests/test_model_level.py"])
+            record(
+                store,
+                abl,
+                ev.space,
+                gpu=gpu,
+                toolchain=tc,
+                run_id=report.run_id,
+                shapes=[{"input": list(x.shape)} for x in inputs if isinstance(x, torch.Tensor)],
+                tests=["tests/test_model_level.py"],
+            )
             print(abl.markdown(), flush=True)
             entry["ablation"], entry["wall_s"] = abl.to_dict(), time.time() - t0
             json_path.write_text(json.dumps(doc, indent=1, default=str))
@@ -218,19 +287,34 @@ def main(argv: list[str] | None = None) -> int:
 
 def markdown(doc: dict) -> str:  # type: ignore[type-arg]
     fmt = lambda x, s=".3f": "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, s)  # noqa: E731
-    lines = [f"# Model-level search ({doc.get('mode', '')})", "",
-             "| model | timing | winner ms | eager (+ CUDA graph on GPU) ms | torch.compile ms | vs eager | "
-             "vs torch.compile | changes |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Model-level search ({doc.get('mode', '')})",
+        "",
+        "| model | timing | winner ms | eager (+ CUDA graph on GPU) ms | torch.compile ms | vs eager | "
+        "vs torch.compile | changes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, m in doc["models"].items():
-        changes = ", ".join(f"{k}={v}" for k, v in m["winner"].items() if "." not in k and
-                            v not in ("separate", "eager", "per_block", "grouped_mm", "off")) or "(none)"
-        lines.append(f"| {name} | {m['timing']} | {fmt(m['winner_ms'], '.4g')} | {fmt(m['eager_cudagraph_ms'], '.4g')} | "
-                     f"{fmt(m['torch_compile_ms'], '.4g')} | {fmt(m['speedup']['eager_cudagraph'])} | "
-                     f"{fmt(m['speedup']['torch_compile'])} | {changes} |")
+        changes = (
+            ", ".join(
+                f"{k}={v}"
+                for k, v in m["winner"].items()
+                if "." not in k and v not in ("separate", "eager", "per_block", "grouped_mm", "off")
+            )
+            or "(none)"
+        )
+        lines.append(
+            f"| {name} | {m['timing']} | {fmt(m['winner_ms'], '.4g')} | {fmt(m['eager_cudagraph_ms'], '.4g')} | "
+            f"{fmt(m['torch_compile_ms'], '.4g')} | {fmt(m['speedup']['eager_cudagraph'])} | "
+            f"{fmt(m['speedup']['torch_compile'])} | {changes} |"
+        )
     g = doc.get("geomean", {})
-    lines += ["", f"geomean: vs eager+graph {fmt(g.get('eager_cudagraph'))} (target 1.15), "
-                  f"vs torch.compile {fmt(g.get('torch_compile'))} (target 1.0)", ""]
+    lines += [
+        "",
+        f"geomean: vs eager+graph {fmt(g.get('eager_cudagraph'))} (target 1.15), "
+        f"vs torch.compile {fmt(g.get('torch_compile'))} (target 1.0)",
+        "",
+    ]
     for name, m in doc["models"].items():
         if m.get("ablation"):
             from evokernel.model.ablation import AblationReport, AblationRow

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "probe-out"))
@@ -45,8 +44,8 @@ def main() -> None:
     dtype = torch.bfloat16 if dev == "cuda" else torch.float16  # the interpreter cannot do bf16 dots
     gpu = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
     g = torch.Generator(device=dev).manual_seed(0)
-    w1 = (torch.randn(E, 2 * inter, H, generator=g, device=dev) / H ** 0.5).to(dtype)
-    w2 = (torch.randn(E, H, inter, generator=g, device=dev) / inter ** 0.5).to(dtype)
+    w1 = (torch.randn(E, 2 * inter, H, generator=g, device=dev) / H**0.5).to(dtype)
+    w2 = (torch.randn(E, H, inter, generator=g, device=dev) / inter**0.5).to(dtype)
 
     def bench(fn) -> float:
         if dev == "cuda":
@@ -62,20 +61,36 @@ def main() -> None:
             fn()
             times.append(1e3 * (time.perf_counter() - t))
         return min(times)
+
     rows = []
     for m in args.ms:
         x = torch.randn(m, H, generator=g, device=dev).to(dtype)
         weights, ids = torch.topk(torch.softmax(torch.randn(m, E, generator=g, device=dev), -1), k, dim=-1)
         ids = ids.to(torch.int32)
         shipped = shipped_config(E, inter, m, gpu) or default_config(m, E)
-        ship = {key: shipped[key] for key in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M",
-                                               "num_warps", "num_stages")}
-        variants = {"gemm shipped": dict(up=ship, down=ship), "gemm shipped fused-silu": dict(up=ship, down=ship,
-                                                                                            fuse_silu=True)}
-        for bn, bk, w, dbn, dbk in ((32, 128, 4, 32, 128), (32, 256, 8, 64, 128), (64, 64, 4, 32, 256),
-                                    (32, 64, 4, 32, 64), (64, 128, 8, 64, 128)):
-            up = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1, "num_warps": w,
-                  "num_stages": 2}
+        ship = {
+            key: shipped[key]
+            for key in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+        }
+        variants = {
+            "gemm shipped": dict(up=ship, down=ship),
+            "gemm shipped fused-silu": dict(up=ship, down=ship, fuse_silu=True),
+        }
+        for bn, bk, w, dbn, dbk in (
+            (32, 128, 4, 32, 128),
+            (32, 256, 8, 64, 128),
+            (64, 64, 4, 32, 256),
+            (32, 64, 4, 32, 64),
+            (64, 128, 8, 64, 128),
+        ):
+            up = {
+                "BLOCK_SIZE_M": 16,
+                "BLOCK_SIZE_N": bn,
+                "BLOCK_SIZE_K": bk,
+                "GROUP_SIZE_M": 1,
+                "num_warps": w,
+                "num_stages": 2,
+            }
             down = dict(up, BLOCK_SIZE_N=dbn, BLOCK_SIZE_K=dbk)
             for mode in (1, 2):
                 variants[f"gemv{mode} up {bn}x{bk} w{w} / down {dbn}x{dbk}"] = dict(up=up, down=down, gemv=mode)
@@ -85,9 +100,24 @@ def main() -> None:
             act = torch.empty((m * k, inter), device=dev, dtype=torch.float32)
             flat = ids.reshape(-1)
             _gemv_up_kernel[(m * k, triton.cdiv(inter, up["BLOCK_SIZE_N"]))](
-                x, w1, act, flat, H, inter, x.stride(0), w1.stride(0), w1.stride(1), w1.stride(2), act.stride(0),
-                TOP_K=k, BLOCK_N=up["BLOCK_SIZE_N"], BLOCK_K=up["BLOCK_SIZE_K"], EVEN_K=H % up["BLOCK_SIZE_K"] == 0,
-                num_warps=up["num_warps"], num_stages=up["num_stages"])
+                x,
+                w1,
+                act,
+                flat,
+                H,
+                inter,
+                x.stride(0),
+                w1.stride(0),
+                w1.stride(1),
+                w1.stride(2),
+                act.stride(0),
+                TOP_K=k,
+                BLOCK_N=up["BLOCK_SIZE_N"],
+                BLOCK_K=up["BLOCK_SIZE_K"],
+                EVEN_K=H % up["BLOCK_SIZE_K"] == 0,
+                num_warps=up["num_warps"],
+                num_stages=up["num_stages"],
+            )
 
         timed: dict[str, list[float]] = {}
         errs: dict[str, str] = {}
@@ -99,25 +129,25 @@ def main() -> None:
                 if err > 0.05 * ref.float().abs().max().item() + 1e-2:
                     errs[name] = f"wrong: max error {err:.3g}"
                     continue
-                fns[name] = (lambda kw=kw: fused_moe(x, w1, w2, weights, ids, **kw))
+                fns[name] = lambda kw=kw: fused_moe(x, w1, w2, weights, ids, **kw)
                 if kw.get("gemv") == 1:
-                    fns[name.replace("gemv1", "up kernel alone,")] = (lambda up=kw["up"]: up_only(up))
+                    fns[name.replace("gemv1", "up kernel alone,")] = lambda up=kw["up"]: up_only(up)
             except Exception as exc:  # a config this Triton cannot compile is a row, not a crash
                 errs[name] = f"{type(exc).__name__}: {str(exc)[:200]}"
         for r in range(args.rounds):
             if time.monotonic() - t0 > args.deadline:
                 break
-            for name, fn in (list(fns.items())[r % max(len(fns), 1):] + list(fns.items())[:r % max(len(fns), 1)]):
+            for name, fn in list(fns.items())[r % max(len(fns), 1) :] + list(fns.items())[: r % max(len(fns), 1)]:
                 timed.setdefault(name, []).append(bench(fn))
         floor_ms = len(torch.unique(ids)) * (3 * inter * H) * 2 / 4.3e12 * 1e3
         for name, xs in timed.items():
             xs = sorted(xs)
-            rows.append({"M": m, "variant": name, "ms": xs[len(xs) // 2], "rounds": xs,
-                         "of_floor": floor_ms / xs[len(xs) // 2]})
+            rows.append(
+                {"M": m, "variant": name, "ms": xs[len(xs) // 2], "rounds": xs, "of_floor": floor_ms / xs[len(xs) // 2]}
+            )
         rows += [{"M": m, "variant": n, "error": e} for n, e in errs.items()]
         rows.append({"M": m, "variant": "floor (distinct experts' weights at 4.3 TB/s)", "ms": floor_ms})
-        (out / "moe_m1_probe.json").write_text(json.dumps({"device": gpu, "model": args.model, "rows": rows},
-                                                          indent=1))
+        (out / "moe_m1_probe.json").write_text(json.dumps({"device": gpu, "model": args.model, "rows": rows}, indent=1))
     lines = ["| M | variant | ms (median of rounds) | floor / ms |", "|---|---|---|---|"]
     for r in rows:
         if "error" in r:

@@ -69,10 +69,21 @@ def judge_variant(out: Path, name: str, fields: dict, device: str) -> bool:
             t = time.monotonic()
             v = judge.check((ROOT / "tests/corpus" / cand).read_text(), label=cand)
             ok &= v.accepted
-            log(out, {"variant": name, "candidate": cand, "accepted": v.accepted, "reason": v.reason[:400],
-                      "on": sorted(report.on), "off": {k: r for k, r in report.off.items() if k in PROTECTIONS},
-                      "wait_s": round(v.wait_s, 3), "wall_s": round(time.monotonic() - t, 3),
-                      "latency_ms": v.latency_ms, "log_tail": v.log_tail[-300:]})
+            log(
+                out,
+                {
+                    "variant": name,
+                    "candidate": cand,
+                    "accepted": v.accepted,
+                    "reason": v.reason[:400],
+                    "on": sorted(report.on),
+                    "off": {k: r for k, r in report.off.items() if k in PROTECTIONS},
+                    "wait_s": round(v.wait_s, 3),
+                    "wall_s": round(time.monotonic() - t, 3),
+                    "latency_ms": v.latency_ms,
+                    "log_tail": v.log_tail[-300:],
+                },
+            )
     finally:
         judge.close()
     return ok
@@ -92,8 +103,17 @@ def main() -> None:
         max_userns = Path("/proc/sys/user/max_user_namespaces").read_text().strip()
     except OSError:
         max_userns = None
-    log(out, {"env": True, "kernel": platform.release(), "python": sys.version.split()[0], "euid": os.geteuid(),
-              "max_user_namespaces": max_userns, "sandbox_here": isolation_report().describe()})
+    log(
+        out,
+        {
+            "env": True,
+            "kernel": platform.release(),
+            "python": sys.version.split()[0],
+            "euid": os.geteuid(),
+            "max_user_namespaces": max_userns,
+            "sandbox_here": isolation_report().describe(),
+        },
+    )
     works: dict[str, bool] = {}
 
     def run(name: str, fields: dict) -> None:

@@ -31,8 +31,17 @@ from evokernel.core.genome import Genome
 from evokernel.engine.landscape import Landscape, builtin, builtin_names
 from evokernel.engine.strategies import strategy_names
 
-DEFAULT_STRATEGIES = ["random", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
-                      "optuna-qmc", "default"]
+DEFAULT_STRATEGIES = [
+    "random",
+    "evolution",
+    "local",
+    "optuna-tpe",
+    "optuna-cmaes",
+    "optuna-gp",
+    "optuna-nsga2",
+    "optuna-qmc",
+    "default",
+]
 
 
 def _landscape(name: str) -> Landscape:
@@ -61,8 +70,16 @@ def _truth(name: str, L: Landscape) -> dict[str, float]:
     return _TRUTH[name]
 
 
-def one_run(landscape: str, strategy: str, seed: int, budget: int, noise: float,
-            checkpoints: list[int], transfer_from: tuple[str, ...] = (), prior_budget: int = 100) -> dict[str, Any]:
+def one_run(
+    landscape: str,
+    strategy: str,
+    seed: int,
+    budget: int,
+    noise: float,
+    checkpoints: list[int],
+    transfer_from: tuple[str, ...] = (),
+    prior_budget: int = 100,
+) -> dict[str, Any]:
     """One search; with `transfer_from`, searches of `prior_budget` evaluations on those
     landscapes (same seed, same noise) go into the store first, so this one is seeded from
     the nearest of them."""
@@ -75,7 +92,8 @@ def one_run(landscape: str, strategy: str, seed: int, budget: int, noise: float,
     for other in transfer_from:
         O = _landscape(other)
         Search(O.space, ReplayEvaluator(O, noise=noise, seed=seed), strategy="default", store=store).run(
-            Budget(evaluations=prior_budget), seed=seed)
+            Budget(evaluations=prior_budget), seed=seed
+        )
     ev = ReplayEvaluator(L, noise=noise, seed=seed)
     t0 = time.process_time()
     if strategy.startswith("mutators:"):
@@ -88,8 +106,13 @@ def one_run(landscape: str, strategy: str, seed: int, budget: int, noise: float,
     fractions = [trace[min(n, len(trace)) - 1] if trace else 0.0 for n in checkpoints]
     within = next((i + 1 for i, f in enumerate(trace) if f >= 1 / 1.01), None)
     final = optimum / truth.get(report.best.genome.id, math.inf) if report.best else 0.0
-    return {"fractions": fractions, "within_1pct": within, "final": final, "cpu_s": cpu,
-            "evaluations": report.evaluations}
+    return {
+        "fractions": fractions,
+        "within_1pct": within,
+        "final": final,
+        "cpu_s": cpu,
+        "evaluations": report.evaluations,
+    }
 
 
 def main() -> None:
@@ -102,16 +125,31 @@ def main() -> None:
     ap.add_argument("--noise", type=float, nargs="+", default=[0.0])
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", default="")
-    ap.add_argument("--transfer", action="store_true",
-                    help="leave one out: before each search, searches on the other landscapes fill the store")
+    ap.add_argument(
+        "--transfer",
+        action="store_true",
+        help="leave one out: before each search, searches on the other landscapes fill the store",
+    )
     args = ap.parse_args()
     unknown = [s for s in args.strategies if s not in strategy_names() and not s.startswith("mutators:")]
     if unknown:
         sys.exit(f"unknown strategies: {unknown} (known: {strategy_names()})")
     checkpoints = [c for c in args.checkpoints if c <= args.budget]
-    jobs = [(ls, st, seed, args.budget, nz, checkpoints,
-             tuple(o for o in args.landscapes if o != ls) if args.transfer else ())
-            for nz in args.noise for ls in args.landscapes for st in args.strategies for seed in range(args.seeds)]
+    jobs = [
+        (
+            ls,
+            st,
+            seed,
+            args.budget,
+            nz,
+            checkpoints,
+            tuple(o for o in args.landscapes if o != ls) if args.transfer else (),
+        )
+        for nz in args.noise
+        for ls in args.landscapes
+        for st in args.strategies
+        for seed in range(args.seeds)
+    ]
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(_star, jobs, chunksize=1))
@@ -122,15 +160,22 @@ def main() -> None:
                 runs = [r for j, r in zip(jobs, results) if j[0] == ls and j[1] == st and j[4] == nz]
                 within = [r["within_1pct"] for r in runs]
                 reached = [w for w in within if w is not None]
-                records.append({
-                    "landscape": ls, "strategy": st, "noise": nz, "seeds": len(runs), "transfer": args.transfer,
-                    "mean_fraction": {str(c): statistics.fmean(r["fractions"][i] for r in runs)
-                                      for i, c in enumerate(checkpoints)},
-                    "reached_1pct": len(reached),
-                    "median_evals_to_1pct": statistics.median(within_sorted(within)) if reached else None,
-                    "mean_final": statistics.fmean(r["final"] for r in runs),
-                    "cpu_s_per_run": statistics.fmean(r["cpu_s"] for r in runs),
-                })
+                records.append(
+                    {
+                        "landscape": ls,
+                        "strategy": st,
+                        "noise": nz,
+                        "seeds": len(runs),
+                        "transfer": args.transfer,
+                        "mean_fraction": {
+                            str(c): statistics.fmean(r["fractions"][i] for r in runs) for i, c in enumerate(checkpoints)
+                        },
+                        "reached_1pct": len(reached),
+                        "median_evals_to_1pct": statistics.median(within_sorted(within)) if reached else None,
+                        "mean_final": statistics.fmean(r["final"] for r in runs),
+                        "cpu_s_per_run": statistics.fmean(r["cpu_s"] for r in runs),
+                    }
+                )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w") as f:
@@ -163,11 +208,14 @@ def print_table(records: list[dict[str, Any]], checkpoints: list[int]) -> None:
             for r in rows:
                 cells = " | ".join(f"{r['mean_fraction'][str(c)]:.3f}" for c in checkpoints)
                 med = r["median_evals_to_1pct"]
-                print(f"| {st} | {r['landscape'].replace('matmul_bf16_h200_', '')} | {cells} | "
-                      f"{r['reached_1pct']}/{r['seeds']} | {'-' if med in (None, math.inf) else int(med)} | "
-                      f"{r['cpu_s_per_run']:.2f} |")
-            means = " | ".join(f"**{statistics.fmean(r['mean_fraction'][str(c)] for r in rows):.3f}**"
-                               for c in checkpoints)
+                print(
+                    f"| {st} | {r['landscape'].replace('matmul_bf16_h200_', '')} | {cells} | "
+                    f"{r['reached_1pct']}/{r['seeds']} | {'-' if med in (None, math.inf) else int(med)} | "
+                    f"{r['cpu_s_per_run']:.2f} |"
+                )
+            means = " | ".join(
+                f"**{statistics.fmean(r['mean_fraction'][str(c)] for r in rows):.3f}**" for c in checkpoints
+            )
             print(f"| {st} | **mean** | {means} | | | |")
 
 

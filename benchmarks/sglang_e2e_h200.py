@@ -42,8 +42,12 @@ def main() -> None:
     ap.add_argument("--prefill", nargs="+", type=int, default=[512, 2048])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--mem", type=float, default=0.15, help="--mem-fraction-static of each engine")
-    ap.add_argument("--serving", default=None, metavar="TRACE",
-                    help="also replay this request trace (JSONL/CSV) through launched servers, one per variant")
+    ap.add_argument(
+        "--serving",
+        default=None,
+        metavar="TRACE",
+        help="also replay this request trace (JSONL/CSV) through launched servers, one per variant",
+    )
     ap.add_argument("--serving-prompts", type=int, default=100)
     ap.add_argument("--skip-one-batch", action="store_true", help="only the serving comparison")
     ap.add_argument("--deadline", type=float, default=540.0)
@@ -56,9 +60,23 @@ def main() -> None:
 
     # 1. micro-benchmark stage
     moe_out = work / "moe"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_h200.py"), "--out", str(moe_out), "--models",
-                    args.moe_model, "--ms", *map(str, args.ms), "--budget", str(args.budget), "--deadline",
-                    str(args.search_deadline)], check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "moe_h200.py"),
+            "--out",
+            str(moe_out),
+            "--models",
+            args.moe_model,
+            "--ms",
+            *map(str, args.ms),
+            "--budget",
+            str(args.budget),
+            "--deadline",
+            str(args.search_deadline),
+        ],
+        check=False,
+    )
     moe = json.loads((moe_out / "moe.json").read_text()) if (moe_out / "moe.json").exists() else {"rows": []}
     (out / "moe.json").write_text(json.dumps(moe, indent=1))
 
@@ -74,14 +92,24 @@ def main() -> None:
 
     store = SQLiteStore(moe_out / "moe.db")
     runs = {r.name: r.id for r in store.runs()}
-    rows = [{"run": runs.get(f"moe-{args.moe_model}-M{r['M']}"), "M": r["M"], "what": r.get("winner_short", ""),
-             "gain": (r.get("speedup") or {}).get("sglang_h200")} for r in moe["rows"]]
+    rows = [
+        {
+            "run": runs.get(f"moe-{args.moe_model}-M{r['M']}"),
+            "M": r["M"],
+            "what": r.get("winner_short", ""),
+            "gain": (r.get("speedup") or {}).get("sglang_h200"),
+        }
+        for r in moe["rows"]
+    ]
     rule = Promotion(min_gain=args.promote, max_promoted=len(rows))
     chosen = rule.select(rows)
     record(store, rows, rule, chosen, baseline="sglang_h200")
     promoted = sorted(r["M"] for r in chosen)
-    cascade = {"rule": {"min_gain": rule.min_gain, "max_promoted": rule.max_promoted, "stage": rule.stage},
-               "micro": {r["M"]: r["gain"] for r in rows}, "promoted": promoted}
+    cascade = {
+        "rule": {"min_gain": rule.min_gain, "max_promoted": rule.max_promoted, "stage": rule.stage},
+        "micro": {r["M"]: r["gain"] for r in rows},
+        "promoted": promoted,
+    }
     print(json.dumps({"cascade": cascade}), flush=True)
 
     # 3. export the promoted runs only (a copy of the store holding just those runs' elites)
@@ -90,35 +118,77 @@ def main() -> None:
     for name, kernel in (("evokernel_configs", False), ("evokernel_kernel", True)):
         folder = work / name
         try:
-            sglang_plugin_package(_Only(store, keep), folder, device_name=torch.cuda.get_device_name(),
-                                  triton_version=triton.__version__, kernel=kernel)
+            sglang_plugin_package(
+                _Only(store, keep),
+                folder,
+                device_name=torch.cuda.get_device_name(),
+                triton_version=triton.__version__,
+                kernel=kernel,
+            )
             packages[name] = folder
         except Exception as exc:  # nothing promoted: the variant is the shipped engine itself
             print(f"{name}: not exported ({type(exc).__name__}: {exc})", flush=True)
 
     # 4. end to end
-    argv = ["--model-path", args.model, "--load-format", "dummy", "--tp-size", "1", "--attention-backend", "triton",
-            "--sampling-backend", "pytorch", "--moe-runner-backend", "triton", "--grammar-backend", "none",
-            "--disable-flashinfer-autotune", "--cuda-graph-backend-prefill", "disabled",
-            "--mem-fraction-static", str(args.mem)]
+    argv = [
+        "--model-path",
+        args.model,
+        "--load-format",
+        "dummy",
+        "--tp-size",
+        "1",
+        "--attention-backend",
+        "triton",
+        "--sampling-backend",
+        "pytorch",
+        "--moe-runner-backend",
+        "triton",
+        "--grammar-backend",
+        "none",
+        "--disable-flashinfer-autotune",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+        "--mem-fraction-static",
+        str(args.mem),
+    ]
     if args.serving:
         from evokernel.evaluators.sglang_serving import ServingComparison
         from evokernel.model.workload import Trace
 
-        serving = ServingComparison(argv, Trace.load(args.serving), rounds=2, num_prompts=args.serving_prompts,
-                                    log_dir=work / "serving", mem=args.mem)
+        serving = ServingComparison(
+            argv,
+            Trace.load(args.serving),
+            rounds=2,
+            num_prompts=args.serving_prompts,
+            log_dir=work / "serving",
+            mem=args.mem,
+        )
         sdoc = serving.compare(packages)
         (out / "sglang_serving.json").write_text(json.dumps(sdoc, indent=1))
         print(json.dumps({"serving": sdoc.get("vs_baseline"), "errors": sdoc.get("errors")}), flush=True)
         if args.skip_one_batch:
             return
     left = args.deadline - (time.monotonic() - t0)
-    ev = SGLangEvaluator(argv, batch_sizes=args.batch_sizes, prefill_lens=args.prefill, repeats=args.repeats,
-                         log_dir=work / "logs", load_timeout_s=max(60.0, left - 120), run_timeout_s=120)
+    ev = SGLangEvaluator(
+        argv,
+        batch_sizes=args.batch_sizes,
+        prefill_lens=args.prefill,
+        repeats=args.repeats,
+        log_dir=work / "logs",
+        load_timeout_s=max(60.0, left - 120),
+        run_timeout_s=120,
+    )
     report = ev.compare(packages)
     doc = report.to_json()
-    doc.update({"device": torch.cuda.get_device_name(), "triton": triton.__version__, "cascade": cascade,
-                "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "packages": {k: str(v) for k, v in packages.items()}})
+    doc.update(
+        {
+            "device": torch.cuda.get_device_name(),
+            "triton": triton.__version__,
+            "cascade": cascade,
+            "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+            "packages": {k: str(v) for k, v in packages.items()},
+        }
+    )
     (out / "sglang_e2e.json").write_text(json.dumps(doc, indent=1))
     lines = ab_markdown(doc)
     (out / "sglang_e2e.md").write_text("\n".join(lines) + "\n")

@@ -219,8 +219,9 @@ class KernelEvaluator:
             try:
                 source, trusted = _source_of(genome, self.render)
             except Exception as exc:  # a genome the template cannot render: its failure, not ours
-                pending.append((genome, Result.failed(Status.COMPILE_ERROR,
-                                                      f"render failed: {type(exc).__name__}: {exc}")))
+                pending.append(
+                    (genome, Result.failed(Status.COMPILE_ERROR, f"render failed: {type(exc).__name__}: {exc}"))
+                )
                 return True
             while trusted and idle:
                 sandbox = idle.pop()

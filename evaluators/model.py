@@ -73,8 +73,13 @@ def _capture(fn: Callable[[], Any], warmup: int) -> Callable[[], Any]:
     return lambda: (graph.replay(), out)[1]
 
 
-def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, device: str, options: TimingOptions = TimingOptions(),
-                     uncaptured: Iterable[str] = ()) -> dict[str, Timing]:
+def time_interleaved(
+    fns: Mapping[str, Callable[[], Any]],
+    *,
+    device: str,
+    options: TimingOptions = TimingOptions(),
+    uncaptured: Iterable[str] = (),
+) -> dict[str, Timing]:
     """Median per-call time of each zero-argument function, measured together: rounds of
     `reps` calls of each, the order reversed every other round. On CUDA each function is
     captured in a CUDA graph and replayed (those in `uncaptured` are called: they bring
@@ -114,8 +119,12 @@ def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, device: str, optio
                 for _ in range(options.reps):
                     runners[label]()
                 samples[label].append((time.perf_counter() - t0) * 1e3 / options.reps)
-    return {label: Timing(label=label, median_ms=statistics.median(xs), noise=relative_ci(xs), samples=tuple(xs),
-                          method=method[label]) for label, xs in samples.items()}
+    return {
+        label: Timing(
+            label=label, median_ms=statistics.median(xs), noise=relative_ci(xs), samples=tuple(xs), method=method[label]
+        )
+        for label, xs in samples.items()
+    }
 
 
 def _device_name(device: str) -> str:
@@ -143,10 +152,20 @@ def _allow_recompiles(limit: int = 256) -> None:
 class ModelEvaluator:
     """Evaluator of model-level genomes (`evokernel.model.model_level`) for one model and its inputs."""
 
-    def __init__(self, model: torch.nn.Module, inputs: Sequence[Any], *, name: str, device: str | None = None,
-                 dtype: torch.dtype | None = None, space: SearchSpace | None = None,
-                 timing: TimingOptions = TimingOptions(), seeds: int = 3, compile_mode: str | None = None,
-                 reference32: bool = True) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        inputs: Sequence[Any],
+        *,
+        name: str,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        space: SearchSpace | None = None,
+        timing: TimingOptions = TimingOptions(),
+        seeds: int = 3,
+        compile_mode: str | None = None,
+        reference32: bool = True,
+    ) -> None:
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = dtype or next(iter(model.parameters())).dtype
         self.model = model.to(device=device, dtype=dtype).eval()
@@ -184,11 +203,18 @@ class ModelEvaluator:
     def fingerprint(self) -> dict[str, Any]:
         import triton
 
-        return {"evaluator": "model", "model": self.name, "device": _device_name(self.device),
-                "dtype": str(self.dtype).removeprefix("torch."),
-                "inputs": [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)],
-                "space": self.space.describe()["params"], "torch": str(torch.__version__), "triton": str(triton.__version__),
-                "cuda": torch.version.cuda or "", "timing": [self.timing.rounds, self.timing.reps, self.timing.graphs]}
+        return {
+            "evaluator": "model",
+            "model": self.name,
+            "device": _device_name(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "inputs": [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)],
+            "space": self.space.describe()["params"],
+            "torch": str(torch.__version__),
+            "triton": str(triton.__version__),
+            "cuda": torch.version.cuda or "",
+            "timing": [self.timing.rounds, self.timing.reps, self.timing.graphs],
+        }
 
     def transfer_key(self) -> None:  # whole models do not transfer across shapes
         return None
@@ -212,9 +238,14 @@ class ModelEvaluator:
                 out.append(failure)
                 continue
             t, b = times[g.id], times[BASELINE]
-            out.append(Result.ok(t.median_ms, noise=t.noise, samples=t.samples,
-                                 meta={**meta, "baseline_ms": b.median_ms, "speedup": b.median_ms / t.median_ms,
-                                       "timing": t.method}))
+            out.append(
+                Result.ok(
+                    t.median_ms,
+                    noise=t.noise,
+                    samples=t.samples,
+                    meta={**meta, "baseline_ms": b.median_ms, "speedup": b.median_ms / t.median_ms, "timing": t.method},
+                )
+            )
         return out
 
     # -- steps -----------------------------------------------------------------------------------
@@ -241,14 +272,19 @@ class ModelEvaluator:
         reason, err, tol = judge(self.base_out, out, self.dtype, floor=self.floor)
         meta["numerics"] = {"error": err, "tolerance": tol}
         if reason is not None:
-            return None, Result.failed(Status.INCORRECT, f"whole forward vs the unchanged model: {reason}",
-                                       meta=meta), meta
+            return (
+                None,
+                Result.failed(Status.INCORRECT, f"whole forward vs the unchanged model: {reason}", meta=meta),
+                meta,
+            )
         return applied.module, None, meta
 
-    def _time(self, modules: Mapping[str, torch.nn.Module | Callable[[], Any]],
-              uncaptured: Iterable[str] = ()) -> dict[str, Timing]:
-        fns = {k: (m if not isinstance(m, torch.nn.Module) else (lambda m=m: m(*self.inputs)))
-               for k, m in modules.items()}
+    def _time(
+        self, modules: Mapping[str, torch.nn.Module | Callable[[], Any]], uncaptured: Iterable[str] = ()
+    ) -> dict[str, Timing]:
+        fns = {
+            k: (m if not isinstance(m, torch.nn.Module) else (lambda m=m: m(*self.inputs))) for k, m in modules.items()
+        }
         try:
             with torch.inference_mode():
                 return time_interleaved(fns, device=self.device, options=self.timing, uncaptured=uncaptured)
@@ -267,9 +303,19 @@ class ModelEvaluator:
         except Exception as exc:
             return Result.failed(Status.RUNTIME_ERROR, f"timing: {type(exc).__name__}: {exc}", meta=meta)
         c, b = times["candidate"], times[BASELINE]
-        return Result.ok(c.median_ms, noise=c.noise, samples=c.samples, elapsed_s=time.perf_counter() - t0,
-                         meta={**meta, "baseline_ms": b.median_ms, "baseline_noise": b.noise,
-                               "speedup": b.median_ms / c.median_ms, "timing": c.method})
+        return Result.ok(
+            c.median_ms,
+            noise=c.noise,
+            samples=c.samples,
+            elapsed_s=time.perf_counter() - t0,
+            meta={
+                **meta,
+                "baseline_ms": b.median_ms,
+                "baseline_noise": b.noise,
+                "speedup": b.median_ms / c.median_ms,
+                "timing": c.method,
+            },
+        )
 
     # -- baselines and tables ------------------------------------------------------------------
     def compiled(self) -> Callable[[], Any]:
@@ -293,8 +339,9 @@ class ModelEvaluator:
         note = "" if self.device.startswith("cuda") else " (CPU: max-autotune's GEMM autotuning is for GPUs)"
         return f"torch.compile(mode={self.compile_mode!r}){note}"
 
-    def measure(self, variants: Mapping[str, Genome | Mapping[str, Any]], *, compiled: bool = False
-                ) -> tuple[dict[str, Timing], dict[str, str]]:
+    def measure(
+        self, variants: Mapping[str, Genome | Mapping[str, Any]], *, compiled: bool = False
+    ) -> tuple[dict[str, Timing], dict[str, str]]:
         """Every variant (label -> genome) and the baseline timed together, plus torch.compile
         of the baseline when `compiled` (label `torch_compile`). Returns the timings and, for
         variants that could not be built, why."""

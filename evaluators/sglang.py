@@ -49,8 +49,16 @@ from typing import Any
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result, Status
 
-__all__ = ["SGLangEvaluator", "ABReport", "ab_markdown", "compare_numerics", "summarise", "profile_engine", "BASELINE",
-           "CONTROL"]
+__all__ = [
+    "SGLangEvaluator",
+    "ABReport",
+    "ab_markdown",
+    "compare_numerics",
+    "summarise",
+    "profile_engine",
+    "BASELINE",
+    "CONTROL",
+]
 
 BASELINE = "sglang_shipped"
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
@@ -61,12 +69,18 @@ CONTROL = "sglang_shipped_control"
 def summarise(samples: Sequence[float]) -> dict[str, float]:
     """Median and spread of repeated measurements."""
     xs = sorted(float(x) for x in samples)
-    return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs),
-            "spread_pct": 100 * (xs[-1] - xs[0]) / statistics.median(xs) if xs[0] > 0 else 0.0}
+    return {
+        "median": statistics.median(xs),
+        "min": xs[0],
+        "max": xs[-1],
+        "n": len(xs),
+        "spread_pct": 100 * (xs[-1] - xs[0]) / statistics.median(xs) if xs[0] > 0 else 0.0,
+    }
 
 
-def compare_numerics(base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: float = 0.05,
-                     atol: float = 1e-3) -> dict[str, Any]:
+def compare_numerics(
+    base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: float = 0.05, atol: float = 1e-3
+) -> dict[str, Any]:
     """A candidate's first-step logits and greedy tokens against the baseline's: `ok` if its
     logits are finite and within atol + rtol * max|baseline| everywhere sampled."""
     a, b = base["logits_sample"], cand["logits_sample"]
@@ -79,14 +93,22 @@ def compare_numerics(base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: 
     total = sum(len(sa) for sa, _ in steps) or 1
     first_diverge = next((i for i, (sa, sb) in enumerate(steps) if sa != sb), None)
     ok = bool(cand.get("finite", True)) and diff <= bound
-    reason = "" if ok else ("non-finite logits" if not cand.get("finite", True)
-                            else f"logits differ by {diff:.3g} > {bound:.3g}")
-    return {"ok": ok, "reason": reason, "max_logit_diff": diff, "bound": bound, "token_agreement": same / total,
-            "first_divergent_step": first_diverge}
+    reason = (
+        ""
+        if ok
+        else ("non-finite logits" if not cand.get("finite", True) else f"logits differ by {diff:.3g} > {bound:.3g}")
+    )
+    return {
+        "ok": ok,
+        "reason": reason,
+        "max_logit_diff": diff,
+        "bound": bound,
+        "token_agreement": same / total,
+        "first_divergent_step": first_diverge,
+    }
 
 
-def _verdict(median: float, boots: Sequence[float], n: int, control: Mapping[str, Any] | None = None
-             ) -> dict[str, Any]:
+def _verdict(median: float, boots: Sequence[float], n: int, control: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The interval and verdict of one variant at one point. With the A/A control's interval
     at that point, "faster" needs the variant's whole interval above the control's as well as
     above 1.0 (and "slower" below both): the control is the same engine as the baseline, so
@@ -125,7 +147,9 @@ class ABReport:
                 rows.append(row)
         return rows
 
-    def ratios(self, key: str = "median_decode_throughput", *, higher_is_better: bool = True) -> dict[str, dict[str, float]]:
+    def ratios(
+        self, key: str = "median_decode_throughput", *, higher_is_better: bool = True
+    ) -> dict[str, dict[str, float]]:
         """variant -> point -> its median over the baseline's (a speedup either way)."""
         base = self.samples.get(BASELINE, {})
         out: dict[str, dict[str, float]] = {}
@@ -140,8 +164,14 @@ class ABReport:
                     out.setdefault(variant, {})[point] = (a / b) if higher_is_better else (b / a)
         return out
 
-    def paired(self, key: str = "median_decode_throughput", *, higher_is_better: bool = True,
-               resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, dict[str, Any]]]:
+    def paired(
+        self,
+        key: str = "median_decode_throughput",
+        *,
+        higher_is_better: bool = True,
+        resamples: int = 2000,
+        seed: int = 0,
+    ) -> dict[str, dict[str, dict[str, Any]]]:
         """variant -> point -> the median of per-round ratios over the baseline, with a 95%
         bootstrap interval over rounds and a verdict ("faster", "slower", "within noise").
 
@@ -167,9 +197,15 @@ class ABReport:
                 # by round: a run that failed in one engine must not shift the later rounds'
                 # pairs (samples without a round, from older reports, pair in order)
                 by_round = {b.get("round", j): b for j, b in enumerate(ref)}
-                pairs = [(m[key], b[key]) for j, m in enumerate(runs)
-                         if (b := by_round.get(m.get("round", j))) is not None
-                         and key in m and key in b and m[key] > 0 and b[key] > 0]
+                pairs = [
+                    (m[key], b[key])
+                    for j, m in enumerate(runs)
+                    if (b := by_round.get(m.get("round", j))) is not None
+                    and key in m
+                    and key in b
+                    and m[key] > 0
+                    and b[key] > 0
+                ]
                 if not pairs:
                     continue
                 per_point[point] = [(a / b) if higher_is_better else (b / a) for a, b in pairs]
@@ -180,9 +216,12 @@ class ABReport:
             gm_points = [p for p in per_point if p in decode_points and key == "median_decode_throughput"]
             n = min((len(per_point[p]) for p in gm_points), default=0)
             if gm_points and n:
+
                 def gmean(idx: list[int]) -> float:
-                    return math.exp(sum(math.log(statistics.median([per_point[p][i] for i in idx]))
-                                        for p in gm_points) / len(gm_points))
+                    return math.exp(
+                        sum(math.log(statistics.median([per_point[p][i] for i in idx])) for p in gm_points)
+                        / len(gm_points)
+                    )
 
                 boots = sorted(gmean(rng.choices(range(n), k=n)) for _ in range(resamples))
                 res["geomean"] = _verdict(gmean(list(range(n))), boots, n, control.get("geomean"))
@@ -200,15 +239,25 @@ class ABReport:
         decode_points = [p for p in self.plan.get("decode_points", [])]
         # the headline is evokernel's variants over shipped; the A/A control's own ratio is
         # reported beside it (what noise alone reads), not as a variant
-        geomean = {v: gm([r for p, r in per.items() if p in decode_points]) for v, per in decode.items()
-                   if v != CONTROL}
-        return {"plan": self.plan, "rows": self.table(), "decode_throughput_ratio": decode,
-                "prefill_speedup": prefill, "geomean": {BASELINE: geomean},
-                "control_geomean": gm([r for p, r in decode.get(CONTROL, {}).items() if p in decode_points]),
-                "paired": {"decode_throughput": self.paired("median_decode_throughput"),
-                           "prefill_speedup": self.paired("prefill_latency", higher_is_better=False)},
-                "numerics": self.numerics, "errors": self.errors, "meta": self.meta,
-                "samples": self.samples}  # every run, in round order: what a later analysis re-reads
+        geomean = {
+            v: gm([r for p, r in per.items() if p in decode_points]) for v, per in decode.items() if v != CONTROL
+        }
+        return {
+            "plan": self.plan,
+            "rows": self.table(),
+            "decode_throughput_ratio": decode,
+            "prefill_speedup": prefill,
+            "geomean": {BASELINE: geomean},
+            "control_geomean": gm([r for p, r in decode.get(CONTROL, {}).items() if p in decode_points]),
+            "paired": {
+                "decode_throughput": self.paired("median_decode_throughput"),
+                "prefill_speedup": self.paired("prefill_latency", higher_is_better=False),
+            },
+            "numerics": self.numerics,
+            "errors": self.errors,
+            "meta": self.meta,
+            "samples": self.samples,
+        }  # every run, in round order: what a later analysis re-reads
 
 
 def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
@@ -226,7 +275,7 @@ def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
     per = len(cpus) // max(n, 1)
     if per < 1:
         return [[] for _ in range(n)]
-    return [cpus[i * per:(i + 1) * per] for i in range(n)]
+    return [cpus[i * per : (i + 1) * per] for i in range(n)]
 
 
 class _Engine:
@@ -238,12 +287,17 @@ class _Engine:
         self.reply_r, reply_w = os.pipe()
         env = dict(env, EVOKERNEL_BENCH_FDS=f"{cmd_r},{reply_w}")
         self.log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "evokernel.integrations.sglang.driver", "--plan", json.dumps(plan), "--",
-                                      *argv], env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     pass_fds=(cmd_r, reply_w), start_new_session=True,
-                                     # not the caller's folder: `python -m` puts it first on sys.path,
-                                     # and a source checkout there would shadow the installed package
-                                     cwd=str(log.parent))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "evokernel.integrations.sglang.driver", "--plan", json.dumps(plan), "--", *argv],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(cmd_r, reply_w),
+            start_new_session=True,
+            # not the caller's folder: `python -m` puts it first on sys.path,
+            # and a source checkout there would shadow the installed package
+            cwd=str(log.parent),
+        )
         os.close(cmd_r)
         os.close(reply_w)
         self._buf = b""
@@ -298,13 +352,27 @@ class SGLangEvaluator:
 
     name = "sglang"
 
-    def __init__(self, server_argv: Sequence[str], *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
-                 input_len: int = 512, output_len: int = 32, prefill_lens: Sequence[int] = (512, 2048),
-                 repeats: int = 3, weights: Mapping[int, float] | None = None,
-                 package: Callable[[Genome], Path] | None = None, log_dir: str | os.PathLike[str] = "sglang-logs",
-                 load_timeout_s: float = 600.0, run_timeout_s: float = 300.0, numerics_steps: int = 8,
-                 rtol: float = 0.05, prerun_s: float = 0.3, pin_cpus: bool = True, control: bool = True,
-                 best_of: int = 3) -> None:
+    def __init__(
+        self,
+        server_argv: Sequence[str],
+        *,
+        batch_sizes: Sequence[int] = (1, 16, 64, 256),
+        input_len: int = 512,
+        output_len: int = 32,
+        prefill_lens: Sequence[int] = (512, 2048),
+        repeats: int = 3,
+        weights: Mapping[int, float] | None = None,
+        package: Callable[[Genome], Path] | None = None,
+        log_dir: str | os.PathLike[str] = "sglang-logs",
+        load_timeout_s: float = 600.0,
+        run_timeout_s: float = 300.0,
+        numerics_steps: int = 8,
+        rtol: float = 0.05,
+        prerun_s: float = 0.3,
+        pin_cpus: bool = True,
+        control: bool = True,
+        best_of: int = 3,
+    ) -> None:
         self.server_argv = list(server_argv)
         self.batch_sizes, self.input_len, self.output_len = list(batch_sizes), input_len, output_len
         self.prefill_lens, self.repeats = list(prefill_lens), repeats
@@ -315,8 +383,15 @@ class SGLangEvaluator:
         self.prerun_s, self.pin_cpus, self.control, self.best_of = prerun_s, pin_cpus, control, best_of
 
     @classmethod
-    def for_trace(cls, server_argv: Sequence[str], trace: Any, *, batch_sizes: Sequence[int] = (1, 16, 64, 256),
-                  max_running: int = 256, **kw: Any) -> SGLangEvaluator:
+    def for_trace(
+        cls,
+        server_argv: Sequence[str],
+        trace: Any,
+        *,
+        batch_sizes: Sequence[int] = (1, 16, 64, 256),
+        max_running: int = 256,
+        **kw: Any,
+    ) -> SGLangEvaluator:
         """Weighted by a workload (`evokernel.model.workload.Trace`): each batch size's weight is the
         share of the trace's decode steps nearest to it under continuous batching, and the
         input and output lengths are the trace's medians."""
@@ -334,35 +409,58 @@ class SGLangEvaluator:
         # a decode point's run times its prefill too: a prefill length already there is not run again
         prefill = [(1, n, 2) for n in self.prefill_lens if (1, n) not in {(b, i) for b, i, _ in decode}]
         points = decode + prefill
-        return {"points": [list(p) for p in points], "decode_points": [f"b{b}_i{i}_o{o}" for b, i, o in decode],
-                "warm": sorted({(b, i) for b, i, _ in points}), "max_batch": max(self.batch_sizes)}
+        return {
+            "points": [list(p) for p in points],
+            "decode_points": [f"b{b}_i{i}_o{o}" for b, i, o in decode],
+            "warm": sorted({(b, i) for b, i, _ in points}),
+            "max_batch": max(self.batch_sizes),
+        }
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"evaluator": "sglang", "server": self.server_argv, "plan": self.plan(), "repeats": self.repeats,
-                "weights": {str(k): v for k, v in sorted(self.weights.items())}}
+        return {
+            "evaluator": "sglang",
+            "server": self.server_argv,
+            "plan": self.plan(),
+            "repeats": self.repeats,
+            "weights": {str(k): v for k, v in sorted(self.weights.items())},
+        }
 
-    def compare(self, packages: Mapping[str, str | os.PathLike[str] | None], *,
-                control: bool | None = None) -> ABReport:
+    def compare(
+        self, packages: Mapping[str, str | os.PathLike[str] | None], *, control: bool | None = None
+    ) -> ABReport:
         """The baseline and every package of `packages` (name -> folder), interleaved; with
         the A/A control engine when `control` (default: the evaluator's setting)."""
         plan = self.plan()
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        variants = {BASELINE: None, **({CONTROL: None} if (self.control if control is None else control) else {}),
-                    **{k: v for k, v in packages.items() if k not in (BASELINE, CONTROL)}}
+        variants = {
+            BASELINE: None,
+            **({CONTROL: None} if (self.control if control is None else control) else {}),
+            **{k: v for k, v in packages.items() if k not in (BASELINE, CONTROL)},
+        }
         cpus = cpu_sets(len(variants)) if self.pin_cpus else [[] for _ in variants]
         report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
         engines: dict[str, _Engine] = {}
-        base_env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
+        base_env = {
+            k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")
+        }
         try:
             # one engine loads at a time: SGLang sizes its KV cache from the memory free when it
             # starts, so engines loading together would each count the others' memory as theirs;
             # an engine warms up (compiles) while the next one loads
             for (name, pkg), mine in zip(variants.items(), cpus):
-                env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}),
-                           **({"EVOKERNEL_BENCH_CPUS": ",".join(map(str, mine))} if mine else {}))
-                engine = _Engine(name, self.server_argv, {"warm": plan["warm"], "max_batch": plan["max_batch"]},
-                                 env, self.log_dir / f"{name}.log")
+                env = dict(
+                    base_env,
+                    **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}),
+                    **({"EVOKERNEL_BENCH_CPUS": ",".join(map(str, mine))} if mine else {}),
+                )
+                engine = _Engine(
+                    name,
+                    self.server_argv,
+                    {"warm": plan["warm"], "max_batch": plan["max_batch"]},
+                    env,
+                    self.log_dir / f"{name}.log",
+                )
                 loaded = engine.read(self.load_timeout_s)
                 report.meta.setdefault("loaded", {})[name] = loaded
                 if not loaded.get("loaded"):
@@ -383,17 +481,31 @@ class SGLangEvaluator:
             for r in range(self.repeats):
                 for b, i, o in plan["points"]:
                     point = f"b{b}_i{i}_o{o}"
-                    order = names[r % len(names):] + names[: r % len(names)]
+                    order = names[r % len(names) :] + names[: r % len(names)]
                     for name in order:
-                        got = engines[name].ask({"cmd": "run", "batch_size": b, "input_len": i, "output_len": o,
-                                                 "seed": r, "prerun_s": self.prerun_s, "best_of": self.best_of},
-                                                self.run_timeout_s)
+                        got = engines[name].ask(
+                            {
+                                "cmd": "run",
+                                "batch_size": b,
+                                "input_len": i,
+                                "output_len": o,
+                                "seed": r,
+                                "prerun_s": self.prerun_s,
+                                "best_of": self.best_of,
+                            },
+                            self.run_timeout_s,
+                        )
                         if "error" in got:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:
                             report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
-            probe = {"cmd": "logits", "batch_size": min(4, max(self.batch_sizes)), "input_len": 64,
-                     "steps": self.numerics_steps, "seed": 7}
+            probe = {
+                "cmd": "logits",
+                "batch_size": min(4, max(self.batch_sizes)),
+                "input_len": 64,
+                "steps": self.numerics_steps,
+                "seed": 7,
+            }
             logits = {name: engine.ask(probe, self.run_timeout_s) for name, engine in engines.items()}
             for name, got in logits.items():
                 if name == BASELINE:
@@ -440,10 +552,18 @@ class SGLangEvaluator:
             yield Result.ok(total / weight, meta={"sglang": report.to_json()})
 
 
-def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len: int = 512, output_len: int = 8,
-                   package: str | os.PathLike[str] | None = None, trace_path: str | os.PathLike[str],
-                   log_dir: str | os.PathLike[str] = "sglang-profile", load_timeout_s: float = 900.0,
-                   run_timeout_s: float = 300.0) -> Any:
+def profile_engine(
+    server_argv: Sequence[str],
+    *,
+    batch_size: int = 1,
+    input_len: int = 512,
+    output_len: int = 8,
+    package: str | os.PathLike[str] | None = None,
+    trace_path: str | os.PathLike[str],
+    log_dir: str | os.PathLike[str] = "sglang-profile",
+    load_timeout_s: float = 900.0,
+    run_timeout_s: float = 300.0,
+) -> Any:
     """An SGLang engine's prefill and decode steps under torch.profiler, as an
     `evokernel.model.profile.Profile`: the engine is loaded as the A/B evaluator loads it (plugins
     first; `package` is an evokernel export to apply), warmed at the point, then one
@@ -465,10 +585,20 @@ def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len
         for stage in ("loaded", "ready"):
             got = engine.read(load_timeout_s)
             if not got.get(stage):
-                raise ConfigError(f"the SGLang engine did not start: {got.get('error', 'no answer')} "
-                                  f"(its log: {log_dir / 'profile.log'})")
-        got = engine.ask({"cmd": "profile", "batch_size": batch_size, "input_len": input_len,
-                          "output_len": output_len, "path": str(Path(trace_path).resolve())}, run_timeout_s)
+                raise ConfigError(
+                    f"the SGLang engine did not start: {got.get('error', 'no answer')} "
+                    f"(its log: {log_dir / 'profile.log'})"
+                )
+        got = engine.ask(
+            {
+                "cmd": "profile",
+                "batch_size": batch_size,
+                "input_len": input_len,
+                "output_len": output_len,
+                "path": str(Path(trace_path).resolve()),
+            },
+            run_timeout_s,
+        )
         if "error" in got:
             raise ConfigError(f"profiling the SGLang engine failed: {got['error']}")
     finally:
@@ -480,8 +610,10 @@ def profile_engine(server_argv: Sequence[str], *, batch_size: int = 1, input_len
 def ab_markdown(doc: dict[str, Any]) -> list[str]:
     """The A/B table of a comparison (`ABReport.to_json()`, plus the optional `control_geomean`):
     unpaired medians and paired per-round ratios, one line per variant and point."""
-    lines = ["| variant | point | prefill ms | decode ms (median, spread) | decode tok/s | vs shipped | paired per round [95%] |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| variant | point | prefill ms | decode ms (median, spread) | decode tok/s | vs shipped | paired per round [95%] |",
+        "|---|---|---|---|---|---|---|",
+    ]
     ratios = doc["decode_throughput_ratio"]
     paired = doc["paired"]["decode_throughput"]
 
@@ -494,14 +626,21 @@ def ab_markdown(doc: dict[str, Any]) -> list[str]:
         p = row.get("prefill_latency", {})
         tp = row.get("median_decode_throughput", {})
         ratio = ratios.get(row["variant"], {}).get(row["point"])
-        lines.append(f"| {row['variant']} | {row['point']} | {1e3 * p.get('median', 0):.3f} | "
-                     f"{1e3 * d.get('median', 0):.3f} ({d.get('spread_pct', 0):.1f}%) | {tp.get('median', 0):.0f} | "
-                     f"{f'{ratio:.3f}' if ratio else '-'} | {pair(row['variant'], row['point'])} |")
-    lines.append("\npaired geomean (decode, rounds resampled): "
-                 + "; ".join(f"{v}: {pair(v, 'geomean')}" for v in paired))
+        lines.append(
+            f"| {row['variant']} | {row['point']} | {1e3 * p.get('median', 0):.3f} | "
+            f"{1e3 * d.get('median', 0):.3f} ({d.get('spread_pct', 0):.1f}%) | {tp.get('median', 0):.0f} | "
+            f"{f'{ratio:.3f}' if ratio else '-'} | {pair(row['variant'], row['point'])} |"
+        )
+    lines.append(
+        "\npaired geomean (decode, rounds resampled): " + "; ".join(f"{v}: {pair(v, 'geomean')}" for v in paired)
+    )
     if doc.get("control_geomean"):
-        lines.append(f"\nA/A control (a second shipped engine) vs shipped, geomean: {doc['control_geomean']:.3f}: "
-                     "what noise alone reads; verdicts above are called only beyond its intervals")
-    lines.append(f"\ngeomean decode throughput vs shipped: {doc['geomean']}; numerics: "
-                 f"{ {k: v.get('ok') for k, v in doc['numerics'].items()} }; errors: {doc['errors']}")
+        lines.append(
+            f"\nA/A control (a second shipped engine) vs shipped, geomean: {doc['control_geomean']:.3f}: "
+            "what noise alone reads; verdicts above are called only beyond its intervals"
+        )
+    lines.append(
+        f"\ngeomean decode throughput vs shipped: {doc['geomean']}; numerics: "
+        f"{ {k: v.get('ok') for k, v in doc['numerics'].items()} }; errors: {doc['errors']}"
+    )
     return lines

@@ -34,8 +34,16 @@ __all__ = ["ServingComparison", "METRICS", "parse_result", "summarise_rounds"]
 
 BASELINE = "sglang_shipped"
 #: What is kept of each serving-benchmark run (lower is better except throughput).
-METRICS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_e2e_latency_ms",
-           "p99_e2e_latency_ms", "output_throughput", "completed")
+METRICS = (
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_e2e_latency_ms",
+    "p99_e2e_latency_ms",
+    "output_throughput",
+    "completed",
+)
 
 
 def parse_result(path: str | os.PathLike[str]) -> dict[str, float]:
@@ -55,9 +63,15 @@ def summarise_rounds(runs: Mapping[str, Sequence[Mapping[str, float]]]) -> dict[
     the baseline's oriented so that > 1 means better (faster, or more throughput)."""
     out: dict[str, Any] = {"variants": {}, "vs_baseline": {}}
     for name, rounds in runs.items():
-        out["variants"][name] = {k: {"median": statistics.median(r[k] for r in rounds),
-                                     "min": min(r[k] for r in rounds), "max": max(r[k] for r in rounds)}
-                                 for k in METRICS if rounds}
+        out["variants"][name] = {
+            k: {
+                "median": statistics.median(r[k] for r in rounds),
+                "min": min(r[k] for r in rounds),
+                "max": max(r[k] for r in rounds),
+            }
+            for k in METRICS
+            if rounds
+        }
     base = out["variants"].get(BASELINE)
     for name, stats in out["variants"].items():
         if name == BASELINE or not base:
@@ -76,9 +90,14 @@ class _Server:
     def __init__(self, name: str, argv: list[str], port: int, env: dict[str, str], log: Path) -> None:
         self.name, self.port = name, port
         self.log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1",
-                                      "--port", str(port)], env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=str(log.parent))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sglang.launch_server", *argv, "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(log.parent),
+        )
 
     def ready(self, timeout_s: float) -> str | None:
         """None once the server answers /health, else why not."""
@@ -113,9 +132,20 @@ class ServingComparison:
     """See the module's doc. `server_argv` must name --model-path (and --tokenizer-path if
     the model folder has none); each server gets --mem-fraction-static `mem` of its own."""
 
-    def __init__(self, server_argv: Sequence[str], trace: Any, *, rounds: int = 2, num_prompts: int | None = None,
-                 warm_prompts: int = 16, mem: float = 0.25, port: int = 31000, log_dir: str | os.PathLike[str] = "serving",
-                 load_timeout_s: float = 600.0, run_timeout_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        server_argv: Sequence[str],
+        trace: Any,
+        *,
+        rounds: int = 2,
+        num_prompts: int | None = None,
+        warm_prompts: int = 16,
+        mem: float = 0.25,
+        port: int = 31000,
+        log_dir: str | os.PathLike[str] = "serving",
+        load_timeout_s: float = 600.0,
+        run_timeout_s: float = 600.0,
+    ) -> None:
         self.server_argv, self.trace, self.rounds = list(server_argv), trace, rounds
         self.num_prompts = num_prompts or len(trace.requests)
         self.warm_prompts, self.mem, self.port = warm_prompts, mem, port
@@ -127,14 +157,33 @@ class ServingComparison:
         return argv[argv.index("--model-path") + 1] if "--model-path" in argv else ""
 
     def _bench(self, server: _Server, dataset: Path, prompts: int, out: Path) -> dict[str, float] | str:
-        cmd = [sys.executable, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--host", "127.0.0.1",
-               "--port", str(server.port), "--dataset-name", "mooncake", "--dataset-path", str(dataset),
-               "--num-prompts", str(prompts), "--model", self._model(), "--output-file", str(out)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "sglang.benchmark.serving",
+            "--backend",
+            "sglang",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(server.port),
+            "--dataset-name",
+            "mooncake",
+            "--dataset-path",
+            str(dataset),
+            "--num-prompts",
+            str(prompts),
+            "--model",
+            self._model(),
+            "--output-file",
+            str(out),
+        ]
         out.unlink(missing_ok=True)
         with open(self.log_dir / f"bench_{server.name}.log", "a") as log:
             try:
-                done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=self.run_timeout_s,
-                                      cwd=str(self.log_dir))
+                done = subprocess.run(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, timeout=self.run_timeout_s, cwd=str(self.log_dir)
+                )
             except subprocess.TimeoutExpired:
                 return f"the serving benchmark ran past {self.run_timeout_s:.0f} s"
         if done.returncode != 0:
@@ -149,7 +198,9 @@ class ServingComparison:
         dataset = self.log_dir / "trace_mooncake.jsonl"
         written = self.trace.to_mooncake(dataset, limit=self.num_prompts)
         variants = {BASELINE: None, **{k: v for k, v in packages.items() if k != BASELINE}}
-        base_env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
+        base_env = {
+            k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")
+        }
         argv = [*self.server_argv, "--mem-fraction-static", str(self.mem)]
         servers: dict[str, _Server] = {}
         errors: dict[str, str] = {}
@@ -159,10 +210,14 @@ class ServingComparison:
             # starts: servers starting together would each count the others' memory as theirs)
             for i, (name, pkg) in enumerate(variants.items()):
                 env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
-                server = servers[name] = _Server(name, argv, self.port + 10 * i, env, self.log_dir / f"server_{name}.log")
+                server = servers[name] = _Server(
+                    name, argv, self.port + 10 * i, env, self.log_dir / f"server_{name}.log"
+                )
                 why = server.ready(self.load_timeout_s)
                 if why is None:
-                    got = self._bench(server, dataset, min(self.warm_prompts, written), self.log_dir / f"warm_{name}.jsonl")
+                    got = self._bench(
+                        server, dataset, min(self.warm_prompts, written), self.log_dir / f"warm_{name}.jsonl"
+                    )
                     why = got if isinstance(got, str) else None
                 if why is not None:
                     errors[name] = why
@@ -170,7 +225,7 @@ class ServingComparison:
                     del servers[name]
             names = list(servers)
             for r in range(self.rounds):
-                for name in names[r % len(names):] + names[: r % len(names)] if names else []:
+                for name in names[r % len(names) :] + names[: r % len(names)] if names else []:
                     got = self._bench(servers[name], dataset, written, self.log_dir / f"run_{name}_{r}.jsonl")
                     if isinstance(got, str):
                         errors.setdefault(name, got)
@@ -179,5 +234,11 @@ class ServingComparison:
         finally:
             for server in servers.values():
                 server.stop()
-        return {"trace": {"name": getattr(self.trace, "name", ""), "requests": written}, "rounds": self.rounds,
-                "server": argv, "runs": runs, "errors": errors, **summarise_rounds(runs)}
+        return {
+            "trace": {"name": getattr(self.trace, "name", ""), "requests": written},
+            "rounds": self.rounds,
+            "server": argv,
+            "runs": runs,
+            "errors": errors,
+            **summarise_rounds(runs),
+        }

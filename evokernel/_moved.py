@@ -92,8 +92,9 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} moved to {new}; the old name goes in the next release", DeprecationWarning, stacklevel=2
+        )
         module = importlib.import_module(new)
         self._specs[spec.name] = module.__spec__
         return module

@@ -28,8 +28,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 #: torch.matmul on the landscapes' shapes, timed with the same method as the sweeps (ms).
-CUBLAS_RECORDED = {"M16_N4096_K4096": 0.01768, "M256_N4096_K14336": 0.05328, "M2048_N6144_K4096": 0.13437,
-                   "M8192_N8192_K1024": 0.20003}
+CUBLAS_RECORDED = {
+    "M16_N4096_K4096": 0.01768,
+    "M256_N4096_K14336": 0.05328,
+    "M2048_N6144_K4096": 0.13437,
+    "M8192_N8192_K1024": 0.20003,
+}
 
 
 def replay(budget: int) -> None:
@@ -37,8 +41,10 @@ def replay(budget: int) -> None:
     from evokernel.evaluators import ReplayEvaluator
     from evokernel.engine.landscape import Landscape, builtin
 
-    print("no GPU: replaying the recorded H200 landscapes of the plain Triton matmul (matmul_bf16_h200_*), "
-          "3% noise; cuBLAS as recorded with them")
+    print(
+        "no GPU: replaying the recorded H200 landscapes of the plain Triton matmul (matmul_bf16_h200_*), "
+        "3% noise; cuBLAS as recorded with them"
+    )
     print("| shape | winner | winner ms | cuBLAS ms | speedup |")
     print("|---|---|---|---|---|")
     speedups = []
@@ -89,16 +95,27 @@ def tune(shapes: list[str], ms: list[int], *, budget: int, epilogue: str, out: P
             epi = dict(problem.module.EPILOGUE)
             ev = KernelEvaluator(problem, lambda g, epi=epi: candidate_source(g.params, **epi), device=device)
             n = int(problem.shapes[0]["N"])
-            seeds = gemm_seeds(m, swap_ab=True, tma_store=True, bn_tail=True, gluon=gluon) + \
-                (wave_seeds(m, n, tma_store=True, top=6) if m >= 64 else [])
+            seeds = gemm_seeds(m, swap_ab=True, tma_store=True, bn_tail=True, gluon=gluon) + (
+                wave_seeds(m, n, tma_store=True, top=6) if m >= 64 else []
+            )
             seeds = [q for q in ({**off, **p} for p in seeds) if space.is_valid(q)]
-            seeds = [p for i, p in enumerate(seeds) if p not in seeds[:i]][:max(1, budget // 2)]
-            baselines = {"cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
-                         "triton_default": Genome.of(dict(DEFAULTS))}
+            seeds = [p for i, p in enumerate(seeds) if p not in seeds[:i]][: max(1, budget // 2)]
+            baselines = {
+                "cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
+                "triton_default": Genome.of(dict(DEFAULTS)),
+            }
             try:
-                part, report = search_against(space, ev, store=store, descriptor=gemm_class, seeds=seeds,
-                                              baselines=baselines, name=f"gemm-{model}-{layer}-M{m}",
-                                              evaluations=budget, wall_s=600.0)
+                part, report = search_against(
+                    space,
+                    ev,
+                    store=store,
+                    descriptor=gemm_class,
+                    seeds=seeds,
+                    baselines=baselines,
+                    name=f"gemm-{model}-{layer}-M{m}",
+                    evaluations=budget,
+                    wall_s=600.0,
+                )
             finally:
                 ev.close()
             if part is None:
@@ -109,8 +126,11 @@ def tune(shapes: list[str], ms: list[int], *, budget: int, epilogue: str, out: P
                 speedups[name].append(part["speedup"].get(name))
                 ms_, x = part["baselines"].get(name), part["speedup"].get(name)
                 cells.append(f"{ms_:.4f} | {x:.3f}" if ms_ and x else "- | -")
-            print(f"| {model} | {layer} | {m} | {Genome.of(part['winner']).short()} | {part['winner_ms']:.4f} | "
-                  f"{' | '.join(cells)} |", flush=True)
+            print(
+                f"| {model} | {layer} | {m} | {Genome.of(part['winner']).short()} | {part['winner_ms']:.4f} | "
+                f"{' | '.join(cells)} |",
+                flush=True,
+            )
     gm = {k: geomean(v) for k, v in speedups.items()}
     print("| **geomean** | | | | | | " + " | | ".join(f"**{gm[k]:.3f}**" if gm[k] else "-" for k in gm) + " |")
 
@@ -118,13 +138,21 @@ def tune(shapes: list[str], ms: list[int], *, budget: int, epilogue: str, out: P
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", type=int, default=40)
-    ap.add_argument("--shapes", nargs="+", default=["llama3-8b:qkv", "llama3-8b:down", "qwen3-30b-a3b:qkv"],
-                    help="MODEL:LAYER of examples/problems/gemm_bf16.py")
+    ap.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["llama3-8b:qkv", "llama3-8b:down", "qwen3-30b-a3b:qkv"],
+        help="MODEL:LAYER of examples/problems/gemm_bf16.py",
+    )
     ap.add_argument("--ms", nargs="+", type=int, default=[16, 256, 2048, 8192])
     ap.add_argument("--epilogue", default="none", help="e.g. bias+silu (cuBLAS's side then runs it in eager torch)")
     ap.add_argument("--out", default="gemm-out", help="the search database goes here")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default=None,
-                    help="where to search (default: the GPU if there is one, else replay the recorded landscapes)")
+    ap.add_argument(
+        "--device",
+        choices=["cuda", "cpu"],
+        default=None,
+        help="where to search (default: the GPU if there is one, else replay the recorded landscapes)",
+    )
     args = ap.parse_args()
     import torch
 

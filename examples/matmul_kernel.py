@@ -20,8 +20,11 @@ from evokernel.search_spaces.matmul.template import candidate_source
 
 ROOT = Path(__file__).resolve().parent
 GPU = torch.cuda.is_available()
-PROBLEM = ROOT.parent / "benchmarks" / "problems" / "matmul_bf16_m2048.py" if GPU else \
-    ROOT.parent / "tests" / "corpus" / "problems" / "matmul_small.py"
+PROBLEM = (
+    ROOT.parent / "benchmarks" / "problems" / "matmul_bf16_m2048.py"
+    if GPU
+    else ROOT.parent / "tests" / "corpus" / "problems" / "matmul_small.py"
+)
 
 space = matmul_space()
 evaluator = KernelEvaluator(PROBLEM, lambda genome: candidate_source(genome.params))

@@ -30,7 +30,9 @@ def replay(budget: int, ms: list[int]) -> None:
     from evokernel.search_spaces.moe.sglang import default_config, shipped_config
 
     print("no GPU: replaying the recorded H200 landscapes (moe_bf16_h200_qwen3-30b-a3b_M*), with 3% noise")
-    print("| M | winner (one config for both GEMMs) | winner ms | SGLang default ms | speedup | SGLang H200 ms | speedup |")
+    print(
+        "| M | winner (one config for both GEMMs) | winner ms | SGLang default ms | speedup | SGLang H200 ms | speedup |"
+    )
     print("|---|---|---|---|---|---|---|")
     for m in ms:
         L = Landscape.load(builtin(f"moe_bf16_h200_qwen3-30b-a3b_M{m}"))
@@ -56,8 +58,21 @@ def main() -> None:
     if not torch.cuda.is_available():
         replay(args.budget, [m for m in args.ms if m in (64, 1024)] or [64, 1024])
         return
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_h200.py"), "--out", args.out, "--models",
-                    "qwen3-30b-a3b", "--ms", *map(str, args.ms), "--budget", str(args.budget)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "moe_h200.py"),
+            "--out",
+            args.out,
+            "--models",
+            "qwen3-30b-a3b",
+            "--ms",
+            *map(str, args.ms),
+            "--budget",
+            str(args.budget),
+        ],
+        check=True,
+    )
     print((Path(args.out) / "moe.md").read_text())
 
 

@@ -31,8 +31,9 @@ if __name__ == "__main__":
     from evokernel import Budget, Search, open_store
 
     with evaluator:
-        search = Search(space, evaluator, descriptor=descriptor, store=open_store("evokernel.db"), name=name,
-                        seeds=seeds)
+        search = Search(
+            space, evaluator, descriptor=descriptor, store=open_store("evokernel.db"), name=name, seeds=seeds
+        )
         report = search.run(Budget(evaluations=12), seed=0)
     for elite in report.elites:
         print(f"{elite.latency_ms:.5f} ms  {elite.niche:8s}  {elite.genome.short()}")

@@ -29,9 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     import torch
 
-    missing = [what for what, ok in (("a CUDA GPU", torch.cuda.is_available()),
-                                     ("SGLang (pip install 'evokernel[sglang]')", importlib.util.find_spec("sglang")))
-               if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("a CUDA GPU", torch.cuda.is_available()),
+            ("SGLang (pip install 'evokernel[sglang]')", importlib.util.find_spec("sglang")),
+        )
+        if not ok
+    ]
     if missing:
         print(f"examples/sglang_e2e.py needs {' and '.join(missing)}; nothing was run", file=sys.stderr)
         return 2

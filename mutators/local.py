@@ -61,7 +61,7 @@ class LocalSearch:
         if result.is_ok:
             self._ranked.append((result.fitness, len(self._seen), genome))
             self._ranked.sort(key=lambda x: (x[0], x[1]))
-            del self._ranked[4 * self.elites:]
+            del self._ranked[4 * self.elites :]
 
     def propose(self, parents: Sequence[Genome], ctx: Context) -> Genome | None:
         centres = [g for _, _, g in self._ranked[: self.elites]]

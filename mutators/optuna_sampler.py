@@ -87,7 +87,12 @@ def _random(seed: int) -> Any:
 
 #: Sampler factories by name: seed -> sampler.
 SAMPLERS: dict[str, Callable[[int], Any]] = {
-    "tpe": _tpe, "cmaes": _cmaes, "gp": _gp, "nsga2": _nsga2, "qmc": _qmc, "random": _random,
+    "tpe": _tpe,
+    "cmaes": _cmaes,
+    "gp": _gp,
+    "nsga2": _nsga2,
+    "qmc": _qmc,
+    "random": _random,
 }
 
 
@@ -220,7 +225,9 @@ class OptunaSampler:
         if any(v is None for v in params.values()):
             return
         frozen = optuna.trial.create_trial(
-            params=params, distributions=self._codec.dists, value=value,
+            params=params,
+            distributions=self._codec.dists,
+            value=value,
             state=_state("COMPLETE") if value is not None else _state("FAIL"),
         )
         self.study.add_trial(frozen)

@@ -14,7 +14,8 @@ from typing import Any
 def run_interpreted(script: str, *args: str, timeout: float = 600) -> Any:
     """`script` run with TRITON_INTERPRET=1 (and `args`); the JSON on its last output line."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

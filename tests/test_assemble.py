@@ -19,7 +19,7 @@ SHIPPED = "matmul_bf16_h200_M16_N4096_K4096"
 
 def test_the_readme_example_of_the_python_api_runs(capsys):
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## The Python API"):readme.index("## Concepts")]
+    section = readme[readme.index("## The Python API") : readme.index("## Concepts")]
     block = next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if "assemble(" in b)
     exec(compile(block, "README.md", "exec"), {})
     assert capsys.readouterr().out.split() == ["40", "default"]
@@ -29,12 +29,36 @@ def test_the_command_line_and_the_python_api_build_the_same_search(tmp_path: Pat
     from evokernel.cli import main
 
     db = tmp_path / "cli.db"
-    assert main(["search", SHIPPED, "--budget", "20", "--population", "4", "--patience", "3", "--seed", "2",
-                 "--strategy", "evolution", "--db", str(db), "--json"]) == 0
+    assert (
+        main(
+            [
+                "search",
+                SHIPPED,
+                "--budget",
+                "20",
+                "--population",
+                "4",
+                "--patience",
+                "3",
+                "--seed",
+                "2",
+                "--strategy",
+                "evolution",
+                "--db",
+                str(db),
+                "--json",
+            ]
+        )
+        == 0
+    )
     cli = json.loads(capsys.readouterr().out)
     evaluator = ReplayEvaluator(builtin(SHIPPED), noise=0.0, seed=2)
-    search = assemble(SearchSpec(evaluator.space, evaluator, strategy="evolution", population=4, patience=3,
-                                 name=evaluator.landscape.name), store=open_store(str(tmp_path / "api.db")))
+    search = assemble(
+        SearchSpec(
+            evaluator.space, evaluator, strategy="evolution", population=4, patience=3, name=evaluator.landscape.name
+        ),
+        store=open_store(str(tmp_path / "api.db")),
+    )
     report = search.run(Budget(evaluations=20), seed=2)
     assert search.run_id(2) == cli["run_id"] == report.run_id  # the run id hashes everything that defines it
     assert report.best_ids == cli["best_ids"]
@@ -54,8 +78,9 @@ def test_a_kernel_evaluator_gets_the_knowledge_recorder_and_the_llm_operator(mon
     from evokernel.search_spaces import matmul_space
     from evokernel.search_spaces.matmul.template import candidate_source
 
-    evaluator = KernelEvaluator(ROOT / "tests" / "corpus" / "problems" / "matmul_small.py",
-                                lambda genome: candidate_source(genome.params))
+    evaluator = KernelEvaluator(
+        ROOT / "tests" / "corpus" / "problems" / "matmul_small.py", lambda genome: candidate_source(genome.params)
+    )
     space = matmul_space()
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     said: list[str] = []
@@ -76,10 +101,12 @@ def test_a_kernel_evaluator_gets_the_knowledge_recorder_and_the_llm_operator(mon
 
 def test_a_search_file_read_as_a_spec(tmp_path: Path):
     path = tmp_path / "s.py"
-    path.write_text("from evokernel.evaluators import ReplayEvaluator\n"
-                    "from evokernel.engine.landscape import builtin\n"
-                    f"evaluator = ReplayEvaluator(builtin({SHIPPED!r}))\n"
-                    "space = evaluator.space\nname = 'mine'\nseeds = [evaluator.landscape.optimum()[0]]\n")
+    path.write_text(
+        "from evokernel.evaluators import ReplayEvaluator\n"
+        "from evokernel.engine.landscape import builtin\n"
+        f"evaluator = ReplayEvaluator(builtin({SHIPPED!r}))\n"
+        "space = evaluator.space\nname = 'mine'\nseeds = [evaluator.landscape.optimum()[0]]\n"
+    )
     spec = SearchSpec.from_file(path)
     search = assemble(spec)
     assert search.name == "mine" and len(search.seeds) == 1

@@ -23,8 +23,17 @@ def assert_one_line_error(out: subprocess.CompletedProcess, text: str) -> None:
 
 
 def test_replay_json_is_one_object(evokernel_cmd, cli_env):
-    out = run(evokernel_cmd, cli_env, "replay", builtin("matmul_bf16_h200_M16_N4096_K4096"),
-              "--budget", "100", "--seed", "3", "--json")
+    out = run(
+        evokernel_cmd,
+        cli_env,
+        "replay",
+        builtin("matmul_bf16_h200_M16_N4096_K4096"),
+        "--budget",
+        "100",
+        "--seed",
+        "3",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)  # exactly one JSON document on stdout
     assert data["evaluations"] == 100 and len(data["trace"]) == 100
@@ -37,22 +46,56 @@ def test_replay_json_is_one_object(evokernel_cmd, cli_env):
 
 
 def test_replay_accepts_a_shipped_name_noise_and_strategy(evokernel_cmd, cli_env):
-    a = json.loads(run(evokernel_cmd, cli_env, "replay", "matmul_bf16_h200_M256_N4096_K14336", "--budget", "40",
-                       "--noise", "0.05", "--strategy", "random", "--json").stdout)
-    b = json.loads(run(evokernel_cmd, cli_env, "replay", "matmul_bf16_h200_M256_N4096_K14336", "--budget", "40",
-                       "--noise", "0.05", "--strategy", "random", "--json").stdout)
+    a = json.loads(
+        run(
+            evokernel_cmd,
+            cli_env,
+            "replay",
+            "matmul_bf16_h200_M256_N4096_K14336",
+            "--budget",
+            "40",
+            "--noise",
+            "0.05",
+            "--strategy",
+            "random",
+            "--json",
+        ).stdout
+    )
+    b = json.loads(
+        run(
+            evokernel_cmd,
+            cli_env,
+            "replay",
+            "matmul_bf16_h200_M256_N4096_K14336",
+            "--budget",
+            "40",
+            "--noise",
+            "0.05",
+            "--strategy",
+            "random",
+            "--json",
+        ).stdout
+    )
     assert a["strategy"] == "random" and a["noise"] == 0.05 and a["trace"] == b["trace"]
 
 
 def test_search_writes_the_store_and_show_reads_it(tmp_path, evokernel_cmd, cli_env):
     root = Path(__file__).resolve().parents[1]
     db = tmp_path / "e.db"
-    out = run(evokernel_cmd, cli_env, "search", str(root / "examples" / "matmul.py"), "--budget", "60",
-              "--db", str(db))
+    out = run(evokernel_cmd, cli_env, "search", str(root / "examples" / "matmul.py"), "--budget", "60", "--db", str(db))
     assert out.returncode == 0, out.stderr
     assert "elites of run" in out.stdout and "60 evaluations" in out.stdout
-    again = run(evokernel_cmd, cli_env, "search", str(root / "examples" / "matmul.py"), "--budget", "60",
-                "--db", str(db), "--json")
+    again = run(
+        evokernel_cmd,
+        cli_env,
+        "search",
+        str(root / "examples" / "matmul.py"),
+        "--budget",
+        "60",
+        "--db",
+        str(db),
+        "--json",
+    )
     data = json.loads(again.stdout)
     assert data["resumed"] and data["measured"] == 0 and data["resumed_hits"] == 60
     shown = run(evokernel_cmd, cli_env, "show", str(db))
@@ -71,9 +114,14 @@ def test_search_on_a_landscape_csv_uses_the_default_db(tmp_path, small_csv, evok
 def test_plugins_lists_the_built_in_registrations(evokernel_cmd, cli_env):
     out = run(evokernel_cmd, cli_env, "plugins")
     assert out.returncode == 0, out.stderr
-    for group, name in [("evokernel.mutators", "point"), ("evokernel.mutators", "crossover"),
-                        ("evokernel.mutators", "restart"), ("evokernel.evaluators", "replay"),
-                        ("evokernel.search_spaces", "matmul"), ("evokernel.strategies", "evolution")]:
+    for group, name in [
+        ("evokernel.mutators", "point"),
+        ("evokernel.mutators", "crossover"),
+        ("evokernel.mutators", "restart"),
+        ("evokernel.evaluators", "replay"),
+        ("evokernel.search_spaces", "matmul"),
+        ("evokernel.strategies", "evolution"),
+    ]:
         assert any(group in line and f" {name} " in line for line in out.stdout.splitlines()), (group, name)
 
 
@@ -111,10 +159,15 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd,
     (tmp_path / "broken.py").write_text("space = 1 / 0\n")
     (tmp_path / "notdb.db").write_text("this is not a database " * 100)
     paths = {
-        "small": str(small_csv), "bad": str(tmp_path / "bad.csv"), "empty_py": str(tmp_path / "empty.py"),
-        "broken_py": str(tmp_path / "broken.py"), "db": str(tmp_path / "e.db"),
-        "notdb": str(tmp_path / "notdb.db"), "missing_db": str(tmp_path / "missing.db"),
-        "typo": str(tmp_path / "typo.csv"), "both": str(tmp_path / "both.csv"),
+        "small": str(small_csv),
+        "bad": str(tmp_path / "bad.csv"),
+        "empty_py": str(tmp_path / "empty.py"),
+        "broken_py": str(tmp_path / "broken.py"),
+        "db": str(tmp_path / "e.db"),
+        "notdb": str(tmp_path / "notdb.db"),
+        "missing_db": str(tmp_path / "missing.db"),
+        "typo": str(tmp_path / "typo.csv"),
+        "both": str(tmp_path / "both.csv"),
     }
     out = run(evokernel_cmd, cli_env, *[a.format(**paths) for a in args], cwd=tmp_path)
     assert_one_line_error(out, message)
@@ -147,12 +200,14 @@ def test_a_broken_evaluator_exits_1_and_the_rerun_resumes(tmp_path, evokernel_cm
 def test_sweep_writes_a_landscape_resumes_and_replay_reads_it(tmp_path, evokernel_cmd, cli_env):
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "sweep.csv"
-    first = run(evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(out),
-                "--limit", "20", "--quiet")
+    first = run(
+        evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(out), "--limit", "20", "--quiet"
+    )
     assert first.returncode == 0, first.stderr
     assert "20 measured" in first.stderr and "left (re-run to continue)" in first.stderr
-    second = run(evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(out),
-                 "--limit", "15", "--quiet")
+    second = run(
+        evokernel_cmd, cli_env, "sweep", str(root / "examples/matmul.py"), "--out", str(out), "--limit", "15", "--quiet"
+    )
     assert second.returncode == 0 and "35 of" in second.stderr, second.stderr
     lines = out.read_text().splitlines()
     assert lines[0] == "BM,BN,BK,GROUP_M,num_warps,num_stages,latency_ms,error" and len(lines) == 36
@@ -202,12 +257,17 @@ def test_check_takes_the_problems_parameters(tmp_path, evokernel_cmd, cli_env):
     out = run(evokernel_cmd, env, "check", str(problem), str(cand), "--device", "cpu", "--no-time", "--json", *params)
     assert out.returncode == 0, (out.stdout, out.stderr)
     assert json.loads(out.stdout)["accepted"]
-    assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "mm=8"),
-                          "unknown parameter 'mm' (parameters: model: str = 'llama3-8b'")
-    assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m=eight"),
-                          "--param m='eight': expected tuple[int, ...] (comma-separated)")
-    assert_one_line_error(run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m"),
-                          "--param 'm': expected NAME=VALUE")
+    assert_one_line_error(
+        run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "mm=8"),
+        "unknown parameter 'mm' (parameters: model: str = 'llama3-8b'",
+    )
+    assert_one_line_error(
+        run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m=eight"),
+        "--param m='eight': expected tuple[int, ...] (comma-separated)",
+    )
+    assert_one_line_error(
+        run(evokernel_cmd, env, "check", str(problem), str(cand), "--param", "m"), "--param 'm': expected NAME=VALUE"
+    )
 
 
 # -- a database that cannot be created or written ----------------------------------------
@@ -224,18 +284,33 @@ def _chattr(flag: str, *paths: Path) -> None:
 
 
 def _seed_db(evokernel_cmd, cli_env, db: Path) -> None:
-    out = run(evokernel_cmd, cli_env, "search", "matmul_bf16_h200_M16_N4096_K4096", "--budget", "5", "--db", str(db),
-              "--quiet")
+    out = run(
+        evokernel_cmd,
+        cli_env,
+        "search",
+        "matmul_bf16_h200_M16_N4096_K4096",
+        "--budget",
+        "5",
+        "--db",
+        str(db),
+        "--quiet",
+    )
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.parametrize("case, message", [
-    ("under_a_file", "cannot create database {db}: {dir} is not a directory"),
-    ("no_such_folder", "cannot create database {db}: no such directory {dir}"),
-    ("immutable_file", "cannot write database {db}: Operation not permitted, e.g. immutable"),
-    ("immutable_folder_new_db", "cannot create database {db}: cannot write in {dir} (Operation not permitted"),
-    ("immutable_folder_old_db", "cannot write database {db}: its journal files (-wal, -shm) cannot be created in {dir}"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("under_a_file", "cannot create database {db}: {dir} is not a directory"),
+        ("no_such_folder", "cannot create database {db}: no such directory {dir}"),
+        ("immutable_file", "cannot write database {db}: Operation not permitted, e.g. immutable"),
+        ("immutable_folder_new_db", "cannot create database {db}: cannot write in {dir} (Operation not permitted"),
+        (
+            "immutable_folder_old_db",
+            "cannot write database {db}: its journal files (-wal, -shm) cannot be created in {dir}",
+        ),
+    ],
+)
 def test_search_says_why_a_database_cannot_be_written_and_exits_2(tmp_path, evokernel_cmd, cli_env, case, message):
     folder = tmp_path / "runs"
     db = folder / "e.db"
@@ -255,8 +330,17 @@ def test_search_says_why_a_database_cannot_be_written_and_exits_2(tmp_path, evok
     if frozen:
         _chattr("+i", *frozen)
     try:
-        out = run(evokernel_cmd, cli_env, "search", "matmul_bf16_h200_M16_N4096_K4096", "--budget", "5",
-                  "--db", str(db), "--quiet")
+        out = run(
+            evokernel_cmd,
+            cli_env,
+            "search",
+            "matmul_bf16_h200_M16_N4096_K4096",
+            "--budget",
+            "5",
+            "--db",
+            str(db),
+            "--quiet",
+        )
     finally:
         if frozen:
             _chattr("-i", *frozen)
@@ -281,14 +365,19 @@ def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path
     cmd = " ".join(map(shlex.quote, evokernel_cmd))
     search = f"{cmd} search matmul_bf16_h200_M16_N4096_K4096 --budget 5 --quiet --db"
     old_db, new_db = shlex.quote(str(folder / "e.db")), shlex.quote(str(folder / "new.db"))
-    script = (f"{mount} && {search} {old_db}; echo rc=$? >&2; {search} {new_db}; echo rc=$? >&2; "
-              f"{cmd} show {old_db} --json")
-    out = subprocess.run(["unshare", "--mount", "sh", "-c", script], env=cli_env, capture_output=True, text=True,
-                         timeout=120)
+    script = (
+        f"{mount} && {search} {old_db}; echo rc=$? >&2; {search} {new_db}; echo rc=$? >&2; {cmd} show {old_db} --json"
+    )
+    out = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script], env=cli_env, capture_output=True, text=True, timeout=120
+    )
     lines = out.stderr.strip().splitlines()
-    assert lines == [f"evokernel: error: cannot write database {folder}/e.db: Read-only file system", "rc=2",
-                     f"evokernel: error: cannot create database {folder}/new.db: cannot write in {folder} "
-                     "(Read-only file system)", "rc=2"], out.stderr
+    assert lines == [
+        f"evokernel: error: cannot write database {folder}/e.db: Read-only file system",
+        "rc=2",
+        f"evokernel: error: cannot create database {folder}/new.db: cannot write in {folder} (Read-only file system)",
+        "rc=2",
+    ], out.stderr
     assert json.loads(out.stdout)["counts"]["evaluations"] == 5  # a reader reads it where it lies
 
 
@@ -306,7 +395,8 @@ def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd
         "check: matmul_bf16 on the CPU: correctness, then timing, at 2 CPU-sized shapes (M=16,N=256,K=256; "
         "M=96,N=160,K=320) and 1 held-out",
         "note: timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing "
-        "about GPU speed"]
+        "about GPU speed",
+    ]
     data = json.loads(run(evokernel_cmd, cli_env, *args, "--json").stdout)
     assert data["shapes"] == "cpu" and "say nothing about GPU speed" in data["note"]
     assert [t["shape"] for t in data["timings"]] == ["M=16,N=256,K=256", "M=96,N=160,K=320"]
@@ -328,7 +418,8 @@ def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, 
     assert out.returncode == 0, out.stderr
     assert out.stderr.splitlines() == [
         "check: big on the CPU: correctness only (--no-time), at 1 shape (n=8); the problem declares no CPU_SHAPES, "
-        "so its full sizes run on the CPU: this can take minutes"]
+        "so its full sizes run on the CPU: this can take minutes"
+    ]
 
 
 # -- progress, help and the README's synopsis ----------------------------------------------
@@ -337,8 +428,9 @@ def test_the_report_counts_the_generations_that_ran(tmp_path, small_csv, evokern
     for budget in ("30", "100"):  # 100 exhausts the 42 valid points of the small landscape
         out = run(evokernel_cmd, cli_env, "replay", str(small_csv), "--budget", budget, "--population", "4")
         assert out.returncode == 0, out.stderr
-        numbers = [int(line.split()[1].rstrip(":")) for line in out.stderr.splitlines()
-                   if line.startswith("generation ")]
+        numbers = [
+            int(line.split()[1].rstrip(":")) for line in out.stderr.splitlines() if line.startswith("generation ")
+        ]
         assert numbers == list(range(len(numbers))) and len(numbers) > 1
         n = len(numbers)
         assert f" in {n} generations: " in out.stdout, (n, out.stdout[-300:])
@@ -365,16 +457,32 @@ def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evoke
     # an attention search's generation took 100 s, in silence in a log; the interval is
     # shortened here (15 s by default) so that one generation of 8 evaluations shows it
     (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
-    code = ("import sys; import evokernel.cli as c; c._Progress.every_s = 0.4; "
-            "sys.exit(c.main(sys.argv[1:]))")
-    out = subprocess.run([evokernel_cmd[0], "-c", code, "search", str(tmp_path / "slow.py"), "--budget", "16",
-                          "--population", "8", "--db", str(tmp_path / "e.db")],
-                         env=cli_env, capture_output=True, text=True, timeout=120)
+    code = "import sys; import evokernel.cli as c; c._Progress.every_s = 0.4; sys.exit(c.main(sys.argv[1:]))"
+    out = subprocess.run(
+        [
+            evokernel_cmd[0],
+            "-c",
+            code,
+            "search",
+            str(tmp_path / "slow.py"),
+            "--budget",
+            "16",
+            "--population",
+            "8",
+            "--db",
+            str(tmp_path / "e.db"),
+        ],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
     beats = [line for line in lines if line.startswith("search: ")]
-    assert beats and re.match(r"search: \d+/16 evaluations \(generation 0\), best (-|[0-9.]+ ms), \d+ s elapsed$",
-                              beats[0]), beats
+    assert beats and re.match(
+        r"search: \d+/16 evaluations \(generation 0\), best (-|[0-9.]+ ms), \d+ s elapsed$", beats[0]
+    ), beats
     assert lines.index(beats[0]) < lines.index(next(x for x in lines if x.startswith("generation 0: ")))
 
 
@@ -386,9 +494,14 @@ def test_on_a_terminal_the_progress_bar_shows_the_time_left(tmp_path, evokernel_
     (tmp_path / "slow.py").write_text(_SLOW_SEARCH)
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([*evokernel_cmd, "search", str(tmp_path / "slow.py"), "--budget", "12", "--db",
-                                 str(tmp_path / "e.db")], env={**cli_env, "COLUMNS": "160"}, stdin=follower,
-                                stdout=subprocess.PIPE, stderr=follower, text=True)
+        proc = subprocess.Popen(
+            [*evokernel_cmd, "search", str(tmp_path / "slow.py"), "--budget", "12", "--db", str(tmp_path / "e.db")],
+            env={**cli_env, "COLUMNS": "160"},
+            stdin=follower,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+        )
         os.close(follower)
         chunks = []
         while True:
@@ -431,8 +544,8 @@ def test_the_readme_synopsis_names_every_option():
     from evokernel.cli import _build_parser
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme[readme.index("## Command line"):]
-    block = block[block.index("```") + 3:]
+    block = readme[readme.index("## Command line") :]
+    block = block[block.index("```") + 3 :]
     block = block[: block.index("```")]
     synopsis: dict[str, str] = {}
     for line in block.splitlines():

@@ -30,19 +30,25 @@ def _search(db: Path, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVOKERNEL_MOE_DTYPE", "float16")  # the interpreter cannot do bf16 dots
     monkeypatch.setenv("EVOKERNEL_MOE_M", str(m))
     space = moe_shared_space()
-    ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(shared_params(g.params)), device="cpu",
-                         options=QUICK, workers=2)
-    report = Search(space, ev, store=SQLiteStore(db),
-                    options=SearchOptions(population=2, remeasure=0, report_elites=1)).run(Budget(evaluations=2), seed=m)
+    ev = KernelEvaluator(
+        PROBLEM, lambda g: candidate_source(shared_params(g.params)), device="cpu", options=QUICK, workers=2
+    )
+    report = Search(
+        space, ev, store=SQLiteStore(db), options=SearchOptions(population=2, remeasure=0, report_elites=1)
+    ).run(Budget(evaluations=2), seed=m)
     assert report.best is not None, report.statuses
 
 
 def test_file_names_follow_sglangs_loader():
     assert sglang_file_name(8, 14336, "NVIDIA H200") == "E=8,N=14336,device_name=NVIDIA_H200.json"
-    assert sglang_file_name(128, 768, "NVIDIA H100 80GB HBM3", down=True) == \
-        "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3_down.json"
-    assert sglang_file_name(256, 256, "NVIDIA H200", dtype="fp8_w8a8", block_shape=[128, 128]) == \
-        "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    assert (
+        sglang_file_name(128, 768, "NVIDIA H100 80GB HBM3", down=True)
+        == "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3_down.json"
+    )
+    assert (
+        sglang_file_name(256, 256, "NVIDIA H200", dtype="fp8_w8a8", block_shape=[128, 128])
+        == "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json"
+    )
     assert sglang_file_name(4, 32, "NVIDIA H200", block_shape=[0, 0]) == "E=4,N=32,device_name=NVIDIA_H200.json"
 
 
@@ -54,16 +60,41 @@ def test_moe_searches_export_to_sglang_config_files(tmp_path: Path, monkeypatch:
     folder = out / "configs" / "triton_3_6_0"
     folder.mkdir(parents=True)
     # an earlier export's batch size stays; the ones exported now are written
-    keep = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
-            "num_stages": 3}
+    keep = {
+        "BLOCK_SIZE_M": 64,
+        "BLOCK_SIZE_N": 64,
+        "BLOCK_SIZE_K": 64,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
     (folder / "E=4,N=32,device_name=NVIDIA_H200.json").write_text(json.dumps({"1": keep}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_MOE")}
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-moe", str(db), "--out", str(out),
-                           "--device-name", "NVIDIA H200", "--triton-version", "3.6.0"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "export",
+            "sglang-moe",
+            str(db),
+            "--out",
+            str(out),
+            "--device-name",
+            "NVIDIA H200",
+            "--triton-version",
+            "3.6.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in folder.iterdir()) == ["E=4,N=32,device_name=NVIDIA_H200.json",
-                                                       "E=4,N=32,device_name=NVIDIA_H200_down.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "E=4,N=32,device_name=NVIDIA_H200.json",
+        "E=4,N=32,device_name=NVIDIA_H200_down.json",
+    ]
     up = json.loads((folder / "E=4,N=32,device_name=NVIDIA_H200.json").read_text())
     down = json.loads((folder / "E=4,N=32,device_name=NVIDIA_H200_down.json").read_text())
     assert list(up) == ["1", "8", "16"] and list(down) == ["8", "16"] and up["1"] == keep
@@ -82,8 +113,12 @@ def test_runs_that_cannot_be_exported_say_why(tmp_path: Path, monkeypatch: pytes
     assert not report.files and "recorded no GPU" in report.skipped[0]
     empty = tmp_path / "empty.db"
     SQLiteStore(empty).close()
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-moe", str(empty), "--out",
-                           str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "export", "sglang-moe", str(empty), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "no fused-MoE run" in proc.stderr
 
 
@@ -98,8 +133,9 @@ def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Pa
     [gemm_path] = store.elites(run_id=run.id)[:1]
     # the run's fastest elite takes the small-batch structure SGLang's kernel does not have
     gemv = Genome.of(dict(shared_params(gemm_path.genome.params), BLOCK_SIZE_M=16, GEMV=1))
-    store.save_elites(run.id, run.archive_key, [gemm_path, Elite(niche="gemv", genome=gemv,
-                                                                    latency_ms=gemm_path.latency_ms / 2)])
+    store.save_elites(
+        run.id, run.archive_key, [gemm_path, Elite(niche="gemv", genome=gemv, latency_ms=gemm_path.latency_ms / 2)]
+    )
     assert store.elites(run_id=run.id)[0].genome.params.get("GEMV") == 1
     report = sglang_moe(store, tmp_path / "out", device_name="NVIDIA H200", triton_version="3.6.0")
     [up_file] = [p for p in report.files if not p.name.endswith("_down.json")]
@@ -109,7 +145,8 @@ def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Pa
 
 
 def test_when_every_elite_has_a_structure_the_runs_fastest_plain_candidate_is_exported(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """Call V: FUSE_SILU won every niche by ~1%, so no elite was a config SGLang's kernel runs
     and the configs package was not exported at all; the run's history still held the plain
     candidates it had measured."""
@@ -122,9 +159,14 @@ def test_when_every_elite_has_a_structure_the_runs_fastest_plain_candidate_is_ex
     run = store.runs()[0]
     plain = sorted((e for e in store.history(run.id) if e.result.is_ok), key=lambda e: e.result.latency_ms)[0]
     # every niche's elite replaced by a fused twin (faster, as on the H200)
-    store.save_elites(run.id, run.archive_key, [
-        Elite(niche=e.niche, genome=Genome.of(dict(e.genome.params, FUSE_SILU=1)), latency_ms=e.latency_ms / 2)
-        for e in store.elites(run_id=run.id)])
+    store.save_elites(
+        run.id,
+        run.archive_key,
+        [
+            Elite(niche=e.niche, genome=Genome.of(dict(e.genome.params, FUSE_SILU=1)), latency_ms=e.latency_ms / 2)
+            for e in store.elites(run_id=run.id)
+        ],
+    )
     assert all(e.genome.params.get("FUSE_SILU") for e in store.elites(run_id=run.id))
     report = sglang_moe(store, tmp_path / "out", device_name="NVIDIA H200", triton_version="3.6.0")
     [up_file] = [p for p in report.files if not p.name.endswith("_down.json")]

@@ -21,8 +21,16 @@ from evokernel.judge.problem import Problem, ProblemError
 from evokernel.core.result import Result, Status
 
 HAS_CUDA = torch.cuda.is_available()
-QUICK = GateOptions(seeds=1, heldout_seeds=0, recheck_seeds=0, rotate=2, samples=1, sample_rate=1.0,
-                    timing={"min_reps": 3, "max_reps": 5, "max_s": 0.5}, race=0)
+QUICK = GateOptions(
+    seeds=1,
+    heldout_seeds=0,
+    recheck_seeds=0,
+    rotate=2,
+    samples=1,
+    sample_rate=1.0,
+    timing={"min_reps": 3, "max_reps": 5, "max_s": 0.5},
+    race=0,
+)
 
 
 def _result(ms: float, footing: Footing | None, shape: str = "n=8") -> Result:
@@ -83,16 +91,24 @@ def test_the_benchmarks_refuse_a_speedup_across_footings(tmp_path: Path):
 
     g = Footing(mode="graph", sets=3)
     base = {"lib": Genome.of({"x": 3}, source="def kernel(): pass")}
-    part, _ = search_against(space, Ev({1: g, 2: g, 3: g}), store=None, name="t", evaluations=2, wall_s=30,
-                             baselines=base)
+    part, _ = search_against(
+        space, Ev({1: g, 2: g, 3: g}), store=None, name="t", evaluations=2, wall_s=30, baselines=base
+    )
     assert part["timing"]["gate"]["mode"] == "graph" and part["speedup"]["lib"] == 3.0
     with pytest.raises(FootingMismatch, match="cannot compare winner"):
-        search_against(space, Ev({1: g, 2: g, 3: Footing(mode="held", sets=3)}), store=None, name="t2",
-                       evaluations=2, wall_s=30, baselines=base)
+        search_against(
+            space,
+            Ev({1: g, 2: g, 3: Footing(mode="held", sets=3)}),
+            store=None,
+            name="t2",
+            evaluations=2,
+            wall_s=30,
+            baselines=base,
+        )
 
 
 # -- host-side input values (the varlen contract) ------------------------------------------
-_VARLEN = '''
+_VARLEN = """
 import torch
 SHAPES = [{"lens": "5/3/9"}]
 TOLERANCE = {"float32": {"rtol": 1e-5, "atol": 1e-5}}
@@ -106,9 +122,9 @@ def make_inputs(shape, seed, device="cpu"):
 def reference(x, max_seqlen, seqlens):
     assert type(max_seqlen) is int and type(seqlens) is tuple
     return torch.cat([x[s:s + n].cumsum(0) for s, n in zip([0, 5, 8], seqlens)])
-'''
+"""
 
-_CANDIDATE = '''
+_CANDIDATE = """
 import torch
 
 def kernel(x, max_seqlen, seqlens):
@@ -119,7 +135,7 @@ def kernel(x, max_seqlen, seqlens):
         out[s:s + n] = x[s:s + n].cumsum(0)
         s += n
     return out
-'''
+"""
 
 
 def _problem(tmp_path: Path, drift: str) -> Problem:
@@ -150,14 +166,24 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("sync", ["x.sum().item()", "x.shape[0] == torch.tensor(1, device=x.device).tolist()",
-                                  "torch.cuda.synchronize()", "torch.cuda.current_stream().synchronize()"])
+@pytest.mark.parametrize(
+    "sync",
+    [
+        "x.sum().item()",
+        "x.shape[0] == torch.tensor(1, device=x.device).tolist()",
+        "torch.cuda.synchronize()",
+        "torch.cuda.current_stream().synchronize()",
+    ],
+)
 @pytest.mark.parametrize("graph", ["on", "off"])
 def test_a_call_that_synchronises_with_the_host_is_reported_not_timed(sync: str, graph: str):
     from evokernel.judge.timing import HostSync, time_cuda
 
-    watched = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
-               "time.perf_counter": __import__("time").perf_counter}
+    watched = {
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "time.perf_counter": __import__("time").perf_counter,
+    }
     xs = [torch.randn(1024, 1024, device="cuda") for _ in range(2)]
 
     def honest(x):
@@ -168,8 +194,9 @@ def test_a_call_that_synchronises_with_the_host_is_reported_not_timed(sync: str,
         eval(sync, {"torch": torch, "x": y})
         return y
 
-    samples, used_graph, _ = time_cuda([lambda x=x: honest(x) for x in xs], watched=watched, graph=graph,
-                                       min_reps=5, max_reps=10)
+    samples, used_graph, _ = time_cuda(
+        [lambda x=x: honest(x) for x in xs], watched=watched, graph=graph, min_reps=5, max_reps=10
+    )
     assert samples and used_graph == (graph == "on")
     with pytest.raises(HostSync, match="host-synchronising"):
         time_cuda([lambda x=x: syncing(x) for x in xs], watched=watched, graph=graph, min_reps=5, max_reps=10)
@@ -180,8 +207,13 @@ def test_a_call_that_synchronises_with_the_host_is_reported_not_timed(sync: str,
 def test_side_by_side_times_both_ways_and_pairs_the_rounds():
     from evokernel.judge.footing import side_by_side
 
-    sets = [(torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16),
-             torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)) for _ in range(8)]
+    sets = [
+        (
+            torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16),
+            torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16),
+        )
+        for _ in range(8)
+    ]
     fns = {"a": lambda s: torch.matmul(*s), "b": lambda s: torch.matmul(*s)}
     graph = side_by_side(fns, sets, mode="graph", rounds=5)
     eager = side_by_side(fns, sets, mode="eager", rounds=5)

@@ -116,8 +116,12 @@ BY_ID = {e.id: e for e in ENTRIES}
 CLASSES: dict[str, list[str]] = {
     "stale result cached by input shape": ["cheats/cache_by_shape.py"],
     # not cheats, but calls no timing may hide: reported as host-synchronising (CUDA)
-    "host sync inside the timed call": ["cheats/host_sync_item.py", "cheats/host_sync_tolist.py",
-                                        "cheats/host_sync_synchronize.py", "cheats/host_sync_stream.py"],
+    "host sync inside the timed call": [
+        "cheats/host_sync_item.py",
+        "cheats/host_sync_tolist.py",
+        "cheats/host_sync_synchronize.py",
+        "cheats/host_sync_stream.py",
+    ],
     "cache keyed by data_ptr (pointers repeat, values change)": ["cheats/cache_by_data_ptr.py"],
     "skips work (computes part of the output)": ["cheats/partial_rows.py", "cheats/partial_k.py"],
     "returns zeros": ["cheats/zeros.py"],
@@ -135,10 +139,16 @@ CLASSES: dict[str, list[str]] = {
     "special-cases the tuning SHAPES": ["cheats/hardcoded_shapes.py"],
     "monkey-patches torch comparisons": ["cheats/patch_allclose_equal.py", "cheats/patch_tensor_eq_testing.py"],
     "prints a fake verdict": ["cheats/fake_verdict_print.py", "cheats/fake_verdict_parent_fd.py"],
-    "fakes timings (patched clocks)": ["cheats/patch_perf_counter.py", "cheats/patch_clock_during_call.py",
-                                       "cheats/patch_event_elapsed_time.py"],
-    "fast wrong path only while timed": ["cheats/timing_fastpath_flag.py", "cheats/timing_fastpath_stack.py",
-                                         "cheats/timing_fastpath_cadence.py"],
+    "fakes timings (patched clocks)": [
+        "cheats/patch_perf_counter.py",
+        "cheats/patch_clock_during_call.py",
+        "cheats/patch_event_elapsed_time.py",
+    ],
+    "fast wrong path only while timed": [
+        "cheats/timing_fastpath_flag.py",
+        "cheats/timing_fastpath_stack.py",
+        "cheats/timing_fastpath_cadence.py",
+    ],
     "cache keyed by input values (timed inputs repeat)": ["cheats/timing_cache_by_value.py"],
     "sys.exit in kernel": ["cheats/sys_exit_in_kernel.py"],
     "os._exit in kernel": ["cheats/os_exit_in_kernel.py"],
@@ -150,19 +160,27 @@ CLASSES: dict[str, list[str]] = {
     "syntax error": ["cheats/syntax_error.py"],
     "defines no kernel": ["cheats/no_kernel.py", "cheats/kernel_not_callable.py"],
     "impossible allocation": ["cheats/huge_alloc.py"],
-    "child process that outlives it": ["cheats/spawn_child_then_hang.py", "cheats/spawn_detached_child.py",
-                                       "cheats/spawn_setpgid_child.py"],
+    "child process that outlives it": [
+        "cheats/spawn_child_then_hang.py",
+        "cheats/spawn_detached_child.py",
+        "cheats/spawn_setpgid_child.py",
+    ],
     "attacks the judge's process": ["cheats/kill_judge.py", "cheats/sigstop_judge.py"],
-    "writes into the judge's files (working directory, problem file, search database)":
-        ["cheats/tamper_judge_files.py"],
+    "writes into the judge's files (working directory, problem file, search database)": [
+        "cheats/tamper_judge_files.py"
+    ],
     "floods its output and its folder": ["cheats/output_flood.py"],
     "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py", "honest/memory_probe.py"],
     "GPU: side stream not joined": ["cheats/side_stream_no_sync.py", "cheats/side_stream_escape_timing.py"],
     "GPU: device cache keyed by pointer": ["cheats/device_cache_by_pointer.py"],
     "GPU: uninitialised device memory": ["cheats/uninit_device_memory.py"],
     "GPU: illegal memory access (the CUDA context dies)": ["cheats/illegal_memory_access.py"],
-    "honest: plain torch and Triton": ["honest/torch_matmul.py", "honest/torch_softmax.py",
-                                       "honest/triton_matmul.py", "honest/triton_softmax.py"],
+    "honest: plain torch and Triton": [
+        "honest/torch_matmul.py",
+        "honest/torch_softmax.py",
+        "honest/triton_matmul.py",
+        "honest/triton_softmax.py",
+    ],
     "honest: non-contiguous output": ["honest/noncontiguous_output.py"],
     "honest: scratch from torch.empty, fully overwritten": ["honest/scratch_empty_overwritten.py"],
 }
@@ -175,13 +193,25 @@ needs_sandbox = pytest.mark.skipif(not FULL_SANDBOX, reason=SANDBOX.describe())
 
 
 #: Probes that only the sandbox's namespaces stop (the judge's user is the candidate's here).
-NEEDS_SANDBOX = {"cheats/kill_judge.py", "cheats/sigstop_judge.py", "honest/env_probe_ancestors.py",
-                 "cheats/fake_verdict_parent_fd.py", "honest/memory_probe.py", "cheats/tamper_judge_files.py",
-                 "cheats/output_flood.py"}
+NEEDS_SANDBOX = {
+    "cheats/kill_judge.py",
+    "cheats/sigstop_judge.py",
+    "honest/env_probe_ancestors.py",
+    "cheats/fake_verdict_parent_fd.py",
+    "honest/memory_probe.py",
+    "cheats/tamper_judge_files.py",
+    "cheats/output_flood.py",
+}
 
 #: The degenerate problem through the CLI, with an unrelated (honest softmax) candidate.
-DEGENERATE_CLI = [str(PROBLEMS / "degenerate_small.py"), str(CORPUS / "honest" / "torch_softmax.py"),
-                  "--device", "cpu", "--json", "--no-time"]
+DEGENERATE_CLI = [
+    str(PROBLEMS / "degenerate_small.py"),
+    str(CORPUS / "honest" / "torch_softmax.py"),
+    "--device",
+    "cpu",
+    "--json",
+    "--no-time",
+]
 
 
 def _params(entries: list[Entry]) -> list[Any]:
@@ -243,16 +273,24 @@ class CorpusRuns:
         args = [str(PROBLEMS / f"{e.problem}.py"), str(e.path), "--device", e.device, "--json"]
         return args + (["--timeout", str(e.timeout_s)] if e.timeout_s is not None else [])
 
-    def _run(self, args: list[str], *, cwd: Path = ROOT, prefix: list[str] | None = None,
-             env: dict[str, str] | None = None) -> Run:
+    def _run(
+        self, args: list[str], *, cwd: Path = ROOT, prefix: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> Run:
         """`evokernel check ARGS` (after `prefix`, a wrapper command; `env` added to the
         environment), in a TMPDIR of its own."""
         cmd = [*(prefix or []), sys.executable, "-m", "evokernel.cli", "check", *args]
         tmp = tempfile.mkdtemp(prefix="evokernel-run-")
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(cmd, env={**self.env, **(env or {}), "TMPDIR": tmp}, cwd=cwd, capture_output=True,
-                                  text=True, timeout=RUN_TIMEOUT_S, check=False)
+            proc = subprocess.run(
+                cmd,
+                env={**self.env, **(env or {}), "TMPDIR": tmp},
+                cwd=cwd,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+                check=False,
+            )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, tmp)
@@ -283,8 +321,9 @@ def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str])
             extra["tamper"] = _tamper_job
         elif name == "test_probes_fail_without_a_pid_namespace" and FULL_SANDBOX:
             e = item.callspec.params["entry"]
-            extra[f"nopid:{e.id}"] = lambda runs, e=e: runs._run(CorpusRuns.command(e),
-                                                                  env={"EVOKERNEL_SANDBOX_WITHOUT": "pid"})
+            extra[f"nopid:{e.id}"] = lambda runs, e=e: runs._run(
+                CorpusRuns.command(e), env={"EVOKERNEL_SANDBOX_WITHOUT": "pid"}
+            )
         spec = getattr(item, "callspec", None)
         if spec is None or "corpus_runs" not in getattr(item, "fixturenames", ()):
             continue
@@ -304,8 +343,10 @@ def test_corpus_verdict(corpus_runs: CorpusRuns, entry: Entry) -> None:
     """The CLI's exit code, its one JSON object on stdout, and the reason the header names."""
     run = corpus_runs.get(entry)
     lines = run.stdout.splitlines()
-    assert len(lines) == 1, (f"stdout must be exactly one JSON object (rc {run.returncode}), got "
-                             f"{len(lines)} lines:\n{run.stdout[:2000]}\nstderr:\n{run.stderr[-2000:]}")
+    assert len(lines) == 1, (
+        f"stdout must be exactly one JSON object (rc {run.returncode}), got "
+        f"{len(lines)} lines:\n{run.stdout[:2000]}\nstderr:\n{run.stderr[-2000:]}"
+    )
     data = json.loads(lines[0])
     assert isinstance(data, dict) and isinstance(data.get("accepted"), bool) and isinstance(data.get("reason"), str)
     assert run.returncode == (0 if data["accepted"] else 1), (run.returncode, data["reason"], run.stderr[-2000:])
@@ -323,14 +364,16 @@ def test_corpus_verdict(corpus_runs: CorpusRuns, entry: Entry) -> None:
         # each with a seed of its own
         assert data["checks"] >= 2 * n_tuning + n_heldout
         assert len(set(data["seeds"])) == len(data["seeds"]) == data["checks"]
-        assert [t["shape"] for t in data["timings"]] == [",".join(f"{k}={v}" for k, v in s.items())
-                                                         for s in problem.shapes]
+        assert [t["shape"] for t in data["timings"]] == [
+            ",".join(f"{k}={v}" for k, v in s.items()) for s in problem.shapes
+        ]
         assert all(t["median_ms"] > 0 for t in data["timings"]) and data["latency_ms"] > 0
     else:
         assert not data["accepted"], f"{entry.id}: cheat accepted ({entry.cls})"
         assert data["status"] != "ok"
         assert any(alt.strip().lower() in data["reason"].lower() for alt in entry.reason.split("|")), (
-            f"{entry.id}: expected {entry.reason!r} in the reason, got {data['reason']!r}")
+            f"{entry.id}: expected {entry.reason!r} in the reason, got {data['reason']!r}"
+        )
         if entry.timeout_s is not None:  # the --timeout given was the one applied
             assert f"no answer after {entry.timeout_s:.0f} s" in data["reason"]
 
@@ -355,11 +398,14 @@ def _assert_no_survivor(run: Run) -> None:
                 pass
 
 
-@pytest.mark.parametrize("entry", [pytest.param(BY_ID["cheats/spawn_child_then_hang.py"], id="child"),
-                                   pytest.param(BY_ID["cheats/spawn_detached_child.py"], id="setsid-child",
-                                                marks=needs_sandbox),
-                                   pytest.param(BY_ID["cheats/spawn_setpgid_child.py"], id="setpgid-double-fork",
-                                                marks=needs_sandbox)])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param(BY_ID["cheats/spawn_child_then_hang.py"], id="child"),
+        pytest.param(BY_ID["cheats/spawn_detached_child.py"], id="setsid-child", marks=needs_sandbox),
+        pytest.param(BY_ID["cheats/spawn_setpgid_child.py"], id="setpgid-double-fork", marks=needs_sandbox),
+    ],
+)
 def test_child_process_is_reaped(corpus_runs: CorpusRuns, entry: Entry) -> None:
     run = corpus_runs.get(entry)
     # the kernel ran (and so started its children, milliseconds in) before the call timed out
@@ -402,15 +448,21 @@ def _uid_clash_job(runs: CorpusRuns) -> tuple[Run, Run, bool]:
         tmp.mkdir()
         cmd = [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEMS / "matmul_small.py")]
         t0 = time.monotonic()
-        a = subprocess.Popen([*cmd, str(sleeper), "--device", "cpu", "--json", "--timeout", "30"],
-                             env={**runs.env, "TMPDIR": str(tmp)}, cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+        a = subprocess.Popen(
+            [*cmd, str(sleeper), "--device", "cpu", "--json", "--timeout", "30"],
+            env={**runs.env, "TMPDIR": str(tmp)},
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             while not _in_kernel(tmp) and a.poll() is None and time.monotonic() - t0 < 120:
                 time.sleep(0.1)
             in_kernel = _in_kernel(tmp)
-            b = runs._run([str(PROBLEMS / "matmul_small.py"), str(BY_ID["cheats/zeros.py"].path), "--device",
-                           "cpu", "--json"])
+            b = runs._run(
+                [str(PROBLEMS / "matmul_small.py"), str(BY_ID["cheats/zeros.py"].path), "--device", "cpu", "--json"]
+            )
             out, err = a.communicate(timeout=RUN_TIMEOUT_S)
         finally:
             if a.poll() is None:
@@ -444,14 +496,24 @@ def _tamper_job(runs: CorpusRuns) -> tuple[Run, dict[str, Any]]:
         with sqlite3.connect(db) as conn:
             conn.execute("CREATE TABLE results (latency_ms REAL)")
             conn.execute("INSERT INTO results VALUES (0.5)")
-        wrapper = [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[2:]))",
-                   f"--db={db}"]
-        run = runs._run([str(problem), str(BY_ID["cheats/tamper_judge_files.py"].path), "--device", "cpu",
-                         "--json"], cwd=work, prefix=wrapper)
+        wrapper = [
+            sys.executable,
+            "-c",
+            "import subprocess, sys; sys.exit(subprocess.call(sys.argv[2:]))",
+            f"--db={db}",
+        ]
+        run = runs._run(
+            [str(problem), str(BY_ID["cheats/tamper_judge_files.py"].path), "--device", "cpu", "--json"],
+            cwd=work,
+            prefix=wrapper,
+        )
         with sqlite3.connect(db) as conn:
             latency = conn.execute("SELECT latency_ms FROM results").fetchone()[0]
-        return run, {"problem_unchanged": problem.read_bytes() == (PROBLEMS / "matmul_small.py").read_bytes(),
-                     "latency": latency, "files": sorted(p.name for p in work.iterdir())}
+        return run, {
+            "problem_unchanged": problem.read_bytes() == (PROBLEMS / "matmul_small.py").read_bytes(),
+            "latency": latency,
+            "files": sorted(p.name for p in work.iterdir()),
+        }
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -477,9 +539,15 @@ def test_judge_cannot_be_frozen(corpus_runs: CorpusRuns, entry: Entry) -> None:
 #: The probes a PID namespace stops, and the fallback must stop too (a GPU path whose CUDA IPC
 #: needs the judge in sight: seccomp then refuses signals but to itself, the judge kills the
 #: candidate's processes by user namespace).
-_NO_PID_PROBES = ["cheats/kill_judge.py", "cheats/sigstop_judge.py", "cheats/fake_verdict_parent_fd.py",
-                  "honest/env_probe_ancestors.py", "honest/memory_probe.py", "cheats/spawn_detached_child.py",
-                  "cheats/spawn_setpgid_child.py"]
+_NO_PID_PROBES = [
+    "cheats/kill_judge.py",
+    "cheats/sigstop_judge.py",
+    "cheats/fake_verdict_parent_fd.py",
+    "honest/env_probe_ancestors.py",
+    "honest/memory_probe.py",
+    "cheats/spawn_detached_child.py",
+    "cheats/spawn_setpgid_child.py",
+]
 
 
 @needs_sandbox
@@ -524,8 +592,13 @@ def test_corpus_problems_load(name: str) -> None:
 
 # --- in-process: the Judge directly, where the CLI is not the point -------------------------
 
-QUICK = GateOptions(seeds=2, heldout_seeds=1, recheck_seeds=1, timing={"max_reps": 5, "min_reps": 3, "max_s": 0.5},
-                    sandbox=SandboxOptions(start_timeout_s=60, call_timeout_s=30, time_timeout_s=60))
+QUICK = GateOptions(
+    seeds=2,
+    heldout_seeds=1,
+    recheck_seeds=1,
+    timing={"max_reps": 5, "min_reps": 3, "max_s": 0.5},
+    sandbox=SandboxOptions(start_timeout_s=60, call_timeout_s=30, time_timeout_s=60),
+)
 
 
 @pytest.fixture(scope="module")
@@ -543,8 +616,10 @@ def test_degenerate_problem_is_flagged(corpus_runs: CorpusRuns) -> None:
     exit 1, not a usage error)."""
     judge = Judge(Problem.load(PROBLEMS / "degenerate_small.py"), "cpu", QUICK)
     assert judge.degenerate is not None and "degenerate" in judge.degenerate
-    for source in ("def kernel(x):\n    return x * 1e-9\n",
-                   "import torch\ndef kernel(x):\n    return torch.zeros_like(x)\n"):
+    for source in (
+        "def kernel(x):\n    return x * 1e-9\n",
+        "import torch\ndef kernel(x):\n    return torch.zeros_like(x)\n",
+    ):
         v = judge.check(source)
         assert not v.accepted and v.status is Status.INVALID and "degenerate" in v.reason
     run = corpus_runs.get("degenerate")
@@ -576,13 +651,22 @@ def test_judge_seeds_are_fresh(matmul_judge: Judge) -> None:
     assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**62 for s in seeds)
 
 
-@pytest.mark.parametrize("entry_id", ["cheats/cache_by_data_ptr.py", "cheats/empty_like_unwritten.py",
-                                      "cheats/hardcoded_shapes.py", "cheats/correct_first_calls.py",
-                                      "cheats/mutate_input_scratch.py", "cheats/thread_fills_later.py"])
+@pytest.mark.parametrize(
+    "entry_id",
+    [
+        "cheats/cache_by_data_ptr.py",
+        "cheats/empty_like_unwritten.py",
+        "cheats/hardcoded_shapes.py",
+        "cheats/correct_first_calls.py",
+        "cheats/mutate_input_scratch.py",
+        "cheats/thread_fills_later.py",
+    ],
+)
 def test_judge_rejects_in_process(matmul_judge: Judge, entry_id: str) -> None:
     e = BY_ID[entry_id]
-    judge = matmul_judge if e.problem == "matmul_small" else Judge(Problem.load(PROBLEMS / f"{e.problem}.py"), "cpu",
-                                                                  QUICK)
+    judge = (
+        matmul_judge if e.problem == "matmul_small" else Judge(Problem.load(PROBLEMS / f"{e.problem}.py"), "cpu", QUICK)
+    )
     v = judge.check(e.path.read_text(), label=e.id)
     assert not v.accepted and v.status is not Status.OK and e.reason.lower() in v.reason.lower(), v.reason
 
@@ -624,8 +708,11 @@ def test_output_is_capped(matmul_judge: Judge) -> None:
 
 
 def test_hang_is_cut_at_the_call_timeout() -> None:
-    judge = Judge(Problem.load(PROBLEMS / "matmul_small.py"), "cpu",
-                  GateOptions(sandbox=SandboxOptions(start_timeout_s=30, call_timeout_s=2.0)))
+    judge = Judge(
+        Problem.load(PROBLEMS / "matmul_small.py"),
+        "cpu",
+        GateOptions(sandbox=SandboxOptions(start_timeout_s=30, call_timeout_s=2.0)),
+    )
     t0 = time.monotonic()
     v = judge.check(_source("cheats/hang_in_kernel.py"))
     assert not v.accepted and v.status is Status.TIMEOUT and "no answer after 2 s running a check" in v.reason
@@ -675,7 +762,7 @@ def test_perturber_changes_k_elements_and_reports_them_in_one_read_back() -> Non
     reports = Perturber.report_many([r for r, _ in recs])
     assert reports == [Perturber.report(r) for r, _ in recs]
     for (rec, seen), report in zip(recs, reports):
-        (j, positions, values), = report
+        ((j, positions, values),) = report
         assert j == 0 and len(set(positions)) == 4 and perturbable(a, 4) and not perturbable(b, 4)
         rebuilt = pristine.clone()
         rebuilt[torch.tensor(positions)] = torch.tensor(values, dtype=a.dtype)
@@ -687,6 +774,10 @@ def test_prewarm_runs_the_harness_steps_on_any_dtype_mix() -> None:
     """The GPU path runs in the candidate's compile phase; its steps run here on the CPU."""
     from evokernel.judge.timing import prewarm_cuda
 
-    prewarm_cuda([torch.bfloat16, torch.int32, torch.float32, torch.bfloat16], [torch.bfloat16, torch.int64],
-                 flush_mb=1, device="cpu")
+    prewarm_cuda(
+        [torch.bfloat16, torch.int32, torch.float32, torch.bfloat16],
+        [torch.bfloat16, torch.int64],
+        flush_mb=1,
+        device="cpu",
+    )
     prewarm_cuda([torch.int64], [], flush_mb=1, device="cpu")  # nothing to perturb

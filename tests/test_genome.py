@@ -50,8 +50,13 @@ def test_params_are_immutable():
     g = Genome.of({"BM": 128, "BN": 64})
     before = g.id
     mutations = [
-        lambda p: p.__setitem__("BM", 64), lambda p: p.__delitem__("BM"), lambda p: p.update(BM=64),
-        lambda p: p.pop("BM"), lambda p: p.popitem(), lambda p: p.clear(), lambda p: p.setdefault("x", 1),
+        lambda p: p.__setitem__("BM", 64),
+        lambda p: p.__delitem__("BM"),
+        lambda p: p.update(BM=64),
+        lambda p: p.pop("BM"),
+        lambda p: p.popitem(),
+        lambda p: p.clear(),
+        lambda p: p.setdefault("x", 1),
         lambda p: p.__ior__({"BM": 64}),
     ]
     for mutate in mutations:
@@ -71,15 +76,18 @@ def test_ids_and_encoding_unchanged_by_immutable_params():
     # recorded before Genome.params became immutable: stored ids depend on them
     cases = [
         (Genome.of({"BM": 128, "BN": 64}), "0c36092b1a661e4c"),
-        (Genome.of({"BM": 64, "BN": 256, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "use_tma": True}),
-         "88ebc63480a17776"),
+        (
+            Genome.of({"BM": 64, "BN": 256, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3, "use_tma": True}),
+            "88ebc63480a17776",
+        ),
         (Genome.of({"x": 1.5, "name": "a"}, source="def kernel(x):\n    return x\n"), "c01337dc75b0168e"),
         (Genome.of({}), "cfa90d55bfbfe879"),
     ]
     for g, expected in cases:
         assert g.id == expected
-    assert cases[0][0].encode() == (b'{"lineage":{"generation":0,"operator":"init","parents":[]},'
-                                    b'"params":{"BM":128,"BN":64},"source":null}')
+    assert cases[0][0].encode() == (
+        b'{"lineage":{"generation":0,"operator":"init","parents":[]},"params":{"BM":128,"BN":64},"source":null}'
+    )
     assert msgspec.json.encode(cases[0][0].params) == b'{"BM":128,"BN":64}'
     assert repr(cases[0][0].params) == "{'BM': 128, 'BN': 64}"
 
@@ -89,8 +97,13 @@ def test_decoded_pickled_and_copied_params_stay_immutable():
     import pickle
 
     g = Genome.of({"b": 2.5, "a": "row"}, source="src", parents=("p1",), operator="llm")
-    for other in (Genome.decode(g.encode()), pickle.loads(pickle.dumps(g)), copy.copy(g), copy.deepcopy(g),
-                  msgspec.convert(msgspec.to_builtins(g), Genome)):
+    for other in (
+        Genome.decode(g.encode()),
+        pickle.loads(pickle.dumps(g)),
+        copy.copy(g),
+        copy.deepcopy(g),
+        msgspec.convert(msgspec.to_builtins(g), Genome),
+    ):
         assert other == g and other.id == g.id and other.lineage == g.lineage
         assert isinstance(other.params, FrozenParams)
         with pytest.raises(TypeError, match="immutable"):

@@ -140,13 +140,27 @@ def test_two_consumers_without_taking_turns_read_slots_before_they_are_loaded() 
     a slot's round by parity while the other consumer's earlier round of it is not loaded
     yet, and passes (a review's finding, session 10): wherever a tile has at least as many K
     steps as there are slots."""
-    failing = {(k, n) for k in (1, 2, 4, 8) for n in (2, 4)
-               if any(_protocol(k, n, 5, 2, turns=False, seed=seed) for seed in range(12))}
+    failing = {
+        (k, n)
+        for k in (1, 2, 4, 8)
+        for n in (2, 4)
+        if any(_protocol(k, n, 5, 2, turns=False, seed=seed) for seed in range(12))
+    }
     assert failing and all(k >= n for k, n in failing), failing
 
 
-def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1, tail: int = 0, swap: bool = False,
-                pingpong: bool = False, **epilogue):
+def _gluon_sm90(
+    BM: int,
+    BN: int,
+    BK: int,
+    stages: int,
+    warps: int,
+    epi: int = 1,
+    tail: int = 0,
+    swap: bool = False,
+    pingpong: bool = False,
+    **epilogue,
+):
     """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
     triton = pytest.importorskip("triton")
     try:
@@ -165,19 +179,43 @@ def _gluon_sm90(BM: int, BN: int, BK: int, stages: int, warps: int, epi: int = 1
         layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
         return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
 
-    types = {"a_desc": desc([BM, BK]), "b_desc": desc([BK, BN]), "c_desc": desc([BM, BN // epi]),
-             "b2_desc": desc([BK, tail or BN]), "c2_desc": desc([BM, tail or BN // epi]),
-             "bias_ptr": "*bf16", "res_ptr": "*bf16"}
-    consts = {**dict(GROUP_M=8, STAGES=stages, EPI_SPLIT=epi, BNT=tail, HAS_BIAS=False, ACT=0, HAS_RES=False,
-                     num_warps=warps, SWAP=swap, PINGPONG=pingpong), **epilogue}
+    types = {
+        "a_desc": desc([BM, BK]),
+        "b_desc": desc([BK, BN]),
+        "c_desc": desc([BM, BN // epi]),
+        "b2_desc": desc([BK, tail or BN]),
+        "c2_desc": desc([BM, tail or BN // epi]),
+        "bias_ptr": "*bf16",
+        "res_ptr": "*bf16",
+    }
+    consts = {
+        **dict(
+            GROUP_M=8,
+            STAGES=stages,
+            EPI_SPLIT=epi,
+            BNT=tail,
+            HAS_BIAS=False,
+            ACT=0,
+            HAS_RES=False,
+            num_warps=warps,
+            SWAP=swap,
+            PINGPONG=pingpong,
+        ),
+        **epilogue,
+    }
     names = list(_gluon_gemm_kernel.arg_names)
     signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in consts.items()}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("M", "N", "K", "bias_ptr", "res_ptr", "stride_rm")}
-    return triton.compile(GluonASTSource(_gluon_gemm_kernel, signature, constants, attrs),
-                          target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps, "num_stages": 1,
-                                   "maxnreg": gluon_launch_maxnreg(2 * warps if pingpong else warps)})
+    return triton.compile(
+        GluonASTSource(_gluon_gemm_kernel, signature, constants, attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={
+            "num_warps": warps,
+            "num_stages": 1,
+            "maxnreg": gluon_launch_maxnreg(2 * warps if pingpong else warps),
+        },
+    )
 
 
 @pytest.mark.slow
@@ -262,19 +300,32 @@ GPU_CASES = [
     ({}, (300, 520, 200), {}),  # ragged in M, N and K: TMA's zero fill and clipped stores
     ({"PERSISTENT": 0}, (1000, 1024, 4096), {}),
     ({"BN": 128, "num_stages": 6, "TMA_STORE": 1}, (2048, 1536, 1024), {"activation": "silu"}),
-    ({"BM": 64, "num_warps": 4, "num_stages": 5}, (64, 6144, 4096), {"bias": True, "activation": "gelu_tanh",
-                                                                       "residual": True}),
+    (
+        {"BM": 64, "num_warps": 4, "num_stages": 5},
+        (64, 6144, 4096),
+        {"bias": True, "activation": "gelu_tanh", "residual": True},
+    ),
     ({"BM": 256, "BN": 128, "num_stages": 4}, (512, 4096, 14336), {"residual": True}),
     ({"GROUP_M": 1}, (8192, 256, 64), {"bias": True, "activation": "relu"}),
     # tails: the tile 192 and 320 wide (the last tile's tail past N: clipped)
     ({"BN": 128, "BN_TAIL": 64, "num_stages": 4, "TMA_STORE": 1, "PERSISTENT": 0}, (512, 6144, 4096), {}),
     ({"BN_TAIL": 64, "num_stages": 3}, (2048, 5120, 2048), {"bias": True, "residual": True}),
-    ({"BM": 64, "num_warps": 4, "BN": 128, "BN_TAIL": 32, "num_stages": 5, "TMA_STORE": 1}, (100, 1000, 304), {}),  # K: 16-byte rows for TMA
+    (
+        {"BM": 64, "num_warps": 4, "BN": 128, "BN_TAIL": 32, "num_stages": 5, "TMA_STORE": 1},
+        (100, 1000, 304),
+        {},
+    ),  # K: 16-byte rows for TMA
     # swap-AB: the tokens on the MMA's narrow side (the last tile's tokens past M: clipped)
-    ({"BM": 16, "BN": 64, "num_warps": 4, "num_stages": 16, "TMA_STORE": 1, "SWAP_AB": 1, "PERSISTENT": 0},
-     (16, 4096, 4096), {}),
-    ({"BM": 32, "BN": 128, "num_warps": 8, "num_stages": 8, "TMA_STORE": 1, "SWAP_AB": 1}, (50, 6144, 1000),
-     {"bias": True, "activation": "silu", "residual": True}),
+    (
+        {"BM": 16, "BN": 64, "num_warps": 4, "num_stages": 16, "TMA_STORE": 1, "SWAP_AB": 1, "PERSISTENT": 0},
+        (16, 4096, 4096),
+        {},
+    ),
+    (
+        {"BM": 32, "BN": 128, "num_warps": 8, "num_stages": 8, "TMA_STORE": 1, "SWAP_AB": 1},
+        (50, 6144, 1000),
+        {"bias": True, "activation": "silu", "residual": True},
+    ),
     # ping-pong: 1000x1000 in 128x128 tiles is 64 tiles (each program of 64 one, the second
     # consumer idle); 4096x4096 is 1024 (7-8 a program: the consumers take turns, an odd
     # count leaves the second one a tile short)
@@ -306,7 +357,7 @@ def test_the_gluon_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int,
     m, n, k = shape
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if epi.get("bias") else None
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) if epi.get("residual") else None
     act = epi.get("activation", "none")
@@ -316,8 +367,12 @@ def test_the_gluon_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int,
     ref = a.float() @ b.float()
     if bias is not None:
         ref = ref + bias.float()
-    ref = {"none": ref, "relu": torch.relu(ref), "silu": torch.nn.functional.silu(ref),
-           "gelu_tanh": torch.nn.functional.gelu(ref, approximate="tanh")}[act]
+    ref = {
+        "none": ref,
+        "relu": torch.relu(ref),
+        "silu": torch.nn.functional.silu(ref),
+        "gelu_tanh": torch.nn.functional.gelu(ref, approximate="tanh"),
+    }[act]
     if res is not None:
         ref = ref + res.float()
     err = ((c.float() - ref).abs().max() / ref.abs().max()).item()

@@ -28,8 +28,13 @@ QUICK = GateOptions(seeds=1, heldout_seeds=1, recheck_seeds=1, timing={"max_reps
 
 #: a valid value other than the default for every parameter of gemm_bf16.py
 GEMM_OTHER = {"model": "qwen3-30b-a3b", "layer": "o", "m": [64], "epilogue": "bias+silu", "dtype": "float16"}
-GEMM_ENV = {"EVOKERNEL_GEMM_MODEL": "qwen3-30b-a3b", "EVOKERNEL_GEMM_LAYER": "o", "EVOKERNEL_GEMM_M": "16,32",
-            "EVOKERNEL_GEMM_EPILOGUE": "bias+silu", "EVOKERNEL_GEMM_DTYPE": "float16"}
+GEMM_ENV = {
+    "EVOKERNEL_GEMM_MODEL": "qwen3-30b-a3b",
+    "EVOKERNEL_GEMM_LAYER": "o",
+    "EVOKERNEL_GEMM_M": "16,32",
+    "EVOKERNEL_GEMM_EPILOGUE": "bias+silu",
+    "EVOKERNEL_GEMM_DTYPE": "float16",
+}
 
 
 @pytest.fixture
@@ -97,8 +102,13 @@ def test_two_loads_with_different_parameters_are_independent(clean_env):
 
 def test_bad_parameters_are_one_line_problem_errors(clean_env):
     cases = [
-        ({"params": {"mm": 64}}, (r"gemm_bf16.py: unknown parameter 'mm' \(parameters: model: str = 'llama3-8b', "
-                                  r"layer: str = 'qkv', m: tuple\[int, \.\.\.\] = \(2048,\)")),
+        (
+            {"params": {"mm": 64}},
+            (
+                r"gemm_bf16.py: unknown parameter 'mm' \(parameters: model: str = 'llama3-8b', "
+                r"layer: str = 'qkv', m: tuple\[int, \.\.\.\] = \(2048,\)"
+            ),
+        ),
         ({"params": {"m": 64}}, r"parameter m: Expected `array`, got `int` \(expected tuple\[int, \.\.\.\]\)"),
         ({"params": {"dtype": "int8"}}, r"parameter dtype: Invalid enum value 'int8'"),
         ({"param_text": {"m": "64,x"}}, r"--param m='64,x': expected tuple\[int, \.\.\.\] \(comma-separated\)"),
@@ -136,7 +146,8 @@ def test_text_converts_by_the_parameter_type(tmp_path: Path, clean_env):
         "def make_inputs(shape, seed, device):\n"
         "    return (torch.ones(shape['n']),)\n"
         "def reference(x):\n"
-        "    return x * P.scale\n")
+        "    return x * P.scale\n"
+    )
     text = {"n": "7", "scale": "2.5", "flag": "true", "names": "a, b", "size": "", "mode": "y"}
     p = Problem.load(path, param_text=text)
     assert p.params == {"n": 7, "scale": 2.5, "flag": True, "names": ["a", "b"], "size": None, "mode": "y"}
@@ -176,8 +187,11 @@ def test_the_template_hash_covers_the_modules_render_uses():
     names = [Path(f).name for f in template_files(lambda g: candidate_source(g.params))]
     # gemm/template.py imports gemm/template_gluon.py inside a function; this test file defines the render
     assert {"template.py", "template_gluon.py", "candidate.py", "test_identity.py"} <= set(names)
-    files = {Path(f).relative_to(ROOT).as_posix() for f in template_files(lambda g: candidate_source(g.params))
-             if Path(f).is_relative_to(ROOT)}
+    files = {
+        Path(f).relative_to(ROOT).as_posix()
+        for f in template_files(lambda g: candidate_source(g.params))
+        if Path(f).is_relative_to(ROOT)
+    }
     assert {"search_spaces/gemm/template.py", "search_spaces/matmul/template.py"} <= files
     assert "kernel.py" not in names and "search.py" not in names  # the machinery is not the template
 
@@ -212,7 +226,7 @@ def test_one_byte_of_a_template_changes_the_template_hash_and_the_fingerprint(tm
 
 
 # -- end to end: no stored result crosses a fingerprint -------------------------------------
-SCALED = '''
+SCALED = """
 import math
 import msgspec, torch
 from evokernel.judge.problem import problem_params
@@ -231,7 +245,7 @@ def make_inputs(shape, seed, device="cpu"):
 
 def reference(a, b):
     return (a.double() @ b.double()).to(a.dtype)
-'''
+"""
 
 
 def test_no_stored_result_crosses_a_problem_parameter(tmp_path: Path):
@@ -245,11 +259,15 @@ def test_no_stored_result_crosses_a_problem_parameter(tmp_path: Path):
     store = SQLiteStore(tmp_path / "e.db")
 
     def run(params: dict, seed: int):
-        ev = KernelEvaluator(Problem.load(problem, params=params), lambda g: candidate_source(g.params),
-                             device="cpu", options=QUICK, workers=1)
+        ev = KernelEvaluator(
+            Problem.load(problem, params=params),
+            lambda g: candidate_source(g.params),
+            device="cpu",
+            options=QUICK,
+            workers=1,
+        )
         try:
-            return Search(space, ev, store=store, seeds=genomes, options=options).run(Budget(evaluations=2),
-                                                                                      seed=seed)
+            return Search(space, ev, store=store, seeds=genomes, options=options).run(Budget(evaluations=2), seed=seed)
         finally:
             ev.close()
 

@@ -31,8 +31,10 @@ def _render(genome: Genome) -> str:
 def test_triton_candidates_through_the_interpreter_and_render_failures():
     space = matmul_space()
     rng = np.random.default_rng(3)
-    genomes = [space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
-               space.genome(BM=256, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)]
+    genomes = [
+        space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
+        space.genome(BM=256, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
+    ]
     genomes += [space.genome(space.sample(rng)) for _ in range(1)]
     ev = KernelEvaluator(MATMUL, _render, device="cpu", options=QUICK, workers=2)
     results = list(ev.evaluate(genomes))
@@ -47,15 +49,20 @@ def test_triton_candidates_through_the_interpreter_and_render_failures():
 def test_a_search_over_the_gate(tmp_path: Path):
     ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=2)
     from evokernel.engine.search import SearchOptions
+
     report = Search(matmul_space(), ev, options=SearchOptions(population=3, remeasure=1, report_elites=2)).run(
-        Budget(evaluations=5), seed=0)
+        Budget(evaluations=5), seed=0
+    )
     assert report.evaluations == 5 and report.best is not None
     assert report.statuses.get("ok", 0) >= 1
 
 
 def test_closing_the_generator_early_leaves_no_candidate_process():
-    genomes = [matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=g, num_warps=4, num_stages=s)
-               for g in (1, 8) for s in (2, 3, 4)]
+    genomes = [
+        matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=g, num_warps=4, num_stages=s)
+        for g in (1, 8)
+        for s in (2, 3, 4)
+    ]
     ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=4)
     gen = ev.evaluate(genomes)
     first = next(gen)
@@ -168,8 +175,9 @@ def test_remeasure_interleaves_and_a_search_ranks_by_it():
     from evokernel.store import SQLiteStore
 
     store = SQLiteStore(":memory:")
-    report = Search(matmul_space(), ev, store=store, options=SearchOptions(population=2, remeasure=1,
-                                                                             report_elites=2)).run(3, seed=1)
+    report = Search(
+        matmul_space(), ev, store=store, options=SearchOptions(population=2, remeasure=1, report_elites=2)
+    ).run(3, seed=1)
     remeasured = [e for e in store.history(report.run_id) if e.kind == "remeasure"]
     assert len(remeasured) == len(report.elites) and all(e.seq == 0 for e in remeasured)
     assert report.best.latency_ms == report.best.samples[0]
@@ -191,14 +199,14 @@ def test_perturbation_reports_are_validated():
     assert "malformed" in shape.perturbed(base, [good[0], (5, good[1][1], [2.0] * k)], k)
 
 
-_SLOW = '''
+_SLOW = """
 import time
 import torch
 
 def kernel(a, b):
     time.sleep(0.02)
     return a @ b
-'''
+"""
 
 
 def test_racing_times_far_slower_candidates_briefly():
@@ -229,10 +237,17 @@ def test_racing_times_far_slower_candidates_briefly():
 
 
 def test_the_evaluator_keeps_the_bar_from_accepted_full_timings():
-    genomes = [Genome.of({"i": 0}, source=(ROOT / "tests/corpus/honest/torch_matmul.py").read_text()),
-               Genome.of({"i": 1}, source=_SLOW)]
-    ev = KernelEvaluator(MATMUL, lambda g: "", device="cpu",
-                         options=GateOptions(timing={"min_reps": 6, "max_reps": 6}, race_reps=3), workers=1)
+    genomes = [
+        Genome.of({"i": 0}, source=(ROOT / "tests/corpus/honest/torch_matmul.py").read_text()),
+        Genome.of({"i": 1}, source=_SLOW),
+    ]
+    ev = KernelEvaluator(
+        MATMUL,
+        lambda g: "",
+        device="cpu",
+        options=GateOptions(timing={"min_reps": 6, "max_reps": 6}, race_reps=3),
+        workers=1,
+    )
     fast, slow = list(ev.evaluate(genomes))
     assert fast.is_ok and slow.is_ok
     assert not fast.meta["raced"] and slow.meta["raced"]
@@ -324,8 +339,14 @@ def test_trusted_candidates_share_a_process_untrusted_ones_never_and_a_crash_end
     ev = KernelEvaluator(MATMUL, lambda g: sources[g["i"]], device="cpu", options=QUICK, workers=1)
     order = [0, 1, 5, 2, 3, 4]
     results = list(ev.evaluate([Genome.of({"i": i}) for i in order]))
-    assert [r.status for r in results] == [Status.OK, Status.INCORRECT, Status.COMPILE_ERROR, Status.OK,
-                                           Status.CRASH, Status.OK]
+    assert [r.status for r in results] == [
+        Status.OK,
+        Status.INCORRECT,
+        Status.COMPILE_ERROR,
+        Status.OK,
+        Status.CRASH,
+        Status.OK,
+    ]
     assert "does not build" in results[2].error
     fresh = ["r_fork" in r.meta["steps"] for r in results]
     # 0 starts a process; 1 (wrong, not a fault), 5 (did not import) and 2 reuse it; 3 reuses
@@ -339,7 +360,7 @@ def test_trusted_candidates_share_a_process_untrusted_ones_never_and_a_crash_end
 
 def test_the_judge_takes_the_first_ready_candidate_and_results_leave_in_order():
     """A candidate that is slow to import does not hold up one that is ready behind it."""
-    slow = ("import time\ntime.sleep(4)\nimport torch\n\n\ndef kernel(a, b):\n    return (a.float() @ b.float()).to(a.dtype)\n")
+    slow = "import time\ntime.sleep(4)\nimport torch\n\n\ndef kernel(a, b):\n    return (a.float() @ b.float()).to(a.dtype)\n"
     fast = "import torch\n\n\ndef kernel(a, b):\n    return (a.float() @ b.float()).to(a.dtype)\n"
     genomes = [Genome.of({"which": "slow"}, source=slow), Genome.of({"which": "fast"}, source=fast)]
     ev = KernelEvaluator(MATMUL, lambda g: "", device="cpu", options=QUICK, workers=2)
@@ -361,8 +382,7 @@ def test_closing_an_evaluator_frees_its_judge_and_a_later_evaluation_builds_a_ne
     input sets (rotated while timing) in device memory until it is closed (call Z4 held
     95-128 GiB of the H200 by its twelfth MoE job and the next ones ran out of memory)."""
     genome = matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)
-    with KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK,
-                         workers=1) as ev:
+    with KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=1) as ev:
         first = next(iter(ev.evaluate([genome])))
         assert first.status is Status.OK, first.error
         judge = ev.judge
@@ -385,8 +405,9 @@ def test_closing_gives_the_judges_gpu_memory_back_after_its_candidates_were_kill
     genome = matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)
     after = []
     for _ in range(3):
-        with KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cuda", options=QUICK,
-                             workers=1) as ev:
+        with KernelEvaluator(
+            MATMUL, lambda g: candidate_source(g.params), device="cuda", options=QUICK, workers=1
+        ) as ev:
             assert next(iter(ev.evaluate([genome]))).status is Status.OK
             block = ev.judge.arena.base.numel()
             during = torch.cuda.memory_allocated()
@@ -405,13 +426,17 @@ def test_a_killed_candidates_hold_on_the_judges_block_is_released_once_it_is_gon
     import evokernel.judge.sandbox as sandbox
 
     released: list[tuple[bytes, int]] = []
-    monkeypatch.setattr(torch.UntypedStorage, "_release_ipc_counter_cuda",
-                        staticmethod(lambda handle, slot: released.append((handle, slot))), raising=False)
+    monkeypatch.setattr(
+        torch.UntypedStorage,
+        "_release_ipc_counter_cuda",
+        staticmethod(lambda handle, slot: released.append((handle, slot))),
+        raising=False,
+    )
     # a counter file as PyTorch lays it out: slot 3 still held (1), slot 5 freed by its process (0)
     name = f"torch_evokernel_test_{os.getpid()}"
     header, slots, width = sandbox._COUNTER_FILE
     counters = bytearray(header + slots * width)
-    counters[header + 3 * width:header + 4 * width] = (1).to_bytes(width, __import__("sys").byteorder)
+    counters[header + 3 * width : header + 4 * width] = (1).to_bytes(width, __import__("sys").byteorder)
     shm = Path("/dev/shm") / name
     shm.write_bytes(bytes(counters))
     handle = f"/{name}".encode()
@@ -424,10 +449,17 @@ def test_a_killed_candidates_hold_on_the_judges_block_is_released_once_it_is_gon
     try:
         # (keeper, pidfd of the candidate's process, counter file, slot); the last: a keeper gone,
         # its candidate's process (here `alive`) not yet
-        monkeypatch.setattr(sandbox, "_DEAD_HOLDERS", [(done[0], None, handle, 3), (done[1], None, handle, 5),
-                                                       (done[2], None, b"/torch_not_there", 7),
-                                                       (alive, None, handle, 4),
-                                                       (done[0], os.pidfd_open(alive.pid), handle, 6)])
+        monkeypatch.setattr(
+            sandbox,
+            "_DEAD_HOLDERS",
+            [
+                (done[0], None, handle, 3),
+                (done[1], None, handle, 5),
+                (done[2], None, b"/torch_not_there", 7),
+                (alive, None, handle, 4),
+                (done[0], os.pidfd_open(alive.pid), handle, 6),
+            ],
+        )
         assert sandbox.release_dead_holders(wait_s=0.1) == 2
         # slot 5 was at 0 already (released twice, the unsigned counter would wrap); no file: released
         assert released == [(handle, 3), (b"/torch_not_there", 7)] and len(sandbox._DEAD_HOLDERS) == 2
@@ -461,7 +493,7 @@ def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypat
     assert len(shapes) == 2 and len(drawn) == 2 * 2 * 3  # shapes x rounds x candidates
     for key in shapes:
         per_shape = [seeds for k, seeds in drawn if k == key]
-        rounds = [per_shape[i:i + 3] for i in range(0, len(per_shape), 3)]
+        rounds = [per_shape[i : i + 3] for i in range(0, len(per_shape), 3)]
         assert all(seeds is not None and len(set(r)) == 1 for r in rounds for seeds in r)  # shared in a round
         assert rounds[0][0] != rounds[1][0]  # new inputs each round
 

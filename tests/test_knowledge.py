@@ -33,11 +33,16 @@ def test_lessons_and_kernels_carry_over_to_the_next_run(tmp_path: Path):
     recorder = KnowledgeRecorder.from_evaluator(store, ev)
     where = recorder.where
     first = Recorded("broken_kernel.json", "success_tool_use.json")
-    op1 = LLMRewrite(PROBLEM, provider=provider(first), render=render,
-                     lessons=lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"]))
+    op1 = LLMRewrite(
+        PROBLEM,
+        provider=provider(first),
+        render=render,
+        lessons=lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"]),
+    )
     opts = SearchOptions(population=1, remeasure=0, report_elites=1)
-    Search(matmul_space(), ev, [op1], store=store, observers=[recorder], options=opts).run(Budget(evaluations=3),
-                                                                                          seed=0)
+    Search(matmul_space(), ev, [op1], store=store, observers=[recorder], options=opts).run(
+        Budget(evaluations=3), seed=0
+    )
     texts = [le.text for le in store.lessons(op=where["op"], gpu=where["gpu"])]
     assert any("failed with wrong results" in t for t in texts), texts
     assert any("a rewritten source" in t and "gained" in t for t in texts), texts
@@ -47,10 +52,15 @@ def test_lessons_and_kernels_carry_over_to_the_next_run(tmp_path: Path):
 
     # the second run: lessons in the prompt, the stored elite in its first generation
     second = Recorded("success_tool_use.json", "success_tool_use.json")
-    op2 = LLMRewrite(PROBLEM, provider=provider(second), render=render,
-                     lessons=lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"]))
-    report = Search(matmul_space(), ev, [op2], store=store, observers=[KnowledgeRecorder.from_evaluator(store, ev)],
-                    options=opts).run(Budget(evaluations=2), seed=1)
+    op2 = LLMRewrite(
+        PROBLEM,
+        provider=provider(second),
+        render=render,
+        lessons=lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"]),
+    )
+    report = Search(
+        matmul_space(), ev, [op2], store=store, observers=[KnowledgeRecorder.from_evaluator(store, ev)], options=opts
+    ).run(Budget(evaluations=2), seed=1)
     history = store.history(report.run_id)
     assert history[0].genome.lineage.operator == "archive" and history[0].genome.id == kernel["genome_id"]
     prompt = second.requests[0]["messages"][0]["content"]
@@ -61,16 +71,43 @@ def test_lessons_and_kernels_carry_over_to_the_next_run(tmp_path: Path):
     import sys
 
     store.close()
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "kernels", str(tmp_path / "kb.db"), "--shape",
-                           "M=48,N=40,K=64", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "kernels",
+            str(tmp_path / "kb.db"),
+            "--shape",
+            "M=48,N=40,K=64",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)[0]["genome_id"] == kernel["genome_id"]
-    src = subprocess.run([sys.executable, "-m", "evokernel.cli", "kernels", str(tmp_path / "kb.db"), "--source",
-                          kernel["genome_id"][:8]], capture_output=True, text=True, timeout=120)
+    src = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "kernels",
+            str(tmp_path / "kb.db"),
+            "--source",
+            kernel["genome_id"][:8],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert src.returncode == 0 and "torch.matmul(a, b)" in src.stdout and "+++ candidate.py" in src.stderr
     store = SQLiteStore(tmp_path / "kb.db")
     # lessons learned under another toolchain are left out
-    assert lessons_for(store, op=where["op"], gpu=where["gpu"], toolchain={"torch": "0.0-other"}) == [] or \
-        "torch" not in where["toolchain"]
+    assert (
+        lessons_for(store, op=where["op"], gpu=where["gpu"], toolchain={"torch": "0.0-other"}) == []
+        or "torch" not in where["toolchain"]
+    )
 
 
 def test_failure_classes():
@@ -95,9 +132,11 @@ def test_a_regression_is_a_caveat_with_its_figures_and_an_llm_summary_is_stored_
     space = matmul_space()
     parent = space.genome(BM=32, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=2)
     faster = space.genome(BM=64, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=2).with_lineage(
-        (parent.id,), "point", 1)
+        (parent.id,), "point", 1
+    )
     slower = space.genome(BM=32, BN=32, BK=32, GROUP_M=8, num_warps=4, num_stages=4).with_lineage(
-        (parent.id,), "point", 1)
+        (parent.id,), "point", 1
+    )
     for g, ms in ((parent, 1.0), (faster, 0.8), (slower, 1.5)):
         rec.on_evaluation(_ind(g, Result.ok(ms, per_shape={"M=256": ms})), None, 0)
     texts = [le.text for le in rec.flush()]
@@ -109,8 +148,10 @@ def test_a_regression_is_a_caveat_with_its_figures_and_an_llm_summary_is_stored_
     assert lesson is not None and lesson.kind == "summary" and "shared memory" in lesson.text
     assert len(lesson.evidence["lessons"]) == 2 and lesson.evidence["cost_usd"] > 0
     body = rec_.requests[0]
-    assert body["tool_choice"] == {"type": "tool", "name": "submit_summary"} and "regressed by 50.0%" in \
-        body["messages"][0]["content"]
+    assert (
+        body["tool_choice"] == {"type": "tool", "name": "submit_summary"}
+        and "regressed by 50.0%" in body["messages"][0]["content"]
+    )
     # the summary leads the lessons a prompt gets; under another toolchain neither is offered
     assert lessons_for(store, op="matmul_small", gpu="cpu", toolchain={"triton": "3.9"})[0].startswith("[summary]")
     assert lessons_for(store, op="matmul_small", gpu="cpu", toolchain={"triton": "4.0"}) == []
@@ -124,8 +165,9 @@ def test_the_lessons_command_prints_and_refuses_to_summarize_without_a_key(tmp_p
     from evokernel.store.knowledge import _lesson
 
     db = tmp_path / "k.db"
-    SQLiteStore(db).save_lessons([_lesson("caveat", "op", "cpu", {}, "BK=256 with 5 stages exceeds shared memory",
-                                          {}, "r")])
+    SQLiteStore(db).save_lessons(
+        [_lesson("caveat", "op", "cpu", {}, "BK=256 with 5 stages exceeds shared memory", {}, "r")]
+    )
     assert main(["lessons", str(db)]) == 0
     assert "[caveat] op cpu: BK=256 with 5 stages" in capsys.readouterr().out
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)

@@ -61,15 +61,19 @@ def test_shipped_landscapes_load():
     failed = [p for p, r in ws if r.latency_ms is None]
     assert failed and all(p["num_warps"] == 4 and not p["LAZY_RESCALE"] for p in failed)
     twins = {tuple(p.values()): r.latency_ms for p, r in rows}
-    ratios = sorted(r.latency_ms / twins[tuple(dict(p, WARP_SPEC=0).values())] for p, r in ws
-                    if r.latency_ms and twins.get(tuple(dict(p, WARP_SPEC=0).values())))
+    ratios = sorted(
+        r.latency_ms / twins[tuple(dict(p, WARP_SPEC=0).values())]
+        for p, r in ws
+        if r.latency_ms and twins.get(tuple(dict(p, WARP_SPEC=0).values()))
+    )
     assert len(ratios) >= 20 and abs(ratios[len(ratios) // 2] - 1.0) < 0.01
 
 
 def test_replay_returns_recorded_rows_and_failures(small: Landscape):
     ev = ReplayEvaluator(small)
-    ok, failed = list(ev.evaluate([Genome.of({"a": 4, "b": 3, "layout": "col"}),
-                                   Genome.of({"a": 8, "b": 6, "layout": "row"})]))
+    ok, failed = list(
+        ev.evaluate([Genome.of({"a": 4, "b": 3, "layout": "col"}), Genome.of({"a": 8, "b": 6, "layout": "row"})])
+    )
     assert ok.status is Status.OK and ok.latency_ms == 1.0 and ok.noise == 0.0
     assert failed.status is Status.COMPILE_ERROR and "shared memory" in failed.error and failed.fitness == math.inf
 
@@ -116,14 +120,20 @@ def test_noise_is_multiplicative_seeded_and_fresh_per_draw(small: Landscape):
         ("a,latency_ms,error\n1,,boom\n", "every configuration failed"),
         ("a,a,latency_ms,error\n1,1,0.5,\n", "duplicate column"),
         # one typo in a numeric column is named, not a column silently turned into text
-        ("a,b,latency_ms,error\n1,x,0.5,\n2,4,0.6,\n4,8,0.7,\n", "bad.csv:2: column 'b': 'x' is not a number, "
-         "the column's other cells are (e.g. 4)"),
+        (
+            "a,b,latency_ms,error\n1,x,0.5,\n2,4,0.6,\n4,8,0.7,\n",
+            "bad.csv:2: column 'b': 'x' is not a number, the column's other cells are (e.g. 4)",
+        ),
         ("a,b,latency_ms,error\n1,2,0.5,\n2,,0.6,\n4,8,0.7,\n", "bad.csv:3: column 'b': empty is not a number"),
-        ("a,latency_ms,error\nrow,0.5,\ncol,0.6,\n7,0.7,\n", "bad.csv:4: column 'a': '7' is a number, the "
-         "column's other cells are not (e.g. 'row')"),
+        (
+            "a,latency_ms,error\nrow,0.5,\ncol,0.6,\n7,0.7,\n",
+            "bad.csv:4: column 'a': '7' is a number, the column's other cells are not (e.g. 'row')",
+        ),
         # a row is a measurement or a failure, not both
-        ("a,latency_ms,error\n1,0.5,\n2,0.4,OutOfResources: shared memory\n",
-         "bad.csv:3: both latency_ms (0.4) and error ('OutOfResources: shared memory') are set"),
+        (
+            "a,latency_ms,error\n1,0.5,\n2,0.4,OutOfResources: shared memory\n",
+            "bad.csv:3: both latency_ms (0.4) and error ('OutOfResources: shared memory') are set",
+        ),
     ],
 )
 def test_malformed_landscapes_raise_one_clear_error(tmp_path: Path, text: str, message: str):
@@ -143,7 +153,10 @@ def test_missing_and_binary_files(tmp_path: Path):
 
 def test_the_readme_table_of_landscapes_matches_what_ships():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme[readme.index("<!-- landscapes -->"):readme.index("<!-- /landscapes -->")]
-    rows = {cells[0].strip("` "): int(cells[2].split()[0])
-            for line in table.splitlines()[3:] if (cells := [c.strip() for c in line.strip("|").split("|")])}
+    table = readme[readme.index("<!-- landscapes -->") : readme.index("<!-- /landscapes -->")]
+    rows = {
+        cells[0].strip("` "): int(cells[2].split()[0])
+        for line in table.splitlines()[3:]
+        if (cells := [c.strip() for c in line.strip("|").split("|")])
+    }
     assert rows == {name: len(Landscape.load(builtin(name))) for name in builtin_names()}

@@ -105,13 +105,18 @@ def jits(monkeypatch: pytest.MonkeyPatch, device: list[int]) -> tuple[RecordingJ
     return main, reduce
 
 
-def _inputs(m: int, n: int, k: int, seed: int, *, bias: bool = False, residual: bool = False,
-            dtype: torch.dtype = torch.float16) -> tuple:
+def _inputs(
+    m: int, n: int, k: int, seed: int, *, bias: bool = False, residual: bool = False, dtype: torch.dtype = torch.float16
+) -> tuple:
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=g).to(dtype)
     b = torch.randn(k, n, generator=g).to(dtype)
-    return (a, b, torch.randn(n, generator=g).to(dtype) if bias else None,
-            torch.randn(m, n, generator=g).to(dtype) if residual else None)
+    return (
+        a,
+        b,
+        torch.randn(n, generator=g).to(dtype) if bias else None,
+        torch.randn(m, n, generator=g).to(dtype) if residual else None,
+    )
 
 
 #: (genes over DEFAULTS at a 16x32x32 tile, epilogue): every path of the plan
@@ -133,18 +138,31 @@ def _equivalent(x: Any, y: Any) -> bool:
     reads of them but the memory (shape, strides, dtype, 16-byte alignment); descriptors alike
     over alike tensors."""
     if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-        return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-                and x.stride() == y.stride() and x.dtype == y.dtype and x.data_ptr() % 16 == y.data_ptr() % 16)
+        return (
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.shape == y.shape
+            and x.stride() == y.stride()
+            and x.dtype == y.dtype
+            and x.data_ptr() % 16 == y.data_ptr() % 16
+        )
     if hasattr(x, "block_shape"):
-        return (type(x) is type(y) and _equivalent(x.base, y.base) and list(x.shape) == list(y.shape)
-                and tuple(x.strides) == tuple(y.strides) and list(x.block_shape) == list(y.block_shape)
-                and x.padding == y.padding and getattr(x, "layout", None) == getattr(y, "layout", None))
+        return (
+            type(x) is type(y)
+            and _equivalent(x.base, y.base)
+            and list(x.shape) == list(y.shape)
+            and tuple(x.strides) == tuple(y.strides)
+            and list(x.block_shape) == list(y.block_shape)
+            and x.padding == y.padding
+            and getattr(x, "layout", None) == getattr(y, "layout", None)
+        )
     return type(x) is type(y) and x == y
 
 
 @pytest.mark.parametrize("over, epi", CONFIGS)
-def test_every_direct_launch_passes_what_gemm_passes_through_the_jit(jits: tuple[RecordingJit, RecordingJit],
-                                                                     over: dict, epi: tuple) -> None:
+def test_every_direct_launch_passes_what_gemm_passes_through_the_jit(
+    jits: tuple[RecordingJit, RecordingJit], over: dict, epi: tuple
+) -> None:
     has_bias, act, has_res = epi
     params = {**DEFAULTS, "BM": 16, "BN": 32, "BK": 32, **over}
     run = GemmLauncher(params, activation=act)
@@ -179,8 +197,9 @@ def test_every_direct_launch_passes_what_gemm_passes_through_the_jit(jits: tuple
 
 
 @pytest.mark.parametrize("over, epi", CONFIGS)
-def test_the_direct_path_launches_what_the_handle_path_launches(jits: tuple[RecordingJit, RecordingJit],
-                                                                over: dict, epi: tuple) -> None:
+def test_the_direct_path_launches_what_the_handle_path_launches(
+    jits: tuple[RecordingJit, RecordingJit], over: dict, epi: tuple
+) -> None:
     """Where the raw launch is there (Triton 3.6 on a GPU), GemmLauncher hands it each
     descriptor's tensor in its place (`bases`): the tensors the handle path's descriptors are
     over, the call's own tensors, the split-K workspace kept (alike to a fresh one)."""
@@ -191,17 +210,21 @@ def test_the_direct_path_launches_what_the_handle_path_launches(jits: tuple[Reco
     for x in sets:
         run(*x)  # through the handle (its launches recorded by the stand-in)
     (launches,) = run._plans.values()
-    kernels = [(launch, jit) for launch, jit in ((launches.main, jits[0]), (launches.reduce, jits[1]))
-               if launch is not None]
+    kernels = [
+        (launch, jit) for launch, jit in ((launches.main, jits[0]), (launches.reduce, jits[1])) if launch is not None
+    ]
     direct: dict[int, list] = {id(launch): [] for launch, _ in kernels}
     for launch, _ in kernels:  # the raw launches, recorded
         launch._handle.raw = (lambda rec: lambda stream, values, bases=False: rec.append((stream, values, bases)))(
-            direct[id(launch)])
+            direct[id(launch)]
+        )
     for x in sets * 2:
         run(*x)
     for launch, jit in kernels:
         got = direct[id(launch)]
-        assert len(got) == 4 and all(stream == STREAM and bases == (launch is launches.main) for stream, _, bases in got)
+        assert len(got) == 4 and all(
+            stream == STREAM and bases == (launch is launches.main) for stream, _, bases in got
+        )
         workspaces = set()
         for i, (_, values, _) in enumerate(got):
             handle_args = jit.launches[i % 2][9:]  # the handle path's launch on the same inputs
@@ -218,7 +241,6 @@ def test_the_direct_path_launches_what_the_handle_path_launches(jits: tuple[Reco
                     workspaces.add(v.data_ptr())
         assert len(workspaces) <= 1, "one workspace kept for the stream"
     assert run.stats()["fast_launches"] == 6 * len(kernels)
-
 
 
 def test_a_plans_launches_go_direct_together_or_not_at_all(jits: tuple[RecordingJit, RecordingJit]) -> None:
@@ -248,6 +270,7 @@ def test_a_plans_launches_go_direct_together_or_not_at_all(jits: tuple[Recording
     assert len(jits[1].launches) == handled + 1, "the reduction through its handle"
     assert (main.fast_calls, reduce.fast_calls) == (4, 3)
 
+
 def _variants(m: int, n: int, k: int) -> dict[str, tuple]:
     """Inputs of one shape and of others: contiguous; a view at another aligned address (the
     same key); views whose pointers or row strides are not 16-byte aligned; no bias."""
@@ -260,7 +283,7 @@ def _variants(m: int, n: int, k: int) -> dict[str, tuple]:
     return {
         "plain": (a, b, bias, res),
         "aligned view": (tall_a[1:], b.clone(), bias.clone(), res.clone()),  # k * 2 = 160 bytes on
-        "a unaligned": (wide_a[1:, 1:k + 1], b, bias, res),  # 2 bytes past an aligned address
+        "a unaligned": (wide_a[1:, 1 : k + 1], b, bias, res),  # 2 bytes past an aligned address
         "a rows unaligned": (wide_a[:m, 8:], b, bias, res),  # rows of k + 8 = 88 elements
         "b unaligned": (a, wide_b[:, 1:], bias, res),
         "bias unaligned": (a, b, long_bias[1:], res),
@@ -308,8 +331,7 @@ def test_a_tma_plan_refuses_unaligned_inputs_as_gemm_does(jits: tuple[RecordingJ
     assert run.stats()["plans"] == 1
 
 
-def test_hooks_and_launch_metadata_are_passed_only_when_a_hook_is_set(
-        jits: tuple[RecordingJit, RecordingJit]) -> None:
+def test_hooks_and_launch_metadata_are_passed_only_when_a_hook_is_set(jits: tuple[RecordingJit, RecordingJit]) -> None:
     from triton import knobs
 
     main, _ = jits
@@ -341,8 +363,9 @@ def test_hooks_and_launch_metadata_are_passed_only_when_a_hook_is_set(
     assert hooked[8] is knobs.runtime.launch_exit_hook
 
 
-def test_what_the_handle_cannot_vouch_for_goes_through_the_jit(jits: tuple[RecordingJit, RecordingJit],
-                                                                device: list[int]) -> None:
+def test_what_the_handle_cannot_vouch_for_goes_through_the_jit(
+    jits: tuple[RecordingJit, RecordingJit], device: list[int]
+) -> None:
     main, _ = jits
     run = GemmLauncher({**DEFAULTS, "BM": 16, "BN": 32, "BK": 32})
     a, b, _, _ = _inputs(33, 72, 80, 0)
@@ -365,8 +388,9 @@ def test_what_the_handle_cannot_vouch_for_goes_through_the_jit(jits: tuple[Recor
     assert (len(main.jit_calls), len(main.launches)) == (4, 3)
 
 
-def test_fast_launches_can_be_switched_off(jits: tuple[RecordingJit, RecordingJit],
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fast_launches_can_be_switched_off(
+    jits: tuple[RecordingJit, RecordingJit], monkeypatch: pytest.MonkeyPatch
+) -> None:
     main, _ = jits
     monkeypatch.setenv("EVOKERNEL_FAST_LAUNCH", "0")
     run = GemmLauncher({**DEFAULTS, "BM": 16, "BN": 32, "BK": 32})
@@ -376,17 +400,23 @@ def test_fast_launches_can_be_switched_off(jits: tuple[RecordingJit, RecordingJi
     assert (len(main.jit_calls), len(main.launches)) == (3, 0)
 
 
-
 def test_direct_launches_need_a_triton_whose_launch_protocol_was_read(monkeypatch: pytest.MonkeyPatch) -> None:
     import triton
 
     from evokernel.runtime.launch import fast_launch_enabled
 
     monkeypatch.delenv("EVOKERNEL_FAST_LAUNCH", raising=False)
-    for version, allowed in (("3.6.0", True), ("3.9.0", True), ("3.5.1", False), ("3.10.0", False),
-                             ("4.0.0+git", False), ("nightly", False)):
+    for version, allowed in (
+        ("3.6.0", True),
+        ("3.9.0", True),
+        ("3.5.1", False),
+        ("3.10.0", False),
+        ("4.0.0+git", False),
+        ("nightly", False),
+    ):
         monkeypatch.setattr(triton, "__version__", version)
         assert fast_launch_enabled() is allowed, version
+
 
 def test_no_compiled_kernel_or_a_broken_one_keeps_the_jit_path(device: list[int]) -> None:
     class Jit:
@@ -441,15 +471,34 @@ def test_a_quick_gluon_descriptor_specialises_as_the_checked_one() -> None:
     assert type(quick) is TensorDescriptor and quick.base is y and quick.layout == layout
 
     def spec(d: Any) -> Any:
-        return binder(d, d, d, d, d, x, x, 128, 256, 256, 256, 1, GROUP_M=8, STAGES=3, EPI_SPLIT=1, BNT=0,
-                      HAS_BIAS=False, ACT=0, HAS_RES=False, num_warps=4)[1]
+        return binder(
+            d,
+            d,
+            d,
+            d,
+            d,
+            x,
+            x,
+            128,
+            256,
+            256,
+            256,
+            1,
+            GROUP_M=8,
+            STAGES=3,
+            EPI_SPLIT=1,
+            BNT=0,
+            HAS_BIAS=False,
+            ACT=0,
+            HAS_RES=False,
+            num_warps=4,
+        )[1]
 
     assert spec(quick) == spec(checked)
 
 
 def test_the_gluon_launcher_refuses_cpu_tensors_as_gemm_does() -> None:
-    point = dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2,
-                 GLUON=1)
+    point = dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2, GLUON=1)
     a, b, _, _ = _inputs(64, 64, 64, 0)
     with pytest.raises(ValueError, match="Hopper GPU only"):
         GemmLauncher(point)(a, b)
@@ -486,7 +535,9 @@ def test_the_raw_launch_fills_pointers_and_keeps_one_encoding_per_pointer() -> N
     raw(STREAM, (a, quick_descriptor(template, a)))
     raw(STREAM, (a, quick_descriptor(template, a)))
     raw(STREAM, (b, quick_descriptor(template, b)))
-    assert [c[3] for c in calls] == [STREAM] * 3 and all(c[:3] == (2, 1, 1) and c[4:13] == tuple(head[4:]) for c in calls)
+    assert [c[3] for c in calls] == [STREAM] * 3 and all(
+        c[:3] == (2, 1, 1) and c[4:13] == tuple(head[4:]) for c in calls
+    )
     assert calls[0][13] is a and calls[2][13] is b  # host tensors go in as given (Triton's own check refuses them)
     assert [c[14] for c in calls] == [5, 5, 5] and all(c[16:] == (64, 32, 32, 1) for c in calls)
     assert [c[15] for c in calls] == [f"map@{a.data_ptr()}"] * 2 + [f"map@{b.data_ptr()}"]
@@ -514,7 +565,6 @@ def test_kernel_launch_checks_its_arguments() -> None:
         KernelLaunch(fn, (1,), {}, ("ws_ptr", "c_ptr"))(1)
 
 
-
 def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device: list[int]) -> None:
     """The decode template's split kernel through a `LaunchCache`: calls alike but for what
     Triton specialises on (alignment, dtype, an int equal to 1 or divisible by 16, True
@@ -532,10 +582,37 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
     wide = torch.zeros(2 * 8 * 64 + 1, dtype=torch.float16)
 
     def call(q: torch.Tensor, o: torch.Tensor, scale: Any = 0.125, h: int = 8, reduce: Any = 0) -> tuple:
-        args = (q, kv, kv, table, lens, o, o, o, o, scale, h, 2, *q.stride()[:2], *kv.stride()[:3], *kv.stride()[:3],
-                table.stride(0), *o.stride()[:2])
-        kwargs = {"PAGE": 16, "BLOCK_N": 16, "REDUCE": reduce, "INPUT_PRECISION": "tf32", "GROUP": 4, "HEAD_DIM": 64,
-                  "BLOCK_H": 16, "SPLITS": 1, "num_warps": 4, "num_stages": 2}
+        args = (
+            q,
+            kv,
+            kv,
+            table,
+            lens,
+            o,
+            o,
+            o,
+            o,
+            scale,
+            h,
+            2,
+            *q.stride()[:2],
+            *kv.stride()[:3],
+            *kv.stride()[:3],
+            table.stride(0),
+            *o.stride()[:2],
+        )
+        kwargs = {
+            "PAGE": 16,
+            "BLOCK_N": 16,
+            "REDUCE": reduce,
+            "INPUT_PRECISION": "tf32",
+            "GROUP": 4,
+            "HEAD_DIM": 64,
+            "BLOCK_H": 16,
+            "SPLITS": 1,
+            "num_warps": 4,
+            "num_stages": 2,
+        }
         cache(jit, (1, 2, 2), *args, **kwargs)
         return args, kwargs
 
@@ -551,12 +628,12 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
     ]
     calls = [v() for _ in range(3) for v in variants]
     assert len(cache) == len(variants) and len(jit.jit_calls) == len(variants)
-    assert cache.stats() == {"launches": len(variants), "jit_calls": len(variants),
-                             "fast_calls": 2 * len(variants)}
-    for i, (args, kwargs) in enumerate(calls[len(variants):]):
+    assert cache.stats() == {"launches": len(variants), "jit_calls": len(variants), "fast_calls": 2 * len(variants)}
+    for i, (args, kwargs) in enumerate(calls[len(variants) :]):
         launched = jit.launches[i][9:]
-        want, want_spec = jit.bind(tuple(args) + tuple(kwargs[n] for n in jit.arg_names[len(args):]),
-                                   {"num_warps": 4, "num_stages": 2})
+        want, want_spec = jit.bind(
+            tuple(args) + tuple(kwargs[n] for n in jit.arg_names[len(args) :]), {"num_warps": 4, "num_stages": 2}
+        )
         for name, x, y in zip(jit.arg_names, launched, want):
             assert x is y or (type(x) is type(y) and x == y and str(x) == str(y)), name
         assert want_spec == jit.jit_calls[i % len(variants)][2]
@@ -586,7 +663,7 @@ def test_a_launch_cache_sends_unhashable_arguments_through_the_jit() -> None:
 
 # --- in Triton's interpreter: the results, bitwise ------------------------------------------
 
-_SCRIPT = r'''
+_SCRIPT = r"""
 import json, sys, torch
 from evokernel.judge.candidate import bind_config
 from evokernel.search_spaces.gemm import template as triton_gemm
@@ -632,7 +709,7 @@ got = [module["kernel"](a, b, bias) for _ in range(2)]
 out.append({"candidate": all(bool(torch.equal(g, want)) for g in got), "config": module["CONFIG"],
             "stats": module["_gemm"].stats()})
 print(json.dumps(out))
-'''
+"""
 
 #: (genes over DEFAULTS at 16x32x32, (M, N, K), dtype, epilogue, and an unaligned A too)
 INTERPRETED = [
@@ -679,9 +756,24 @@ def test_the_candidate_keeps_a_literal_config_and_builds_the_launcher_once() -> 
 
 
 def test_the_gpu_tests_collect_on_the_cpu() -> None:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           str(ROOT / "tests" / "test_launch_gpu.py")], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "0"}, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "tests" / "test_launch_gpu.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "0"},
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     collected = [line for line in proc.stdout.splitlines() if "::" in line]
     assert len(collected) >= 20, proc.stdout[-2000:]
@@ -690,10 +782,33 @@ def test_the_gpu_tests_collect_on_the_cpu() -> None:
 def test_the_overhead_benchmark_runs_on_the_cpu(tmp_path: Path) -> None:
     """benchmarks/launch_overhead.py, as a check of the script: two rows in the interpreter."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "launch_overhead.py"), "--device", "cpu",
-                           "--clip", "48", "--n", "2", "--min-n", "1", "--reps", "1", "--warmup", "1",
-                           "--max-rows", "2", "--out", str(tmp_path)], env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "launch_overhead.py"),
+            "--device",
+            "cpu",
+            "--clip",
+            "48",
+            "--n",
+            "2",
+            "--min-n",
+            "1",
+            "--reps",
+            "1",
+            "--warmup",
+            "1",
+            "--max-rows",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "launch_overhead.json").read_text())
     assert [r["M"] for r in doc["rows"]] == [16, 48] and all(r["same_as_gemm"] for r in doc["rows"])

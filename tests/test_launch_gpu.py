@@ -33,37 +33,64 @@ TRITON_CASES = [
     ({"TMA": 1}, (256, 1024, 512), {"bias": True, "activation": "relu"}, False),
     ({"TMA": 1, "TMA_STORE": 1}, (300, 512, 256), BIAS_SILU_RES, False),
     ({"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (2048, 1024, 512), {}, False),
-    ({"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (300, 520, 200), {"activation": "gelu_tanh", "residual": True},
-     False),
+    (
+        {"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1},
+        (300, 520, 200),
+        {"activation": "gelu_tanh", "residual": True},
+        False,
+    ),
     ({"SPLIT_K": 2}, (64, 1024, 2048), {}, True),  # two kernels a call
     ({"SPLIT_K": 2}, (40, 520, 2048), BIAS_SILU_RES, True),
     ({"SPLIT_K": 4, "SPLITK_FIXUP": 1}, (16, 1024, 4096), BIAS_SILU_RES, True),
     ({"SPLIT_K": 3, "SPLITK_FIXUP": 1, "TMA": 1, "PERSISTENT": 1}, (64, 2048, 3072), {}, False),
     ({"PERSISTENT": 1}, (1000, 1000, 1000), {"bias": True, "activation": "relu"}, True),
     ({"SWAP_AB": 1, "BM": 32}, (32, 2048, 1024), {}, True),
-    ({"BM": 16, "BN": 128, "BK": 128, "GROUP_M": 8, "num_stages": 4, "SPLIT_K": 2, "SPLITK_FIXUP": 1, "SWAP_AB": 1,
-      "TMA": 1}, (16, 4096, 4096), {}, False),  # Llama-3-8B o at M=16's winner
-    ({"BM": 128, "BN": 128, "BN_TAIL": 64, "num_warps": 8, "TMA": 1, "TMA_STORE": 1}, (512, 6144, 1024), {},
-     False),
+    (
+        {
+            "BM": 16,
+            "BN": 128,
+            "BK": 128,
+            "GROUP_M": 8,
+            "num_stages": 4,
+            "SPLIT_K": 2,
+            "SPLITK_FIXUP": 1,
+            "SWAP_AB": 1,
+            "TMA": 1,
+        },
+        (16, 4096, 4096),
+        {},
+        False,
+    ),  # Llama-3-8B o at M=16's winner
+    ({"BM": 128, "BN": 128, "BN_TAIL": 64, "num_warps": 8, "TMA": 1, "TMA_STORE": 1}, (512, 6144, 1024), {}, False),
     ({"BN": 128, "BN_TAIL": 32}, (256, 1000, 512), BIAS_SILU_RES, True),
     # (128x128: a 128x256 tile with BASE's 3 stages needs 278552 B of shared memory, over the H200's 232448)
-    ({"BM": 128, "BN": 128, "num_warps": 8, "TMA": 1, "PERSISTENT": 1, "STREAM_K": 1}, (512, 1536, 1024), {},
-     False),
-    ({"BM": 64, "BN": 64, "BK": 128, "GROUP_M": 1, "num_stages": 7, "maxnreg": 232}, (16, 6144, 4096), {},
-     True),  # Llama-3-8B qkv at M=16's winner
+    ({"BM": 128, "BN": 128, "num_warps": 8, "TMA": 1, "PERSISTENT": 1, "STREAM_K": 1}, (512, 1536, 1024), {}, False),
+    (
+        {"BM": 64, "BN": 64, "BK": 128, "GROUP_M": 1, "num_stages": 7, "maxnreg": 232},
+        (16, 6144, 4096),
+        {},
+        True,
+    ),  # Llama-3-8B qkv at M=16's winner
 ]
 
 #: the Gluon kernel (bf16, everything by TMA): genes over its benchmark point, as tests/test_gluon_gemm.py
-GLUON_POINT = dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2,
-                   GLUON=1)
+GLUON_POINT = dict(
+    DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2, GLUON=1
+)
 GLUON_CASES = [
     ({}, (300, 520, 200), {}),
     ({"BN": 128, "num_stages": 6, "TMA_STORE": 1}, (2048, 1536, 1024), {"activation": "silu"}),
-    ({"BM": 64, "num_warps": 4, "num_stages": 5}, (64, 6144, 4096), {"bias": True, "activation": "gelu_tanh",
-                                                                       "residual": True}),
+    (
+        {"BM": 64, "num_warps": 4, "num_stages": 5},
+        (64, 6144, 4096),
+        {"bias": True, "activation": "gelu_tanh", "residual": True},
+    ),
     ({"BN": 128, "BN_TAIL": 64, "num_stages": 4, "TMA_STORE": 1, "PERSISTENT": 0}, (512, 6144, 4096), {}),
-    ({"BM": 32, "BN": 128, "num_warps": 8, "num_stages": 8, "TMA_STORE": 1, "SWAP_AB": 1}, (50, 6144, 1000),
-     BIAS_SILU_RES),
+    (
+        {"BM": 32, "BN": 128, "num_warps": 8, "num_stages": 8, "TMA_STORE": 1, "SWAP_AB": 1},
+        (50, 6144, 1000),
+        BIAS_SILU_RES,
+    ),
     ({"BN": 128, "num_warps": 4, "TMA_STORE": 1, "GLUON": 2}, (1000, 1000, 1000), {}),
     ({"BN": 128, "num_warps": 4, "TMA_STORE": 2, "GLUON": 2}, (2048, 2048, 1024), {"bias": True}),
 ]
@@ -72,19 +99,24 @@ GLUON_CASES = [
 def _inputs(m: int, n: int, k: int, seed: int, epi: dict[str, Any]) -> tuple:
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g) / k ** 0.5
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g) / k**0.5
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16, generator=g) if epi.get("bias") else None
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=g) if epi.get("residual") else None
     return a, b, bias, res
 
 
-def _reference(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, res: torch.Tensor | None,
-               act: str) -> torch.Tensor:
+def _reference(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, res: torch.Tensor | None, act: str
+) -> torch.Tensor:
     x = a.float() @ b.float()
     if bias is not None:
         x = x + bias.float()
-    x = {"none": x, "relu": torch.relu(x), "silu": torch.nn.functional.silu(x),
-         "gelu_tanh": torch.nn.functional.gelu(x, approximate="tanh")}[act]
+    x = {
+        "none": x,
+        "relu": torch.relu(x),
+        "silu": torch.nn.functional.silu(x),
+        "gelu_tanh": torch.nn.functional.gelu(x, approximate="tanh"),
+    }[act]
     return x + res.float() if res is not None else x
 
 
@@ -110,30 +142,36 @@ def _check(params: dict, shape: tuple[int, int, int], epi: dict[str, Any], unali
             assert torch.isfinite(got).all() and err < 2e-2, err
     kernels = 2 if params.get("SPLIT_K", 1) > 1 and not params.get("SPLITK_FIXUP") else 1
     plans = 1 + unaligned
-    assert run.stats() == {"plans": plans, "jit_launches": kernels * plans,
-                           "fast_launches": kernels * (3 * len(sets) - plans)}, run.stats()
+    assert run.stats() == {
+        "plans": plans,
+        "jit_launches": kernels * plans,
+        "fast_launches": kernels * (3 * len(sets) - plans),
+    }, run.stats()
     if triton.__version__.startswith("3.6."):  # below the launcher's Python wrapper, tensor maps cached
         assert all(p.main._handle.raw is not None for p in run._plans.values()), "not the raw launch"
 
 
 @pytest.mark.parametrize("over, shape, epi, unaligned", TRITON_CASES)
-def test_the_launcher_is_gemm_bitwise_through_the_compiled_handle(over: dict, shape: tuple[int, int, int],
-                                                                  epi: dict, unaligned: bool) -> None:
+def test_the_launcher_is_gemm_bitwise_through_the_compiled_handle(
+    over: dict, shape: tuple[int, int, int], epi: dict, unaligned: bool
+) -> None:
     _check(dict(BASE, **over), shape, epi, unaligned)
 
 
 @pytest.mark.skipif(not _HOPPER, reason="the Gluon kernel needs a Hopper GPU")
 @pytest.mark.parametrize("over, shape, epi", GLUON_CASES)
-def test_the_gluon_launcher_is_gemm_bitwise_through_the_compiled_handle(over: dict, shape: tuple[int, int, int],
-                                                                        epi: dict) -> None:
+def test_the_gluon_launcher_is_gemm_bitwise_through_the_compiled_handle(
+    over: dict, shape: tuple[int, int, int], epi: dict
+) -> None:
     params = dict(GLUON_POINT, **over)
     params.setdefault("BN_TAIL", 0)
     params.setdefault("SWAP_AB", 0)
     _check(params, shape, epi, False)
 
 
-@pytest.mark.parametrize("over", [{"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1},
-                                  {"SPLIT_K": 4, "SPLITK_FIXUP": 1}, {"SPLIT_K": 2}])
+@pytest.mark.parametrize(
+    "over", [{"TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, {"SPLIT_K": 4, "SPLITK_FIXUP": 1}, {"SPLIT_K": 2}]
+)
 def test_the_launcher_replays_in_a_cuda_graph(over: dict) -> None:
     params = dict(BASE, **over)
     a, b, bias, res = _inputs(64, 1024, 2048, 0, BIAS_SILU_RES)
@@ -234,8 +272,9 @@ def test_the_launchers_host_time_is_a_fraction_of_gemms() -> None:
 # --- the templates that launch through a LaunchCache (fused MoE, attention prefill, decode) ----
 
 
-def _through_the_jit_then_direct(module: Any, call: Any, sets: list[tuple], monkeypatch: pytest.MonkeyPatch,
-                                 *, bitwise: bool = True) -> None:
+def _through_the_jit_then_direct(
+    module: Any, call: Any, sets: list[tuple], monkeypatch: pytest.MonkeyPatch, *, bitwise: bool = True
+) -> None:
     """`call(*inputs)` on each input set: first every launch through the JIT (the reference:
     direct launches off, a fresh cache), then through a fresh cache, three rounds; the same
     outputs (bitwise, or within 1e-3 where the kernels' atomics may order sums differently),
@@ -270,12 +309,17 @@ def test_the_attention_template_launches_directly(over: dict, monkeypatch: pytes
 
     def inputs(seed: int) -> tuple:
         g = torch.Generator(device="cuda").manual_seed(seed)
-        return tuple(torch.randn(total, n, d, device="cuda", dtype=torch.bfloat16, generator=g)
-                     for n in (h, hkv, hkv)) + (cu,)
+        return tuple(
+            torch.randn(total, n, d, device="cuda", dtype=torch.bfloat16, generator=g) for n in (h, hkv, hkv)
+        ) + (cu,)
 
     params = dict(triton_attention.DEFAULTS, **over)
-    _through_the_jit_then_direct(triton_attention, lambda *x: triton_attention.attention(*x, causal=True, **params),
-                                 [inputs(s) for s in range(3)], monkeypatch)
+    _through_the_jit_then_direct(
+        triton_attention,
+        lambda *x: triton_attention.attention(*x, causal=True, **params),
+        [inputs(s) for s in range(3)],
+        monkeypatch,
+    )
 
 
 @pytest.mark.parametrize("over", [{}, {"NUM_SPLITS": 4, "REDUCE": 1}, {"NUM_SPLITS": 1}])
@@ -289,7 +333,7 @@ def test_the_decode_template_launches_directly(over: dict, monkeypatch: pytest.M
     order = torch.randperm(pages, generator=torch.Generator().manual_seed(0))
     start = 0
     for i, n in enumerate(per_seq):
-        table[i, :n] = order[start:start + n]
+        table[i, :n] = order[start : start + n]
         start += n
     table, ctx = table.cuda(), torch.tensor(lens, device="cuda", dtype=torch.int32)
 
@@ -300,8 +344,9 @@ def test_the_decode_template_launches_directly(over: dict, monkeypatch: pytest.M
         return q, k, v, table, ctx
 
     params = dict(triton_decode.DEFAULTS, **over)
-    _through_the_jit_then_direct(triton_decode, lambda *x: triton_decode.decode(*x, **params),
-                                 [inputs(s) for s in range(3)], monkeypatch)
+    _through_the_jit_then_direct(
+        triton_decode, lambda *x: triton_decode.decode(*x, **params), [inputs(s) for s in range(3)], monkeypatch
+    )
 
 
 @pytest.mark.parametrize("structure", [{}, {"gemv": 1}, {"gemv": 2}, {"fuse_silu": True}])
@@ -314,11 +359,16 @@ def test_the_fused_moe_template_launches_directly(structure: dict, monkeypatch: 
     def inputs(seed: int) -> tuple:
         g = torch.Generator(device="cuda").manual_seed(seed)
         x = torch.randn(m, hidden, device="cuda", dtype=torch.bfloat16, generator=g)
-        w1 = torch.randn(e, 2 * inter, hidden, device="cuda", dtype=torch.bfloat16, generator=g) / hidden ** 0.5
-        w2 = torch.randn(e, hidden, inter, device="cuda", dtype=torch.bfloat16, generator=g) / inter ** 0.5
+        w1 = torch.randn(e, 2 * inter, hidden, device="cuda", dtype=torch.bfloat16, generator=g) / hidden**0.5
+        w2 = torch.randn(e, hidden, inter, device="cuda", dtype=torch.bfloat16, generator=g) / inter**0.5
         logits = torch.randn(m, e, device="cuda", generator=g)
         weights, ids = torch.topk(torch.softmax(logits, dim=-1), top_k, dim=-1)
         return x, w1, w2, weights, ids.to(torch.int32)
 
-    _through_the_jit_then_direct(triton_moe, lambda *x: triton_moe.fused_moe(*x, up=cfg, down=cfg, **structure),
-                                 [inputs(s) for s in range(3)], monkeypatch, bitwise=False)
+    _through_the_jit_then_direct(
+        triton_moe,
+        lambda *x: triton_moe.fused_moe(*x, up=cfg, down=cfg, **structure),
+        [inputs(s) for s in range(3)],
+        monkeypatch,
+        bitwise=False,
+    )

@@ -59,8 +59,11 @@ class Recorded:
 
 
 def provider(recorded: Recorded, **kw: Any) -> AnthropicProvider:
-    client = anthropic.Anthropic(api_key="sk-test", max_retries=kw.pop("max_retries", 2),
-                                 http_client=httpx.Client(transport=httpx.MockTransport(recorded)))
+    client = anthropic.Anthropic(
+        api_key="sk-test",
+        max_retries=kw.pop("max_retries", 2),
+        http_client=httpx.Client(transport=httpx.MockTransport(recorded)),
+    )
     return AnthropicProvider("claude-sonnet-5", client=client, **kw)
 
 
@@ -106,10 +109,15 @@ def test_errors_past_the_retries_drop_the_proposal_with_a_reason(caplog: pytest.
     assert rewrite.stats.dropped == {"API error 529 after retries": 1}
 
 
-@pytest.mark.parametrize("name, reason", [("truncated.json", "truncated answer"),
-                                          ("syntax_error.json", "invalid source: does not parse"),
-                                          ("malformed_edit.json", "malformed edit: edit 1: its search text is not"),
-                                          ("dropped_config.json", "invalid source: dropped its CONFIG")])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("truncated.json", "truncated answer"),
+        ("syntax_error.json", "invalid source: does not parse"),
+        ("malformed_edit.json", "malformed edit: edit 1: its search text is not"),
+        ("dropped_config.json", "invalid source: dropped its CONFIG"),
+    ],
+)
 def test_truncated_and_malformed_answers_are_dropped(name: str, reason: str, caplog: pytest.LogCaptureFixture):
     rewrite = op(Recorded(name))
     with caplog.at_level(logging.WARNING, logger="evokernel.llm"):
@@ -131,8 +139,9 @@ def test_source_validation():
     assert validate_source("def kernel(a, b):\n    return a\n", arity=2) is None
     assert "takes 1 inputs" in validate_source("def kernel(a):\n    return a\n", arity=2)
     assert "no top-level function" in validate_source("def kern(a, b):\n    return a\n")
-    assert "CONFIG keys dropped: ['BN']" in validate_source("CONFIG = {'BM': 1}\ndef kernel(a, b):\n    return a\n",
-                                                           config_keys=["BM", "BN"])
+    assert "CONFIG keys dropped: ['BN']" in validate_source(
+        "CONFIG = {'BM': 1}\ndef kernel(a, b):\n    return a\n", config_keys=["BM", "BN"]
+    )
     # a new tunable must be declared in SPACE, with CONFIG's value among its values
     new = "CONFIG = {'BM': 1, 'U': 2}\ndef kernel(a, b):\n    return a\n"
     assert "neither a parameter" in validate_source(new, config_keys=["BM"], known=["BM"])
@@ -148,7 +157,9 @@ def test_edits_declaring_a_new_tunable_are_applied_and_its_values_tried_without_
     rewrite = op(rec, max_retries=0)
     ctx = context()
     child = rewrite.propose([PARENT], ctx)
-    assert child is not None and config_of(child.source)["CHUNKS"] == 2 and space_of(child.source) == {"CHUNKS": [1, 2, 4]}
+    assert (
+        child is not None and config_of(child.source)["CHUNKS"] == 2 and space_of(child.source) == {"CHUNKS": [1, 2, 4]}
+    )
     assert "torch.chunk" in child.source and child.params == PARENT.params
     assert "search/replace" in rec.requests[0]["system"][0]["text"]
     # once the structure passes the gate, its other CHUNKS values come next, without a call
@@ -179,9 +190,13 @@ def test_a_search_judges_llm_rewrites_and_a_dollar_cap_stops_the_calls_not_the_s
 
     store = SQLiteStore(":memory:")
     ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(g.params), device="cpu", workers=2)
-    report = Search(matmul_space(), ev, [rewrite, PointMutation()], store=store,
-                    options=SearchOptions(population=2, remeasure=0, report_elites=1)).run(
-        Budget(evaluations=8, cost=0.015), seed=0)
+    report = Search(
+        matmul_space(),
+        ev,
+        [rewrite, PointMutation()],
+        store=store,
+        options=SearchOptions(population=2, remeasure=0, report_elites=1),
+    ).run(Budget(evaluations=8, cost=0.015), seed=0)
     assert report.evaluations == 8
     assert 1 <= rewrite.stats.calls <= 2  # each call costs ~0.0116 $: the cap stops the second or third
     judged = [e for e in store.history(report.run_id) if e.genome.lineage.operator == "llm-rewrite"]
@@ -195,9 +210,9 @@ def test_a_rewrite_rejected_by_the_gate_goes_back_with_its_error_and_the_fix_is_
     rewrite = op(rec)
     store = SQLiteStore(":memory:")
     ev = KernelEvaluator(PROBLEM, lambda g: candidate_source(g.params), device="cpu", workers=1)
-    report = Search(matmul_space(), ev, [rewrite], store=store,
-                    options=SearchOptions(population=1, remeasure=0, report_elites=1)).run(
-        Budget(evaluations=3), seed=0)
+    report = Search(
+        matmul_space(), ev, [rewrite], store=store, options=SearchOptions(population=1, remeasure=0, report_elites=1)
+    ).run(Budget(evaluations=3), seed=0)
     mine = [e for e in store.history(report.run_id) if e.genome.lineage.operator == "llm-rewrite"]
     assert [e.result.status.value for e in mine] == ["incorrect", "ok"]
     assert "wrong result" in mine[0].result.error
@@ -212,14 +227,49 @@ def test_the_llm_flag_without_a_key_says_the_operator_is_off_and_searches_on(tmp
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "search", str(ROOT / "examples" / "matmul_kernel.py"),
-                           "--llm", "--budget", "2", "--population", "2", "--db", str(tmp_path / "s.db"), "--quiet"],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "search",
+            str(ROOT / "examples" / "matmul_kernel.py"),
+            "--llm",
+            "--budget",
+            "2",
+            "--population",
+            "2",
+            "--db",
+            str(tmp_path / "s.db"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr.count("LLM operator off: no ANTHROPIC_API_KEY; searching without it") == 1
-    replay = subprocess.run([sys.executable, "-m", "evokernel.cli", "search", "matmul_bf16_h200_M16_N4096_K4096",
-                             "--llm", "--budget", "2", "--db", str(tmp_path / "r.db")],
-                            capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    replay = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "search",
+            "matmul_bf16_h200_M16_N4096_K4096",
+            "--llm",
+            "--budget",
+            "2",
+            "--db",
+            str(tmp_path / "r.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     assert replay.returncode == 2 and "needs a search file whose evaluator judges a problem" in replay.stderr
 
 
@@ -256,8 +306,15 @@ class _Server:
         self.httpd.shutdown()
 
 
-@pytest.mark.parametrize("names, ok", [(["tool_call.json"], True), (["fenced_block.json"], True),
-                                       (["rate_limit_429.json", "tool_call.json"], True), (["length.json"], False)])
+@pytest.mark.parametrize(
+    "names, ok",
+    [
+        (["tool_call.json"], True),
+        (["fenced_block.json"], True),
+        (["rate_limit_429.json", "tool_call.json"], True),
+        (["length.json"], False),
+    ],
+)
 def test_an_openai_compatible_endpoint_plugs_in_the_same_way(names: list[str], ok: bool):
     from evokernel.mutators.llm import OpenAICompatibleProvider
 
@@ -274,7 +331,8 @@ def test_an_openai_compatible_endpoint_plugs_in_the_same_way(names: list[str], o
     assert body["messages"][0]["role"] == "system" and "matmul_small" in body["messages"][0]["content"]
     if ok:
         assert "torch.matmul" in child.source and rewrite.stats.cost_usd == pytest.approx(
-            (1900 * 0.5 + (350 if names[-1] == "tool_call.json" else 360) * 1.5) / 1e6)
+            (1900 * 0.5 + (350 if names[-1] == "tool_call.json" else 360) * 1.5) / 1e6
+        )
     else:
         assert rewrite.stats.dropped == {"truncated answer (max_tokens 8192 reached)": 1}
 

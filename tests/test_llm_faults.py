@@ -101,8 +101,9 @@ def _context(deadline: float | None = None) -> Context:
     return Context(matmul_space(), np.random.default_rng(0), 1, Archive(), deadline=deadline)
 
 
-def test_a_truncated_200_response_is_a_value_not_an_exception(server: Any, monkeypatch: pytest.MonkeyPatch,
-                                                              caplog: pytest.LogCaptureFixture):
+def test_a_truncated_200_response_is_a_value_not_an_exception(
+    server: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
     server.mode = "truncated"
     provider = _provider(server, monkeypatch)
     reply, _ = _bounded(lambda: provider.complete(_rewrite(provider).system(), "rewrite it"), 30)
@@ -113,7 +114,8 @@ def test_a_truncated_200_response_is_a_value_not_an_exception(server: Any, monke
 
 
 def test_a_stalled_connection_holds_a_proposal_no_longer_than_the_wall_time_left(
-        server: Any, monkeypatch: pytest.MonkeyPatch):
+    server: Any, monkeypatch: pytest.MonkeyPatch
+):
     server.mode = "stall"
     rewrite = _rewrite(_provider(server, monkeypatch))  # 180 s per attempt, 4 retries
     child, took = _bounded(lambda: rewrite.propose([PARENT], _context(deadline=time.monotonic() + 2.0)), 20)
@@ -129,8 +131,10 @@ def test_a_stalled_connection_holds_a_proposal_no_longer_than_the_wall_time_left
 def test_a_search_with_a_stalled_llm_ends_at_its_wall_time(server: Any, monkeypatch: pytest.MonkeyPatch):
     server.mode = "stall"
     rewrite = _rewrite(_provider(server, monkeypatch))
-    search = lambda: Search(matmul_space(), _Constant(), [rewrite],  # noqa: E731 - its store in the thread
-                            options=SearchOptions(population=2, remeasure=0))
+
+    def search() -> Search:  # (its store made in the thread)
+        return Search(matmul_space(), _Constant(), [rewrite], options=SearchOptions(population=2, remeasure=0))
+
     report, took = _bounded(lambda: search().run(Budget(evaluations=50, wall_s=3.0)), 30)
     assert report.stop_reason == "budget: wall time" and took < 6.0
 
@@ -147,11 +151,17 @@ class _Constant:
         return [Result.ok(1.0 + int(g.id[:4], 16) / 1e6) for g in genomes]
 
 
-def test_a_model_answering_the_same_kernel_again_is_not_paid_for_again(server: Any,
-                                                                       monkeypatch: pytest.MonkeyPatch):
+def test_a_model_answering_the_same_kernel_again_is_not_paid_for_again(server: Any, monkeypatch: pytest.MonkeyPatch):
     rewrite = _rewrite(_provider(server, monkeypatch))
-    search = lambda: Search(matmul_space(), _Constant(), [rewrite, PointMutation()],  # noqa: E731
-                            options=SearchOptions(population=2, remeasure=0, report_elites=1))
+
+    def search() -> Search:
+        return Search(
+            matmul_space(),
+            _Constant(),
+            [rewrite, PointMutation()],
+            options=SearchOptions(population=2, remeasure=0, report_elites=1),
+        )
+
     report, _ = _bounded(lambda: search().run(Budget(evaluations=10), seed=0), 60)
     assert report.evaluations == 10
     # one answer is new, every later one the same kernel: a handful of calls, not one per proposal

@@ -34,26 +34,53 @@ FAST = TimingOptions(rounds=2, reps=1, warmup=1)
 def test_the_space_of_a_model_is_data_with_reasons() -> None:
     flux = model_space(flux_dit.model())
     assert [p.name for p in flux.params if "." not in p.name] == [
-        "adaln_hoist", "qkv_merge", "qkv_epilogue", "norm_modulate", "mlp_act", "block_compile"]
+        "adaln_hoist",
+        "qkv_merge",
+        "qkv_epilogue",
+        "norm_modulate",
+        "mlp_act",
+        "block_compile",
+    ]
     assert len(flux.params) == 15 and flux.is_valid(flux.default())
     assert {p.name for p in flux.params if p.name.startswith("mlp_act.")} == {
-        "mlp_act.BM", "mlp_act.BN", "mlp_act.BK", "mlp_act.GROUP_M", "mlp_act.num_warps", "mlp_act.num_stages"}
+        "mlp_act.BM",
+        "mlp_act.BN",
+        "mlp_act.BK",
+        "mlp_act.GROUP_M",
+        "mlp_act.num_warps",
+        "mlp_act.num_stages",
+    }
     d = flux.default()
-    assert flux.why_invalid({**d, "qkv_epilogue": "triton"}) == "qkv_epilogue=triton needs qkv_merge=merged (got separate)"
+    assert (
+        flux.why_invalid({**d, "qkv_epilogue": "triton"}) == "qkv_epilogue=triton needs qkv_merge=merged (got separate)"
+    )
     assert flux.why_invalid({**d, "qkv_epilogue": "triton", "qkv_merge": "merged"}) is None
     assert flux.why_invalid({**d, "block_compile": "on", "qkv_epilogue": "compiled"}) == (
-        "block_compile=on excludes qkv_epilogue=compiled")
+        "block_compile=on excludes qkv_epilogue=compiled"
+    )
     assert "mlp_act.BM matter only when mlp_act is gemm_epilogue" in flux.why_invalid({**d, "mlp_act.BM": 64})
-    big = {**d, "mlp_act": "gemm_epilogue", "mlp_act.BM": 256, "mlp_act.BN": 256, "mlp_act.BK": 128,
-           "mlp_act.num_stages": 5}
+    big = {
+        **d,
+        "mlp_act": "gemm_epilogue",
+        "mlp_act.BM": 256,
+        "mlp_act.BN": 256,
+        "mlp_act.BK": 128,
+        "mlp_act.num_stages": 5,
+    }
     assert flux.why_invalid(big).startswith("mlp_act: shared memory")
     qwen = model_space(qwen3_moe_stack.model())
     assert [p.name for p in qwen.params if "." not in p.name] == [
-        "qkv_merge", "qkv_epilogue", "rmsnorm", "moe_impl", "block_compile"]
+        "qkv_merge",
+        "qkv_epilogue",
+        "rmsnorm",
+        "moe_impl",
+        "block_compile",
+    ]
     assert len(qwen.params) == 14
     sites = {s["site"]: s for s in describe_sites(qwen3_moe_stack.model())}
     assert sites["moe_impl"]["kind"] == "fuse" and sites["qkv_epilogue"]["requires"] == {
-        "triton": [["qkv_merge", "merged"]]}
+        "triton": [["qkv_merge", "merged"]]
+    }
 
 
 def test_apply_shares_weights_and_leaves_the_base_untouched() -> None:
@@ -79,7 +106,7 @@ def test_apply_shares_weights_and_leaves_the_base_untouched() -> None:
     assert all(torch.allclose(w, g, atol=1e-5) for w, g in zip(want, got))
 
 
-_SITES = r'''
+_SITES = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import flux_dit, qwen3_moe_stack
@@ -113,14 +140,19 @@ for mod, extra in ((flux_dit, [{"mlp_act": "gemm_epilogue", "mlp_act.BM": 32, "m
         out.append({"model": mod.name, "point": point, "ok": done.ok, "reason": done.reason,
                     "checks": [[c.site, c.choice, c.ok, c.error, c.tolerance, c.seeds] for c in done.checks]})
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def site_checks() -> list[dict]:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", _SITES, str(ROOT / "examples" / "models")], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SITES, str(ROOT / "examples" / "models")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -128,13 +160,21 @@ def site_checks() -> list[dict]:
 def test_every_site_realisation_passes_its_check_against_the_unfused_module(site_checks: list[dict]) -> None:
     seen = {(c["model"], s, v) for c in site_checks for s, v, *_ in c["checks"]}
     # every non-baseline choice of every site of both models was realised and checked
-    assert seen >= {("flux-dit", "adaln_hoist", "hoisted"), ("flux-dit", "qkv_merge", "merged"),
-                    ("flux-dit", "qkv_epilogue", "triton"), ("flux-dit", "qkv_epilogue", "compiled"),
-                    ("flux-dit", "norm_modulate", "triton"), ("flux-dit", "mlp_act", "gemm_epilogue"),
-                    ("flux-dit", "block_compile", "on"), ("qwen3-moe-stack", "block_compile", "on"),
-                    ("qwen3-moe-stack", "qkv_merge", "merged"), ("qwen3-moe-stack", "qkv_epilogue", "triton"),
-                    ("qwen3-moe-stack", "qkv_epilogue", "compiled"), ("qwen3-moe-stack", "rmsnorm", "triton"),
-                    ("qwen3-moe-stack", "moe_impl", "triton_fused")}
+    assert seen >= {
+        ("flux-dit", "adaln_hoist", "hoisted"),
+        ("flux-dit", "qkv_merge", "merged"),
+        ("flux-dit", "qkv_epilogue", "triton"),
+        ("flux-dit", "qkv_epilogue", "compiled"),
+        ("flux-dit", "norm_modulate", "triton"),
+        ("flux-dit", "mlp_act", "gemm_epilogue"),
+        ("flux-dit", "block_compile", "on"),
+        ("qwen3-moe-stack", "block_compile", "on"),
+        ("qwen3-moe-stack", "qkv_merge", "merged"),
+        ("qwen3-moe-stack", "qkv_epilogue", "triton"),
+        ("qwen3-moe-stack", "qkv_epilogue", "compiled"),
+        ("qwen3-moe-stack", "rmsnorm", "triton"),
+        ("qwen3-moe-stack", "moe_impl", "triton_fused"),
+    }
     for case in site_checks:
         assert case["ok"], case
         for site, choice, ok, err, tol, seeds in case["checks"]:
@@ -143,6 +183,7 @@ def test_every_site_realisation_passes_its_check_against_the_unfused_module(site
 
 def _broken(model: torch.nn.Module) -> torch.nn.Module:
     """A Qwen stack whose rmsnorm='triton' realisation forgets the norm's weight (eager ops)."""
+
     class Broken(qwen3_moe_stack.DecoderLayer):
         def _norm(self, x, weight, y=None):  # type: ignore[no-untyped-def]
             if self.choice("rmsnorm") == "triton":
@@ -175,8 +216,11 @@ def test_a_wrong_realisation_is_refused_with_its_reason() -> None:
 def test_the_model_evaluator_on_the_cpu() -> None:
     m = qwen3_moe_stack.model()
     ev = ModelEvaluator(m, qwen3_moe_stack.example_inputs(), name="qwen-tiny", device="cpu", timing=FAST)
-    genomes = [variant(ev.space), variant(ev.space, qkv_merge="merged"),
-               Genome.of({**ev.space.default(), "qkv_epilogue": "triton"})]
+    genomes = [
+        variant(ev.space),
+        variant(ev.space, qkv_merge="merged"),
+        Genome.of({**ev.space.default(), "qkv_epilogue": "triton"}),
+    ]
     base_ok, merged, invalid = list(ev.evaluate(genomes))
     for r in (base_ok, merged):
         assert r.is_ok and r.meta["timing"] == "cpu-wall" and r.meta["baseline_ms"] > 0
@@ -189,8 +233,9 @@ def test_the_model_evaluator_on_the_cpu() -> None:
     import torch
 
     assert torch._dynamo.config.recompile_limit >= 256
-    broken = ModelEvaluator(_broken(qwen3_moe_stack.model()), qwen3_moe_stack.example_inputs(), name="broken",
-                            device="cpu", timing=FAST)
+    broken = ModelEvaluator(
+        _broken(qwen3_moe_stack.model()), qwen3_moe_stack.example_inputs(), name="broken", device="cpu", timing=FAST
+    )
     [bad] = list(broken.evaluate([variant(broken.space, rmsnorm="triton")]))
     assert bad.status is Status.INCORRECT and "site rmsnorm=triton" in bad.error and bad.meta["checks"]
     fp = ev.fingerprint()
@@ -208,8 +253,15 @@ def test_ablation_records_dead_ends_and_the_winning_set(tmp_path: Path) -> None:
     assert all(r.alone_ms and r.without_ms and not r.pays_alone for r in report.rows)
     assert report.timing == "cpu-wall" and "| adaln_hoist=hoisted |" in report.markdown()
     with SQLiteStore(str(tmp_path / "kb.db")) as store:
-        lessons = record(store, report, ev.space, gpu="cpu", toolchain={"torch": "x"}, shapes=[{"tokens": 32}],
-                         tests=["tests/test_model_level.py"])
+        lessons = record(
+            store,
+            report,
+            ev.space,
+            gpu="cpu",
+            toolchain={"torch": "x"},
+            shapes=[{"tokens": 32}],
+            tests=["tests/test_model_level.py"],
+        )
         stored = store.lessons(op="flux-tiny")
         assert len(lessons) == 2 and {le.kind for le in stored} == {"caveat"}
         text = " ".join(le.text for le in stored)
@@ -223,8 +275,13 @@ def test_ablation_records_dead_ends_and_the_winning_set(tmp_path: Path) -> None:
 
 def test_alone_and_without_follow_requirements() -> None:
     space = model_space(qwen3_moe_stack.model())
-    win = {**space.default(), "qkv_merge": "merged", "qkv_epilogue": "triton", "qkv_epilogue.BLOCK_T": 16,
-           "rmsnorm": "triton"}
+    win = {
+        **space.default(),
+        "qkv_merge": "merged",
+        "qkv_epilogue": "triton",
+        "qkv_epilogue.BLOCK_T": 16,
+        "rmsnorm": "triton",
+    }
     solo = alone(space, win, "qkv_epilogue")
     assert solo["qkv_merge"] == "merged" and solo["qkv_epilogue.BLOCK_T"] == 16 and solo["rmsnorm"] == "eager"
     point, undone = without(space, win, "qkv_merge")
@@ -234,9 +291,25 @@ def test_alone_and_without_follow_requirements() -> None:
 
 def test_the_benchmark_script_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "model_level_h200.py"), "--device", "cpu", "--tiny", "--models",
-         "flux,qwen", "--budget", "3", "--no-compiled-sites", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "model_level_h200.py"),
+            "--device",
+            "cpu",
+            "--tiny",
+            "--models",
+            "flux,qwen",
+            "--budget",
+            "3",
+            "--no-compiled-sites",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "model_level.json").read_text())
     assert set(doc["geomean"]) == {"eager_cudagraph", "torch_compile"} and doc["geomean"]["eager_cudagraph"] > 0

@@ -22,8 +22,9 @@ def test_fp8_perturbation_round_trip():
     # the report's values are the fp8 values themselves, so the gate can rebuild the call's inputs
     rebuilt = pristine[0].clone()
     j, positions, values = next(r for r in report if r[0] == 0)
-    rebuilt.view(torch.uint8).view(-1)[torch.tensor(positions)] = \
+    rebuilt.view(torch.uint8).view(-1)[torch.tensor(positions)] = (
         torch.tensor(values, dtype=torch.float64).to(torch.float8_e4m3fn).view(torch.uint8)
+    )
     assert torch.equal(rebuilt.view(torch.uint8), a.view(torch.uint8))
     p.restore(rec, 0)
     assert torch.equal(a.view(torch.uint8), pristine[0].view(torch.uint8)) and torch.equal(b, pristine[1])

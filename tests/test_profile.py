@@ -125,12 +125,20 @@ def test_unknown_gpu_has_no_roofline_and_says_why():
 
 
 def test_nn_module_events_stand_in_for_missing_scopes():
-    ev = [{"ph": "X", "cat": "python_function", "name": "nn.Module: Decoder_0", "pid": 1, "tid": 1, "ts": 0,
-           "dur": 100},
-          {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1, "tid": 1, "ts": 10,
-           "dur": 50},
-          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 30,
-           "args": {"Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"]}}]
+    ev = [
+        {"ph": "X", "cat": "python_function", "name": "nn.Module: Decoder_0", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 20,
+            "dur": 30,
+            "args": {"Input Dims": [[4, 8], [8, 16]], "Input type": ["float", "float"]},
+        },
+    ]
     p = parse_trace({"traceEvents": ev})
     assert [(k.op, k.module, k.flops) for k in p.kernels] == [("aten::mm", "Decoder_0.Linear_0", 2 * 4 * 8 * 16)]
 
@@ -138,9 +146,21 @@ def test_nn_module_events_stand_in_for_missing_scopes():
 def test_grouped_mm_counts_each_row_against_its_groups_weight():
     # the MoE experts of examples/models/qwen3_moe_stack.py run as torch._grouped_mm (call S:
     # 6.7% of the Qwen3-MoE step per layer, with no roofline until this formula)
-    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::_grouped_mm", "pid": 1, "tid": 1, "ts": 20, "dur": 30,
-           "args": {"Input Dims": [[12, 16], [3, 16, 8], [3], [], []],
-                    "Input type": ["c10::BFloat16", "c10::BFloat16", "int", "", ""]}}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::_grouped_mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 20,
+            "dur": 30,
+            "args": {
+                "Input Dims": [[12, 16], [3, 16, 8], [3], [], []],
+                "Input type": ["c10::BFloat16", "c10::BFloat16", "int", "", ""],
+            },
+        }
+    ]
     [k] = parse_trace({"traceEvents": ev}).kernels
     assert k.flops == 2 * 12 * 16 * 8 and k.bytes == 2 * (12 * 16 + 3 * 16 * 8 + 12 * 8)
 
@@ -169,14 +189,19 @@ def test_cpu_profile_of_the_tiny_decoder():
     rows = p.opportunities()
     assert sum(r.share for r in rows) == pytest.approx(1.0)
     by = {(r.module, r.op) for r in rows}
-    for module, op in [("layers.0.attn.qkv", "aten::mm"), ("layers.1.attn.o_proj", "aten::mm"),
-                       ("layers.0.attn", "aten::_scaled_dot_product_flash_attention_for_cpu"),
-                       ("layers.1.mlp.experts.0.gate_up", "aten::mm"), ("embed", "aten::index_select"),
-                       ("lm_head", "aten::mm")]:
+    for module, op in [
+        ("layers.0.attn.qkv", "aten::mm"),
+        ("layers.1.attn.o_proj", "aten::mm"),
+        ("layers.0.attn", "aten::_scaled_dot_product_flash_attention_for_cpu"),
+        ("layers.1.mlp.experts.0.gate_up", "aten::mm"),
+        ("embed", "aten::index_select"),
+        ("lm_head", "aten::mm"),
+    ]:
         assert (module, op) in by, (module, op)
     assert any(r.module == ROOT for r in rows) and all(r.module != "(outside)" for r in rows)
-    attn = next(r for r in rows if r.op == "aten::_scaled_dot_product_flash_attention_for_cpu"
-                and r.module == "layers.0.attn")
+    attn = next(
+        r for r in rows if r.op == "aten::_scaled_dot_product_flash_attention_for_cpu" and r.module == "layers.0.attn"
+    )
     assert attn.calls == 2 and attn.tflops is not None and attn.headroom_ms is None  # no CPU peaks
     mm = [k for k in p.kernels if k.module == "layers.0.attn.qkv" and k.op == "aten::mm"]
     assert mm and all(k.flops == 2 * 32 * 64 * (4 + 2 * 2) * 16 for k in mm)  # 32 tokens, 64 -> 128 features
@@ -185,8 +210,20 @@ def test_cpu_profile_of_the_tiny_decoder():
 
 
 def _cpu_trace() -> dict:
-    return {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 10,
-                             "args": {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]}}]}
+    return {
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::mm",
+                "pid": 1,
+                "tid": 1,
+                "ts": 0,
+                "dur": 10,
+                "args": {"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]},
+            }
+        ]
+    }
 
 
 def _run(cmd: list[str], env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -196,8 +233,24 @@ def _run(cmd: list[str], env: dict[str, str], *args: str, cwd: Path) -> subproce
 def test_cli_profile_json_and_store(evokernel_cmd, cli_env, tmp_path):
     db = tmp_path / "p.db"
     env = {**cli_env, "OMP_NUM_THREADS": "1"}
-    out = _run(evokernel_cmd, env, "profile", str(TARGET), "--device", "cpu", "--iters", "1", "--warmup", "0",
-               "--db", str(db), "--json", "--top", "5", cwd=tmp_path)
+    out = _run(
+        evokernel_cmd,
+        env,
+        "profile",
+        str(TARGET),
+        "--device",
+        "cpu",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--db",
+        str(db),
+        "--json",
+        "--top",
+        "5",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["target"] == "tiny-decoder" and data["device"] == "cpu" and len(data["rows"]) == 5
@@ -208,8 +261,10 @@ def test_cli_profile_json_and_store(evokernel_cmd, cli_env, tmp_path):
 
     with SQLiteStore(db, create=False) as store:
         saved = store.profiles()
-        assert [(p["id"], p["name"], p["device"]) for p in saved] == [(1, "tiny-decoder", "cpu"),
-                                                                     (2, "gpu_small", "NVIDIA H200")]
+        assert [(p["id"], p["name"], p["device"]) for p in saved] == [
+            (1, "tiny-decoder", "cpu"),
+            (2, "gpu_small", "NVIDIA H200"),
+        ]
         assert sum(r["share"] for r in saved[0]["rows"]) == pytest.approx(1.0)  # the store keeps every row
         assert saved[1]["rows"][0]["module"] == "layers.0.mlp" and saved[1]["summary"]["iterations"] == 1
         assert saved[1]["toolchain"]["device_name"] == "NVIDIA H200" and "torch" in saved[1]["toolchain"]
@@ -217,9 +272,12 @@ def test_cli_profile_json_and_store(evokernel_cmd, cli_env, tmp_path):
 
 
 def test_cli_profile_usage_errors(evokernel_cmd, cli_env, tmp_path):
-    for args, text in [((), "one of them"), ((str(TARGET), "--trace", str(TRACE)), "one of them"),
-                       (("--trace", str(tmp_path / "none.json")), "no such trace"),
-                       ((str(tmp_path / "none.py"),), "no such target")]:
+    for args, text in [
+        ((), "one of them"),
+        ((str(TARGET), "--trace", str(TRACE)), "one of them"),
+        (("--trace", str(tmp_path / "none.json")), "no such trace"),
+        ((str(tmp_path / "none.py"),), "no such target"),
+    ]:
         out = _run(evokernel_cmd, cli_env, "profile", *args, "--db", str(tmp_path / "x.db"), cwd=tmp_path)
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.strip().splitlines()[-1].startswith("evokernel: error:") and text in out.stderr
@@ -232,11 +290,19 @@ def test_profiling_an_sglang_engine_without_sglang_says_so(tmp_path):
 
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("SGLang is installed: the device run covers it")
-    out = subprocess.run([sys.executable, "-m", "evokernel.cli", "profile", "--sglang", str(tmp_path),
-                          "--db", str(tmp_path / "p.db")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "profile", "--sglang", str(tmp_path), "--db", str(tmp_path / "p.db")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "--sglang needs SGLang installed" in out.stderr and "Traceback" not in out.stderr
-    both = subprocess.run([sys.executable, "-m", "evokernel.cli", "profile", "--sglang", str(tmp_path), "--trace",
-                           "t.json"], capture_output=True, text=True, timeout=120)
+    both = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "profile", "--sglang", str(tmp_path), "--trace", "t.json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert both.returncode == 2 and "one of them" in both.stderr
 
 
@@ -247,18 +313,33 @@ def test_the_engine_profile_reports_an_engine_that_cannot_start(tmp_path):
     from evokernel.evaluators.sglang import profile_engine
 
     with pytest.raises(ConfigError, match="the SGLang engine did not start") as err:
-        profile_engine(["--model-path", str(tmp_path)], trace_path=tmp_path / "t.json", log_dir=tmp_path / "logs",
-                       load_timeout_s=120)
+        profile_engine(
+            ["--model-path", str(tmp_path)],
+            trace_path=tmp_path / "t.json",
+            log_dir=tmp_path / "logs",
+            load_timeout_s=120,
+        )
     assert "profile.log" in str(err.value)
 
 
 def test_a_fused_moe_op_counts_the_experts_the_batch_touches():
     # SGLang's fused-MoE custom op (call W's engine profile: 85% of the kernel time had no
     # roofline): 6 T k I H FLOPs, and the weights of E (1 - (1 - k/E)^T) experts
-    ev = [{"ph": "X", "cat": "cpu_op", "name": "sglang::inplace_fused_experts", "pid": 1, "tid": 1, "ts": 20,
-           "dur": 30, "args": {"Input Dims": [[4, 16], [8, 12, 16], [8, 16, 6], [4, 2], [4, 2], [], []],
-                               "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "float", "int",
-                                              "", ""]}}]
+    ev = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "sglang::inplace_fused_experts",
+            "pid": 1,
+            "tid": 1,
+            "ts": 20,
+            "dur": 30,
+            "args": {
+                "Input Dims": [[4, 16], [8, 12, 16], [8, 16, 6], [4, 2], [4, 2], [], []],
+                "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16", "float", "int", "", ""],
+            },
+        }
+    ]
     [k] = parse_trace({"traceEvents": ev}).kernels
     touched = 8 * (1 - (1 - 2 / 8) ** 4)
     assert k.flops == 2 * 4 * 2 * (12 * 16 + 16 * 6)

@@ -68,7 +68,9 @@ def target(tmp_path: Path) -> Path:
 @pytest.fixture
 def reference(tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]) -> dict:
     db, log = tmp_path / "ref.db", tmp_path / "ref.log"
-    out = subprocess.run(_cmd(evokernel_cmd, target, db), env=_env(cli_env, log), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        _cmd(evokernel_cmd, target, db), env=_env(cli_env, log), capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     report["history"] = _eval_ids(db, report["run_id"])
@@ -77,13 +79,18 @@ def reference(tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_c
 
 @pytest.mark.parametrize("kill_after", [1, 45, BUDGET + 3])  # first generation, mid-run, re-measuring
 def test_sigkill_then_rerun_resumes_without_repeats_or_losses(
-    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str], reference: dict,
+    tmp_path: Path,
+    target: Path,
+    cli_env: dict[str, str],
+    evokernel_cmd: list[str],
+    reference: dict,
     kill_after: int,
 ):
     db, log = tmp_path / "run.db", tmp_path / "run.log"
     env = _env(cli_env, log)
-    proc = subprocess.Popen(_cmd(evokernel_cmd, target, db), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        _cmd(evokernel_cmd, target, db), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 60
     while len(_lines(log)) < kill_after and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
@@ -104,7 +111,7 @@ def test_sigkill_then_rerun_resumes_without_repeats_or_losses(
     out = subprocess.run(_cmd(evokernel_cmd, target, db), env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    after = _lines(log)[len(killed):]
+    after = _lines(log)[len(killed) :]
 
     store = SQLiteStore(db, create=False)
     counts = store.count(run_id)

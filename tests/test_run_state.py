@@ -25,7 +25,7 @@ LANDSCAPE = "matmul_bf16_h200_M16_N4096_K4096"
 
 # a search file whose evaluator logs every genome it measures, sleeps `EVOKERNEL_TEST_DELAY`
 # per genome, and from the `EVOKERNEL_TEST_HANG_AT`-th measurement on hangs or raises
-TARGET = '''
+TARGET = """
 import os, time
 from evokernel.evaluators import ReplayEvaluator
 from evokernel.engine.landscape import builtin
@@ -47,7 +47,7 @@ class Logged(ReplayEvaluator):
 evaluator = Logged(builtin("matmul_bf16_h200_M16_N4096_K4096"))
 space = evaluator.space
 name = "state-test"
-'''
+"""
 
 
 @pytest.fixture
@@ -71,7 +71,8 @@ def _runs(db: Path) -> list:
 
 # -- data and state ----------------------------------------------------------------------
 def test_the_same_search_started_twice_runs_once_and_the_second_is_refused_in_one_line(
-        tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]):
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+):
     db, log = tmp_path / "twice.db", tmp_path / "twice.log"
     cmd = [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "60", "--json"]
     env = _env(cli_env, log, delay="0.1")
@@ -123,7 +124,8 @@ class TooMany:
 
 @pytest.mark.parametrize("as_list", [True, False])
 def test_an_evaluator_that_returns_more_results_than_genomes_fails_and_stores_none_of_them(
-        tmp_path: Path, small: Landscape, as_list: bool):
+    tmp_path: Path, small: Landscape, as_list: bool
+):
     store = SQLiteStore(tmp_path / "many.db")
     ev = TooMany(ReplayEvaluator(small), as_list=as_list)
     with pytest.raises(EvaluatorError, match="more results than genomes"):
@@ -145,8 +147,9 @@ def _closed_pipe() -> int:
 
 @pytest.mark.parametrize("closed", ["stdout", "stdout+stderr"])
 @pytest.mark.parametrize("as_json", [False, True])
-def test_a_closed_pipe_never_changes_a_run(tmp_path: Path, cli_env: dict[str, str], evokernel_cmd: list[str],
-                                           closed: str, as_json: bool):
+def test_a_closed_pipe_never_changes_a_run(
+    tmp_path: Path, cli_env: dict[str, str], evokernel_cmd: list[str], closed: str, as_json: bool
+):
     db = tmp_path / "pipe.db"
     cmd = [*evokernel_cmd, "search", LANDSCAPE, "--db", str(db), "--budget", "30", *(["--json"] if as_json else [])]
     done = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=120)
@@ -166,46 +169,71 @@ def test_a_closed_pipe_never_changes_a_run(tmp_path: Path, cli_env: dict[str, st
 
 
 def test_show_reports_best_so_far_of_a_failed_run_killed_runs_and_the_replayed_gpu(
-        tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]):
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+):
     db, log = tmp_path / "show.db", tmp_path / "show.log"
     # a run whose evaluator breaks after 20 measurements: failed, with its best so far
-    broken = subprocess.run([*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "40", "--json"],
-                            env=_env(cli_env, log, hang_at="21", exit="3"), capture_output=True, text=True, timeout=60)
+    broken = subprocess.run(
+        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "40", "--json"],
+        env=_env(cli_env, log, hang_at="21", exit="3"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert broken.returncode == 1
     # a run killed with SIGKILL while measuring
-    proc = subprocess.Popen([*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "40", "--seed", "1",
-                             "--json"], env=_env(cli_env, log, delay="0.05"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "40", "--seed", "1", "--json"],
+        env=_env(cli_env, log, delay="0.05"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while len(log.read_text().split()) < 20 + 18 and time.monotonic() < deadline:  # two generations
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     # a replay of an H200 landscape, on this CPU-only machine
-    assert subprocess.run([*evokernel_cmd, "search", LANDSCAPE, "--db", str(db), "--budget", "16", "--quiet"],
-                          env=cli_env, capture_output=True, timeout=60).returncode == 0
-    shown = subprocess.run([*evokernel_cmd, "show", str(db), "--json"], env=cli_env, capture_output=True, text=True,
-                           timeout=60)
+    assert (
+        subprocess.run(
+            [*evokernel_cmd, "search", LANDSCAPE, "--db", str(db), "--budget", "16", "--quiet"],
+            env=cli_env,
+            capture_output=True,
+            timeout=60,
+        ).returncode
+        == 0
+    )
+    shown = subprocess.run(
+        [*evokernel_cmd, "show", str(db), "--json"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
     failed, killed, replay = json.loads(shown.stdout)["runs"]
     assert failed["status"] == "failed" and failed["summary"]["best_ms"] > 0
     assert "SystemExit: 3" in failed["summary"]["error"]
     assert killed["status"] == "killed"
-    text = subprocess.run([*evokernel_cmd, "show", str(db)], env=cli_env, capture_output=True, text=True,
-                          timeout=60).stdout
+    text = subprocess.run(
+        [*evokernel_cmd, "show", str(db)], env=cli_env, capture_output=True, text=True, timeout=60
+    ).stdout
     # columns: run, name, status, evaluations, best ms, gpu, started
-    rows = {cells[0]: cells for cells in ([c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines()
-                                          if line.count("│") == 8)}
+    rows = {
+        cells[0]: cells
+        for cells in ([c.strip() for c in line.split("│")[1:-1]] for line in text.splitlines() if line.count("│") == 8)
+    }
     assert rows[failed["id"]][2] == "failed" and rows[failed["id"]][4] == f"{failed['summary']['best_ms']:.6f}"
     assert rows[killed["id"]][2] == "killed" and float(rows[killed["id"]][4]) > 0
     assert rows[replay["id"]][5] == "H200 (replay)"
 
 
-def test_an_interrupted_run_keeps_its_best_so_far(tmp_path: Path, target: Path, cli_env: dict[str, str],
-                                                  evokernel_cmd: list[str]):
+def test_an_interrupted_run_keeps_its_best_so_far(
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+):
     db, log = tmp_path / "int.db", tmp_path / "int.log"
-    proc = subprocess.Popen([*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "60", "--json"],
-                            env=_env(cli_env, log, delay="0.05"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "60", "--json"],
+        env=_env(cli_env, log, delay="0.05"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not (log.exists() and len(log.read_text().split()) >= 20) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -234,8 +262,11 @@ class _Killed(ReplayEvaluator):
 
 def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: Path):
     def search(store: SQLiteStore, kill_at: int = 0):  # a fresh evaluator: as a fresh process has
-        ev = (_Killed(builtin(LANDSCAPE), noise=0.05, seed=3, at=kill_at) if kill_at
-              else ReplayEvaluator(builtin(LANDSCAPE), noise=0.05, seed=3))
+        ev = (
+            _Killed(builtin(LANDSCAPE), noise=0.05, seed=3, at=kill_at)
+            if kill_at
+            else ReplayEvaluator(builtin(LANDSCAPE), noise=0.05, seed=3)
+        )
         return Search(ev.space, ev, store=store).run(Budget(evaluations=120), seed=3)
 
     whole = search(SQLiteStore(tmp_path / "whole.db"))
@@ -250,13 +281,18 @@ def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: 
 
 
 # -- hangs and faults --------------------------------------------------------------------
-def test_the_wall_time_stops_an_evaluation_that_hangs(tmp_path: Path, target: Path, cli_env: dict[str, str],
-                                                      evokernel_cmd: list[str]):
+def test_the_wall_time_stops_an_evaluation_that_hangs(
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+):
     db, log = tmp_path / "hang.db", tmp_path / "hang.log"
     t0 = time.monotonic()
-    out = subprocess.run([*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "100",
-                          "--wall-time", "4", "--json"], env=_env(cli_env, log, hang_at="12"),
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "100", "--wall-time", "4", "--json"],
+        env=_env(cli_env, log, hang_at="12"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     took = time.monotonic() - t0
     assert out.returncode == 0, out.stderr
     assert took < 4 + 10  # the budget, plus starting Python and importing
@@ -269,12 +305,17 @@ def test_the_wall_time_stops_an_evaluation_that_hangs(tmp_path: Path, target: Pa
     assert run.status == "finished" and stop["genome"] not in log.read_text()
 
 
-def test_an_evaluator_raising_system_exit_fails_the_run_with_one_line(tmp_path: Path, target: Path,
-                                                                      cli_env: dict[str, str],
-                                                                      evokernel_cmd: list[str]):
+def test_an_evaluator_raising_system_exit_fails_the_run_with_one_line(
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+):
     db, log = tmp_path / "exit.db", tmp_path / "exit.log"
-    out = subprocess.run([*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "30", "--quiet"],
-                         env=_env(cli_env, log, hang_at="5", exit="3"), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "30", "--quiet"],
+        env=_env(cli_env, log, hang_at="5", exit="3"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert out.stderr.count("\n") == 1 and "SystemExit: 3" in out.stderr and "Traceback" not in out.stderr
     [run] = _runs(db)

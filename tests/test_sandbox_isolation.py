@@ -70,8 +70,13 @@ def _surroundings(work: str) -> dict:
     judge = int(os.environ["EVOKERNEL_TEST_JUDGE"])
     out: dict = {"pid": os.getpid(), "cwd": os.getcwd(), "procs": sorted(p for p in os.listdir("/proc") if p.isdigit())}
     writes = {}
-    for path in (str(ROOT / "evokernel-sandbox-probe"), "/root/evokernel-sandbox-probe", "/tmp/probe",
-                 "/dev/shm/probe", os.path.join(work, "probe")):
+    for path in (
+        str(ROOT / "evokernel-sandbox-probe"),
+        "/root/evokernel-sandbox-probe",
+        "/tmp/probe",
+        "/dev/shm/probe",
+        os.path.join(work, "probe"),
+    ):
         try:
             with open(path, "w") as f:
                 f.write("x")
@@ -111,11 +116,19 @@ def test_pid_1_of_its_own_namespaces_sees_and_writes_nothing_of_the_judge(monkey
         # (a checkout under /tmp, as a CI clone, is not even there: the private /tmp hides it)
         root_write = got["writes"].pop(str(ROOT / "evokernel-sandbox-probe"))
         assert root_write == "EROFS" or root_write == "ENOENT" and str(ROOT).startswith(tempfile.gettempdir())
-        assert got["writes"] == {"/root/evokernel-sandbox-probe": "EROFS", "/tmp/probe": "written",
-                                 "/dev/shm/probe": "written", os.path.join(work, "probe"): "written"}, got["writes"]
+        assert got["writes"] == {
+            "/root/evokernel-sandbox-probe": "EROFS",
+            "/tmp/probe": "written",
+            "/dev/shm/probe": "written",
+            os.path.join(work, "probe"): "written",
+        }, got["writes"]
         assert got["signal_judge"] == "ESRCH" and got["ptrace"] == "EPERM"
-        assert got["status"] == {"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1",
-                                 "Seccomp": "2"}
+        assert got["status"] == {
+            "CapEff": "0000000000000000",
+            "CapBnd": "0000000000000000",
+            "NoNewPrivs": "1",
+            "Seccomp": "2",
+        }
         assert got["connect"] in ("ENETUNREACH", "EPERM", "EACCES")
         # its folder is the judge's folder: what it wrote there is here; its /tmp was its own
         assert os.listdir(work) == ["probe"] and not os.path.exists("/tmp/probe")
@@ -174,7 +187,7 @@ def test_seccomp_program_shape() -> None:
     """Arch check first (a foreign architecture is killed), then the refused calls answer EPERM."""
     for arch in ("x86_64", "aarch64"):
         prog = _isolation._filter(_isolation.REFUSED if arch == _isolation._ARCH else ["ptrace"], arch)
-        ins = [struct.unpack("HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
+        ins = [struct.unpack("HBBI", prog[i : i + 8]) for i in range(0, len(prog), 8)]
         assert ins[0] == (0x20, 0, 0, 4) and ins[1][3] == _isolation._AUDIT_ARCH[arch]
         assert 1 + 1 + ins[1][2] == len(ins) - 2 and ins[-2] == (0x06, 0, 0, 0x80000000)  # foreign: killed
         assert ins[-1] == (0x06, 0, 0, 0x00050000 | errno.EPERM)
@@ -213,16 +226,23 @@ def test_without_a_pid_namespace_seccomp_refuses_signals_but_to_itself() -> None
     data = os.read(r, 4096)
     os.close(r)
     os.waitpid(pid, 0)
-    assert json.loads(data) == {"parent": "EPERM", "self": "sent", "group": "EPERM", "everyone": "EPERM",
-                                "pidfd": "EPERM"}
+    assert json.loads(data) == {
+        "parent": "EPERM",
+        "self": "sent",
+        "group": "EPERM",
+        "everyone": "EPERM",
+        "pidfd": "EPERM",
+    }
 
 
 def _refused(_: str) -> dict:
     libc = ctypes.CDLL(None, use_errno=True)
     out = {}
-    for name, call in (("ptrace", lambda: libc.ptrace(0, 0, 0, 0)),  # PTRACE_TRACEME
-                       ("unshare", lambda: libc.unshare(0x10000000)),
-                       ("process_vm_readv", lambda: libc.process_vm_readv(1, None, 0, None, 0, 0))):
+    for name, call in (
+        ("ptrace", lambda: libc.ptrace(0, 0, 0, 0)),  # PTRACE_TRACEME
+        ("unshare", lambda: libc.unshare(0x10000000)),
+        ("process_vm_readv", lambda: libc.process_vm_readv(1, None, 0, None, 0, 0)),
+    ):
         out[name] = errno.errorcode[ctypes.get_errno()] if call() < 0 else "allowed"
     return out
 
@@ -250,8 +270,10 @@ def test_options_and_environment_choose_the_protections(monkeypatch) -> None:
 
 
 #: the CLI started under a seccomp filter that refuses unshare, as some container runtimes do
-_NO_NAMESPACES = ("import os, sys; from evokernel.judge._isolation import _install_filter; _install_filter(['unshare', "
-                  "'setns']); os.execv(sys.executable, [sys.executable, '-m', 'evokernel.cli', *sys.argv[1:]])")
+_NO_NAMESPACES = (
+    "import os, sys; from evokernel.judge._isolation import _install_filter; _install_filter(['unshare', "
+    "'setns']); os.execv(sys.executable, [sys.executable, '-m', 'evokernel.cli', *sys.argv[1:]])"
+)
 
 
 def _without_namespaces(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -262,8 +284,9 @@ def _without_namespaces(*args: str, cwd: Path = ROOT) -> subprocess.CompletedPro
 
 
 def _check_without_namespaces(*extra: str) -> subprocess.CompletedProcess:
-    return _without_namespaces("check", str(PROBLEMS / "matmul_small.py"), str(HONEST), "--device", "cpu",
-                               "--no-time", "--json", *extra)
+    return _without_namespaces(
+        "check", str(PROBLEMS / "matmul_small.py"), str(HONEST), "--device", "cpu", "--no-time", "--json", *extra
+    )
 
 
 @pytest.mark.skipif(_isolation._ARCH not in _isolation._NR, reason="no seccomp table for this architecture")
@@ -289,8 +312,13 @@ def test_a_search_records_the_sandbox_and_results_do_not_depend_on_it() -> None:
         return HONEST.read_text()
 
     on = KernelEvaluator(PROBLEMS / "matmul_small.py", render, device="cpu", template="t")
-    off = KernelEvaluator(PROBLEMS / "matmul_small.py", render, device="cpu", template="t",
-                          options=GateOptions(sandbox=SandboxOptions(isolation="off", without=("pid",))))
+    off = KernelEvaluator(
+        PROBLEMS / "matmul_small.py",
+        render,
+        device="cpu",
+        template="t",
+        options=GateOptions(sandbox=SandboxOptions(isolation="off", without=("pid",))),
+    )
     assert on.fingerprint() == off.fingerprint()
     assert on.environment()["sandbox"] == {"on": sorted(REPORT.on), "off": REPORT.off}
     assert off.environment()["sandbox"]["on"] == []

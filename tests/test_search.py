@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from evokernel import (
-    Budget, ConfigError, EvaluatorError, Genome, Observer, Result, Search, SearchOptions, Status,
+    Budget,
+    ConfigError,
+    EvaluatorError,
+    Genome,
+    Observer,
+    Result,
+    Search,
+    SearchOptions,
+    Status,
 )
 from evokernel.core.archive import Archive, Verdict
 from evokernel.evaluators import ReplayEvaluator
@@ -116,7 +124,8 @@ def test_results_are_not_reused_across_fingerprints(tmp_path: Path, small: Lands
 
 def test_patience_stops_a_stalled_search(small: Landscape):
     report = Search(small.space, ReplayEvaluator(small), options=SearchOptions(population=4, patience=2)).run(
-        Budget(evaluations=40), seed=0)
+        Budget(evaluations=40), seed=0
+    )
     assert report.stop_reason == "patience" and report.evaluations < 40
 
 
@@ -203,7 +212,8 @@ def test_broken_mutators_cost_proposals_not_the_run(small: Landscape):
             return Genome.of({"a": 3, "b": 1, "layout": "row"})
 
     report = Search(small.space, ReplayEvaluator(small), [Raises(), Garbage(), Invalid()]).run(
-        Budget(evaluations=20), seed=0)
+        Budget(evaluations=20), seed=0
+    )
     assert report.evaluations == 20
     assert report.skipped["raises raised"] > 0 and report.skipped["garbage returned dict"] > 0
     assert any(k.startswith("invalid: a=3") for k in report.skipped)
@@ -224,7 +234,8 @@ def test_cost_cap_switches_off_costly_operators_only(small: Landscape):
 
     paid = Paid()
     report = Search(small.space, ReplayEvaluator(small), [paid, RandomRestart()]).run(
-        Budget(evaluations=40, cost=3.0), seed=0)
+        Budget(evaluations=40, cost=3.0), seed=0
+    )
     assert paid.calls == 3 and report.cost == 3.0 and report.evaluations == 40
 
 
@@ -312,8 +323,11 @@ def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
     from evokernel.engine.transfer import family_of_name
 
     store = SQLiteStore(tmp_path / "runs.db")
-    names = ["matmul_bf16_h200_M2048_N6144_K4096", "matmul_bf16_h200_M8192_N8192_K1024",
-             "matmul_bf16_h200_M16_N4096_K4096"]
+    names = [
+        "matmul_bf16_h200_M2048_N6144_K4096",
+        "matmul_bf16_h200_M8192_N8192_K1024",
+        "matmul_bf16_h200_M16_N4096_K4096",
+    ]
     for name in names:
         ev = ReplayEvaluator(builtin(name))
         Search(ev.space, ev, store=store).run(Budget(evaluations=60), seed=0)
@@ -331,11 +345,14 @@ def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
     assert events[0]["offered_later"] == 0 and "transfer" not in report.operators
     # with a transfer operator, the rest are offered under the bandit
     more = Search(target.space, target, store=store, options=SearchOptions(transfer_operator=8)).run(
-        Budget(evaluations=24), seed=2)
+        Budget(evaluations=24), seed=2
+    )
     (ev_more,) = [p for k, p, _ in store.events(more.run_id) if k == "transfer"]
     assert ev_more["offered_later"] == 8 and "transfer" in more.operators
     # a run with transfer turned off starts from random points instead
-    off = Search(target.space, target, store=store, options=SearchOptions(transfer=0)).run(Budget(evaluations=8), seed=1)
+    off = Search(target.space, target, store=store, options=SearchOptions(transfer=0)).run(
+        Budget(evaluations=8), seed=1
+    )
     assert not [p for k, p, _ in store.events(off.run_id) if k == "transfer"]
 
 
@@ -346,8 +363,9 @@ def test_learned_constraints_skip_points_predicted_to_run_out_of_shared_memory()
     for learn in (True, False):
         ev = ReplayEvaluator(builtin("matmul_bf16_h200_M2048_N6144_K4096"))
         store = SQLiteStore(":memory:")
-        report = Search(ev.space, ev, strategy="random", store=store,
-                        options=SearchOptions(learn_failures=learn)).run(Budget(evaluations=300), seed=2)
+        report = Search(ev.space, ev, strategy="random", store=store, options=SearchOptions(learn_failures=learn)).run(
+            Budget(evaluations=300), seed=2
+        )
         failed[learn] = report.statuses.get("compile_error", 0)
         skips = [p for k, p, _ in store.events(report.run_id) if k == "skip"]
         if learn:

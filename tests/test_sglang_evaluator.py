@@ -15,10 +15,18 @@ from evokernel.evaluators.sglang import BASELINE, CONTROL, ABReport, SGLangEvalu
 
 def _run(prefill: float, decode: float, bs: int) -> dict:
     # the fields sglang.benchmark.one_batch's latency_test_run_once returns
-    return {"run_name": "evokernel", "batch_size": bs, "input_len": 512, "output_len": 32, "prefill_latency": prefill,
-            "prefill_throughput": 512 * bs / prefill, "median_decode_latency": decode,
-            "median_decode_throughput": bs / decode, "total_latency": prefill + 31 * decode,
-            "overall_throughput": 544 * bs / (prefill + 31 * decode)}
+    return {
+        "run_name": "evokernel",
+        "batch_size": bs,
+        "input_len": 512,
+        "output_len": 32,
+        "prefill_latency": prefill,
+        "prefill_throughput": 512 * bs / prefill,
+        "median_decode_latency": decode,
+        "median_decode_throughput": bs / decode,
+        "total_latency": prefill + 31 * decode,
+        "overall_throughput": 544 * bs / (prefill + 31 * decode),
+    }
 
 
 def test_the_plan_warms_every_point_and_the_report_gives_medians_ratios_and_the_geomean():
@@ -52,17 +60,25 @@ def test_numerics_pass_within_tolerance_and_fail_beyond_it_or_on_non_finite_logi
     assert compare_numerics(base, dict(base, finite=False))["reason"] == "non-finite logits"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed: the GPU test covers it")
+@pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is not None, reason="SGLang is installed: the GPU test covers it"
+)
 def test_without_sglang_every_engine_reports_why_and_nothing_is_measured(tmp_path: Path):
-    ev = SGLangEvaluator(["--model-path", str(tmp_path)], batch_sizes=(1,), prefill_lens=(), repeats=1,
-                         log_dir=tmp_path / "logs", load_timeout_s=120)
+    ev = SGLangEvaluator(
+        ["--model-path", str(tmp_path)],
+        batch_sizes=(1,),
+        prefill_lens=(),
+        repeats=1,
+        log_dir=tmp_path / "logs",
+        load_timeout_s=120,
+    )
     report = ev.compare({"cand": tmp_path})
     assert set(report.errors) == {BASELINE, CONTROL, "cand"}  # the A/A control is a second shipped engine
     assert "No module named 'sglang'" in report.errors[BASELINE] and not report.samples
     assert report.to_json()["geomean"] == {BASELINE: {}}
     # each engine had its own CPUs (disjoint), where the machine has enough of them
     sets = [set(c) for c in report.meta["cpus"].values()]
-    assert len(sets) == 3 and not any(a & b for i, a in enumerate(sets) for b in sets[i + 1:])
+    assert len(sets) == 3 and not any(a & b for i, a in enumerate(sets) for b in sets[i + 1 :])
 
 
 def test_a_trace_weights_the_batch_sizes_and_sets_the_lengths():
@@ -85,7 +101,9 @@ def test_the_promotion_rule_and_its_decisions_are_recorded_in_the_store(tmp_path
 
     store = SQLiteStore(tmp_path / "s.db")
     ev = ReplayEvaluator(builtin("moe_bf16_h200_qwen3-30b-a3b_M64"))
-    ids = [Search(ev.space, ev, store=store, name=f"moe-M{m}").run(Budget(evaluations=3), seed=m).run_id for m in (1, 2)]
+    ids = [
+        Search(ev.space, ev, store=store, name=f"moe-M{m}").run(Budget(evaluations=3), seed=m).run_id for m in (1, 2)
+    ]
     rows = [{"run": ids[0], "gain": 1.04, "what": "a"}, {"run": ids[1], "gain": 1.005, "what": "b"}]
     rule = Promotion(min_gain=0.01)
     chosen = rule.select(rows)
@@ -103,8 +121,9 @@ def test_paired_ratios_see_through_drift_between_rounds():
     report = ABReport(plan=plan)
     report.samples[BASELINE] = {"b1_i512_o32": [_run(0.05, 0.001 * d, 1) for d in drift]}
     report.samples["faster"] = {"b1_i512_o32": [_run(0.05, 0.001 * d / 1.05, 1) for d in drift]}
-    report.samples["same"] = {"b1_i512_o32": [_run(0.05, 0.001 * d * (1 + 0.01 * (-1) ** i), 1)
-                                              for i, d in enumerate(drift)]}
+    report.samples["same"] = {
+        "b1_i512_o32": [_run(0.05, 0.001 * d * (1 + 0.01 * (-1) ** i), 1) for i, d in enumerate(drift)]
+    }
     paired = report.to_json()["paired"]["decode_throughput"]
     assert paired["faster"]["b1_i512_o32"]["median"] == pytest.approx(1.05)
     assert paired["faster"]["b1_i512_o32"]["verdict"] == "faster" and paired["faster"]["geomean"]["verdict"] == "faster"

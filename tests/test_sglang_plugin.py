@@ -42,8 +42,9 @@ def test_a_broken_package_is_reported_and_leaves_sglang_unchanged(tmp_path: Path
     assert "SGLANG_MOE_CONFIG_DIR" not in os.environ
     with pytest.raises(PackageError, match="no manifest.json"):
         Package.load(tmp_path / "missing")
-    (tmp_path / "manifest.json").write_text(json.dumps({"format": FORMAT, "kernels": [
-        {"op": "fused_moe", "table": "kernels/fused_moe.json"}]}))
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"format": FORMAT, "kernels": [{"op": "fused_moe", "table": "kernels/fused_moe.json"}]})
+    )
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "fused_moe.json").write_text('{"E=4,N=32": {"8": {"up": {}}}}')
     with pytest.raises(PackageError, match="entry 'E=4,N=32' is malformed"):
@@ -68,13 +69,39 @@ def _inputs(m: int):
     return problem, problem.make_inputs(shape, 0, "cpu")
 
 
-def sglang_fused_experts_impl(hidden_states, w1, w2, topk_weights, topk_ids, b1=None, b2=None, inplace=False,
-                              activation="silu", is_gated=True, apply_router_weight_on_input=False,
-                              use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False,
-                              per_channel_quant=False, w1_scale=None, w2_scale=None, w1_zp=None, w2_zp=None,
-                              a1_scale=None, a2_scale=None, block_shape=None, no_combine=False,
-                              routed_scaling_factor=None, gemm1_alpha=None, gemm1_limit=None, filter_expert=True,
-                              swiglu_limit=None, gate_up_interleaved=True, a1_q=None):
+def sglang_fused_experts_impl(
+    hidden_states,
+    w1,
+    w2,
+    topk_weights,
+    topk_ids,
+    b1=None,
+    b2=None,
+    inplace=False,
+    activation="silu",
+    is_gated=True,
+    apply_router_weight_on_input=False,
+    use_fp8_w8a8=False,
+    use_int8_w8a8=False,
+    use_int8_w8a16=False,
+    use_int4_w4a16=False,
+    per_channel_quant=False,
+    w1_scale=None,
+    w2_scale=None,
+    w1_zp=None,
+    w2_zp=None,
+    a1_scale=None,
+    a2_scale=None,
+    block_shape=None,
+    no_combine=False,
+    routed_scaling_factor=None,
+    gemm1_alpha=None,
+    gemm1_limit=None,
+    filter_expert=True,
+    swiglu_limit=None,
+    gate_up_interleaved=True,
+    a1_q=None,
+):
     """SGLang 0.5.17's `fused_experts_impl` signature, computing in torch (the problem's reference)."""
     from evokernel.judge.problem import Problem
 
@@ -91,7 +118,7 @@ def test_the_hook_runs_the_template_on_the_plain_path_and_sglangs_kernel_otherwi
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("EVOKERNEL_MOE_MODEL", "tiny")
     monkeypatch.setenv("EVOKERNEL_MOE_DTYPE", "float16")
-    code = r'''
+    code = r"""
 import os, sys
 sys.path.insert(0, os.environ["ROOT"])
 import torch
@@ -126,7 +153,7 @@ assert torch.allclose(fused(impl, x, w1, w2, tw, ti).float(), want, rtol=5e-3, a
 table = MoeTable.from_json({f"E={E},N={two_n // 2}": {"8": {"up": dict(UP, FUSE_SILU=1), "down": DOWN}}})
 assert table.lookup(E, two_n // 2, 8)[0]["FUSE_SILU"] == 1
 print("ok")
-'''
+"""
     env = dict(os.environ, ROOT=str(ROOT))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
@@ -137,9 +164,26 @@ def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: p
     _search(db, 8, monkeypatch)
     out = tmp_path / "pkg"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_MOE")}
-    done = subprocess.run([sys.executable, "-m", "evokernel.cli", "export", "sglang-plugin", str(db), "--out", str(out),
-                           "--device-name", "NVIDIA H200", "--triton-version", "3.6.0"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "export",
+            "sglang-plugin",
+            str(db),
+            "--out",
+            str(out),
+            "--device-name",
+            "NVIDIA H200",
+            "--triton-version",
+            "3.6.0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "EVOKERNEL_SGLANG_PACKAGE=" in done.stdout
     package = Package.load(out)

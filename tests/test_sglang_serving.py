@@ -31,7 +31,9 @@ def test_the_trace_becomes_a_mooncake_replay_with_its_arrival_times(tmp_path: Pa
 def test_results_are_parsed_and_summarised_against_the_baseline(tmp_path: Path):
     got = parse_result(RECORDED / "sglang" / "serving_result.jsonl")
     assert got["median_ttft_ms"] == 48.1 and got["output_throughput"] == 992.7 and set(got) == set(METRICS)
-    faster = {k: (v * 0.8 if k.endswith("_ms") else v * 1.25 if k == "output_throughput" else v) for k, v in got.items()}
+    faster = {
+        k: (v * 0.8 if k.endswith("_ms") else v * 1.25 if k == "output_throughput" else v) for k, v in got.items()
+    }
     doc = summarise_rounds({BASELINE: [got, got], "cand": [faster, faster]})
     assert doc["vs_baseline"]["cand"]["median_tpot_ms"] == pytest.approx(1.25)
     assert doc["vs_baseline"]["cand"]["output_throughput"] == pytest.approx(1.25)

@@ -26,8 +26,14 @@ def params(draw: st.DrawFn, name: str) -> Param:
     if kind == "bool":
         return Boolean(name)
     if kind == "choice":
-        opts = draw(st.lists(st.sampled_from(["a", "b", "c", "d", 3, 2.5, True]), min_size=1, max_size=5,
-                             unique_by=lambda v: (type(v), v)))
+        opts = draw(
+            st.lists(
+                st.sampled_from(["a", "b", "c", "d", 3, 2.5, True]),
+                min_size=1,
+                max_size=5,
+                unique_by=lambda v: (type(v), v),
+            )
+        )
         return Choice(name, opts)
     return Ordinal(name, draw(st.lists(st.floats(-10, 10, allow_nan=False), min_size=1, max_size=6, unique=True)))
 
@@ -120,8 +126,13 @@ def test_bad_declarations_raise_space_error(make):
 
 def test_constraints_give_reasons():
     space = SearchSpace(
-        [PowerOfTwo("BM", 16, 256), PowerOfTwo("BN", 16, 256), PowerOfTwo("BK", 32, 128),
-         IntRange("num_stages", 1, 5), PowerOfTwo("num_warps", 1, 64)],
+        [
+            PowerOfTwo("BM", 16, 256),
+            PowerOfTwo("BN", 16, 256),
+            PowerOfTwo("BK", 32, 128),
+            IntRange("num_stages", 1, 5),
+            PowerOfTwo("num_warps", 1, 64),
+        ],
         constraints=[shared_memory_limit(), thread_limit()],
     )
     ok = {"BM": 128, "BN": 128, "BK": 64, "num_stages": 3, "num_warps": 8}

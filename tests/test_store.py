@@ -69,7 +69,9 @@ def test_remeasurements_and_elites(tmp_path: Path):
     assert store.remeasurement("r1", g1.id, 1) is None
     store.save_elites("r1", "k", [Elite(niche="a", genome=g1, latency_ms=0.5)])
     _run(store, "r2", "k")
-    store.save_elites("r2", "k", [Elite(niche="a", genome=g2, latency_ms=0.4), Elite(niche="b", genome=g1, latency_ms=0.9)])
+    store.save_elites(
+        "r2", "k", [Elite(niche="a", genome=g2, latency_ms=0.4), Elite(niche="b", genome=g1, latency_ms=0.9)]
+    )
     assert [e.latency_ms for e in store.elites(archive_key="k")] == [0.4, 0.9]
     assert [e.latency_ms for e in store.elites(archive_key="k", before_seq=2)] == [0.5]
     assert store.elites(archive_key="other") == []

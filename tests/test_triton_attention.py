@@ -46,13 +46,19 @@ CASES = [
     ({"TMA": 1, "BLOCK_N": 32}, [37, 16, 50], (4, 2, 64), "float16", True, False),
     ({"TMA": 1, "WARP_SPEC": 1}, [33, 20], (4, 4, 128), "float32", False, False),
     ({"TMA": 1, "WARP_SPEC": 1, "PERSISTENT": 1, "BLOCK_M": 32}, [37, 16, 50], (4, 2, 64), "float16", True, False),
-    ({"CAUSAL_SKIP": 0, "REVERSE_KV": 1, "LAZY_RESCALE": 1, "EXP2": 0, "PERSISTENT": 1, "TMA": 1, "WARP_SPEC": 1},
-     [44, 29], (4, 2, 64), "float16", True, True),
+    (
+        {"CAUSAL_SKIP": 0, "REVERSE_KV": 1, "LAZY_RESCALE": 1, "EXP2": 0, "PERSISTENT": 1, "TMA": 1, "WARP_SPEC": 1},
+        [44, 29],
+        (4, 2, 64),
+        "float16",
+        True,
+        True,
+    ),
     ({}, [0, 33, 1, 0], (2, 1, 64), "float16", True, False),  # empty sequences and a one-token one
     ({"BLOCK_M": 32, "BLOCK_N": 32}, [64, 32], (2, 1, 64), "float16", True, False),  # lengths on block edges
 ]
 
-_SCRIPT = r'''
+_SCRIPT = r"""
 import json, math, sys, torch
 from evokernel.search_spaces.attention.template_prefill import DEFAULTS, attention
 out = []
@@ -83,7 +89,7 @@ for over, lens, (hq, hkv, d), dtype, causal, spike in json.loads(sys.argv[1]):
     err = ((o.double() - want).abs() / (want.abs() + 1)).max().item() if T else 0.0
     out.append({"err": err, "dtype": str(o.dtype), "shape": list(o.shape), "finite": bool(o.isfinite().all())})
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +178,25 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
     def check(source: str, *extra: str) -> tuple[int, dict]:
         cand = tmp_path / "attention_candidate.py"
         cand.write_text(source)
-        proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device",
-                               "cpu", "--json", *extra], env=env, capture_output=True, text=True, timeout=600,
-                              cwd=tmp_path)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "evokernel.cli",
+                "check",
+                str(PROBLEM),
+                str(cand),
+                "--device",
+                "cpu",
+                "--json",
+                *extra,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
         return proc.returncode, json.loads(proc.stdout)
 
     config = dict(DEFAULTS, BLOCK_M=16, BLOCK_N=32, num_warps=4, PERSISTENT=1, TMA=1, LAZY_RESCALE=1, REVERSE_KV=1)
@@ -205,11 +227,15 @@ def compile_sm90(fn, types: dict[str, str], constexprs: dict, *, num_warps: int,
     names = list(fn.arg_names)
     sig = {n: "constexpr" if n in constexprs else types.get(n, "i32") for n in names}
     const = {(i,): constexprs[n] for i, n in enumerate(names) if n in constexprs}
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-             if sig[n].startswith("*") or n.startswith("stride")}
+    attrs = {
+        (i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n.startswith("stride")
+    }
     try:
-        return triton.compile(ASTSource(fn, sig, const, attrs=attrs), target=GPUTarget("cuda", 90, 32),
-                              options={"num_warps": num_warps, "num_stages": num_stages})
+        return triton.compile(
+            ASTSource(fn, sig, const, attrs=attrs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": num_warps, "num_stages": num_stages},
+        )
     except (FileNotFoundError, RuntimeError) as exc:
         if "ptxas" in str(exc).lower() and "not found" in str(exc).lower():
             pytest.skip(f"no ptxas: {exc}")
@@ -219,28 +245,55 @@ def compile_sm90(fn, types: dict[str, str], constexprs: dict, *, num_warps: int,
 def _prefill_sm90(params: dict[str, int], *, head_dim: int = 128, causal: bool = True):
     p = dict(DEFAULTS, **params)
     tma, ws, pers = bool(p["TMA"]), bool(p["WARP_SPEC"]), bool(p["PERSISTENT"])
-    desc = {name: f"tensordesc<bf16[{rows}, {head_dim}]>" for name, rows in
-            (("q_desc", p["BLOCK_M"]), ("k_desc", p["BLOCK_N"]), ("v_desc", p["BLOCK_N"]))}
-    types = {**{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")}, "cu_ptr": "*i32", "qk_scale": "fp32",
-             **(desc if tma else {})}
-    consts = {"GROUP": 4, "HEAD_DIM": head_dim, "BLOCK_M": p["BLOCK_M"], "BLOCK_N": p["BLOCK_N"], "BLOCK_B": 8,
-              "CAUSAL": causal, "CAUSAL_SKIP": bool(p["CAUSAL_SKIP"]), "EXP2": bool(p["EXP2"]),
-              "LAZY": bool(p["LAZY_RESCALE"]), "PERSISTENT": pers, "TMA": tma, "WS_TILES": ws and pers,
-              "WS_KV": ws and not pers, "REVERSE": bool(p["REVERSE_KV"]), "INPUT_PRECISION": "tf32",
-              **({} if tma else {"q_desc": None, "k_desc": None, "v_desc": None})}
-    return compile_sm90(triton_attention._attn_kernel, types, consts, num_warps=p["num_warps"],
-                        num_stages=p["num_stages"])
+    desc = {
+        name: f"tensordesc<bf16[{rows}, {head_dim}]>"
+        for name, rows in (("q_desc", p["BLOCK_M"]), ("k_desc", p["BLOCK_N"]), ("v_desc", p["BLOCK_N"]))
+    }
+    types = {
+        **{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "o_ptr")},
+        "cu_ptr": "*i32",
+        "qk_scale": "fp32",
+        **(desc if tma else {}),
+    }
+    consts = {
+        "GROUP": 4,
+        "HEAD_DIM": head_dim,
+        "BLOCK_M": p["BLOCK_M"],
+        "BLOCK_N": p["BLOCK_N"],
+        "BLOCK_B": 8,
+        "CAUSAL": causal,
+        "CAUSAL_SKIP": bool(p["CAUSAL_SKIP"]),
+        "EXP2": bool(p["EXP2"]),
+        "LAZY": bool(p["LAZY_RESCALE"]),
+        "PERSISTENT": pers,
+        "TMA": tma,
+        "WS_TILES": ws and pers,
+        "WS_KV": ws and not pers,
+        "REVERSE": bool(p["REVERSE_KV"]),
+        "INPUT_PRECISION": "tf32",
+        **({} if tma else {"q_desc": None, "k_desc": None, "v_desc": None}),
+    }
+    return compile_sm90(
+        triton_attention._attn_kernel, types, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
+    )
 
 
 def _ptx_code(kernel) -> str:
-    return "\n".join(line for line in kernel.asm["ptx"].splitlines()
-                     if not line.strip().startswith((".loc", ".file", "//")))
+    return "\n".join(
+        line for line in kernel.asm["ptx"].splitlines() if not line.strip().startswith((".loc", ".file", "//"))
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("over", [{}, {"PERSISTENT": 1}, {"BLOCK_M": 256, "BLOCK_N": 32, "num_warps": 16,
-                                                          "num_stages": 2},
-                                  {"BLOCK_M": 64, "num_warps": 4, "LAZY_RESCALE": 1}])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"PERSISTENT": 1},
+        {"BLOCK_M": 256, "BLOCK_N": 32, "num_warps": 16, "num_stages": 2},
+        {"BLOCK_M": 64, "num_warps": 4, "LAZY_RESCALE": 1},
+    ],
+)
 def test_warp_specialisation_builds_the_same_sm90_kernel(over: dict[str, int]):
     """Why the space rules WARP_SPEC out: with 8-16 warps (and with 4 where it builds at all,
     with the lazy rescale), the KV (or tile) loop marked `warp_specialize` compiles to the
@@ -253,13 +306,16 @@ def test_warp_specialisation_builds_the_same_sm90_kernel(over: dict[str, int]):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("over", [
-    {},
-    {"CAUSAL_SKIP": 0, "REVERSE_KV": 1, "LAZY_RESCALE": 1, "EXP2": 0},
-    {"TMA": 1},
-    {"TMA": 1, "PERSISTENT": 1, "LAZY_RESCALE": 1, "REVERSE_KV": 1},
-    {"BLOCK_M": 256, "BLOCK_N": 32, "num_warps": 16, "num_stages": 2, "PERSISTENT": 1},
-])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"CAUSAL_SKIP": 0, "REVERSE_KV": 1, "LAZY_RESCALE": 1, "EXP2": 0},
+        {"TMA": 1},
+        {"TMA": 1, "PERSISTENT": 1, "LAZY_RESCALE": 1, "REVERSE_KV": 1},
+        {"BLOCK_M": 256, "BLOCK_N": 32, "num_warps": 16, "num_stages": 2, "PERSISTENT": 1},
+    ],
+)
 def test_variants_build_for_sm90_within_the_predicted_shared_memory(over: dict[str, int]):
     """Every kind of variant compiles to an sm_90 cubin (TMA descriptors, the data-dependent
     lazy rescale, the persistent loop), and the space's shared-memory prediction bounds what

@@ -48,7 +48,7 @@ CASES = [
     ({"NUM_SPLITS": 4, "BLOCK_N": 64}, [70, 129], (4, 2, 64), 16, "float16", 1),  # a block spans pages
 ]
 
-_SCRIPT = r'''
+_SCRIPT = r"""
 import json, math, sys, torch
 from evokernel.search_spaces.attention.template_decode import DEFAULTS, decode
 out = []
@@ -81,7 +81,7 @@ for over, lens, (hq, hkv, d), page, dtype, calls in json.loads(sys.argv[1]):
         errs.append(((o.double() - want).abs() / (want.abs() + 1)).max().item())
     out.append({"err": max(errs), "dtype": str(o.dtype), "shape": list(o.shape)})
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -159,34 +159,63 @@ def test_the_gathered_sdpa_baseline_matches_the_reference(monkeypatch: pytest.Mo
 
 @pytest.mark.slow
 def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
-    env = {**os.environ, "EVOKERNEL_DECODE_MODEL": "tiny", "EVOKERNEL_DECODE_DTYPE": "float16",
-           "EVOKERNEL_DECODE_BATCH": "3", "EVOKERNEL_DECODE_CONTEXT": "40,7,100", "EVOKERNEL_DECODE_PAGE": "8"}
+    env = {
+        **os.environ,
+        "EVOKERNEL_DECODE_MODEL": "tiny",
+        "EVOKERNEL_DECODE_DTYPE": "float16",
+        "EVOKERNEL_DECODE_BATCH": "3",
+        "EVOKERNEL_DECODE_CONTEXT": "40,7,100",
+        "EVOKERNEL_DECODE_PAGE": "8",
+    }
     env.pop("TRITON_INTERPRET", None)
     cand = tmp_path / "decode_candidate.py"
     cand.write_text(candidate_source(dict(DEFAULTS, NUM_SPLITS=4, REDUCE=1, BLOCK_N=16)))
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
     assert [t["shape"] for t in data["timings"]] == ["B=3,C=100,Hq=4,Hkv=1,D=64,P=8,lens=40/7/100"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("over", [{}, {"REDUCE": 1, "NUM_SPLITS": 16}, {"NUM_SPLITS": 1, "BLOCK_N": 64, "num_warps": 2},
-                                  {"BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "REDUCE": 1}])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"REDUCE": 1, "NUM_SPLITS": 16},
+        {"NUM_SPLITS": 1, "BLOCK_N": 64, "num_warps": 2},
+        {"BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "REDUCE": 1},
+    ],
+)
 def test_variants_build_for_sm90(over: dict[str, int]):
     """Stage 1 (with the atomics of the last-program reduction) and stage 2 compile to sm_90
     cubins that pipeline their K/V gathers (async copies), without a GPU."""
     from tests.test_triton_attention import compile_sm90
 
     p = dict(DEFAULTS, **over)
-    ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32",
-            "lens_ptr": "*i32", "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "count_ptr": "*i32",
-            "qk_scale": "fp32"}
+    ptrs = {
+        "q_ptr": "*bf16",
+        "k_ptr": "*bf16",
+        "v_ptr": "*bf16",
+        "o_ptr": "*bf16",
+        "bt_ptr": "*i32",
+        "lens_ptr": "*i32",
+        "part_o_ptr": "*fp32",
+        "part_lse_ptr": "*fp32",
+        "count_ptr": "*i32",
+        "qk_scale": "fp32",
+    }
     common = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": p["NUM_SPLITS"]}
     consts = {**common, "PAGE": 16, "BLOCK_N": p["BLOCK_N"], "REDUCE": p["REDUCE"], "INPUT_PRECISION": "tf32"}
-    stage1 = compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"],
-                          num_stages=p["num_stages"])
+    stage1 = compile_sm90(
+        triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
+    )
     assert decode_space().is_valid(p)
     if p["num_stages"] > 1:
         assert "async_copy_global_to_local" in stage1.asm["ttgir"]

@@ -47,13 +47,17 @@ CASES = [
     ({"BN_TAIL": 16, "TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", False)),
     ({"BN_TAIL": 16, "TMA": 1, "WARP_SPEC": 1}, (33, 200, 80), "float16", (True, "relu", False)),
     # 320 columns (256 + a 64 tail: cuBLAS's tile at Qwen3's qkv), the second tile ragged
-    ({"BN": 256, "BN_TAIL": 64, "TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1}, (20, 600, 64), "float16",
-     (True, "silu", False)),
+    (
+        {"BN": 256, "BN_TAIL": 64, "TMA": 1, "TMA_STORE": 2, "PERSISTENT": 1},
+        (20, 600, 64),
+        "float16",
+        (True, "silu", False),
+    ),
 ]
 # (A_REG needs 64-column chunks: its cases in test_a_register_a_tile_matches_the_reference)
 
 # the inputs and the fp64 reference every interpreted script below checks against
-_INPUTS = r'''
+_INPUTS = r"""
 import json, sys, torch, torch.nn.functional as F
 from evokernel.search_spaces.gemm import template as triton_gemm
 from evokernel.search_spaces.gemm.template import DEFAULTS, gemm
@@ -73,10 +77,12 @@ def inputs(m, n, k, dtype, has_bias, act, has_res):
     if res is not None:
         x = x + res.double()
     return a, b, bias, res, x
-'''
+"""
 
 
-_SCRIPT = _INPUTS + r'''
+_SCRIPT = (
+    _INPUTS
+    + r"""
 out = []
 for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
@@ -84,7 +90,8 @@ for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     err = ((c.double() - x).abs() / (x.abs() + 1)).max().item()
     out.append({"err": err, "dtype": str(c.dtype), "shape": list(c.shape)})
 print(json.dumps(out))
-'''
+"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +113,27 @@ def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) 
 # BM=16, N never of BN=32; K=80 in 32-wide steps leaves the fourth of 4 splits empty.
 FIXUP_CASES = [
     ({"SPLIT_K": 2}, [(33, 72, 80), (33, 72, 80)], "float32", (True, "silu", True)),
-    ({"SPLIT_K": 4, "PERSISTENT": 1}, [(33, 72, 80), (1, 40, 48), (33, 72, 80), (1, 40, 48)], "float16",
-     (False, "none", False)),
+    (
+        {"SPLIT_K": 4, "PERSISTENT": 1},
+        [(33, 72, 80), (1, 40, 48), (33, 72, 80), (1, 40, 48)],
+        "float16",
+        (False, "none", False),
+    ),
     ({"SPLIT_K": 3, "PERSISTENT": 1}, [(40, 72, 72), (40, 72, 72)], "float16", (True, "relu", False)),
     ({"SPLIT_K": 4, "TMA": 1}, [(33, 72, 80), (33, 72, 80)], "float16", (False, "gelu_tanh", True)),
-    ({"SPLIT_K": 8, "TMA": 1, "PERSISTENT": 1, "WARP_SPEC": 1, "BK": 16}, [(17, 40, 96), (33, 72, 80), (17, 40, 96)],
-     "float32", (True, "none", True)),
+    (
+        {"SPLIT_K": 8, "TMA": 1, "PERSISTENT": 1, "WARP_SPEC": 1, "BK": 16},
+        [(17, 40, 96), (33, 72, 80), (17, 40, 96)],
+        "float32",
+        (True, "none", True),
+    ),
     # BN=128: the last split sums in two column chunks of 64, the second one past N=200
     ({"SPLIT_K": 3, "BN": 128}, [(33, 200, 80), (33, 200, 80)], "float32", (True, "silu", True)),
 ]
 
-_FIXUP_SCRIPT = _INPUTS + r'''
+_FIXUP_SCRIPT = (
+    _INPUTS
+    + r"""
 out = []
 for over, shapes, dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     case = {"err": 0.0, "same_as_two_kernels": True, "shapes": []}
@@ -131,7 +148,8 @@ for over, shapes, dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     case["counters_left"] = sum(int(t.abs().sum()) for t in triton_gemm._COUNTERS.values())
     out.append(case)
 print(json.dumps(out))
-'''
+"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -175,18 +193,46 @@ def test_a_generated_candidate_with_an_epilogue_passes_the_gate_on_the_cpu(tmp_p
     # the one-kernel split-K fixup, called again and again by the gate's checks and timing
     params = dict(DEFAULTS, BM=16, BN=32, BK=32, SPLIT_K=2, SPLITK_FIXUP=1, PERSISTENT=1, TMA=1)
     cand.write_text(candidate_source(params, bias=True, residual=True, activation="gelu_tanh"))
-    env = {**os.environ, "EVOKERNEL_GEMM_MODEL": "tiny", "EVOKERNEL_GEMM_DTYPE": "float16", "EVOKERNEL_GEMM_M": "40",
-           "EVOKERNEL_GEMM_EPILOGUE": "bias+gelu_tanh+residual"}
+    env = {
+        **os.environ,
+        "EVOKERNEL_GEMM_MODEL": "tiny",
+        "EVOKERNEL_GEMM_DTYPE": "float16",
+        "EVOKERNEL_GEMM_M": "40",
+        "EVOKERNEL_GEMM_EPILOGUE": "bias+gelu_tanh+residual",
+    }
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
     assert [t["shape"] for t in data["timings"]] == ["M=40,N=72,K=80"]
     # the same candidate without the residual input is rejected with a clear reason
     cand.write_text(candidate_source(DEFAULTS, bias=True, activation="gelu_tanh"))
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json", "--no-time"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evokernel.cli",
+            "check",
+            str(PROBLEM),
+            str(cand),
+            "--device",
+            "cpu",
+            "--json",
+            "--no-time",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 1 and not data["accepted"]
 
@@ -201,7 +247,9 @@ def test_the_swap_ab_gene_is_optional_and_its_seeds_are_valid():
         assert all(space.is_valid(p) for p in seeds), m
         assert any(p["SWAP_AB"] for p in seeds) == (m <= 64)
     assert all("SWAP_AB" not in p for p in gemm_seeds(16))  # the plain space's seeds stay as they were
-    assert "SWAP_AB = " not in candidate_source(DEFAULTS) and '"SWAP_AB": 1' in candidate_source(dict(DEFAULTS, SWAP_AB=1))
+    assert "SWAP_AB = " not in candidate_source(DEFAULTS) and '"SWAP_AB": 1' in candidate_source(
+        dict(DEFAULTS, SWAP_AB=1)
+    )
     with pytest.raises(ValueError, match="optionally"):
         candidate_source(dict(DEFAULTS, SWAPAB=1))
 
@@ -222,7 +270,9 @@ def test_every_seed_is_valid_in_the_space_with_every_optional_gene():
         assert any(p["GLUON"] for p in seeds)
 
 
-_A_REG_SCRIPT = _INPUTS + r'''
+_A_REG_SCRIPT = (
+    _INPUTS
+    + r"""
 out = []
 for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
@@ -230,7 +280,8 @@ for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     c = gemm(a, b, bias=bias, residual=res, activation=act, **params)
     out.append({"err": ((c.double() - x).abs() / (x.abs() + 1)).max().item(), "shape": list(c.shape)})
 print(json.dumps(out))
-'''
+"""
+)
 
 # 128, 192 (128 + a 64 tail) and 256 columns as 64-wide MMAs; ragged edges in M, N and K
 A_REG_CASES = [
@@ -287,8 +338,12 @@ def test_a_tail_needs_a_wider_tile_and_no_split_k() -> None:
     import torch
 
     a, b = torch.zeros(8, 16), torch.zeros(16, 8)
-    for bad in ({"BN": 32, "BN_TAIL": 32}, {"BN": 64, "BN_TAIL": 48}, {"BN": 64, "BN_TAIL": 32, "SPLIT_K": 2},
-                {"BN": 64, "BN_TAIL": 32, "SWAP_AB": 1}):
+    for bad in (
+        {"BN": 32, "BN_TAIL": 32},
+        {"BN": 64, "BN_TAIL": 48},
+        {"BN": 64, "BN_TAIL": 32, "SPLIT_K": 2},
+        {"BN": 64, "BN_TAIL": 32, "SWAP_AB": 1},
+    ):
         with pytest.raises(ValueError, match="BN_TAIL"):
             gemm(a, b, **dict(DEFAULTS, **bad))
     space = gemm_space(bn_tail=True, swap_ab=True)
@@ -299,16 +354,18 @@ def test_a_tail_needs_a_wider_tile_and_no_split_k() -> None:
 # these shapes give every case of it: all tiles in the stream-K phase with segments that cross
 # tiles, whole tiles first then stream-K, one tile over several programs, idle programs
 STREAM_K_CASES = [
-    ({}, (33, 72, 80), "float32", (False, "none", False)),          # 9 tiles: 4 whole, then 5 by K steps
-    ({}, (17, 72, 80), "float32", (True, "silu", True)),            # 6 tiles, all by K steps, segments cross tiles
+    ({}, (33, 72, 80), "float32", (False, "none", False)),  # 9 tiles: 4 whole, then 5 by K steps
+    ({}, (17, 72, 80), "float32", (True, "silu", True)),  # 6 tiles, all by K steps, segments cross tiles
     ({"BK": 32}, (16, 64, 512), "float32", (False, "none", False)),  # 2 tiles of 16 K steps over 4 programs
     ({"SWAP_AB": 1, "TMA": 1}, (40, 72, 80), "float16", (True, "gelu_tanh", True)),
-    ({}, (5, 8, 8), "float32", (False, "relu", False)),             # one tile, one K step: three programs idle
+    ({}, (5, 8, 8), "float32", (False, "relu", False)),  # one tile, one K step: three programs idle
     ({"TMA": 1, "TMA_STORE": 2}, (33, 72, 80), "float16", (True, "relu", True)),  # C stored in halves
     ({"BN": 128}, (33, 200, 80), "float32", (True, "silu", True)),  # 6 tiles, 18 K steps over 4: sums in 2 chunks
 ]
 
-_STREAM_K_SCRIPT = _INPUTS + r'''
+_STREAM_K_SCRIPT = (
+    _INPUTS
+    + r"""
 out = []
 for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
     a, b, bias, res, x = inputs(m, n, k, dtype, has_bias, act, has_res)
@@ -319,7 +376,8 @@ for over, (m, n, k), dtype, (has_bias, act, has_res) in json.loads(sys.argv[1]):
                 "deterministic": torch.equal(c, again),
                 "counters_left": sum(int(t.abs().sum()) for t in triton_gemm._COUNTERS.values())})
 print(json.dumps(out))
-'''
+"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -388,10 +446,36 @@ def _hopper_kernel(**genes):
 
     from evokernel.search_spaces.gemm.template import _gemm_kernel
 
-    values = dict(BM=128, BN=256, BK=64, GROUP_M=8, SPLIT_K=1, FIXUP=False, PERSISTENT=True, TMA=True, WS_TILES=False,
-                  WS_K=False, HAS_BIAS=False, ACT=0, HAS_RES=False, EVEN_K=True, INPUT_PRECISION="tf32",
-                  SWAP_AB=False, STREAM_K=False, TMA_STORE=0, c_desc=None, stride_ak=1, stride_bn=1, stride_cn=1,
-                  stride_rn=1, BNT=0, b2_desc=None, c2_desc=None, AREG=False, HOLD=False)
+    values = dict(
+        BM=128,
+        BN=256,
+        BK=64,
+        GROUP_M=8,
+        SPLIT_K=1,
+        FIXUP=False,
+        PERSISTENT=True,
+        TMA=True,
+        WS_TILES=False,
+        WS_K=False,
+        HAS_BIAS=False,
+        ACT=0,
+        HAS_RES=False,
+        EVEN_K=True,
+        INPUT_PRECISION="tf32",
+        SWAP_AB=False,
+        STREAM_K=False,
+        TMA_STORE=0,
+        c_desc=None,
+        stride_ak=1,
+        stride_bn=1,
+        stride_cn=1,
+        stride_rn=1,
+        BNT=0,
+        b2_desc=None,
+        c2_desc=None,
+        AREG=False,
+        HOLD=False,
+    )
     values.update(genes)
     warps, stages = values.pop("num_warps", 8), values.pop("num_stages", 4)
     BM, BN, BK, BNT = values["BM"], values["BN"], values["BK"], values["BNT"]
@@ -405,18 +489,45 @@ def _hopper_kernel(**genes):
     if values["TMA_STORE"]:
         del values["c_desc"]
     half = BN // 2 if values["TMA_STORE"] == 2 else BN
-    types = {"a_ptr": "*bf16", "b_ptr": "*bf16", "c_ptr": "*bf16", "bias_ptr": "*bf16", "res_ptr": "*bf16",
-             "ws_ptr": "*fp32", "counter_ptr": "*i32", "a_desc": f"tensordesc<bf16[{BM}, {BK}]>",
-             "b_desc": f"tensordesc<bf16[{BK}, {BN}]>", "b2_desc": f"tensordesc<bf16[{BK}, {chunk}]>",
-             "c_desc": f"tensordesc<bf16[{BM}, {half}]>", "c2_desc": f"tensordesc<bf16[{BM}, {chunk}]>"}
-    aligned = {"a_ptr", "b_ptr", "c_ptr", "bias_ptr", "res_ptr", "ws_ptr", "counter_ptr", "M", "N", "K",
-               "stride_am", "stride_bk", "stride_cm", "stride_rm"}
+    types = {
+        "a_ptr": "*bf16",
+        "b_ptr": "*bf16",
+        "c_ptr": "*bf16",
+        "bias_ptr": "*bf16",
+        "res_ptr": "*bf16",
+        "ws_ptr": "*fp32",
+        "counter_ptr": "*i32",
+        "a_desc": f"tensordesc<bf16[{BM}, {BK}]>",
+        "b_desc": f"tensordesc<bf16[{BK}, {BN}]>",
+        "b2_desc": f"tensordesc<bf16[{BK}, {chunk}]>",
+        "c_desc": f"tensordesc<bf16[{BM}, {half}]>",
+        "c2_desc": f"tensordesc<bf16[{BM}, {chunk}]>",
+    }
+    aligned = {
+        "a_ptr",
+        "b_ptr",
+        "c_ptr",
+        "bias_ptr",
+        "res_ptr",
+        "ws_ptr",
+        "counter_ptr",
+        "M",
+        "N",
+        "K",
+        "stride_am",
+        "stride_bk",
+        "stride_cm",
+        "stride_rm",
+    }
     names = _gemm_kernel.arg_names
     signature = {n: "constexpr" if n in values else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in values.items()}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if n in aligned and n not in values}
-    return triton.compile(ASTSource(_gemm_kernel, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": warps, "num_stages": stages})
+    return triton.compile(
+        ASTSource(_gemm_kernel, signature, constants, attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": warps, "num_stages": stages},
+    )
 
 
 def _serialised_loads(ttgir: str) -> int:
@@ -428,17 +539,20 @@ def _serialised_loads(ttgir: str) -> int:
     for i, line in enumerate(lines):
         if "ttng.async_tma_copy_global_to_local" in line:
             barrier = re.search(r"\] %\S+, (%[\w#]+),", line)
-            if barrier and any(f"ttng.wait_barrier {barrier.group(1)}," in nxt for nxt in lines[i + 1:i + 3]):
+            if barrier and any(f"ttng.wait_barrier {barrier.group(1)}," in nxt for nxt in lines[i + 1 : i + 3]):
                 count += 1
     return count
 
 
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
-@pytest.mark.parametrize("genes", [
-    dict(BM=16, BN=128, BK=128, PERSISTENT=False, SPLIT_K=2, FIXUP=True, num_warps=4, num_stages=4),
-    dict(BM=32, BN=64, BK=64, PERSISTENT=False, TMA_STORE=1, num_warps=4, num_stages=16),
-    dict(BM=32, BN=64, BK=128, PERSISTENT=True, TMA=False, num_warps=4, num_stages=4),
-])
+@pytest.mark.parametrize(
+    "genes",
+    [
+        dict(BM=16, BN=128, BK=128, PERSISTENT=False, SPLIT_K=2, FIXUP=True, num_warps=4, num_stages=4),
+        dict(BM=32, BN=64, BK=64, PERSISTENT=False, TMA_STORE=1, num_warps=4, num_stages=16),
+        dict(BM=32, BN=64, BK=128, PERSISTENT=True, TMA=False, num_warps=4, num_stages=4),
+    ],
+)
 def test_swap_ab_tiles_build_for_hopper_with_the_weights_as_the_mma_rows(genes: dict) -> None:
     """Every swap-AB tile failed to build from session 7 to 11 ("accumulator shape is
     incompatible": a `return` inside the constexpr `if SWAP_AB` did not stop Triton's code
@@ -482,7 +596,7 @@ def test_a_register_a_tile_loads_a_from_shared_memory_once_per_k_step_on_hopper(
     assert "ttg.local_load" not in tail  # both MMAs read A (and B) from shared memory
     for genes in ({}, {"PERSISTENT": True}, {"TMA_STORE": 1}):
         ttgir = _hopper_ttgir(BN=128, BNT=64, AREG=True, HOLD=True, **genes)
-        loop = ttgir[ttgir.index("scf.for"):]
+        loop = ttgir[ttgir.index("scf.for") :]
         assert loop.count("ttg.local_load") == 1, genes  # A, once per K step
         dots = re.findall(r"ttng.warp_group_dot .*", loop)
         assert dots and all("isAsync = true" in d for d in dots), genes
@@ -504,7 +618,9 @@ def test_the_persistent_kernel_pipelines_pointer_loads_on_hopper() -> None:
         assert ttgir.count("ttg.async_copy_global_to_local") >= 2 * 3, persistent  # A and B, 3 stages ahead
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU (the interpreter compiles nothing)")
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(), reason="needs a GPU (the interpreter compiles nothing)"
+)
 def test_the_last_compiled_kernel_is_the_one_launched() -> None:
     """The probes read registers and spills from it: two tiles, two different kernels."""
     import torch
@@ -555,8 +671,10 @@ def test_a_compile_error_in_a_called_function_says_its_reason_first(tmp_path) ->
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     with pytest.raises(Exception) as info:
-        triton.compile(ASTSource(module.outer, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 64}),
-                       target=GPUTarget("cuda", 90, 32))
+        triton.compile(
+            ASTSource(module.outer, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 64}),
+            target=GPUTarget("cuda", 90, 32),
+        )
     text = _error_text(info.value)
     assert "(raised from)" in text, text
     # the reason (the callee's error) before the caller's excerpt
@@ -566,19 +684,24 @@ def test_a_compile_error_in_a_called_function_says_its_reason_first(tmp_path) ->
 
 # (kernel, M, N): every tile cuBLAS 13 ran on the H200 at the issue's grid (call BB)
 CUBLAS_KERNELS = [
-    ("nvjet_sm90_tst_64x16_64x16_4x1_v_bz_NNT", 16, 6144), ("nvjet_sm90_tst_64x64_64x13_4x1_v_bz_NNT", 64, 6144),
+    ("nvjet_sm90_tst_64x16_64x16_4x1_v_bz_NNT", 16, 6144),
+    ("nvjet_sm90_tst_64x64_64x13_4x1_v_bz_NNT", 64, 6144),
     ("nvjet_sm90_tst_96x128_64x6_2x1_v_bz_NNN", 256, 6144),
     ("nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT", 512, 6144),
     ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 2048, 6144),
-    ("nvjet_sm90_tst_64x16_64x16_2x1_v_bz_splitK_NNT", 16, 4096), ("nvjet_sm90_tst_64x32_64x16_1x2_h_bz_NNT", 64, 4096),
-    ("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", 256, 4096), ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", 512, 4096),
-    ("nvjet_sm90_tst_128x16_64x11_2x1_v_bz_NNT", 16, 28672), ("nvjet_sm90_tst_256x64_64x5_4x1_v_bz_NNT", 64, 28672),
+    ("nvjet_sm90_tst_64x16_64x16_2x1_v_bz_splitK_NNT", 16, 4096),
+    ("nvjet_sm90_tst_64x32_64x16_1x2_h_bz_NNT", 64, 4096),
+    ("nvjet_sm90_tst_128x64_64x8_1x2_h_bz_NNT", 256, 4096),
+    ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT", 512, 4096),
+    ("nvjet_sm90_tst_128x16_64x11_2x1_v_bz_NNT", 16, 28672),
+    ("nvjet_sm90_tst_256x64_64x5_4x1_v_bz_NNT", 64, 28672),
     ("nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT", 512, 28672),
     ("nvjet_sm90_tst_192x192_64x3_2x1_v_bz_coopB_NNN", 8192, 28672),
     ("nvjet_sm90_tst_128x16_64x11_2x1_v_bz_splitK_NNT", 16, 4096),
     ("nvjet_sm90_tst_128x64_64x8_2x1_v_bz_splitK_NNT", 64, 4096),
     ("nvjet_sm90_tst_128x128_64x6_2x1_v_bz_splitK_NNT", 256, 4096),
-    ("nvjet_sm90_tst_160x64_64x6_1x2_h_bz_NNN", 256, 5120), ("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120),
+    ("nvjet_sm90_tst_160x64_64x6_1x2_h_bz_NNN", 256, 5120),
+    ("nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT", 512, 5120),
     ("nvjet_sm90_tst_64x64_64x13_2x1_v_bz_NNT", 256, 2048),
     ("nvjet_sm90_tst_64x64_64x13_4x1_v_bz_splitK_NNT", 64, 2048),
 ]
@@ -632,8 +755,15 @@ def test_warp_specialisation_is_the_cooperative_kernel_or_nothing():
     assert without_idle_genes(coop) == coop
     # a winner's cooperative form: the same tile, 4 warps, one stage deeper where it fits
     q = coop_variant(space, dict(coop, BN=128, BN_TAIL=64, num_warps=8, WARP_SPEC=0, TMA_STORE=2))
-    assert (q["BM"], q["BN"], q["BN_TAIL"], q["num_warps"], q["num_stages"], q["WARP_SPEC"], q["TMA_STORE"]) == \
-        (128, 128, 64, 4, 5, 1, 0)
+    assert (q["BM"], q["BN"], q["BN_TAIL"], q["num_warps"], q["num_stages"], q["WARP_SPEC"], q["TMA_STORE"]) == (
+        128,
+        128,
+        64,
+        4,
+        5,
+        1,
+        0,
+    )
     assert coop_variant(space, dict(coop, BM=64, WARP_SPEC=0)) is None
 
 
@@ -643,7 +773,9 @@ def _hopper_coop_builds() -> bool:
     return _has_nvidia_backend() and triton.__version__.startswith("3.6")
 
 
-@pytest.mark.skipif(not _hopper_coop_builds(), reason="Triton 3.6 (the H200's) builds it; 3.9's Hopper pass fails on it")
+@pytest.mark.skipif(
+    not _hopper_coop_builds(), reason="Triton 3.6 (the H200's) builds it; 3.9's Hopper pass fails on it"
+)
 def test_the_cooperative_kernel_is_one_producer_and_two_consumer_warpgroups_on_hopper() -> None:
     """A 128x256 tile with WARP_SPEC=1 and 4 warps: 12 warps, the producer's TMA loads in
     one partition, two consumer partitions each holding a 64x256 accumulator, registers
@@ -672,8 +804,10 @@ COOP_GPU_CASES = [
 
 
 def _coop_params(over: dict) -> dict:
-    return {**dict(DEFAULTS, BM=128, BK=64, num_warps=4, TMA=1, WARP_SPEC=1, PERSISTENT=0, TMA_STORE=0, BN_TAIL=0),
-            **over}
+    return {
+        **dict(DEFAULTS, BM=128, BK=64, num_warps=4, TMA=1, WARP_SPEC=1, PERSISTENT=0, TMA_STORE=0, BN_TAIL=0),
+        **over,
+    }
 
 
 def test_every_cooperative_gpu_case_is_a_point_of_the_space() -> None:
@@ -686,8 +820,11 @@ def test_every_cooperative_gpu_case_is_a_point_of_the_space() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
-@pytest.mark.xfail(run=False, reason="each case hung past 45 s on the H200 (Triton 3.6, call S11b): not run, "
-                   "so that a GPU test run does not hang; WARP_SPEC=1 is out of gemm_space by default")
+@pytest.mark.xfail(
+    run=False,
+    reason="each case hung past 45 s on the H200 (Triton 3.6, call S11b): not run, "
+    "so that a GPU test run does not hang; WARP_SPEC=1 is out of gemm_space by default",
+)
 @pytest.mark.parametrize("over, shape", COOP_GPU_CASES)
 def test_the_cooperative_kernel_matches_torch_on_the_gpu(over: dict, shape: tuple[int, int, int]) -> None:
     import torch
@@ -697,7 +834,7 @@ def test_the_cooperative_kernel_matches_torch_on_the_gpu(over: dict, shape: tupl
     m, n, k = shape
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k ** 0.5
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
     params = _coop_params(over)
     assert gemm_space(tma_store=True, bn_tail=True, warp_spec=True).is_valid(params)
     c = gemm(a, b, **params)

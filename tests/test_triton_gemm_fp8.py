@@ -28,7 +28,7 @@ CASES = [  # (scales, overrides, (M, N, K))
 
 
 def test_every_path_matches_the_dequantised_reference_in_the_interpreter():
-    code = r'''
+    code = r"""
 import json, os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
@@ -48,14 +48,21 @@ for scales, over, (M, N, K) in cases:
         err = (got - want).abs().max().item()
         assert out.dtype == torch.bfloat16 and out.shape == (M, N) and err <= 2e-2 * want.abs().max().item() + 2e-2, (scales, over, err)
 print("ok")
-'''
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(CASES), str(PROBLEM)], capture_output=True, text=True,
-                          timeout=600, env={k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_")})
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(CASES), str(PROBLEM)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_")},
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 def test_the_space_keeps_bk_within_the_scale_groups_and_the_source_is_well_formed():
-    assert "does not divide the 128-wide scale groups" in gemm_fp8_space(blockwise=True).why_invalid(dict(DEFAULTS, BK=256))
+    assert "does not divide the 128-wide scale groups" in gemm_fp8_space(blockwise=True).why_invalid(
+        dict(DEFAULTS, BK=256)
+    )
     assert "registers" in gemm_fp8_space(blockwise=False).why_invalid(dict(DEFAULTS, BM=256, BN=256, num_warps=4))
     assert '"SPLIT_K": 1' in candidate_source(DEFAULTS)
     with pytest.raises(ValueError, match="exactly"):
@@ -67,7 +74,13 @@ def test_a_generated_fp8_candidate_passes_the_gate_on_the_cpu(tmp_path: Path):
     cand.write_text(candidate_source(dict(DEFAULTS, BM=16, BN=64, BK=64, SPLIT_K=2)))
     env = {**os.environ, "EVOKERNEL_GEMM_MODEL": "tiny", "EVOKERNEL_GEMM_M": "24", "EVOKERNEL_FP8_SCALES": "block"}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json"], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]

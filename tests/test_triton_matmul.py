@@ -173,7 +173,9 @@ def test_candidate_source_is_valid_stable_python():
     assert "from evokernel.search_spaces.matmul.template import matmul" in src
 
 
-@pytest.mark.parametrize("bad", [{"BM": 64}, {**config(64, 64, 32, 1), "extra": 1}, {**config(64, 64, 32, 1), "BM": 6.4}])
+@pytest.mark.parametrize(
+    "bad", [{"BM": 64}, {**config(64, 64, 32, 1), "extra": 1}, {**config(64, 64, 32, 1), "BM": 6.4}]
+)
 def test_candidate_source_rejects_other_params(bad):
     with pytest.raises(ValueError):
         candidate_source(bad)
@@ -182,7 +184,7 @@ def test_candidate_source_rejects_other_params(bad):
 def test_honest_triton_candidate_is_candidate_source_output():
     # below the corpus header (`# problem: ...` lines, read by tests/test_gate.py)
     lines = (HONEST / "triton_matmul.py").read_text().splitlines(keepends=True)
-    body = "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")):])
+    body = "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) :])
     assert body == candidate_source(HONEST_CONFIG)
 
 
@@ -216,7 +218,11 @@ def test_bf16_problem(monkeypatch):
     monkeypatch.delenv("EVOKERNEL_MATMUL_DTYPE", raising=False)
     problem = Problem.load(MATMUL_BF16)
     assert [(s["M"], s["N"], s["K"]) for s in problem.shapes] == [
-        (16, 4096, 4096), (256, 4096, 14336), (2048, 6144, 4096), (8192, 8192, 1024)]
+        (16, 4096, 4096),
+        (256, 4096, 14336),
+        (2048, 6144, 4096),
+        (8192, 8192, 1024),
+    ]
     assert len(problem.heldout) == 2 and not any(s in problem.shapes for s in problem.heldout)
     assert problem.flops(problem.shapes[0]) == 2 * 16 * 4096 * 4096
     assert problem.bytes(problem.shapes[0]) == 2 * (16 * 4096 + 4096 * 4096 + 16 * 4096)
@@ -247,8 +253,11 @@ def test_bf16_problem_dtype_override(monkeypatch, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("params", [config(16, 64, 128, 1), config(128, 128, 64, 8, num_stages=3),
-                                    config(128, 256, 64, 8, num_warps=8, num_stages=3)], ids=str)
+@pytest.mark.parametrize(
+    "params",
+    [config(16, 64, 128, 1), config(128, 128, 64, 8, num_stages=3), config(128, 256, 64, 8, num_warps=8, num_stages=3)],
+    ids=str,
+)
 def test_template_bf16_on_gpu(monkeypatch, params):
     from evokernel.search_spaces.matmul.template import matmul
 

@@ -17,7 +17,13 @@ import pytest
 import torch
 
 from evokernel.search_spaces.moe import moe_shared_space, moe_space, sglang_config, shared_params
-from evokernel.search_spaces.moe.template import GEMM_KEYS, PARAMS, align_block_size, align_block_size_torch, candidate_source
+from evokernel.search_spaces.moe.template import (
+    GEMM_KEYS,
+    PARAMS,
+    align_block_size,
+    align_block_size_torch,
+    candidate_source,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
@@ -87,9 +93,9 @@ def _check_alignment(m: int, top_k: int, experts: int, block_m: int) -> None:
     start = 0
     for e in range(experts):
         run = -(-int(counts[e]) // block_m) * block_m
-        g, w = got[0][start:start + run], want[0][start:start + run]
+        g, w = got[0][start : start + run], want[0][start : start + run]
         assert sorted(g.tolist()) == sorted(w.tolist()), e
-        assert (g[:int(counts[e])] < pairs).all() and (g[int(counts[e]):] == pairs).all(), e
+        assert (g[: int(counts[e])] < pairs).all() and (g[int(counts[e]) :] == pairs).all(), e
         start += run
     assert (got[0][start:] == pairs).all()
 
@@ -135,8 +141,10 @@ def _run_cases() -> None:
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, str | None]:
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            f"import {Path(__file__).stem} as t; t._run_cases()")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        f"import {Path(__file__).stem} as t; t._run_cases()"
+    )
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("VERDICTS ")]
@@ -144,9 +152,16 @@ def interpreted() -> dict[str, str | None]:
     return json.loads(lines[-1].removeprefix("VERDICTS "))
 
 
-@pytest.mark.parametrize("i", range(len(CASES)), ids=[f"{c[0]['BLOCK_SIZE_M']}-{c[1]['BLOCK_SIZE_M']}-M{c[2]}-{c[3]}"
-                                                     + ({True: "-gemv", 2: "-gemv2"}.get(c[4], "") if c[4:5] else "")
-                                                     + ("-fusesilu" if c[5:] == (True,) else "") for c in CASES])
+@pytest.mark.parametrize(
+    "i",
+    range(len(CASES)),
+    ids=[
+        f"{c[0]['BLOCK_SIZE_M']}-{c[1]['BLOCK_SIZE_M']}-M{c[2]}-{c[3]}"
+        + ({True: "-gemv", 2: "-gemv2"}.get(c[4], "") if c[4:5] else "")
+        + ("-fusesilu" if c[5:] == (True,) else "")
+        for c in CASES
+    ],
+)
 def test_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
     assert interpreted[str(i)] is None, interpreted[str(i)]
 
@@ -168,11 +183,11 @@ def test_alignment_groups_pairs_by_expert_in_padded_blocks():
     assert int(total) == 16
     flat = ids.reshape(-1).tolist()
     for b in range(int(total) // 4):
-        block = sorted_ids[b * 4:(b + 1) * 4].tolist()
+        block = sorted_ids[b * 4 : (b + 1) * 4].tolist()
         real = [p for p in block if p < pairs]
         assert real and all(flat[p] == int(expert_ids[b]) for p in real)
     assert sorted(p for p in sorted_ids.tolist() if p < pairs) == list(range(pairs))
-    assert all(int(e) == -1 for e in expert_ids[int(total) // 4:])  # blocks past the total are skipped
+    assert all(int(e) == -1 for e in expert_ids[int(total) // 4 :])  # blocks past the total are skipped
     assert sorted_ids.numel() >= int(total)
 
 
@@ -206,8 +221,14 @@ def _cli_check(cand: Path, source: str, cwd: Path, *flags: str) -> dict[str, Any
     cand.write_text(source)
     env = {**os.environ, "EVOKERNEL_MOE_MODEL": "tiny", "EVOKERNEL_MOE_DTYPE": "float32", "EVOKERNEL_MOE_M": "7"}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json", *flags], env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu", "--json", *flags],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
     return data
@@ -232,19 +253,38 @@ def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
 
 def test_the_fused_silu_gene_and_its_constraints():
     space = moe_space(gemv=True, fuse_silu=True)
-    point = dict(space.default(), BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, num_warps=4, num_stages=3,
-                 GEMV=0, FUSE_SILU=1)
+    point = dict(
+        space.default(),
+        BLOCK_SIZE_M=64,
+        BLOCK_SIZE_N=128,
+        BLOCK_SIZE_K=64,
+        num_warps=4,
+        num_stages=3,
+        GEMV=0,
+        FUSE_SILU=1,
+    )
     assert space.is_valid(point)
     # the fused up GEMM loads two B tiles per stage: (64x128 + 2 x 128x128) bf16 x 4 stages > 227 KB
     assert "shared memory (up GEMM)" in space.why_invalid(dict(point, BLOCK_SIZE_K=128, num_stages=4))
     assert space.is_valid(dict(point, BLOCK_SIZE_K=128, num_stages=4, FUSE_SILU=0))
-    assert "registers" in space.why_invalid(dict(point, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=32,
-                                                 num_stages=2))
-    assert "GEMV path fuses SiLU already" in space.why_invalid(dict(point, GEMV=1, BLOCK_SIZE_M=16, GROUP_SIZE_M=1,
-                                                                   down_GROUP_SIZE_M=1, BLOCK_SIZE_N=32,
-                                                                   down_BLOCK_SIZE_N=32, down_BLOCK_SIZE_K=64))
+    assert "registers" in space.why_invalid(
+        dict(point, BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=32, num_stages=2)
+    )
+    assert "GEMV path fuses SiLU already" in space.why_invalid(
+        dict(
+            point,
+            GEMV=1,
+            BLOCK_SIZE_M=16,
+            GROUP_SIZE_M=1,
+            down_GROUP_SIZE_M=1,
+            BLOCK_SIZE_N=32,
+            down_BLOCK_SIZE_N=32,
+            down_BLOCK_SIZE_K=64,
+        )
+    )
     assert "bf16/fp16 only" in moe_space(fp8="tensor", fuse_silu=True).why_invalid(
-        {k: v for k, v in point.items() if k != "GEMV"})
+        {k: v for k, v in point.items() if k != "GEMV"}
+    )
     with pytest.raises(ValueError, match="FUSE_SILU"):
         candidate_source({k: v for k, v in point.items() if k != "GEMV"}, fp8="tensor")
     with pytest.raises(ValueError, match="two structures"):

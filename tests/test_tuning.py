@@ -16,15 +16,58 @@ from evokernel.search_spaces.attention import decode_space
 #: winners as the benchmark record holds them (benchmarks/results/gemm.json, moe.json): one
 #: recorded before SWAP_AB, TMA_STORE, BN_TAIL and GLUON existed, one of the Gluon kernel, an
 #: MoE row's (up, down) form
-OLD_GEMM = {"model": "llama3-8b", "layer": "down", "M": 256,
-            "winner": {"BK": 64, "BM": 128, "BN": 128, "GROUP_M": 8, "PERSISTENT": 0, "SPLITK_FIXUP": 1, "SPLIT_K": 2,
-                       "TMA": 1, "WARP_SPEC": 0, "maxnreg": 0, "num_ctas": 1, "num_stages": 6, "num_warps": 8}}
-GLUON_GEMM = {"model": "llama3-8b", "layer": "qkv", "M": 512,
-              "winner": {"BK": 64, "BM": 128, "BN": 128, "BN_TAIL": 64, "GLUON": 1, "GROUP_M": 8, "PERSISTENT": 0,
-                         "SPLITK_FIXUP": 0, "SPLIT_K": 1, "SWAP_AB": 0, "TMA": 1, "TMA_STORE": 1, "WARP_SPEC": 0,
-                         "maxnreg": 0, "num_ctas": 1, "num_stages": 4, "num_warps": 8}}
-_MOE = {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 256, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 16, "num_warps": 4,
-        "num_stages": 2}
+OLD_GEMM = {
+    "model": "llama3-8b",
+    "layer": "down",
+    "M": 256,
+    "winner": {
+        "BK": 64,
+        "BM": 128,
+        "BN": 128,
+        "GROUP_M": 8,
+        "PERSISTENT": 0,
+        "SPLITK_FIXUP": 1,
+        "SPLIT_K": 2,
+        "TMA": 1,
+        "WARP_SPEC": 0,
+        "maxnreg": 0,
+        "num_ctas": 1,
+        "num_stages": 6,
+        "num_warps": 8,
+    },
+}
+GLUON_GEMM = {
+    "model": "llama3-8b",
+    "layer": "qkv",
+    "M": 512,
+    "winner": {
+        "BK": 64,
+        "BM": 128,
+        "BN": 128,
+        "BN_TAIL": 64,
+        "GLUON": 1,
+        "GROUP_M": 8,
+        "PERSISTENT": 0,
+        "SPLITK_FIXUP": 0,
+        "SPLIT_K": 1,
+        "SWAP_AB": 0,
+        "TMA": 1,
+        "TMA_STORE": 1,
+        "WARP_SPEC": 0,
+        "maxnreg": 0,
+        "num_ctas": 1,
+        "num_stages": 4,
+        "num_warps": 8,
+    },
+}
+_MOE = {
+    "BLOCK_SIZE_M": 32,
+    "BLOCK_SIZE_N": 256,
+    "BLOCK_SIZE_K": 128,
+    "GROUP_SIZE_M": 16,
+    "num_warps": 4,
+    "num_stages": 2,
+}
 MOE = {"model": "qwen3-30b-a3b", "M": 256, "winner": {"up": _MOE, "down": _MOE}}
 
 
@@ -38,8 +81,9 @@ def test_earlier_winners_seed_the_same_job_in_a_grown_space(tmp_path):
     # listed as optional would drop them all, as GLUON once did)
     full = gemm_space(swap_ab=True, tma_store=True, bn_tail=True, gluon=True)
     for row in (OLD_GEMM, GLUON_GEMM):
-        seeds = prior_seeds(gemm_json, full, normalise=without_idle_genes, model=row["model"], layer=row["layer"],
-                            M=row["M"])
+        seeds = prior_seeds(
+            gemm_json, full, normalise=without_idle_genes, model=row["model"], layer=row["layer"], M=row["M"]
+        )
         assert len(seeds) == 1 and seeds[0]["GLUON"] == row["winner"].get("GLUON", 0), row["layer"]
     # an MoE row keeps its winner as (up, down) configs; the structure genes default to off
     moe = prior_seeds(moe_json, moe_space(gemv=True, fuse_silu=True), model="qwen3-30b-a3b", M=256)
@@ -49,7 +93,9 @@ def test_earlier_winners_seed_the_same_job_in_a_grown_space(tmp_path):
 
 
 def test_landscape_seeds_and_geomean():
-    seeds = landscape_seeds("attention_decode_bf16_h200_llama3-8b_B1_C32768", decode_space(head_dim=128, group=4), top=2)
+    seeds = landscape_seeds(
+        "attention_decode_bf16_h200_llama3-8b_B1_C32768", decode_space(head_dim=128, group=4), top=2
+    )
     assert len(seeds) == 2 and seeds[0]["BLOCK_N"] == 128
     assert geomean([1.0, 4.0, None, 0.0]) == 2.0 and geomean([]) is None
 
@@ -96,8 +142,16 @@ def test_a_winner_that_is_a_baseline_reports_one_against_it_not_its_noise(tmp_pa
     best = dict(BM=64, BN=128, BK=128, GROUP_M=8, num_warps=4, num_stages=4)  # the landscape's optimum
     other = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
     baselines = {"tuned": Genome.of(best), "default": Genome.of(other)}
-    part, report = search_against(ev.space, ev, store=SQLiteStore(tmp_path / "s.db"), name="t",
-                                      evaluations=6, wall_s=30, baselines=baselines, seeds=[other])
+    part, report = search_against(
+        ev.space,
+        ev,
+        store=SQLiteStore(tmp_path / "s.db"),
+        name="t",
+        evaluations=6,
+        wall_s=30,
+        baselines=baselines,
+        seeds=[other],
+    )
     assert part is not None and report.evaluations >= 1
     assert part["winner_is_baseline"] == "tuned" and part["winner"] == best
     assert part["speedup"]["tuned"] == 1.0  # the same config: 1.0, not the ratio of two noisy readings
@@ -106,8 +160,7 @@ def test_a_winner_that_is_a_baseline_reports_one_against_it_not_its_noise(tmp_pa
 
 
 @pytest.mark.parametrize("truly_faster", [False, True])
-def test_a_baseline_that_reads_faster_only_in_the_final_measurement_is_decided_head_to_head(tmp_path,
-                                                                                          truly_faster):
+def test_a_baseline_that_reads_faster_only_in_the_final_measurement_is_decided_head_to_head(tmp_path, truly_faster):
     """Measured on the H200, Mixtral M=2: SGLang's H200 config read 0.356 ms in the pick and
     0.295 in the final re-measurement, where the winner read 0.349 both times (0.846x). A baseline that
     reads clearly faster there is run head to head with the winner; the one kept is
@@ -142,8 +195,16 @@ def test_a_baseline_that_reads_faster_only_in_the_final_measurement_is_decided_h
 
     ev = Scripted(builtin("matmul_bf16_h200_M256_N4096_K14336"), noise=0.0, seed=3)
     baselines = {"shipped": Genome.of(shipped)}
-    part, _ = search_against(ev.space, ev, store=SQLiteStore(tmp_path / "s.db"), name="t", evaluations=4,
-                                 wall_s=30, baselines=baselines, seeds=[best])
+    part, _ = search_against(
+        ev.space,
+        ev,
+        store=SQLiteStore(tmp_path / "s.db"),
+        name="t",
+        evaluations=4,
+        wall_s=30,
+        baselines=baselines,
+        seeds=[best],
+    )
     assert part is not None and part["winner"] == (shipped if truly_faster else best)
     duel = part["tie_break"]
     assert duel["rival"] == Genome.of(shipped).id and duel["kept"] == Genome.of(part["winner"]).id
@@ -157,9 +218,25 @@ def test_a_baseline_that_reads_faster_only_in_the_final_measurement_is_decided_h
 def test_rows_recorded_before_a_gene_existed_still_seed(tmp_path):
     """Rows recorded before SPLITK_FIXUP existed once dropped out as seeds, and a later search
     of the same shape measured a slower winner without them (Llama down M=512: 0.91 -> 0.84)."""
-    row = {"model": "llama3-8b", "layer": "down", "M": 512,
-           "winner": {"BK": 64, "BM": 128, "BN": 128, "GROUP_M": 8, "PERSISTENT": 0, "SPLIT_K": 1, "TMA": 1,
-                      "WARP_SPEC": 1, "maxnreg": 0, "num_ctas": 1, "num_stages": 4, "num_warps": 8}}
+    row = {
+        "model": "llama3-8b",
+        "layer": "down",
+        "M": 512,
+        "winner": {
+            "BK": 64,
+            "BM": 128,
+            "BN": 128,
+            "GROUP_M": 8,
+            "PERSISTENT": 0,
+            "SPLIT_K": 1,
+            "TMA": 1,
+            "WARP_SPEC": 1,
+            "maxnreg": 0,
+            "num_ctas": 1,
+            "num_stages": 4,
+            "num_warps": 8,
+        },
+    }
     path = tmp_path / "gemm.json"
     path.write_text(json.dumps({"rows": [row]}))
     space = gemm_space(swap_ab=True)
@@ -172,8 +249,14 @@ def test_rows_recorded_before_a_gene_existed_still_seed(tmp_path):
 
 def test_a_new_batch_size_starts_from_the_nearest_searched_ones(tmp_path):
     moe = tmp_path / "moe.json"
-    moe.write_text(json.dumps({"rows": [{"model": "qwen3-30b-a3b", "M": m} for m in (1, 16, 64, 256, 1024)]
-                               + [{"model": "mixtral-8x7b", "M": 2}]}))
+    moe.write_text(
+        json.dumps(
+            {
+                "rows": [{"model": "qwen3-30b-a3b", "M": m} for m in (1, 16, 64, 256, 1024)]
+                + [{"model": "mixtral-8x7b", "M": 2}]
+            }
+        )
+    )
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 4, 2) == [1, 16]  # a tie in log distance: the smaller first
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 512, 2) == [256, 1024]
     assert nearest_ms(str(moe), "qwen3-30b-a3b", 16, 1) == [64]  # M itself is left out

@@ -41,10 +41,12 @@ def test_recorded_trace_loads_the_same_from_jsonl_and_csv() -> None:
 
 def test_alternate_field_names(tmp_path: Path) -> None:
     jsonl = tmp_path / "t.jsonl"
-    jsonl.write_text('{"prompt_len": 10, "completion_len": 3, "timestamp": 2.5}\n'
-                     '\n'
-                     '{"input_tokens": 7, "output_tokens": 1}\n'
-                     '{"Prompt_Tokens": 5.0, "completion_tokens": "4", "arrival_s": "1970-01-01T00:00:01+00:00"}\n')
+    jsonl.write_text(
+        '{"prompt_len": 10, "completion_len": 3, "timestamp": 2.5}\n'
+        "\n"
+        '{"input_tokens": 7, "output_tokens": 1}\n'
+        '{"Prompt_Tokens": 5.0, "completion_tokens": "4", "arrival_s": "1970-01-01T00:00:01+00:00"}\n'
+    )
     t = Trace.load(jsonl)
     assert t.requests == [Request(10, 3, 2.5), Request(7, 1, 0.0), Request(5, 4, 1.0)]
     csv = tmp_path / "t.csv"
@@ -55,18 +57,26 @@ def test_alternate_field_names(tmp_path: Path) -> None:
     assert Trace.load(tmp_path / "noext").requests == [Request(4, 2)]
 
 
-@pytest.mark.parametrize("name, text, where, what", [
-    ("bad.jsonl", '{"input_len": 1, "output_len": 1}\n{"input_len": 2, "output_len": 2}\n{oops\n', ":3:", "not JSON"),
-    ("bad.jsonl", '{"input_len": 1, "output_len": 1}\n[1, 2]\n', ":2:", "JSON object"),
-    ("bad.jsonl", '{"input_len": 1}\n', ":1:", "no output_len"),
-    ("bad.jsonl", '{"input_len": 1, "output_len": 2.5}\n', ":1:", "whole number"),
-    ("bad.jsonl", '{"input_len": "many", "output_len": 2}\n', ":1:", "not a number"),
-    ("bad.jsonl", '{"input_len": 0, "output_len": 2}\n', ":1:", "at least 1"),
-    ("bad.jsonl", '{"input_len": 3, "output_len": 2, "timestamp": "noon"}\n', ":1:", "ISO date-time"),
-    ("bad.csv", "input_len,output_len\n1,1\n2,2\n3\n", ":4:", "fields"),
-    ("bad.csv", "prompt_len,output_len\n1,1\n\n2,x\n", ":4:", "not a number"),
-    ("empty.jsonl", "\n\n", "", "no requests"),
-])
+@pytest.mark.parametrize(
+    "name, text, where, what",
+    [
+        (
+            "bad.jsonl",
+            '{"input_len": 1, "output_len": 1}\n{"input_len": 2, "output_len": 2}\n{oops\n',
+            ":3:",
+            "not JSON",
+        ),
+        ("bad.jsonl", '{"input_len": 1, "output_len": 1}\n[1, 2]\n', ":2:", "JSON object"),
+        ("bad.jsonl", '{"input_len": 1}\n', ":1:", "no output_len"),
+        ("bad.jsonl", '{"input_len": 1, "output_len": 2.5}\n', ":1:", "whole number"),
+        ("bad.jsonl", '{"input_len": "many", "output_len": 2}\n', ":1:", "not a number"),
+        ("bad.jsonl", '{"input_len": 0, "output_len": 2}\n', ":1:", "at least 1"),
+        ("bad.jsonl", '{"input_len": 3, "output_len": 2, "timestamp": "noon"}\n', ":1:", "ISO date-time"),
+        ("bad.csv", "input_len,output_len\n1,1\n2,2\n3\n", ":4:", "fields"),
+        ("bad.csv", "prompt_len,output_len\n1,1\n\n2,x\n", ":4:", "not a number"),
+        ("empty.jsonl", "\n\n", "", "no requests"),
+    ],
+)
 def test_malformed_input_names_the_line(tmp_path: Path, name: str, text: str, where: str, what: str) -> None:
     path = tmp_path / name
     path.write_text(text)
@@ -131,8 +141,12 @@ def _step_by_step(reqs: list[Request], max_running: int, max_tokens: int | None,
 
     while queue or running:
         batch: list[int] = []
-        while (queue and (reqs[queue[0]].arrival_s - t0) / step_s <= clock and len(running) + len(batch) < max_running
-               and (max_tokens is None or sum(map(need, [*running, *batch])) + need(queue[0]) <= max_tokens)):
+        while (
+            queue
+            and (reqs[queue[0]].arrival_s - t0) / step_s <= clock
+            and len(running) + len(batch) < max_running
+            and (max_tokens is None or sum(map(need, [*running, *batch])) + need(queue[0]) <= max_tokens)
+        ):
             batch.append(queue.popleft())
         if batch:
             running.update({j: reqs[j].output_len - 1 for j in batch if reqs[j].output_len > 1})
@@ -215,16 +229,23 @@ def test_problem_weights_validated_and_fingerprinted(tmp_path: Path) -> None:
     other = _problem(tmp_path, "WEIGHTS = [1, 3]", "other")
     assert p.fingerprint()["weights"] == scaled.fingerprint()["weights"]  # only the shares count
     assert p.fingerprint()["weights"] != other.fingerprint()["weights"]
-    for bad, what in [("WEIGHTS = [1]", "2 numbers"), ("WEIGHTS = [1, 0]", "positive"),
-                      ("WEIGHTS = [1, float('nan')]", "positive"), ("WEIGHTS = [1, 'x']", "not a number"),
-                      ("WEIGHTS = 3", "2 numbers"), ("WEIGHTS = {8: 1}", "not every shape has an M")]:
+    for bad, what in [
+        ("WEIGHTS = [1]", "2 numbers"),
+        ("WEIGHTS = [1, 0]", "positive"),
+        ("WEIGHTS = [1, float('nan')]", "positive"),
+        ("WEIGHTS = [1, 'x']", "not a number"),
+        ("WEIGHTS = 3", "2 numbers"),
+        ("WEIGHTS = {8: 1}", "not every shape has an M"),
+    ]:
         with pytest.raises(ProblemError, match=what):
             _problem(tmp_path, bad, "bad")
 
 
 def test_problem_weights_by_m(tmp_path: Path) -> None:
-    src = ("SHAPES = [{'M': 8, 'C': 16}, {'M': 2, 'C': 16}]\nHELDOUT_SHAPES = [{'M': 3, 'C': 16}]\n"
-           "def make_inputs(shape, seed, device='cpu'):\n    return ()\ndef reference():\n    return 0\n")
+    src = (
+        "SHAPES = [{'M': 8, 'C': 16}, {'M': 2, 'C': 16}]\nHELDOUT_SHAPES = [{'M': 3, 'C': 16}]\n"
+        "def make_inputs(shape, seed, device='cpu'):\n    return ()\ndef reference():\n    return 0\n"
+    )
     path = tmp_path / "by_m.py"
     path.write_text(src + "WEIGHTS = {2: 0.1, 8: 0.9}\n")
     assert Problem.load(path).weights == [0.9, 0.1]  # aligned with SHAPES
@@ -236,8 +257,13 @@ def test_problem_weights_by_m(tmp_path: Path) -> None:
         Problem.load(path)
 
 
-QUICK = GateOptions(seeds=1, heldout_seeds=1, recheck_seeds=1, timing={"max_reps": 5, "min_reps": 3, "max_s": 0.5},
-                    sandbox=SandboxOptions(start_timeout_s=60, call_timeout_s=30, time_timeout_s=60))
+QUICK = GateOptions(
+    seeds=1,
+    heldout_seeds=1,
+    recheck_seeds=1,
+    timing={"max_reps": 5, "min_reps": 3, "max_s": 0.5},
+    sandbox=SandboxOptions(start_timeout_s=60, call_timeout_s=30, time_timeout_s=60),
+)
 HONEST = (ROOT / "tests" / "corpus" / "honest" / "torch_softmax.py").read_text()
 
 

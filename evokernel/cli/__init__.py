@@ -16,7 +16,17 @@ import sys
 from collections.abc import Sequence
 
 from evokernel.cli import (
-    check, export, kernels, landscapes, lessons, plugins, profile, replay, search, show, sweep,
+    check,
+    export,
+    kernels,
+    landscapes,
+    lessons,
+    plugins,
+    profile,
+    replay,
+    search,
+    show,
+    sweep,
 )
 from evokernel.cli._common import USER_ERROR, Parser, silence
 from evokernel.cli._progress import SearchProgress as _Progress  # noqa: F401  (a name tests patch)
@@ -53,8 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command].run(args)
     except EvaluatorError as exc:
-        print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)",
-              file=sys.stderr)
+        print(f"evokernel: evaluator failed: {exc} (results so far are stored; re-run to resume)", file=sys.stderr)
         return 1
     except EvokernelError as exc:
         print(f"evokernel: error: {exc}", file=sys.stderr)

@@ -50,28 +50,53 @@ def positive_float(text: str) -> float:
 
 # the strategies evokernel ships (evokernel.engine.strategies), named in --strategy's help without
 # loading every plugin to build the parser; tests check it against strategy_names()
-BUILTIN_STRATEGIES = ("default", "evolution", "local", "optuna-tpe", "optuna-cmaes", "optuna-gp", "optuna-nsga2",
-                      "optuna-qmc", "optuna-random", "random")
+BUILTIN_STRATEGIES = (
+    "default",
+    "evolution",
+    "local",
+    "optuna-tpe",
+    "optuna-cmaes",
+    "optuna-gp",
+    "optuna-nsga2",
+    "optuna-qmc",
+    "optuna-random",
+    "random",
+)
 
 
 def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:
     """The options `search` and `replay` share: budget, seed, strategy, store, output."""
     sp.add_argument("--budget", type=positive_int, default=100, help="evaluations (default 100)")
     sp.add_argument("--wall-time", type=positive_float, default=None, help="seconds (default: none)")
-    sp.add_argument("--seed", type=int, default=0,
-                    help="seed of every random choice (default 0); the same seed and options re-run "
-                         "(or resume) the same run")
-    sp.add_argument("--strategy", default=None, metavar="NAME",
-                    help=f"search strategy: {', '.join(BUILTIN_STRATEGIES)}, or one a plugin registers "
-                         "(evokernel plugins); default: default")
-    sp.add_argument("--noise", type=nonneg_float, default=None,
-                    help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)")
-    sp.add_argument("--patience", type=positive_int, default=None,
-                    help="stop after this many generations without a better elite")
-    sp.add_argument("--population", type=positive_int, default=None,
-                    help="individuals kept per generation, and elites carried over (default: the strategy's)")
-    sp.add_argument("--db", default=db_default,
-                    help=f"SQLite database (default: {db_default or 'in memory'})")
+    sp.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of every random choice (default 0); the same seed and options re-run (or resume) the same run",
+    )
+    sp.add_argument(
+        "--strategy",
+        default=None,
+        metavar="NAME",
+        help=f"search strategy: {', '.join(BUILTIN_STRATEGIES)}, or one a plugin registers "
+        "(evokernel plugins); default: default",
+    )
+    sp.add_argument(
+        "--noise",
+        type=nonneg_float,
+        default=None,
+        help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)",
+    )
+    sp.add_argument(
+        "--patience", type=positive_int, default=None, help="stop after this many generations without a better elite"
+    )
+    sp.add_argument(
+        "--population",
+        type=positive_int,
+        default=None,
+        help="individuals kept per generation, and elites carried over (default: the strategy's)",
+    )
+    sp.add_argument("--db", default=db_default, help=f"SQLite database (default: {db_default or 'in memory'})")
     sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sp.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -91,6 +116,7 @@ def on_broken_pipe(console: Any, *, stop: bool) -> Any:
     """Rich exits the process (SystemExit 1) when its pipe closes; instead, a display on
     stderr goes quiet and the search goes on (a closed pipe never changes a run), and the
     report on stdout stops with a BrokenPipeError that `main` turns into a quiet exit."""
+
     def broken() -> None:
         console.quiet = True
         silence(console.file)

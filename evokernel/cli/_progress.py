@@ -38,13 +38,25 @@ class SearchProgress(Observer):
         self.console.print(f"[bold]evokernel[/]: {verb} run {run_id}", highlight=False)
         self.t0 = self.last = time.monotonic()
         if self.console.is_terminal:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(
-                TextColumn("[bold]search"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("best {task.fields[best]}"), TimeElapsedColumn(), TextColumn("left"),
-                TimeRemainingColumn(), console=self.console, transient=False,
+                TextColumn("[bold]search"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("best {task.fields[best]}"),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=False,
             )
             self.task = self.bar.add_task("search", total=self.total, best="-")
             self.bar.start()
@@ -58,8 +70,11 @@ class SearchProgress(Observer):
         while not self._stop.wait(min(1.0, self.every_s)):
             if time.monotonic() - self.last >= self.every_s:
                 of = f"/{self.total}" if self.total else ""
-                self.console.print(f"search: {self.evaluations}{of} evaluations (generation {self.generation}), "
-                                   f"best {self.best}, {time.monotonic() - self.t0:.0f} s elapsed", highlight=False)
+                self.console.print(
+                    f"search: {self.evaluations}{of} evaluations (generation {self.generation}), "
+                    f"best {self.best}, {time.monotonic() - self.t0:.0f} s elapsed",
+                    highlight=False,
+                )
                 self.last = time.monotonic()
 
     def on_evaluation(self, individual: Any, best: Any, evaluations: int) -> None:
@@ -74,7 +89,8 @@ class SearchProgress(Observer):
             best = f"{summary['best_ms']:.5f} ms" if summary["best_ms"] else "-"
             self.console.print(
                 f"generation {generation}: {summary['evaluations']} evaluations, "
-                f"{summary['failed']} failed, best {best}", highlight=False,
+                f"{summary['failed']} failed, best {best}",
+                highlight=False,
             )
             self.last = time.monotonic()
 

@@ -19,17 +19,29 @@ def add_parser(sub: Any) -> None:
     c = sub.add_parser("check", help="check (and time) one candidate against a problem, in a sandbox")
     c.add_argument("problem", help="problem module (.py): make_inputs, reference, SHAPES")
     c.add_argument("candidate", help="candidate module (.py) defining kernel(*inputs)")
-    c.add_argument("--device", choices=["cpu", "cuda"], default=None,
-                   help="default: cuda when a GPU is present, else cpu (Triton through its interpreter)")
+    c.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default=None,
+        help="default: cuda when a GPU is present, else cpu (Triton through its interpreter)",
+    )
     c.add_argument("--no-time", action="store_true", help="check correctness only")
     c.add_argument("--seeds", type=positive_int, default=1, help="checks per tuning shape before timing")
     c.add_argument("--timeout", type=positive_float, default=None, help="seconds per step (import, call, timing)")
     c.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    c.add_argument("--require-sandbox", action="store_true",
-                   help="exit 2 unless every sandbox protection (namespaces, seccomp, limits) holds here")
-    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                   help="a parameter of the problem (its Params), as text: e.g. --param m=64,128; repeatable; "
-                        "overrides the problem's environment variable")
+    c.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="exit 2 unless every sandbox protection (namespaces, seccomp, limits) holds here",
+    )
+    c.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a parameter of the problem (its Params), as text: e.g. --param m=64,128; repeatable; "
+        "overrides the problem's environment variable",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,10 +69,16 @@ def run(args: argparse.Namespace) -> int:
     if device == "cpu":
         problem = problem.on_cpu()
     if not args.json:  # what it is about to do: on the CPU, a full-size problem takes minutes
-        print(check_plan(problem, device, cpu_sized=problem is not full, timed=not args.no_time),
-              file=sys.stderr, flush=True)
-    limits = {} if args.timeout is None else {
-        "start_timeout_s": args.timeout, "call_timeout_s": args.timeout, "time_timeout_s": args.timeout}
+        print(
+            check_plan(problem, device, cpu_sized=problem is not full, timed=not args.no_time),
+            file=sys.stderr,
+            flush=True,
+        )
+    limits = (
+        {}
+        if args.timeout is None
+        else {"start_timeout_s": args.timeout, "call_timeout_s": args.timeout, "time_timeout_s": args.timeout}
+    )
     sandbox = SandboxOptions(**limits, isolation="require" if args.require_sandbox else None)
     report = isolation_report(sandbox, device)  # SandboxUnavailable (exit 2) if required and not all there
     say_sandbox(report)
@@ -76,8 +94,16 @@ def run(args: argparse.Namespace) -> int:
         extra = {"shapes": "cpu" if problem is not full else "full"}
         if device == "cpu" and verdict.timings:
             extra["note"] = CPU_TIMINGS
-        print(json.dumps({**msgspec.to_builtins(verdict), "device": device, **extra,
-                          "sandbox": {"on": sorted(report.on), "off": report.off}}))
+        print(
+            json.dumps(
+                {
+                    **msgspec.to_builtins(verdict),
+                    "device": device,
+                    **extra,
+                    "sandbox": {"on": sorted(report.on), "off": report.off},
+                }
+            )
+        )
     elif verdict.accepted:
         figures = ", ".join(f"{t.shape}: {t.median_ms:.5f} ms" for t in verdict.timings)
         print(f"accepted{': ' + figures if figures else ''}")
@@ -108,12 +134,14 @@ def param_text(items: list[str]) -> dict[str, str]:
     return out
 
 
-CPU_TIMINGS = ("timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing "
-                "about GPU speed")
+CPU_TIMINGS = (
+    "timed on the CPU (wall clock; Triton kernels run in its interpreter): these figures say nothing about GPU speed"
+)
 
 
 def check_plan(problem: Any, device: str, *, cpu_sized: bool, timed: bool) -> str:
     """One line on what `check` is about to do, and on the CPU how long it may take."""
+
     def shapes(items: list[dict[str, Any]]) -> str:
         text = "; ".join(",".join(f"{k}={v}" for k, v in s.items()) for s in items[:3])
         return text + ("; ..." if len(items) > 3 else "")
@@ -121,8 +149,10 @@ def check_plan(problem: Any, device: str, *, cpu_sized: bool, timed: bool) -> st
     what = "correctness, then timing" if timed else "correctness only (--no-time)"
     held = f" and {len(problem.heldout)} held-out" if problem.heldout else ""
     n = len(problem.shapes)
-    line = (f"check: {problem.name} on {'the CPU' if device == 'cpu' else device}: {what}, at "
-            f"{n} {'CPU-sized ' if cpu_sized else ''}shape{'s' if n > 1 else ''} ({shapes(problem.shapes)}){held}")
+    line = (
+        f"check: {problem.name} on {'the CPU' if device == 'cpu' else device}: {what}, at "
+        f"{n} {'CPU-sized ' if cpu_sized else ''}shape{'s' if n > 1 else ''} ({shapes(problem.shapes)}){held}"
+    )
     if device == "cpu" and not cpu_sized:
         try:
             work: float | None = max((problem.flops(s) or 0.0) for s in problem.shapes + problem.heldout)
@@ -130,6 +160,7 @@ def check_plan(problem: Any, device: str, *, cpu_sized: bool, timed: bool) -> st
             work = None
         if work is None or work == 0 or work > 1e9:
             # a GFLOP per call is about a second of a CPU core's time, and checks and timing make many calls
-            line += ("; the problem declares no CPU_SHAPES, so its full sizes run on the CPU: this can take "
-                     "minutes" + (" (--no-time skips timing)" if timed else ""))
+            line += "; the problem declares no CPU_SHAPES, so its full sizes run on the CPU: this can take minutes" + (
+                " (--no-time skips timing)" if timed else ""
+            )
     return line

@@ -13,10 +13,13 @@ from evokernel.core.errors import ConfigError
 
 def add_parser(sub: Any) -> None:
     ex = sub.add_parser("export", help="write a database's winners where a serving engine reads them")
-    ex.add_argument("format", choices=["sglang-moe", "sglang-plugin"],
-                    help="sglang-moe: fused-MoE configs as SGLang's tuned-config files (SGLANG_MOE_CONFIG_DIR); "
-                         "sglang-plugin: a package for evokernel's SGLang plugin (EVOKERNEL_SGLANG_PACKAGE): those "
-                         "configs plus evokernel's fused-MoE kernel at its tuned configs")
+    ex.add_argument(
+        "format",
+        choices=["sglang-moe", "sglang-plugin"],
+        help="sglang-moe: fused-MoE configs as SGLang's tuned-config files (SGLANG_MOE_CONFIG_DIR); "
+        "sglang-plugin: a package for evokernel's SGLang plugin (EVOKERNEL_SGLANG_PACKAGE): those "
+        "configs plus evokernel's fused-MoE kernel at its tuned configs",
+    )
     ex.add_argument("db", help="the search database (SQLite)")
     ex.add_argument("--out", required=True, help="folder to write (files in it are merged, not replaced)")
     ex.add_argument("--device-name", default=None, help="GPU name for the file names (default: what the run recorded)")
@@ -30,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
     if not os.path.exists(args.db):
         raise ConfigError(f"no such database: {args.db}")
     write = sglang_plugin_package if args.format == "sglang-plugin" else sglang_moe
-    report = write(SQLiteStore(args.db, create=False), args.out, device_name=args.device_name,
-                   triton_version=args.triton_version)
+    report = write(
+        SQLiteStore(args.db, create=False), args.out, device_name=args.device_name, triton_version=args.triton_version
+    )
     for line in report.skipped:
         print(f"skipped run {line}", file=sys.stderr)
     for line in getattr(report, "notes", ()):
@@ -43,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
     for path in report.files:
         print(f"wrote {path}")
     if args.format == "sglang-plugin":
-        print(f"serve with: EVOKERNEL_SGLANG_PACKAGE={Path(args.out).resolve()} (evokernel installed where SGLang "
-              "runs; its plugin applies the package in every SGLang process)")
+        print(
+            f"serve with: EVOKERNEL_SGLANG_PACKAGE={Path(args.out).resolve()} (evokernel installed where SGLang "
+            "runs; its plugin applies the package in every SGLang process)"
+        )
     return 0

@@ -16,6 +16,8 @@ def run(args: argparse.Namespace) -> int:
     for name in builtin_names():
         ls = Landscape.load(builtin(name))
         params, best = ls.optimum()
-        print(f"{name}: {len(ls)} configurations, optimum {best:.6f} ms at "
-              + " ".join(f"{k}={v}" for k, v in params.items()))
+        print(
+            f"{name}: {len(ls)} configurations, optimum {best:.6f} ms at "
+            + " ".join(f"{k}={v}" for k, v in params.items())
+        )
     return 0

@@ -11,13 +11,21 @@ from evokernel.core.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
-    ls = sub.add_parser("lessons", help="print the knowledge base: lessons of earlier runs (patterns, caveats, summaries)")
+    ls = sub.add_parser(
+        "lessons", help="print the knowledge base: lessons of earlier runs (patterns, caveats, summaries)"
+    )
     ls.add_argument("db", help="the search database (SQLite)")
     ls.add_argument("--op", default=None, help="the problem's family (FAMILY) or name")
     ls.add_argument("--gpu", default=None, help="GPU name as recorded")
-    ls.add_argument("--summarize", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
-                    help="ask an LLM (Anthropic API, ANTHROPIC_API_KEY) for a prose summary of the lessons of "
-                         "--op on --gpu, and store it")
+    ls.add_argument(
+        "--summarize",
+        nargs="?",
+        const="claude-sonnet-5",
+        default=None,
+        metavar="MODEL",
+        help="ask an LLM (Anthropic API, ANTHROPIC_API_KEY) for a prose summary of the lessons of "
+        "--op on --gpu, and store it",
+    )
     ls.add_argument("--json", action="store_true", help="print JSON on stdout")
 
 

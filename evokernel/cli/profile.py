@@ -13,21 +13,39 @@ from evokernel.core.errors import ConfigError, EvokernelError
 
 
 def add_parser(sub: Any) -> None:
-    pr = sub.add_parser("profile", help="profile a model: GPU time per kernel, op and module, ranked by roofline "
-                                        "headroom and gaps (evokernel.model.profile)")
-    pr.add_argument("target", nargs="?", default=None,
-                    help="a .py defining `model` (nn.Module or factory) and `example_inputs` (tuple or factory)")
+    pr = sub.add_parser(
+        "profile",
+        help="profile a model: GPU time per kernel, op and module, ranked by roofline "
+        "headroom and gaps (evokernel.model.profile)",
+    )
+    pr.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="a .py defining `model` (nn.Module or factory) and `example_inputs` (tuple or factory)",
+    )
     pr.add_argument("--trace", default=None, help="read a saved Chrome trace (.json or .json.gz) instead")
-    pr.add_argument("--sglang", default=None, metavar="MODEL",
-                    help="profile an SGLang engine serving MODEL (a model folder; needs sglang installed): one "
-                         "one_batch run of --batch-size/--input-len/--output-len under torch.profiler")
+    pr.add_argument(
+        "--sglang",
+        default=None,
+        metavar="MODEL",
+        help="profile an SGLang engine serving MODEL (a model folder; needs sglang installed): one "
+        "one_batch run of --batch-size/--input-len/--output-len under torch.profiler",
+    )
     pr.add_argument("--batch-size", type=positive_int, default=1, help="with --sglang (default 1)")
     pr.add_argument("--input-len", type=positive_int, default=512, help="with --sglang (default 512)")
     pr.add_argument("--output-len", type=positive_int, default=8, help="with --sglang (default 8)")
-    pr.add_argument("--package", default=None, help="with --sglang: an `evokernel export sglang-plugin` folder to apply")
-    pr.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                    help="with --sglang: one more SGLang server argument (repeatable), e.g. "
-                         "--server-arg=--attention-backend=triton")
+    pr.add_argument(
+        "--package", default=None, help="with --sglang: an `evokernel export sglang-plugin` folder to apply"
+    )
+    pr.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="with --sglang: one more SGLang server argument (repeatable), e.g. "
+        "--server-arg=--attention-backend=triton",
+    )
     pr.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when a GPU is present")
     pr.add_argument("--iters", type=positive_int, default=10, help="profiled calls (default 10)")
     pr.add_argument("--warmup", type=int, default=3, help="calls before profiling (default 3)")
@@ -54,8 +72,14 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--sglang needs SGLang installed (pip install 'evokernel[sglang]')")
         argv = ["--model-path", args.sglang, *[a for arg in args.server_arg for a in arg.split("=", 1)]]
         trace = args.save_trace or os.path.join(tempfile.mkdtemp(prefix="evokernel-sglang-"), "trace.json")
-        prof = profile_engine(argv, batch_size=args.batch_size, input_len=args.input_len, output_len=args.output_len,
-                              package=args.package, trace_path=trace)
+        prof = profile_engine(
+            argv,
+            batch_size=args.batch_size,
+            input_len=args.input_len,
+            output_len=args.output_len,
+            package=args.package,
+            trace_path=trace,
+        )
         name = prof.target
     elif args.trace is not None:
         if not os.path.isfile(args.trace):
@@ -65,8 +89,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         model, inputs, name = load_target(args.target)
         try:
-            prof = profile_module(model, inputs, device=args.device, warmup=args.warmup, iters=args.iters,
-                                  target=name, trace_path=args.save_trace)
+            prof = profile_module(
+                model,
+                inputs,
+                device=args.device,
+                warmup=args.warmup,
+                iters=args.iters,
+                target=name,
+                trace_path=args.save_trace,
+            )
         except EvokernelError:
             raise
         except Exception as exc:  # the model itself failed

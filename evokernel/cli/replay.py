@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         print_report(report, args.db)
-        print(f"optimum of {out['landscape']}: {optimum:.6f} ms; found {out['best_latency_ms']:.6f} ms "
-              f"({out['fraction_of_optimum']:.3f} of optimum) in {report.evaluations} evaluations")
+        print(
+            f"optimum of {out['landscape']}: {optimum:.6f} ms; found {out['best_latency_ms']:.6f} ms "
+            f"({out['fraction_of_optimum']:.3f} of optimum) in {report.evaluations} evaluations"
+        )
     return 0

@@ -25,16 +25,32 @@ from evokernel.engine.strategies import get_strategy
 
 def add_parser(sub: Any) -> None:
     s = sub.add_parser("search", help="run (or resume) a search and print its elites")
-    s.add_argument("target", help="a search file (.py defining `space` and `evaluator`), a landscape "
-                                  "CSV, or the name of a shipped landscape")
+    s.add_argument(
+        "target",
+        help="a search file (.py defining `space` and `evaluator`), a landscape "
+        "CSV, or the name of a shipped landscape",
+    )
     s.add_argument("--name", default=None, help="run name (default: the space's name)")
-    s.add_argument("--llm", nargs="?", const="claude-sonnet-5", default=None, metavar="MODEL",
-                   help="add the LLM rewrite operator (Anthropic; needs ANTHROPIC_API_KEY; default model "
-                        "claude-sonnet-5); off, with one line saying why, when it cannot run")
-    s.add_argument("--llm-dollars", type=positive_float, default=None,
-                   help="stop LLM calls once they cost this much (the search goes on)")
-    s.add_argument("--require-sandbox", action="store_true",
-                   help="refuse to judge candidates unless every sandbox protection holds on this machine")
+    s.add_argument(
+        "--llm",
+        nargs="?",
+        const="claude-sonnet-5",
+        default=None,
+        metavar="MODEL",
+        help="add the LLM rewrite operator (Anthropic; needs ANTHROPIC_API_KEY; default model "
+        "claude-sonnet-5); off, with one line saying why, when it cannot run",
+    )
+    s.add_argument(
+        "--llm-dollars",
+        type=positive_float,
+        default=None,
+        help="stop LLM calls once they cost this much (the search goes on)",
+    )
+    s.add_argument(
+        "--require-sandbox",
+        action="store_true",
+        help="refuse to judge candidates unless every sandbox protection holds on this machine",
+    )
     add_run_options(s, db_default="evokernel.db")
 
 
@@ -68,12 +84,21 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         raise ConfigError("the search file sets its own mutators; drop --strategy")
     llm = getattr(args, "llm", None)
     if llm and (getattr(spec.evaluator, "problem", None) is None or getattr(spec.evaluator, "render", None) is None):
-        raise ConfigError("--llm rewrites kernel sources: it needs a search file whose evaluator judges a problem "
-                          "(a KernelEvaluator), not a landscape replay")
-    spec = replace(spec, strategy=args.strategy, population=args.population, patience=args.patience,
-                   name=getattr(args, "name", None) or spec.name, llm=llm)
-    return assemble(spec, store=store, observers=observers,
-                    say=lambda line: print(f"evokernel: {line}", file=sys.stderr))
+        raise ConfigError(
+            "--llm rewrites kernel sources: it needs a search file whose evaluator judges a problem "
+            "(a KernelEvaluator), not a landscape replay"
+        )
+    spec = replace(
+        spec,
+        strategy=args.strategy,
+        population=args.population,
+        patience=args.patience,
+        name=getattr(args, "name", None) or spec.name,
+        llm=llm,
+    )
+    return assemble(
+        spec, store=store, observers=observers, say=lambda line: print(f"evokernel: {line}", file=sys.stderr)
+    )
 
 
 def budget(args: argparse.Namespace) -> Budget:
@@ -103,8 +128,15 @@ def print_report(report: SearchReport, db: str | None) -> None:
     for col in ("#", "niche", "latency ms", "noise", "n", "genome", "params"):
         table.add_column(col, justify="right" if col in ("#", "latency ms", "noise", "n") else "left")
     for i, e in enumerate(report.elites, 1):
-        table.add_row(str(i), e.niche, f"{e.latency_ms:.6f}", f"{100 * e.noise:.1f}%", str(len(e.samples)),
-                      e.genome.id, e.genome.short())
+        table.add_row(
+            str(i),
+            e.niche,
+            f"{e.latency_ms:.6f}",
+            f"{100 * e.noise:.1f}%",
+            str(len(e.samples)),
+            e.genome.id,
+            e.genome.short(),
+        )
     console.print(table)
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(report.statuses.items()))
     where = f"; stored in {db}" if db else ""

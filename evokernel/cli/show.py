@@ -40,13 +40,17 @@ def run(args: argparse.Namespace) -> int:
     history = store.history(run.id)
     gens = [p for kind, p, _ in store.events(run.id) if kind == "generation"]
     if args.json:
-        print(json.dumps({
-            "runs": [msgspec.to_builtins(r) for r in runs],
-            "run": run.id,
-            "elites": msgspec.to_builtins(elites),
-            "generations": gens,
-            "counts": store.count(run.id),
-        }))
+        print(
+            json.dumps(
+                {
+                    "runs": [msgspec.to_builtins(r) for r in runs],
+                    "run": run.id,
+                    "elites": msgspec.to_builtins(elites),
+                    "generations": gens,
+                    "counts": store.count(run.id),
+                }
+            )
+        )
         return 0
     console = stdout_console()
     t = Table(title=f"runs in {args.db}")
@@ -56,9 +60,15 @@ def run(args: argparse.Namespace) -> int:
         best = r.summary.get("best_ms")
         if best is None:  # a run that did not finish (or an older one): its archive's best
             best = min((el.latency_ms for el in store.elites(run_id=r.id)), default=None)
-        t.add_row(r.id, r.name, r.status, str(store.count(r.id)["evaluations"]),
-                  f"{best:.6f}" if best else "-", shown_gpu(r),
-                  time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)))
+        t.add_row(
+            r.id,
+            r.name,
+            r.status,
+            str(store.count(r.id)["evaluations"]),
+            f"{best:.6f}" if best else "-",
+            shown_gpu(r),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created)),
+        )
     console.print(t)
     e = Table(title=f"elites of run {run.id}")
     for col in ("niche", "latency ms", "noise", "genome", "params"):
@@ -70,8 +80,12 @@ def run(args: argparse.Namespace) -> int:
     for col in ("generation", "evaluations", "failed", "best ms"):
         h.add_column(col, justify="right")
     for g in gens:
-        h.add_row(str(g["generation"]), str(g["evaluations"]), str(g["failed"]),
-                  f"{g['best_ms']:.6f}" if g["best_ms"] else "-")
+        h.add_row(
+            str(g["generation"]),
+            str(g["evaluations"]),
+            str(g["failed"]),
+            f"{g['best_ms']:.6f}" if g["best_ms"] else "-",
+        )
     console.print(h)
     statuses: dict[str, int] = {}
     for ev in history:
@@ -80,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
     c = store.count(run.id)
     console.print(
         f"{c['evaluations']} evaluations ({c['measured']} measurements, {c['cached']} reused), "
-        f"{c['remeasurements']} re-measurements; "
-        + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
+        f"{c['remeasurements']} re-measurements; " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())),
         highlight=False,
     )
     return 0
@@ -94,8 +107,11 @@ def shown_status(store: Any, run: Any) -> str:
     return run.status
 
 
-GPU_NAME = re.compile(r"(?<![a-z0-9])(gb200|b200|b100|h200|h100|h20|h800|a100|a800|a10g|a10|l40s|l40|l4|"
-                       r"mi355x|mi325x|mi300x|mi300a|mi250x|rtx\d{4}|t4|v100)(?![a-z0-9])", re.IGNORECASE)
+GPU_NAME = re.compile(
+    r"(?<![a-z0-9])(gb200|b200|b100|h200|h100|h20|h800|a100|a800|a10g|a10|l40s|l40|l4|"
+    r"mi355x|mi325x|mi300x|mi300a|mi250x|rtx\d{4}|t4|v100)(?![a-z0-9])",
+    re.IGNORECASE,
+)
 
 
 def shown_gpu(run: Any) -> str:

@@ -38,10 +38,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet and (count["n"] % 25 == 0):
             console.print(f"sweep: {count['n']} measured ({count['failed']} failed)", highlight=False)
 
-    report = sweep(space, evaluator, args.out, limit=args.limit, shuffle=args.seed, wall_s=args.wall_time,
-                   on_result=on_result)
+    report = sweep(
+        space, evaluator, args.out, limit=args.limit, shuffle=args.seed, wall_s=args.wall_time, on_result=on_result
+    )
     left = report.points - report.already - report.measured
-    console.print(f"sweep: {report.measured} measured ({report.failed} failed) in {report.wall_s:.0f} s; "
-                  f"{report.already + report.measured} of {report.points} points in {report.path}"
-                  + (f"; {left} left (re-run to continue)" if left > 0 else ""), highlight=False)
+    console.print(
+        f"sweep: {report.measured} measured ({report.failed} failed) in {report.wall_s:.0f} s; "
+        f"{report.already + report.measured} of {report.points} points in {report.path}"
+        + (f"; {left} left (re-run to continue)" if left > 0 else ""),
+        highlight=False,
+    )
     return 0

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 __all__ = [
-    "EvokernelError", "SpaceError", "LandscapeError", "StoreError", "RunBusyError", "ConfigError", "PluginError",
+    "EvokernelError",
+    "SpaceError",
+    "LandscapeError",
+    "StoreError",
+    "RunBusyError",
+    "ConfigError",
+    "PluginError",
     "EvaluatorError",
 ]
 

@@ -28,8 +28,17 @@ from typing import Any, Protocol, runtime_checkable
 from evokernel.core.genome import Genome, canonical_json
 from evokernel.core.result import Result
 
-__all__ = ["Evaluator", "Remeasures", "HasTransferKey", "Restores", "DescribesEnvironment", "JudgesProblem",
-           "Sandboxed", "CAPABILITIES", "fingerprint_hash"]
+__all__ = [
+    "Evaluator",
+    "Remeasures",
+    "HasTransferKey",
+    "Restores",
+    "DescribesEnvironment",
+    "JudgesProblem",
+    "Sandboxed",
+    "CAPABILITIES",
+    "fingerprint_hash",
+]
 
 
 @runtime_checkable

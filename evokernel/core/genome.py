@@ -89,9 +89,7 @@ class Genome(msgspec.Struct, frozen=True, kw_only=True):
             if not isinstance(name, str):
                 raise TypeError(f"parameter names must be str, got {name!r}")
             if not isinstance(value, (bool, int, float, str)):
-                raise TypeError(
-                    f"parameter {name!r} must be bool, int, float or str, got {type(value).__name__}"
-                )
+                raise TypeError(f"parameter {name!r} must be bool, int, float or str, got {type(value).__name__}")
         return cls(
             params=dict(sorted(params.items())),
             source=source,

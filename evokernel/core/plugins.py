@@ -24,8 +24,13 @@ __all__ = ["GROUPS", "HasExample", "registered", "load"]
 
 #: Entry-point groups. A template (`evokernel.templates`) renders a point of a space as a
 #: candidate module's source: the `render` a KernelEvaluator takes.
-GROUPS = ("evokernel.mutators", "evokernel.evaluators", "evokernel.search_spaces", "evokernel.strategies",
-          "evokernel.templates")
+GROUPS = (
+    "evokernel.mutators",
+    "evokernel.evaluators",
+    "evokernel.search_spaces",
+    "evokernel.strategies",
+    "evokernel.templates",
+)
 
 
 @runtime_checkable

@@ -252,9 +252,7 @@ def shared_memory_limit(
     def shared_memory(p: Point) -> str | None:
         need = (p[m] * p[k] + p[k] * p[n]) * elem_bytes * p[stages]
         if need > limit_bytes:
-            return (
-                f"shared memory: ({m}*{k} + {k}*{n}) * {elem_bytes} B * {stages} = {need} B > {limit_bytes} B"
-            )
+            return f"shared memory: ({m}*{k} + {k}*{n}) * {elem_bytes} B * {stages} = {need} B > {limit_bytes} B"
         return None
 
     return Constraint(shared_memory, "shared memory")

@@ -56,8 +56,10 @@ def template_hash(render: Callable[..., Any]) -> str:
         return _CACHE[render]
     except (KeyError, TypeError):  # TypeError: not weakly referenceable (a bound method)
         pass
-    parts = sorted(label.encode() + b"\0" + hashlib.sha256(Path(path).read_bytes()).digest()
-                   for path, label in _files(render).items())
+    parts = sorted(
+        label.encode() + b"\0" + hashlib.sha256(Path(path).read_bytes()).digest()
+        for path, label in _files(render).items()
+    )
     value = hashlib.sha256(b"".join(parts)).hexdigest()[:16]
     try:
         _CACHE[render] = value
@@ -175,7 +177,6 @@ def _refer(obj: Any, walk: _Walk) -> None:
         _refer(call, walk)  # a callable object of a class of the user's
 
 
-
 def _refer_function(fn: types.FunctionType, walk: _Walk) -> None:
     module, path = fn.__module__ or "", fn.__code__.co_filename
     real = Path(path).is_file()  # not so for code typed at a prompt or run from a string
@@ -255,8 +256,11 @@ def _closure(roots: Iterable[str]) -> dict[str, str]:
                 todo.extend(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 try:
-                    base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) \
-                        if node.level else (node.module or "")
+                    base = (
+                        importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+                        if node.level
+                        else (node.module or "")
+                    )
                 except (ImportError, ValueError):
                     continue
                 for alias in node.names:

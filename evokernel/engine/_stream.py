@@ -61,8 +61,10 @@ class ResultStream:
             raise self._fail(exc) from exc
         if isinstance(got, Sized) and len(got) != len(self.genomes):
             error = TooManyResults if len(got) > len(self.genomes) else EvaluatorError
-            raise error(f"evaluator {self.name!r} returned {len(got)} results for {len(self.genomes)} genomes "
-                        f"({'more' if len(got) > len(self.genomes) else 'fewer'} results than genomes)")
+            raise error(
+                f"evaluator {self.name!r} returned {len(got)} results for {len(self.genomes)} genomes "
+                f"({'more' if len(got) > len(self.genomes) else 'fewer'} results than genomes)"
+            )
         try:
             yield from got
         except (Exception, SystemExit) as exc:
@@ -112,8 +114,9 @@ class ResultStream:
             return
         item = self._get()
         if item is not None and item is not self._END:
-            raise TooManyResults(f"evaluator {self.name!r} returned more results than genomes "
-                                 f"({len(self.genomes)} genomes)")
+            raise TooManyResults(
+                f"evaluator {self.name!r} returned more results than genomes ({len(self.genomes)} genomes)"
+            )
 
     def close(self) -> None:
         self.stop = True

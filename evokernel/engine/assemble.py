@@ -90,13 +90,24 @@ class SearchSpec:
             raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")
         if not isinstance(evaluator, Evaluator):
             raise ConfigError(f"{target}: defines no `evaluator` (with name, fingerprint() and evaluate())")
-        return cls(space, evaluator, descriptor=getattr(mod, "descriptor", None),
-                   mutators=getattr(mod, "mutators", None), options=getattr(mod, "options", None),
-                   name=getattr(mod, "name", None), seeds=getattr(mod, "seeds", None) or ())
+        return cls(
+            space,
+            evaluator,
+            descriptor=getattr(mod, "descriptor", None),
+            mutators=getattr(mod, "mutators", None),
+            options=getattr(mod, "options", None),
+            name=getattr(mod, "name", None),
+            seeds=getattr(mod, "seeds", None) or (),
+        )
 
 
-def assemble(spec: SearchSpec, *, store: Store | None = None, observers: Iterable[Observer] = (),
-             say: Callable[[str], None] | None = None) -> Search:
+def assemble(
+    spec: SearchSpec,
+    *,
+    store: Store | None = None,
+    observers: Iterable[Observer] = (),
+    say: Callable[[str], None] | None = None,
+) -> Search:
     """The search `spec` describes, stored in `store` (default: in memory), followed by
     `observers`. `say` gets the one line on why the LLM operator is off when it cannot run
     (default: a logged warning); the search goes on without it."""
@@ -127,8 +138,9 @@ def assemble(spec: SearchSpec, *, store: Store | None = None, observers: Iterabl
         observers.append(knowledge)
     llm = _llm_operator(spec, store, knowledge, say)
     if llm is not None:
-        base_mutators = list(mutators) if mutators is not None else get_strategy(strategy or "default").mutators(
-            spec.space)
+        base_mutators = (
+            list(mutators) if mutators is not None else get_strategy(strategy or "default").mutators(spec.space)
+        )
         mutators = base_mutators + [llm]
         strategy = None
     return Search(
@@ -152,8 +164,10 @@ def _llm_operator(spec: SearchSpec, store: Store, knowledge: Any, say: Callable[
     evaluator = spec.evaluator
     problem, render = getattr(evaluator, "problem", None), getattr(evaluator, "render", None)
     if problem is None or render is None:
-        raise ConfigError("the LLM operator rewrites kernel sources: it needs an evaluator that judges a problem "
-                          "(a KernelEvaluator), not a landscape replay")
+        raise ConfigError(
+            "the LLM operator rewrites kernel sources: it needs an evaluator that judges a problem "
+            "(a KernelEvaluator), not a landscape replay"
+        )
     try:
         from evokernel.mutators.llm import AnthropicProvider, LLMRewrite
     except ImportError as exc:  # pragma: no cover - the module itself has no hard dependency
@@ -164,8 +178,10 @@ def _llm_operator(spec: SearchSpec, store: Store, knowledge: Any, say: Callable[
         from evokernel.store.knowledge import lessons_for
 
         where = knowledge.where
-        lessons = lambda p, g: lessons_for(store, op=where["op"], gpu=where["gpu"],  # noqa: E731
-                                            toolchain=where["toolchain"])
+
+        def lessons(p: Any, g: Any) -> Any:
+            return lessons_for(store, op=where["op"], gpu=where["gpu"], toolchain=where["toolchain"])
+
     provider = AnthropicProvider(spec.llm) if isinstance(spec.llm, str) else spec.llm
     op = LLMRewrite(problem, provider=provider, render=render, lessons=lessons)
     off = op.available()

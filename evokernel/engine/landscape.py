@@ -85,8 +85,9 @@ def _infer_param(name: str, values: list[Value]) -> Param:
 
 
 class Landscape:
-    def __init__(self, name: str, params: list[Param], rows: dict[tuple[Value, ...], Row], sha256: str,
-                 path: str = "") -> None:
+    def __init__(
+        self, name: str, params: list[Param], rows: dict[tuple[Value, ...], Row], sha256: str, path: str = ""
+    ) -> None:
         self.name = name
         self.path = path
         self.sha256 = sha256
@@ -95,8 +96,10 @@ class Landscape:
         constraints = []
         total = math.prod(len(p) for p in params)
         if len(rows) < total:
+
             def recorded(point: Mapping[str, Value]) -> str | None:
                 return None if tuple(point[n] for n in names) in rows else f"not recorded in landscape {name}"
+
             constraints.append(Constraint(recorded, "recorded"))
         self.space = SearchSpace(params, constraints, name=name)
 
@@ -143,8 +146,10 @@ class Landscape:
                 raise LandscapeError(f"{where}:{lineno}: {len(rec)} fields, header has {len(header)}")
             lat_text, err = rec[lat_i].strip(), rec[err_i].strip()
             if lat_text and err:  # a measurement or a failure, never both: which would it be?
-                raise LandscapeError(f"{where}:{lineno}: both latency_ms ({lat_text}) and error ({err[:60]!r}) are "
-                                     "set; a row is either a measurement or a failure")
+                raise LandscapeError(
+                    f"{where}:{lineno}: both latency_ms ({lat_text}) and error ({err[:60]!r}) are "
+                    "set; a row is either a measurement or a failure"
+                )
             if lat_text:
                 try:
                     lat = float(lat_text)
@@ -218,8 +223,9 @@ def resolve_landscape(target: str) -> str:
     return target
 
 
-def landscape_seeds(target: str | os.PathLike[str], space: Any, *, top: int = 6,
-                    fill: Mapping[str, Value] | None = None) -> list[dict[str, Value]]:
+def landscape_seeds(
+    target: str | os.PathLike[str], space: Any, *, top: int = 6, fill: Mapping[str, Value] | None = None
+) -> list[dict[str, Value]]:
     """The `top` fastest points of a recorded landscape (a CSV path or a shipped landscape's
     name) that are valid in `space`, as `Search(seeds=...)`: what a sweep of a neighbouring
     shape found starts the search there (issue 7: a partial prefill sweep held a point 13%
@@ -233,8 +239,9 @@ def landscape_seeds(target: str | os.PathLike[str], space: Any, *, top: int = 6,
         return []
     land = Landscape.load(path)
     names = list(land.space.names)
-    ranked = sorted(((row.latency_ms, key) for key, row in land.rows.items() if row.latency_ms is not None),
-                    key=lambda t: t[0])
+    ranked = sorted(
+        ((row.latency_ms, key) for key, row in land.rows.items() if row.latency_ms is not None), key=lambda t: t[0]
+    )
     seeds: list[dict[str, Value]] = []
     for _, key in ranked:
         point = {**(fill or {}), **dict(zip(names, key))}

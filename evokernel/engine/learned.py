@@ -80,8 +80,11 @@ class FailureModel:
             return False
         ranks, fixed = key
         if result.is_ok:
-            wrong = [gid for gid, (r, f, _, _) in self.failures.items()
-                     if f == fixed and all(a <= b for a, b in zip(r, ranks))]
+            wrong = [
+                gid
+                for gid, (r, f, _, _) in self.failures.items()
+                if f == fixed and all(a <= b for a, b in zip(r, ranks))
+            ]
             for gid in wrong:
                 del self.failures[gid]
             self.dropped += len(wrong)

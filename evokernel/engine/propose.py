@@ -43,8 +43,10 @@ def allowed_operators(run: _Run, pool: list[Individual]) -> list[str]:
     the cost budget is spent."""
     capped = run.budget.cost is not None and run.cost >= run.budget.cost
     return [
-        m.name for m in run.mutators
-        if m.arity <= len(pool) and not (capped and isinstance(m, Costly) and m.costly)
+        m.name
+        for m in run.mutators
+        if m.arity <= len(pool)
+        and not (capped and isinstance(m, Costly) and m.costly)
         and not (isinstance(m, Exhaustible) and m.exhausted)
     ]
 
@@ -87,8 +89,11 @@ def propose(run: _Run, population: list[Individual], taken: set[str]) -> Genome 
         # an operator may name other parents than those it was given (a repair names the
         # failed genome it fixed), as long as the run has seen them
         named = getattr(proposed, "lineage", None)
-        ids = tuple(named.parents) if named is not None and named.parents and all(
-            p in run.seen for p in named.parents) else tuple(p.genome.id for p in parents)
+        ids = (
+            tuple(named.parents)
+            if named is not None and named.parents and all(p in run.seen for p in named.parents)
+            else tuple(p.genome.id for p in parents)
+        )
         return child.with_lineage(ids, op.name, run.generation)
     return unseen_random(run, taken)
 
@@ -99,8 +104,9 @@ def predicted_failure(run: _Run, genome: Genome) -> bool:
     if why is None:
         return False
     run._skip("learned: " + why.split(" like ")[0])
-    run.s.store.log_event(run.run.id, "skip", {"genome": genome.id, "params": genome.params, "reason": why},
-                           key=f"skip:{genome.id}")
+    run.s.store.log_event(
+        run.run.id, "skip", {"genome": genome.id, "params": genome.params, "reason": why}, key=f"skip:{genome.id}"
+    )
     return True
 
 

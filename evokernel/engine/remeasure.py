@@ -35,8 +35,15 @@ def finalists(history: list[Individual], archive: Archive, k: int, run_id: str) 
     top: list[Elite] = []
     ranked = sorted((i for i in history if i.result.is_ok), key=lambda i: (i.fitness, i.seq))
     for ind in ranked[:k]:
-        top.append(Elite(niche=archive.niche(ind.genome), genome=ind.genome,
-                         latency_ms=ind.fitness, noise=ind.result.noise, run_id=run_id))
+        top.append(
+            Elite(
+                niche=archive.niche(ind.genome),
+                genome=ind.genome,
+                latency_ms=ind.fitness,
+                noise=ind.result.noise,
+                run_id=run_id,
+            )
+        )
     for e in archive.top(k):
         if all(t.genome.id != e.genome.id for t in top):
             top.append(e)
@@ -63,8 +70,9 @@ def remeasure(run: _Run) -> list[ReportedElite]:
             try:
                 got = list(together([e.genome for e in top]))
             except (Exception, SystemExit) as exc:
-                raise EvaluatorError(f"evaluator {evaluator.name!r} failed re-measuring: "
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise EvaluatorError(
+                    f"evaluator {evaluator.name!r} failed re-measuring: {type(exc).__name__}: {exc}"
+                ) from exc
             if len(got) != len(top) or not all(isinstance(r, Result) for r in got):
                 raise EvaluatorError(f"evaluator {evaluator.name!r} re-measured {len(got)} of {len(top)}")
             for e, r in zip(top, got):
@@ -107,8 +115,9 @@ def remeasure(run: _Run) -> list[ReportedElite]:
     return _reported(run, top, samples, failed, noises)
 
 
-def _reported(run: _Run, top: list[Elite], samples: dict[str, list[float]], failed: set[str],
-              noises: dict[str, float]) -> list[ReportedElite]:
+def _reported(
+    run: _Run, top: list[Elite], samples: dict[str, list[float]], failed: set[str], noises: dict[str, float]
+) -> list[ReportedElite]:
     store, run_id = run.s.store, run.run.id
     out = []
     for e in top:
@@ -116,8 +125,11 @@ def _reported(run: _Run, top: list[Elite], samples: dict[str, list[float]], fail
         med = math.inf if e.genome.id in failed else statistics.median(xs)
         noise = statistics.pstdev(xs) / med if len(xs) > 1 and math.isfinite(med) else e.noise
         noise = noises.get(e.genome.id, noise)
-        out.append(ReportedElite(niche=e.niche, genome=e.genome, latency_ms=med, noise=noise,
-                                 samples=tuple(xs), first_ms=e.latency_ms))
+        out.append(
+            ReportedElite(
+                niche=e.niche, genome=e.genome, latency_ms=med, noise=noise, samples=tuple(xs), first_ms=e.latency_ms
+            )
+        )
     out.sort(key=lambda r: (r.latency_ms, r.genome.id))
     if run.opt.remeasure:
         measured = {r.genome.id for r in out}
@@ -128,8 +140,9 @@ def _reported(run: _Run, top: list[Elite], samples: dict[str, list[float]], fail
             done.add(r.niche)
             cur = run.archive.get(r.niche)
             if cur is None or cur.genome.id in measured or r.latency_ms < cur.latency_ms:
-                run.archive.set(Elite(niche=r.niche, genome=r.genome, latency_ms=r.latency_ms,
-                                      noise=r.noise, run_id=run_id))
+                run.archive.set(
+                    Elite(niche=r.niche, genome=r.genome, latency_ms=r.latency_ms, noise=r.noise, run_id=run_id)
+                )
     store.save_elites(run_id, run.archive_key, run.archive.take_changes())
     return out
 

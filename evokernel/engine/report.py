@@ -69,6 +69,7 @@ class Observer:
 
     def on_finish(self, report: SearchReport) -> None: ...
 
+
 def count_statuses(history: list[Individual]) -> dict[str, int]:
     """How many of `history`'s results had each status."""
     out: dict[str, int] = {}

@@ -223,9 +223,15 @@ class _Run:
 
     def _stopped(self, genome: Genome) -> None:
         self._skip("stopped by the wall time")
-        self.s.store.log_event(self.run.id, "wall_time_stop", {
-            "genome": genome.id, "params": genome.params,
-            "reason": f"still being measured when the wall-time budget ({self.budget.wall_s} s) ran out"})
+        self.s.store.log_event(
+            self.run.id,
+            "wall_time_stop",
+            {
+                "genome": genome.id,
+                "params": genome.params,
+                "reason": f"still being measured when the wall-time budget ({self.budget.wall_s} s) ran out",
+            },
+        )
 
     def _restored(self, genomes: list[Genome]) -> None:
         """Tell the evaluator which genomes' results this run read back from the store instead
@@ -311,10 +317,16 @@ class _Run:
     def _partial(self) -> dict[str, Any]:
         """The summary of a run that did not finish: how far it got and its best so far."""
         best = self.archive.best()
-        return {"evaluations": len(self.history), "generations": self.generation,
-                "statuses": count_statuses(self.history), "best": best.genome.id if best else None,
-                "best_ms": best.latency_ms if best else None, "best_params": best.genome.params if best else None,
-                "wall_s": time.monotonic() - self.t0, "cost": self.cost}
+        return {
+            "evaluations": len(self.history),
+            "generations": self.generation,
+            "statuses": count_statuses(self.history),
+            "best": best.genome.id if best else None,
+            "best_ms": best.latency_ms if best else None,
+            "best_params": best.genome.params if best else None,
+            "wall_s": time.monotonic() - self.t0,
+            "cost": self.cost,
+        }
 
     def _best_ms(self) -> float:
         best = self.archive.best()
@@ -387,7 +399,6 @@ class _Run:
         self.s.store.log_event(self.run.id, "generation", summary, key=f"generation:{self.generation}")
         for o in self.s.observers:
             o.on_generation(self.generation, summary)
-
 
 
 def _evaluator_environment(evaluator: Any) -> dict[str, Any]:

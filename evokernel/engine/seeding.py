@@ -63,8 +63,9 @@ def learn_prior_failures(run: _Run) -> None:
             if e.kind == "eval" and space.is_valid(e.genome.params):
                 taught += run.failures.learn(e.genome, e.result)
     if taught:
-        store.log_event(run.run.id, "prior_failures", {"learned": taught, "model": len(run.failures)},
-                        key="prior_failures")
+        store.log_event(
+            run.run.id, "prior_failures", {"learned": taught, "model": len(run.failures)}, key="prior_failures"
+        )
 
 
 def first_generation(run: _Run) -> list[Genome]:
@@ -78,8 +79,7 @@ def first_generation(run: _Run) -> list[Genome]:
     first: list[Genome] = []
     for e in prior[: opt.seed_elites]:
         if len(first) < run._left():
-            first.append(Genome.of(s.space.canonical(e.genome.params), e.genome.source)
-                         .with_lineage((), "archive", 0))
+            first.append(Genome.of(s.space.canonical(e.genome.params), e.genome.source).with_lineage((), "archive", 0))
     taken = {g.id for g in first}
     for g in s.seeds:
         if g.id not in taken and len(first) < run._left():
@@ -89,9 +89,10 @@ def first_generation(run: _Run) -> list[Genome]:
     if key is not None and opt.transfer and len(first) < run._left():
         # the nearest shapes' best genomes: the first few open the run, the rest are offered
         # by a "transfer" operator that the bandit keeps calling while they pay off
-        seeds = transfer_seeds(s.store, key, s.space, fingerprint=run.fingerprint,
-                               limit=opt.transfer + opt.transfer_operator)
-        head, rest = seeds[: min(opt.transfer, run._left() - len(first))], seeds[opt.transfer:]
+        seeds = transfer_seeds(
+            s.store, key, s.space, fingerprint=run.fingerprint, limit=opt.transfer + opt.transfer_operator
+        )
+        head, rest = seeds[: min(opt.transfer, run._left() - len(first))], seeds[opt.transfer :]
         for g, run_id, dist in head:
             if g.id not in taken:
                 first.append(g.with_lineage((), "transfer", 0))
@@ -100,10 +101,17 @@ def first_generation(run: _Run) -> list[Genome]:
             run.mutators.append(TransferOperator([g for g, _, _ in rest]))
             run.bandit.add("transfer")
         if seeds:
-            s.store.log_event(run.run.id, "transfer", {
-                "from_runs": sorted({r for _, r, _ in seeds}), "genomes": [g.id for g, _, _ in head],
-                "offered_later": len(rest),
-                "distances": sorted({round(d, 3) for _, _, d in seeds})}, key="transfer")
+            s.store.log_event(
+                run.run.id,
+                "transfer",
+                {
+                    "from_runs": sorted({r for _, r, _ in seeds}),
+                    "genomes": [g.id for g, _, _ in head],
+                    "offered_later": len(rest),
+                    "distances": sorted({round(d, 3) for _, _, d in seeds}),
+                },
+                key="transfer",
+            )
     while len(first) < min(opt.population, run._left()):
         fresh = unseen_random(run, taken)
         if fresh is None:

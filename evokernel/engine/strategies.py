@@ -70,16 +70,22 @@ def _default(space: SearchSpace | None) -> list[Mutator]:
 
 
 DEFAULT = Strategy(
-    "default", _default, SearchOptions(),
+    "default",
+    _default,
+    SearchOptions(),
     "an operator bandit over Optuna's TPE (which learns from every evaluation), local search "
     "around the elites and point mutation; the first generation is random, or seeded from "
     "the nearest shapes in the store",
 )
 EVOLUTION = Strategy(
-    "evolution", _evolution, SearchOptions(),
+    "evolution",
+    _evolution,
+    SearchOptions(),
     "generational evolution: point mutation, uniform crossover and random restarts under an operator bandit",
 )
-LOCAL = Strategy("local", _local, SearchOptions(), "greedy iterated local search on the Hamming neighbourhood of the elites")
+LOCAL = Strategy(
+    "local", _local, SearchOptions(), "greedy iterated local search on the Hamming neighbourhood of the elites"
+)
 RANDOM = Strategy("random", _random, SearchOptions(), "uniform random sampling without repeats")
 
 

@@ -52,9 +52,17 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def sweep(space: SearchSpace, evaluator: Evaluator, path: str | os.PathLike[str], *, limit: int | None = None,
-          shuffle: int | None = 0, wall_s: float | None = None, batch: int = 64,
-          on_result: Callable[[Genome, Any], None] | None = None) -> SweepReport:
+def sweep(
+    space: SearchSpace,
+    evaluator: Evaluator,
+    path: str | os.PathLike[str],
+    *,
+    limit: int | None = None,
+    shuffle: int | None = 0,
+    wall_s: float | None = None,
+    batch: int = 64,
+    on_result: Callable[[Genome, Any], None] | None = None,
+) -> SweepReport:
     """Measure the valid points of `space` that `path` does not hold yet (in a shuffled order
     when `shuffle` is a seed, so that an interrupted sweep is a uniform sample), appending a
     row per result."""
@@ -91,7 +99,7 @@ def sweep(space: SearchSpace, evaluator: Evaluator, path: str | os.PathLike[str]
         for start in range(0, len(todo), batch):
             if wall_s is not None and time.monotonic() - t0 > wall_s:
                 break
-            genomes = [Genome.of(p) for p in todo[start:start + batch]]
+            genomes = [Genome.of(p) for p in todo[start : start + batch]]
             for genome, result in zip(genomes, evaluator.evaluate(genomes)):
                 ok = result.is_ok
                 latency = f"{result.latency_ms:.6f}" if ok and result.latency_ms is not None else ""
@@ -104,5 +112,11 @@ def sweep(space: SearchSpace, evaluator: Evaluator, path: str | os.PathLike[str]
                     on_result(genome, result)
                 if wall_s is not None and time.monotonic() - t0 > wall_s:
                     break
-    return SweepReport(path=str(path), points=len(points), already=already, measured=measured, failed=failed,
-                       wall_s=time.monotonic() - t0)
+    return SweepReport(
+        path=str(path),
+        points=len(points),
+        already=already,
+        measured=measured,
+        failed=failed,
+        wall_s=time.monotonic() - t0,
+    )

@@ -66,8 +66,9 @@ def shape_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
     return d
 
 
-def transfer_seeds(store: Store, key: dict[str, Any], space: SearchSpace, *, fingerprint: str, limit: int,
-                   runs: int = 3) -> list[tuple[Genome, str, float]]:
+def transfer_seeds(
+    store: Store, key: dict[str, Any], space: SearchSpace, *, fingerprint: str, limit: int, runs: int = 3
+) -> list[tuple[Genome, str, float]]:
     """Up to `limit` genomes from the `runs` nearest stored runs of the same family and space
     on other shapes, best first within each run, taken in turn from the nearest run first.
     Returns (genome, run id, distance)."""
@@ -107,7 +108,7 @@ def transfer_seeds(store: Store, key: dict[str, Any], space: SearchSpace, *, fin
     while len(out) < limit and any(depth < len(g) for _, g, _ in ranked):
         for dist, genomes, run_id in ranked:
             # the nearest run gives two genomes a round, the others one
-            for g in genomes[depth * 2: depth * 2 + 2] if run_id == ranked[0][2] else genomes[depth: depth + 1]:
+            for g in genomes[depth * 2 : depth * 2 + 2] if run_id == ranked[0][2] else genomes[depth : depth + 1]:
                 clean = Genome.of(space.canonical(g.params), g.source)
                 if clean.id not in taken and len(out) < limit:
                     taken.add(clean.id)

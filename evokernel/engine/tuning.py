@@ -20,8 +20,15 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["OPTIONAL_GENES", "geomean", "nearest_landscape_seeds", "nearest_ms", "pick", "prior_seeds",
-           "search_against"]
+__all__ = [
+    "OPTIONAL_GENES",
+    "geomean",
+    "nearest_landscape_seeds",
+    "nearest_ms",
+    "pick",
+    "prior_seeds",
+    "search_against",
+]
 
 
 def geomean(xs: list[float | None]) -> float | None:
@@ -56,9 +63,20 @@ def pick(ev: Any, report: Any, *, finalists: int = 3, rounds: int = 2, extra: An
     return winner, {"finalists": [g.id for g in top], "ms": ms, "search_best": report.best.genome.id}
 
 
-def search_against(space: Any, ev: Any, *, store: Any, name: str, evaluations: int, wall_s: float,
-                   baselines: dict[str, Any], seeds: Any = (), descriptor: Any = None, rounds: int = 3,
-                   tie_margin: float = 0.02) -> tuple[dict[str, Any] | None, Any]:
+def search_against(
+    space: Any,
+    ev: Any,
+    *,
+    store: Any,
+    name: str,
+    evaluations: int,
+    wall_s: float,
+    baselines: dict[str, Any],
+    seeds: Any = (),
+    descriptor: Any = None,
+    rounds: int = 3,
+    tie_margin: float = 0.02,
+) -> tuple[dict[str, Any] | None, Any]:
     """One benchmark job: a search (seeded), the final pick (`pick`), then the winner and the
     `baselines` (name -> Genome) re-measured together, interleaved, in fresh processes.
 
@@ -72,7 +90,8 @@ def search_against(space: Any, ev: Any, *, store: Any, name: str, evaluations: i
     from evokernel import Budget, Search
 
     report = Search(space, ev, store=store, descriptor=descriptor, name=name, seeds=seeds).run(
-        Budget(evaluations=evaluations, wall_s=wall_s), seed=0)
+        Budget(evaluations=evaluations, wall_s=wall_s), seed=0
+    )
     if report.best is None:
         return None, report
     # the baselines the template itself runs (no source of their own) compete in the pick
@@ -86,8 +105,11 @@ def search_against(space: Any, ev: Any, *, store: Any, name: str, evaluations: i
     # A longer head-to-head decides; if the baseline wins it, the tuner ships the baseline,
     # and the figures reported come from one more re-measurement, not the deciding one.
     tie_break = None
-    rivals = [(x, g) for g, x in zip(baselines.values(), lat[1:])
-              if not g.source and g.id != winner.id and x and lat[0] and x < lat[0] * (1 - tie_margin)]
+    rivals = [
+        (x, g)
+        for g, x in zip(baselines.values(), lat[1:])
+        if not g.source and g.id != winner.id and x and lat[0] and x < lat[0] * (1 - tie_margin)
+    ]
     if rivals:
         _, rival = min(rivals, key=lambda r: r[0])
         duel = ev.remeasure([winner, rival], rounds=2 * rounds)
@@ -105,16 +127,23 @@ def search_against(space: Any, ev: Any, *, store: Any, name: str, evaluations: i
 
     footing = check_results(dict(zip(["winner", *names], results)))
     part = {
-        "winner": dict(winner.params), "winner_ms": lat[0], "search_ms": report.best.latency_ms,
+        "winner": dict(winner.params),
+        "winner_ms": lat[0],
+        "search_ms": report.best.latency_ms,
         "timing": {"gate": msgspec.to_builtins(footing) if footing is not None else None},
-        "final_pick": final, "tie_break": tie_break, "evaluations": report.evaluations, "statuses": report.statuses,
+        "final_pick": final,
+        "tie_break": tie_break,
+        "evaluations": report.evaluations,
+        "statuses": report.statuses,
         # the pick kept a baseline (nothing the search found was faster when re-measured)
         "winner_is_baseline": next((n for n, g in baselines.items() if g.id == winner.id), None),
         "baselines": dict(zip(names, lat[1:])),
         # a baseline the pick kept is the winner itself: 1.0 against it, whatever its two
         # readings in the re-measurement say (their gap is noise)
-        "speedup": {n: 1.0 if g.id == winner.id and x and lat[0] else (x / lat[0]) if (x and lat[0]) else None
-                    for (n, g), x in zip(baselines.items(), lat[1:])},
+        "speedup": {
+            n: 1.0 if g.id == winner.id and x and lat[0] else (x / lat[0]) if (x and lat[0]) else None
+            for (n, g), x in zip(baselines.items(), lat[1:])
+        },
         "errors": {n: r.error[:300] for n, r in zip(["winner", *names], results) if not r.is_ok},
     }
     return part, report
@@ -139,8 +168,11 @@ def prior_seeds(path: Any, space: Any, *, normalise: Any = None, **match: Any) -
             continue
         params = row.get("params") or row.get("winner")
         if isinstance(params, dict) and isinstance(params.get("up"), dict):  # an MoE row's (up, down) form
-            params = {**params["up"], **{f"down_{k}": v for k, v in params.get("down", {}).items()},
-                      **{k: v for k, v in params.items() if k not in ("up", "down")}}
+            params = {
+                **params["up"],
+                **{f"down_{k}": v for k, v in params.get("down", {}).items()},
+                **{k: v for k, v in params.items() if k not in ("up", "down")},
+            }
         if not isinstance(params, dict):
             continue
         point = {p.name: params.get(p.name, p.values[0]) for p in space.params}
@@ -174,7 +206,7 @@ def nearest_landscape_seeds(prefix: str, m: int, space: Any, *, fill: Any = None
     names = [n for n in builtin_names() if n.startswith(prefix)]
     if not names:
         return []
-    size = lambda n: int(n[len(prefix):].split("_")[0])  # noqa: E731
+    size = lambda n: int(n[len(prefix) :].split("_")[0])  # noqa: E731
     nearest = min(names, key=lambda n: abs(math.log(size(n)) - math.log(max(m, 1))))
     return landscape_seeds(nearest, space, top=top, fill=fill)
 

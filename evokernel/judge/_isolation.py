@@ -61,7 +61,7 @@ PROTECTIONS: dict[str, str] = {
     "ipc": "no System V IPC or message queues shared with the host",
     "caps": "every capability dropped, no_new_privs",
     "seccomp": "ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, mounts, namespaces refused "
-               "(and, without a PID namespace, every signal but to itself)",
+    "(and, without a PID namespace, every signal but to itself)",
     "limits": "file size, core dumps and (where the judge is not root: the kernel exempts uid 0) process count limited",
 }
 
@@ -121,32 +121,97 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     def enc(s: str | None) -> bytes | None:
         return None if s is None else os.fsencode(s)
 
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), "mount",
-           f"mount {target}")
+    _check(
+        _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), "mount", f"mount {target}"
+    )
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 _NR = {  # the few system call numbers called or refused here, per architecture
-    "x86_64": {"mount_setattr": 442, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
-               "kcmp": 312, "pidfd_getfd": 438, "bpf": 321, "perf_event_open": 298, "keyctl": 250,
-               "add_key": 248, "request_key": 249, "mount": 165, "umount2": 166, "pivot_root": 155,
-               "setns": 308, "unshare": 272, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-               "fsconfig": 431, "fsmount": 432, "fspick": 433, "kexec_load": 246, "kexec_file_load": 320,
-               "init_module": 175, "finit_module": 313, "delete_module": 176, "reboot": 169, "swapon": 167,
-               "swapoff": 168, "userfaultfd": 323, "acct": 163, "syslog": 103, "open_by_handle_at": 304,
-               "process_madvise": 440, "iopl": 172, "ioperm": 173},
-    "aarch64": {"mount_setattr": 442, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-                "kcmp": 272, "pidfd_getfd": 438, "bpf": 280, "perf_event_open": 241, "keyctl": 219,
-                "add_key": 217, "request_key": 218, "mount": 40, "umount2": 39, "pivot_root": 41,
-                "setns": 268, "unshare": 97, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-                "fsconfig": 431, "fsmount": 432, "fspick": 433, "kexec_load": 104, "kexec_file_load": 294,
-                "init_module": 105, "finit_module": 273, "delete_module": 106, "reboot": 142, "swapon": 224,
-                "swapoff": 225, "userfaultfd": 282, "acct": 89, "syslog": 116, "open_by_handle_at": 265,
-                "process_madvise": 440},
+    "x86_64": {
+        "mount_setattr": 442,
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "kcmp": 312,
+        "pidfd_getfd": 438,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "setns": 308,
+        "unshare": 272,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "kexec_load": 246,
+        "kexec_file_load": 320,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "reboot": 169,
+        "swapon": 167,
+        "swapoff": 168,
+        "userfaultfd": 323,
+        "acct": 163,
+        "syslog": 103,
+        "open_by_handle_at": 304,
+        "process_madvise": 440,
+        "iopl": 172,
+        "ioperm": 173,
+    },
+    "aarch64": {
+        "mount_setattr": 442,
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "kcmp": 272,
+        "pidfd_getfd": 438,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "setns": 268,
+        "unshare": 97,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "kexec_load": 104,
+        "kexec_file_load": 294,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "reboot": 142,
+        "swapon": 224,
+        "swapoff": 225,
+        "userfaultfd": 282,
+        "acct": 89,
+        "syslog": 116,
+        "open_by_handle_at": 265,
+        "process_madvise": 440,
+    },
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _ARCH = platform.machine()
@@ -159,14 +224,26 @@ def _mount_setattr(path: str, *, set_: int = 0, clear: int = 0, recursive: bool 
     nr = _NR.get(_ARCH, {}).get("mount_setattr")
     if nr is None:
         raise SetupError("mount", "mount_setattr", errno.ENOSYS)
-    _check(_libc.syscall(ctypes.c_long(nr), ctypes.c_int(_AT_FDCWD), os.fsencode(path),
-                         ctypes.c_uint(_AT_RECURSIVE if recursive else 0), ctypes.byref(attr),
-                         ctypes.c_size_t(ctypes.sizeof(attr))), "mount", f"mount_setattr {path}")
+    _check(
+        _libc.syscall(
+            ctypes.c_long(nr),
+            ctypes.c_int(_AT_FDCWD),
+            os.fsencode(path),
+            ctypes.c_uint(_AT_RECURSIVE if recursive else 0),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),
+        ),
+        "mount",
+        f"mount_setattr {path}",
+    )
 
 
 def _prctl(option: int, arg: int = 0, protection: str = "caps") -> int:
-    return _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                              ctypes.c_ulong(0)), protection, f"prctl {option}")
+    return _check(
+        _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        protection,
+        f"prctl {option}",
+    )
 
 
 def _write(path: str, text: str) -> None:
@@ -271,8 +348,16 @@ def _drop_capabilities() -> None:
     _prctl(_PR_SET_SECUREBITS, _SECBITS_LOCKED_NOROOT)  # uid 0 never regains them through execve
     _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
     for cap in range(64):
-        if _libc.prctl(ctypes.c_int(_PR_CAPBSET_DROP), ctypes.c_ulong(cap), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0)) < 0:
+        if (
+            _libc.prctl(
+                ctypes.c_int(_PR_CAPBSET_DROP),
+                ctypes.c_ulong(cap),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+                ctypes.c_ulong(0),
+            )
+            < 0
+        ):
             if ctypes.get_errno() == errno.EINVAL:  # past the last capability this kernel knows
                 break
             raise SetupError("caps", f"drop capability {cap}", ctypes.get_errno())
@@ -287,10 +372,24 @@ class _SockFprog(ctypes.Structure):
 
 
 _SIGNALS = {  # calls that signal a process named by their first argument
-    "x86_64": {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-               "pidfd_open": 434, "pidfd_send_signal": 424},
-    "aarch64": {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
-                "pidfd_open": 434, "pidfd_send_signal": 424},
+    "x86_64": {
+        "kill": 62,
+        "tkill": 200,
+        "tgkill": 234,
+        "rt_sigqueueinfo": 129,
+        "rt_tgsigqueueinfo": 297,
+        "pidfd_open": 434,
+        "pidfd_send_signal": 424,
+    },
+    "aarch64": {
+        "kill": 129,
+        "tkill": 130,
+        "tgkill": 131,
+        "rt_sigqueueinfo": 138,
+        "rt_tgsigqueueinfo": 240,
+        "pidfd_open": 434,
+        "pidfd_send_signal": 424,
+    },
 }
 
 
@@ -309,7 +408,10 @@ def _filter(refused: Iterable[str], arch: str = _ARCH, own_pid: int | None = Non
         signals = {nr for name, nr in table.items() if not name.startswith("pidfd")}
     # (code, true target, false target, k): targets are labels or None (the next instruction)
     ins: list[tuple[int, str | None, str | None, int]] = [
-        (ld_abs, None, None, 4), (jeq, None, "kill", _AUDIT_ARCH[arch]), (ld_abs, None, None, 0)]
+        (ld_abs, None, None, 4),
+        (jeq, None, "kill", _AUDIT_ARCH[arch]),
+        (ld_abs, None, None, 0),
+    ]
     if arch == "x86_64":
         ins.append((jge, "deny", None, 0x40000000))  # the x32 ABI: refused whole
     ins += [(jeq, "deny", None, nr) for nr in sorted(numbers)]
@@ -339,8 +441,13 @@ def _install_filter(refused: Iterable[str], own_pid: int | None = None) -> None:
     program = _filter(refused, own_pid=own_pid)
     buf = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buf, ctypes.c_void_p).value)
-    _check(_libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0),
-                       ctypes.c_ulong(0)), "seccomp", "install the filter")
+    _check(
+        _libc.prctl(
+            ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0), ctypes.c_ulong(0)
+        ),
+        "seccomp",
+        "install the filter",
+    )
 
 
 # -- which protections hold here ----------------------------------------------------------------

@@ -42,8 +42,11 @@ _copy = torch.Tensor.copy_
 _randbelow = secrets.randbelow
 _randbits = secrets.randbits
 _current_stream = torch.cuda.current_stream
-_TIMING = {"torch.cuda.Event": torch.cuda.Event, "torch.cuda.synchronize": torch.cuda.synchronize,
-           "time.perf_counter": time.perf_counter}
+_TIMING = {
+    "torch.cuda.Event": torch.cuda.Event,
+    "torch.cuda.synchronize": torch.cuda.synchronize,
+    "time.perf_counter": time.perf_counter,
+}
 
 #: the dtype field of a reference to a plain (host-side) input value: "py:" + its JSON (the
 #: judge's `gate._value_ref` writes them)
@@ -52,10 +55,11 @@ VALUE_PREFIX = "py:"
 
 def _plain_value(dtype: str) -> Any:
     """A plain input value from its reference (JSON lists back to tuples, as the judge sent them)."""
+
     def tuples(x: Any) -> Any:
         return tuple(tuples(v) for v in x) if _isinstance(x, list) else x
 
-    return tuples(msgspec.json.decode(dtype[len(VALUE_PREFIX):]))
+    return tuples(msgspec.json.decode(dtype[len(VALUE_PREFIX) :]))
 
 
 # what the harness relies on, captured before any candidate code runs
@@ -75,12 +79,30 @@ def _watch(path: str) -> None:
 
 
 for _path in (
-    "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time",
-    "torch.cuda.current_stream", "torch.cuda.Stream.synchronize", "torch.cuda.CUDAGraph",
-    "torch.cuda.graph", "torch.Tensor", "torch.Tensor.copy_", "torch.Tensor.zero_", "torch.Tensor.fill_",
-    "torch.Tensor.data_ptr", "torch.Tensor.untyped_storage", "torch.Tensor.__torch_function__",
-    "torch.empty", "torch.empty_like", "torch.randn", "torch.allclose", "torch.equal",
-    "time.perf_counter", "time.perf_counter_ns", "builtins.type", "builtins.isinstance",
+    "torch.cuda.synchronize",
+    "torch.cuda.Event",
+    "torch.cuda.Event.record",
+    "torch.cuda.Event.elapsed_time",
+    "torch.cuda.current_stream",
+    "torch.cuda.Stream.synchronize",
+    "torch.cuda.CUDAGraph",
+    "torch.cuda.graph",
+    "torch.Tensor",
+    "torch.Tensor.copy_",
+    "torch.Tensor.zero_",
+    "torch.Tensor.fill_",
+    "torch.Tensor.data_ptr",
+    "torch.Tensor.untyped_storage",
+    "torch.Tensor.__torch_function__",
+    "torch.empty",
+    "torch.empty_like",
+    "torch.randn",
+    "torch.allclose",
+    "torch.equal",
+    "time.perf_counter",
+    "time.perf_counter_ns",
+    "builtins.type",
+    "builtins.isinstance",
 ):
     _watch(_path)
 
@@ -169,8 +191,17 @@ def _error_text(exc: BaseException, limit: int = 1500) -> str:
 
 def _is_cuda_error(text: str) -> bool:
     low = text.lower()
-    return any(s in low for s in ("cuda error", "illegal memory access", "device-side assert",
-                                  "unspecified launch failure", "misaligned address", "cudaerror"))
+    return any(
+        s in low
+        for s in (
+            "cuda error",
+            "illegal memory access",
+            "device-side assert",
+            "unspecified launch failure",
+            "misaligned address",
+            "cudaerror",
+        )
+    )
 
 
 # -- setup ---------------------------------------------------------------------------------
@@ -312,8 +343,9 @@ def _compile_only(kernel: Any, specs: list[list[tuple[list[int], list[int], str]
     try:
         for shape_specs in specs:
             inputs = [
-                _plain_value(dtype) if dtype.startswith(VALUE_PREFIX) else
-                torch.empty_strided(tuple(shape), tuple(stride), dtype=getattr(torch, dtype), device=device)
+                _plain_value(dtype)
+                if dtype.startswith(VALUE_PREFIX)
+                else torch.empty_strided(tuple(shape), tuple(stride), dtype=getattr(torch, dtype), device=device)
                 for shape, stride, dtype in shape_specs
             ]
             try:
@@ -340,7 +372,10 @@ def _check_outputs(out: Any, slots: list[torch.Tensor], inputs: list[torch.Tenso
     spans = [_storage_span(t) for t in inputs if _isinstance(t, _Tensor) and t.numel()]
     for i, (o, slot) in enumerate(zip(outs, slots)):
         if _type(o) is not _Tensor:
-            return "structure", f"output {i} is a {_type(o).__module__}.{_type(o).__qualname__}, not a plain torch.Tensor"
+            return (
+                "structure",
+                f"output {i} is a {_type(o).__module__}.{_type(o).__qualname__}, not a plain torch.Tensor",
+            )
         if tuple(o.shape) != tuple(slot.shape):
             return "structure", f"output {i} has shape {tuple(o.shape)}, the reference {tuple(slot.shape)}"
         if o.dtype != slot.dtype:
@@ -368,8 +403,9 @@ def _raised(conn: Any, trial: int, exc: Exception) -> None:
     _send(conn, Done(trial=trial, ok=False, kind="cuda_error" if _is_cuda_error(text) else "raised", error=text))
 
 
-def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots: list[torch.Tensor],
-          device: str) -> None:
+def _call(
+    conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots: list[torch.Tensor], device: str
+) -> None:
     tamper = _tampering()
     if tamper:
         _send(conn, Done(trial=trial, ok=False, kind="tampering", error=tamper))
@@ -406,19 +442,27 @@ def _call(conn: Any, kernel: Any, trial: int, inputs: list[torch.Tensor], slots:
     except Exception as exc:
         return _raised(conn, trial, exc)
     if threading.active_count() > threads_before:
-        _send(conn, Done(trial=trial, ok=False, kind="threads",
-                         error="kernel left a thread running after it returned"))
+        _send(conn, Done(trial=trial, ok=False, kind="threads", error="kernel left a thread running after it returned"))
         return
     _send(conn, Done(trial=trial, ok=True, call_s=call_s))
 
 
-def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sample_slots: list[list[torch.Tensor]],
-          spec: dict[str, Any], device: str) -> None:
+def _time(
+    conn: Any,
+    kernel: Any,
+    shape: str,
+    sets: list[list[torch.Tensor]],
+    sample_slots: list[list[torch.Tensor]],
+    spec: dict[str, Any],
+    device: str,
+) -> None:
     from evokernel.judge.timing import time_cpu, time_cuda
 
     def failed(kind: str, error: str) -> None:
-        _send(conn, Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False, kind=kind,
-                           error=error))
+        _send(
+            conn,
+            Timing(shape=shape, samples_ms=[], graph=False, wall_ms_per_call=0.0, ok=False, kind=kind, error=error),
+        )
 
     tamper = _tampering()
     if tamper:
@@ -447,8 +491,9 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
         perturber = Perturber(sets, k, _randbits(62)) if k > 0 else None
         fns = [(lambda s=s: kernel(*s)) for s in sets]
         if device == "cuda":
-            samples, graph, wall = time_cuda(fns, **spec, watched=_TIMING, sample=sample, perturb=perturber,
-                                             phases=phases)
+            samples, graph, wall = time_cuda(
+                fns, **spec, watched=_TIMING, sample=sample, perturb=perturber, phases=phases
+            )
         else:
             samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING, perturb=perturber)
         t0 = _perf_counter()
@@ -466,8 +511,18 @@ def _time(conn: Any, kernel: Any, shape: str, sets: list[list[torch.Tensor]], sa
     tamper = _tampering()
     if tamper:
         return failed("tampering", tamper)
-    _send(conn, Timing(shape=shape, samples_ms=samples, graph=graph, wall_ms_per_call=wall, sampled=sampled,
-                       perturbations=perturbations, phases=phases))
+    _send(
+        conn,
+        Timing(
+            shape=shape,
+            samples_ms=samples,
+            graph=graph,
+            wall_ms_per_call=wall,
+            sampled=sampled,
+            perturbations=perturbations,
+            phases=phases,
+        ),
+    )
 
 
 # -- entry point ---------------------------------------------------------------------------
@@ -492,7 +547,7 @@ def _viewer(arena: Any) -> Any:
             return _plain_value(dtype)
         dt = getattr(torch, dtype)
         n = math.prod(shape) * dt.itemsize
-        return arena[off:off + n].view(dt).view(tuple(shape))
+        return arena[off : off + n].view(dt).view(tuple(shape))
 
     return view
 
@@ -566,10 +621,15 @@ def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int) -> None:
         os.dup2(out, 2)
         os.close(out)
         try:
-            _isolation.confine(_isolation.Plan(
-                protections=frozenset(setup.isolation), work_dir=setup.work_dir,
-                shared_files=tuple(setup.shared_files), readable=tuple(setup.readable),
-                file_bytes=setup.file_bytes))
+            _isolation.confine(
+                _isolation.Plan(
+                    protections=frozenset(setup.isolation),
+                    work_dir=setup.work_dir,
+                    shared_files=tuple(setup.shared_files),
+                    readable=tuple(setup.readable),
+                    file_bytes=setup.file_bytes,
+                )
+            )
         except OSError as exc:
             _send(conn, Failed(kind="sandbox", error=f"cannot confine the candidate: {exc}"))
             os._exit(1)
@@ -683,9 +743,10 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
         from evokernel.judge.timing import prewarm_cuda
 
         try:
-            prewarm_cuda([getattr(torch, d) for spec in setup.input_specs for _, _, d in spec
-                          if not d.startswith(VALUE_PREFIX)],
-                         [getattr(torch, d) for d in setup.output_dtypes])
+            prewarm_cuda(
+                [getattr(torch, d) for spec in setup.input_specs for _, _, d in spec if not d.startswith(VALUE_PREFIX)],
+                [getattr(torch, d) for d in setup.output_dtypes],
+            )
         except Exception as exc:  # the harness's own warm-up: a failure here is the GPU's, say so
             _send(conn, Failed(kind="setup", error=f"harness warm-up failed: {_error_text(exc)}"))
             return None
@@ -709,11 +770,17 @@ def _serve(conn: Any, kernel: Any, view: Any, device: str) -> str | None:
             _call(conn, kernel, trial, [view(r) for r in inputs], [view(r) for r in slots], device)
         elif op == "time":
             _, shape, sets, sample_slots, spec = msg
-            _time(conn, kernel, shape, [[view(r) for r in g] for g in sets],
-                  [[view(r) for r in g] for g in sample_slots], spec, device)
+            _time(
+                conn,
+                kernel,
+                shape,
+                [[view(r) for r in g] for g in sets],
+                [[view(r) for r in g] for g in sample_slots],
+                spec,
+                device,
+            )
         elif op == "load":
             return msg[1]
         elif op == "exit":
             return None
         del msg
-

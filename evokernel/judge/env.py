@@ -35,7 +35,10 @@ def _gpus() -> tuple[list[str], str | None]:
     try:
         out = subprocess.run(
             [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return [], None
@@ -92,9 +95,11 @@ def _interpreter_problem(numpy_version: str | None, source: str, triton_version:
     major_minor = tuple(int(x) for x in numpy_version.split(".")[:2] if x.isdigit())
     if major_minor < (2, 4) or "int(self.handle.data))" not in source:  # #9172: int(self.handle.data.squeeze())
         return None
-    return (f"Triton {triton_version}'s CPU interpreter cannot run with numpy {numpy_version} "
-            "(triton-lang/triton#9171: every kernel fails with 'only 0-dimensional arrays can be converted "
-            "to Python scalars'): install numpy<2.4, or a Triton with the fix (3.9 has it)")
+    return (
+        f"Triton {triton_version}'s CPU interpreter cannot run with numpy {numpy_version} "
+        "(triton-lang/triton#9171: every kernel fails with 'only 0-dimensional arrays can be converted "
+        "to Python scalars'): install numpy<2.4, or a Triton with the fix (3.9 has it)"
+    )
 
 
 def environment() -> dict[str, Any]:

@@ -37,11 +37,25 @@ import msgspec
 
 from evokernel.core.errors import EvokernelError
 
-__all__ = ["Footing", "FootingMismatch", "HostSync", "Timed", "check_results", "check_same", "host_time_us",
-           "read_clocks", "side_by_side", "speedup"]
+__all__ = [
+    "Footing",
+    "FootingMismatch",
+    "HostSync",
+    "Timed",
+    "check_results",
+    "check_same",
+    "host_time_us",
+    "read_clocks",
+    "side_by_side",
+    "speedup",
+]
 
-_MODES = {"graph": "graph replay", "held": "held eager calls (host time hidden)",
-          "eager": "eager calls", "cpu": "CPU wall clock"}
+_MODES = {
+    "graph": "graph replay",
+    "held": "held eager calls (host time hidden)",
+    "eager": "eager calls",
+    "cpu": "CPU wall clock",
+}
 
 
 class FootingMismatch(EvokernelError, ValueError):
@@ -112,8 +126,9 @@ def check_same(footings: Mapping[str, Any]) -> Footing:
     first_name, first = items[0]
     for name, f in items[1:]:
         if f != first:
-            raise FootingMismatch(f"cannot compare {first_name} ({first.describe()}) with {name} ({f.describe()}): "
-                                  "time both the same way")
+            raise FootingMismatch(
+                f"cannot compare {first_name} ({first.describe()}) with {name} ({f.describe()}): time both the same way"
+            )
     return first
 
 
@@ -151,8 +166,10 @@ def read_clocks(device: int = 0) -> dict[str, float]:
 
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(device)
-        return {"sm_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                "mem_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM))}
+        return {
+            "sm_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+            "mem_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+        }
     except Exception:
         return {}
 
@@ -176,9 +193,17 @@ def host_time_us(fn: Callable[[], Any], *, calls: int = 200, repeats: int = 5) -
     return statistics.median(out)
 
 
-def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequence[Sequence[Any]], *,
-                 mode: str = "graph", rounds: int = 9, calls: int | None = None, target_ms: float = 2.0,
-                 baseline: str | None = None, host: bool = True) -> dict[str, Any]:
+def side_by_side(
+    fns: Mapping[str, Callable[[Sequence[Any]], Any]],
+    sets: Sequence[Sequence[Any]],
+    *,
+    mode: str = "graph",
+    rounds: int = 9,
+    calls: int | None = None,
+    target_ms: float = 2.0,
+    baseline: str | None = None,
+    host: bool = True,
+) -> dict[str, Any]:
     """Time every function of `fns` (name -> f(inputs)) on the same footing, interleaved.
 
     Each sample is a block of `calls` calls cycling through `sets` (one input set per call),
@@ -225,6 +250,7 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
         def block() -> None:
             for s in order:
                 f(s)
+
         return block
 
     blocks = {n: block_of(n) for n in names}
@@ -237,7 +263,7 @@ def side_by_side(fns: Mapping[str, Callable[[Sequence[Any]], Any]], sets: Sequen
         runners[n]()
     torch.cuda.synchronize()
     for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
+        for n in names[r % len(names) :] + names[: r % len(names)]:
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

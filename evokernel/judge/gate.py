@@ -106,13 +106,21 @@ class Verdict(msgspec.Struct, kw_only=True):
     raced: list[str] = msgspec.field(default_factory=list)  # shapes timed only briefly (far off the best)
 
     def to_result(self) -> Result:
-        meta = {"import_s": self.import_s, "compile_s": self.compile_s, "checks": self.checks,
-                "wait_s": self.wait_s, "judge_s": self.judge_s, **{f"{k}_s": v for k, v in self.phases.items()},
-                "timings": msgspec.to_builtins(self.timings), "raced": list(self.raced),
-                "steps": dict(self.steps)}
+        meta = {
+            "import_s": self.import_s,
+            "compile_s": self.compile_s,
+            "checks": self.checks,
+            "wait_s": self.wait_s,
+            "judge_s": self.judge_s,
+            **{f"{k}_s": v for k, v in self.phases.items()},
+            "timings": msgspec.to_builtins(self.timings),
+            "raced": list(self.raced),
+            "steps": dict(self.steps),
+        }
         if self.accepted and self.latency_ms is not None:
-            return Result.ok(self.latency_ms, noise=self.noise,
-                             per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta)
+            return Result.ok(
+                self.latency_ms, noise=self.noise, per_shape={t.shape: t.median_ms for t in self.timings}, meta=meta
+            )
         error = self.reason + (f"\n{self.log_tail}" if self.log_tail else "")
         return Result.failed(self.status, error, meta=meta)
 
@@ -147,9 +155,11 @@ def compare(refs: Sequence[Any], outs: Sequence[Any], tol: dict[str, float]) -> 
         if worst > 0:
             j = int(excess.argmax())
             n = int((excess > 0).sum())
-            return (f"output {i}: {n} of {r.numel()} values off by more than tolerance "
-                    f"(worst {float(o.reshape(-1)[j]):.6g} vs {float(r.reshape(-1)[j]):.6g}, "
-                    f"rtol {tol['rtol']}, atol {tol['atol']})")
+            return (
+                f"output {i}: {n} of {r.numel()} values off by more than tolerance "
+                f"(worst {float(o.reshape(-1)[j]):.6g} vs {float(r.reshape(-1)[j]):.6g}, "
+                f"rtol {tol['rtol']}, atol {tol['atol']})"
+            )
     return None
 
 
@@ -179,8 +189,10 @@ def _plain(value: Any, where: str) -> Any:
         return tuple(_plain(v, where) for v in value)
     if isinstance(value, (bool, int, float, str)) and not (isinstance(value, float) and not math.isfinite(value)):
         return value
-    raise ProblemError(f"{where}: make_inputs returned a {type(value).__name__}; inputs are tensors or plain "
-                       "host-side values (int, float, bool, str, or tuples of them)")
+    raise ProblemError(
+        f"{where}: make_inputs returned a {type(value).__name__}; inputs are tensors or plain "
+        "host-side values (int, float, bool, str, or tuples of them)"
+    )
 
 
 def _value_ref(value: Any) -> tuple[int, list[int], str]:
@@ -233,7 +245,7 @@ class _Arena:
         views, refs = [], []
         for (shape, dtype), off in zip(self.requests, offsets):
             n = math.prod(shape) * dtype.itemsize
-            views.append(self.base[off:off + n].view(dtype).view(shape))
+            views.append(self.base[off : off + n].view(dtype).view(shape))
             refs.append((off, list(shape), str(dtype).removeprefix("torch.")))
         return views, refs
 
@@ -243,19 +255,24 @@ class _Shape:
     values change), poisoned result slots, rotation sets for timing, and slots where the
     candidate's process copies outputs of timed calls drawn at random."""
 
-    def __init__(self, problem: Problem, shape: dict[str, Any], device: str, arena: _Arena, *,
-                 rotate: int, samples: int) -> None:
+    def __init__(
+        self, problem: Problem, shape: dict[str, Any], device: str, arena: _Arena, *, rotate: int, samples: int
+    ) -> None:
         self.problem, self.shape, self.device = problem, shape, device
         self.key = shape_key(shape)
         first = _as_list(problem.make_inputs(dict(shape), _seed(), device))
         # host-side inputs (lengths, maximum lengths: what real varlen APIs take as Python
         # values) are part of the shape: the same in every draw, handed over as values
-        self.values = {i: _plain(x, f"{problem.name} {self.key}, input {i}") for i, x in enumerate(first)
-                       if not _is_tensor(x)}
+        self.values = {
+            i: _plain(x, f"{problem.name} {self.key}, input {i}") for i, x in enumerate(first) if not _is_tensor(x)
+        }
         refs = _as_list(problem.reference(*first))
-        self.specs = [([], [], _value_ref(self.values[i])[2]) if i in self.values else
-                      (list(t.shape), list(t.contiguous().stride()), str(t.dtype).removeprefix("torch."))
-                      for i, t in enumerate(first)]
+        self.specs = [
+            ([], [], _value_ref(self.values[i])[2])
+            if i in self.values
+            else (list(t.shape), list(t.contiguous().stride()), str(t.dtype).removeprefix("torch."))
+            for i, t in enumerate(first)
+        ]
         ins = [None if i in self.values else (t.shape, t.dtype) for i, t in enumerate(first)]
         outs = [(r.shape, r.dtype) for r in refs]
         self._ids = {
@@ -277,8 +294,10 @@ class _Shape:
         ids = self._ids
 
         def inputs(group: list[Any], of: list[Any]) -> list[Any]:
-            return [of[i] if i is not None else (self.values[j] if of is views else _value_ref(self.values[j]))
-                    for j, i in enumerate(group)]
+            return [
+                of[i] if i is not None else (self.values[j] if of is views else _value_ref(self.values[j]))
+                for j, i in enumerate(group)
+            ]
 
         self.inputs = inputs(ids["inputs"], views)
         self.slots = [views[i] for i in ids["slots"]]
@@ -294,13 +313,16 @@ class _Shape:
     def _fill(self, bufs: list[Any], fresh: list[Any]) -> None:
         """Copy a fresh draw into the buffers; a host-side value must be the shape's own."""
         if len(fresh) != len(bufs):
-            raise ProblemError(f"{self.problem.name} {self.key}: make_inputs returned {len(fresh)} inputs, "
-                               f"then {len(bufs)}")
+            raise ProblemError(
+                f"{self.problem.name} {self.key}: make_inputs returned {len(fresh)} inputs, then {len(bufs)}"
+            )
         for i, (buf, new) in enumerate(zip(bufs, fresh)):
             if i in self.values:
                 if _plain(new, self.key) != self.values[i]:
-                    raise ProblemError(f"{self.problem.name} {self.key}: host-side input {i} changed between "
-                                       f"draws ({self.values[i]!r}, then {new!r}): it must follow from the shape")
+                    raise ProblemError(
+                        f"{self.problem.name} {self.key}: host-side input {i} changed between "
+                        f"draws ({self.values[i]!r}, then {new!r}): it must follow from the shape"
+                    )
             else:
                 buf.copy_(new)
 
@@ -335,15 +357,22 @@ class _Shape:
         expected = {j for j, t in enumerate(base) if perturbable(t, k)}
         seen = set()
         for j, positions, values in changes:
-            if j not in expected or j in seen or len(positions) != k or len(values) != k \
-                    or len(set(positions)) != k or not all(0 <= q < base[j].numel() for q in positions):
+            if (
+                j not in expected
+                or j in seen
+                or len(positions) != k
+                or len(values) != k
+                or len(set(positions)) != k
+                or not all(0 <= q < base[j].numel() for q in positions)
+            ):
                 return f"malformed perturbation report for input {j}"
             seen.add(j)
             t = inputs[j]
             new = torch.tensor(values, dtype=torch.float64).to(t.dtype)  # exact: the values are t.dtype's
             if t.element_size() == 1:  # fp8: written as bytes (index writes on fp8 are not in every build)
-                t.view(torch.uint8).view(-1)[torch.tensor(positions, device=t.device)] = \
-                    new.view(torch.uint8).to(t.device)
+                t.view(torch.uint8).view(-1)[torch.tensor(positions, device=t.device)] = new.view(torch.uint8).to(
+                    t.device
+                )
             else:
                 t.view(-1)[torch.tensor(positions, device=t.device)] = new.to(t.device)
         if seen != expected:
@@ -352,11 +381,22 @@ class _Shape:
 
 
 _STATUS = {
-    "timeout": Status.TIMEOUT, "crash": Status.CRASH, "exit": Status.CRASH, "protocol": Status.CRASH,
-    "setup": Status.CRASH, "import": Status.COMPILE_ERROR, "no_kernel": Status.COMPILE_ERROR,
-    "compile": Status.COMPILE_ERROR, "raised": Status.RUNTIME_ERROR, "cuda_error": Status.CRASH,
-    "structure": Status.INCORRECT, "aliasing": Status.INCORRECT, "tampering": Status.INCORRECT,
-    "threads": Status.INCORRECT, "host_sync": Status.RUNTIME_ERROR, "graph_capture": Status.RUNTIME_ERROR,
+    "timeout": Status.TIMEOUT,
+    "crash": Status.CRASH,
+    "exit": Status.CRASH,
+    "protocol": Status.CRASH,
+    "setup": Status.CRASH,
+    "import": Status.COMPILE_ERROR,
+    "no_kernel": Status.COMPILE_ERROR,
+    "compile": Status.COMPILE_ERROR,
+    "raised": Status.RUNTIME_ERROR,
+    "cuda_error": Status.CRASH,
+    "structure": Status.INCORRECT,
+    "aliasing": Status.INCORRECT,
+    "tampering": Status.INCORRECT,
+    "threads": Status.INCORRECT,
+    "host_sync": Status.RUNTIME_ERROR,
+    "graph_capture": Status.RUNTIME_ERROR,
 }
 
 
@@ -377,10 +417,16 @@ class _Run:
         self.t0 = time.monotonic()
 
     def _done(self, v: Verdict) -> Verdict:
-        return msgspec.structs.replace(v, checks=len(self.seeds), seeds=self.seeds, phases=self.phases,
-                                       steps=self.steps, raced=self.raced,
-                                       judge_s=time.monotonic() - self.t0 - self.base.get("wait_s", 0.0),
-                                       **self.base)
+        return msgspec.structs.replace(
+            v,
+            checks=len(self.seeds),
+            seeds=self.seeds,
+            phases=self.phases,
+            steps=self.steps,
+            raced=self.raced,
+            judge_s=time.monotonic() - self.t0 - self.base.get("wait_s", 0.0),
+            **self.base,
+        )
 
     def _phase(self, name: str, start: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + time.monotonic() - start
@@ -464,8 +510,11 @@ class _Run:
         else:
             latency = math.exp(statistics.fmean(math.log(t.median_ms) for t in timings))
         noise = max(((t.ci_high_ms - t.ci_low_ms) / 2 / t.median_ms for t in timings), default=0.0)
-        return self._done(Verdict(accepted=True, reason="accepted", status=Status.OK, latency_ms=latency,
-                                  noise=noise, timings=timings))
+        return self._done(
+            Verdict(
+                accepted=True, reason="accepted", status=Status.OK, latency_ms=latency, noise=noise, timings=timings
+            )
+        )
 
 
 def _lap(steps: dict[str, float], name: str, since: float) -> float:
@@ -476,8 +525,17 @@ def _lap(steps: dict[str, float], name: str, since: float) -> float:
 
 def _compile_failure(text: str) -> bool:
     low = text.lower()
-    return any(s in low for s in ("outofresources", "out of resource", "ptxas", "compilationerror",
-                                  "compilation error", "triton.compiler"))
+    return any(
+        s in low
+        for s in (
+            "outofresources",
+            "out of resource",
+            "ptxas",
+            "compilationerror",
+            "compilation error",
+            "triton.compiler",
+        )
+    )
 
 
 class Judge:
@@ -495,8 +553,12 @@ class Judge:
         self.peaks: Peaks | None = peaks_for(device)
         arena = _Arena(device)
         opt = self.options
-        self.tuning = [_Shape(problem, s, device, arena, rotate=opt.rotate if opt.time else 0,
-                              samples=opt.samples if opt.time else 0) for s in problem.shapes]
+        self.tuning = [
+            _Shape(
+                problem, s, device, arena, rotate=opt.rotate if opt.time else 0, samples=opt.samples if opt.time else 0
+            )
+            for s in problem.shapes
+        ]
         self.heldout = [_Shape(problem, s, device, arena, rotate=0, samples=0) for s in problem.heldout]
         views, refs = arena.build()
         for shape in self.tuning + self.heldout:
@@ -537,8 +599,12 @@ class Judge:
             # the killed candidates' holds on the block (see sandbox.py), before it is freed
             alive = release_dead_holders(wait_s=10.0)
             if alive:
-                warnings.warn(f"{alive} candidate process(es) still alive 10 s after being killed: the judge's "
-                              "memory stays allocated until they are gone", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"{alive} candidate process(es) still alive 10 s after being killed: the judge's "
+                    "memory stays allocated until they are gone",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             self.arena.base = None
             gc.collect()
             torch.cuda.ipc_collect()
@@ -553,9 +619,17 @@ class Judge:
         helpers Triton builds for it may be shared with later candidates."""
         specs = [s.specs for s in self.tuning + self.heldout]
         outs = sorted({str(t.dtype).removeprefix("torch.") for s in self.tuning for t in s.slots})
-        return Sandbox(source, device=self.device, input_specs=specs, arena=self.arena.base, output_dtypes=outs,
-                       options=self.options.sandbox, label=label, trusted=trusted,
-                       seed_cache=self.seed.path if self.seed is not None else None).start()
+        return Sandbox(
+            source,
+            device=self.device,
+            input_specs=specs,
+            arena=self.arena.base,
+            output_dtypes=outs,
+            options=self.options.sandbox,
+            label=label,
+            trusted=trusted,
+            seed_cache=self.seed.path if self.seed is not None else None,
+        ).start()
 
     def check(self, source: str, label: str = "candidate") -> Verdict:
         sandbox = self.sandbox(source, label)
@@ -610,7 +684,7 @@ class Judge:
                 # 2 tokens, a 2x spread in time), a candidate is not judged on easier inputs
                 # than its rivals; new values every round, so nothing carries over
                 seeds = [_seed() for _ in shape.rotation]
-                for i in live[r % len(live):] + live[: r % len(live)] if live else []:
+                for i in live[r % len(live) :] + live[: r % len(live)] if live else []:
                     verdicts[i] = runs[i].time(shape, block, seeds)
         for i, run in enumerate(runs):
             if verdicts[i] is None and self.options.time:
@@ -620,8 +694,9 @@ class Judge:
         return [v for v in verdicts if v is not None]
 
     # -- steps -------------------------------------------------------------------------
-    def _trial(self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "",
-               steps: dict[str, float] | None = None) -> Verdict | None:
+    def _trial(
+        self, sandbox: Sandbox, shape: _Shape, seeds: list[int], phase: str = "", steps: dict[str, float] | None = None
+    ) -> Verdict | None:
         steps = steps if steps is not None else {}
         t = time.monotonic()
         seed = _seed()
@@ -644,15 +719,21 @@ class Judge:
             mutated = next((i for i, (a, b) in enumerate(zip(shape.inputs, pristine)) if not _bytes_equal(a, b)), None)
         _lap(steps, "trial_compare", t)
         if mutated is not None:
-            return Verdict(accepted=False, reason=f"input {mutated} was modified by the kernel ({where})",
-                           status=Status.INCORRECT)
+            return Verdict(
+                accepted=False, reason=f"input {mutated} was modified by the kernel ({where})", status=Status.INCORRECT
+            )
         if wrong is not None:
             return Verdict(accepted=False, reason=f"wrong result: {wrong} ({where})", status=Status.INCORRECT)
         return None
 
-    def _time_block(self, sandbox: Sandbox, shape: _Shape, timing: dict[str, Any],
-                    steps: dict[str, float] | None = None,
-                    seeds: Sequence[int] | None = None) -> tuple[list[float], Footing] | Verdict:
+    def _time_block(
+        self,
+        sandbox: Sandbox,
+        shape: _Shape,
+        timing: dict[str, Any],
+        steps: dict[str, float] | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> tuple[list[float], Footing] | Verdict:
         """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
         are checked, and so are the inputs (unchanged) and the samples (finite, in the
         timed stream). Returns (samples in ms, the footing they stand on)."""
@@ -677,8 +758,11 @@ class Judge:
         with sandbox.paused():
             self._settle()
             if not got.sampled:
-                return Verdict(accepted=False, status=Status.INCORRECT,
-                               reason=f"no timed output was handed over for checking ({shape.key}, timing)")
+                return Verdict(
+                    accepted=False,
+                    status=Status.INCORRECT,
+                    reason=f"no timed output was handed over for checking ({shape.key}, timing)",
+                )
             if len(got.perturbations) != len(got.sampled):
                 return Verdict(accepted=False, status=Status.INCORRECT, reason="perturbations missing from the worker")
             changed = k == 0 or not any(_is_tensor(t) and t.is_floating_point() for t in pristine[0])
@@ -692,25 +776,40 @@ class Judge:
                 refs = _as_list(self.problem.reference(*inputs))
                 wrong = compare(refs, slot, self._tolerance(refs))
                 if wrong is not None:
-                    return Verdict(accepted=False, status=Status.INCORRECT,
-                                   reason=f"wrong result in a timed call: {wrong} ({shape.key}, timing)")
+                    return Verdict(
+                        accepted=False,
+                        status=Status.INCORRECT,
+                        reason=f"wrong result in a timed call: {wrong} ({shape.key}, timing)",
+                    )
             if not changed:
-                return Verdict(accepted=False, status=Status.INCORRECT,
-                               reason=f"the timed calls' inputs were never perturbed ({shape.key}, timing)")
+                return Verdict(
+                    accepted=False,
+                    status=Status.INCORRECT,
+                    reason=f"the timed calls' inputs were never perturbed ({shape.key}, timing)",
+                )
             for group, clean in zip(shape.rotation, pristine):
                 if any(not _bytes_equal(a, b) for a, b in zip(group, clean)):
-                    return Verdict(accepted=False, status=Status.INCORRECT,
-                                   reason=f"an input was modified during timing ({shape.key})")
+                    return Verdict(
+                        accepted=False,
+                        status=Status.INCORRECT,
+                        reason=f"an input was modified during timing ({shape.key})",
+                    )
         _lap(steps, "time_verify", t)
         samples = got.samples_ms
         if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
-            return Verdict(accepted=False, reason=f"timing returned no valid samples ({shape.key})",
-                           status=Status.RUNTIME_ERROR)
+            return Verdict(
+                accepted=False, reason=f"timing returned no valid samples ({shape.key})", status=Status.RUNTIME_ERROR
+            )
         med = statistics.median(samples)
         if self.device == "cuda" and got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
-            return Verdict(accepted=False, status=Status.INCORRECT,
-                           reason=(f"work escaped the timed stream: {got.wall_ms_per_call:.4f} ms per call with "
-                                   f"the device synchronised, {med:.4f} ms timed ({shape.key})"))
+            return Verdict(
+                accepted=False,
+                status=Status.INCORRECT,
+                reason=(
+                    f"work escaped the timed stream: {got.wall_ms_per_call:.4f} ms per call with "
+                    f"the device synchronised, {med:.4f} ms timed ({shape.key})"
+                ),
+            )
         if self.device == "cuda":
             mode = "graph" if got.graph else "held" if got.phases.get("held") else "eager"
             flush = int(spec.get("flush_mb", 256))
@@ -722,8 +821,15 @@ class Judge:
     @staticmethod
     def _summary(shape: _Shape, samples: list[float], footing: Footing) -> ShapeTiming:
         lo, hi = median_ci(samples)
-        return ShapeTiming(shape=shape.key, median_ms=statistics.median(samples), ci_low_ms=lo, ci_high_ms=hi,
-                           samples=len(samples), graph=footing.mode == "graph", footing=footing)
+        return ShapeTiming(
+            shape=shape.key,
+            median_ms=statistics.median(samples),
+            ci_low_ms=lo,
+            ci_high_ms=hi,
+            samples=len(samples),
+            graph=footing.mode == "graph",
+            footing=footing,
+        )
 
     def _settle(self) -> None:
         """Finish the judge's own writes (new inputs, poisoned slots) before the candidate's
@@ -740,14 +846,21 @@ class Judge:
         if self.peaks is None:
             return msgspec.structs.replace(t, tflops=tflops, gbps=gbps)
         dtype = str(shape.inputs[0].dtype).removeprefix("torch.") if shape.inputs else "float32"
-        floor = self.problem.roofline_floor_ms(shape.shape, flops_per_s=self.peaks.limit_flops(dtype),
-                                               bytes_per_s=self.peaks.limit_bytes)
+        floor = self.problem.roofline_floor_ms(
+            shape.shape, flops_per_s=self.peaks.limit_flops(dtype), bytes_per_s=self.peaks.limit_bytes
+        )
         if floor is not None and t.median_ms < floor:
-            return Verdict(accepted=False, status=Status.INCORRECT,
-                           reason=(f"impossible: {t.median_ms:.5f} ms is below the roofline floor of {floor:.5f} ms "
-                                   f"on this GPU ({shape.key})"))
-        attainable = self.problem.roofline_floor_ms(shape.shape, flops_per_s=self.peaks.flops(dtype),
-                                                    bytes_per_s=self.peaks.bytes)
+            return Verdict(
+                accepted=False,
+                status=Status.INCORRECT,
+                reason=(
+                    f"impossible: {t.median_ms:.5f} ms is below the roofline floor of {floor:.5f} ms "
+                    f"on this GPU ({shape.key})"
+                ),
+            )
+        attainable = self.problem.roofline_floor_ms(
+            shape.shape, flops_per_s=self.peaks.flops(dtype), bytes_per_s=self.peaks.bytes
+        )
         pct = 100.0 * attainable / t.median_ms if attainable else None
         return msgspec.structs.replace(t, tflops=tflops, gbps=gbps, roofline_pct=pct)
 
@@ -756,8 +869,9 @@ class Judge:
         if kind == "raised" and _compile_failure(error):
             status = Status.COMPILE_ERROR
         fault = self.device == "cuda" and kind in ("crash", "cuda_error")
-        return Verdict(accepted=False, reason=f"{kind}: {error}", status=status, label=label,
-                       log_tail=log_tail, fault=fault)
+        return Verdict(
+            accepted=False, reason=f"{kind}: {error}", status=status, label=label, log_tail=log_tail, fault=fault
+        )
 
     def _tolerance(self, refs: list[Any]) -> dict[str, float]:
         dtypes = [str(r.dtype).removeprefix("torch.") for r in refs]
@@ -772,10 +886,21 @@ class Judge:
         for shape in self.tuning + self.heldout:
             refs, _ = shape.refill(_seed())
             tol = self._tolerance(refs)
-            for name, fake in (("zeros", [torch.zeros_like(r) for r in refs]),
-                               ("a constant", [torch.full_like(r, float(r.double().mean()) if r.is_floating_point()
-                                                               else int(r.double().mean())) for r in refs])):
+            for name, fake in (
+                ("zeros", [torch.zeros_like(r) for r in refs]),
+                (
+                    "a constant",
+                    [
+                        torch.full_like(
+                            r, float(r.double().mean()) if r.is_floating_point() else int(r.double().mean())
+                        )
+                        for r in refs
+                    ],
+                ),
+            ):
                 if compare(refs, fake, tol) is None:
-                    return (f"problem {self.problem.name} is degenerate: {name} passes its tolerance "
-                            f"on {shape.key}; fix make_inputs or TOLERANCE")
+                    return (
+                        f"problem {self.problem.name} is degenerate: {name} passes its tolerance "
+                        f"on {shape.key}; fix make_inputs or TOLERANCE"
+                    )
         return None

@@ -31,7 +31,10 @@ class Peaks(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _HOPPER_LIMITS = {
-    "float8_e4m3fn": 1979e12, "float8_e5m2": 1979e12, "bfloat16": 989e12, "float16": 989e12,
+    "float8_e4m3fn": 1979e12,
+    "float8_e5m2": 1979e12,
+    "bfloat16": 989e12,
+    "float16": 989e12,
     "float32": 494e12,  # tf32 tensor cores: what a Triton fp32 dot uses by default
     "float64": 67e12,
 }

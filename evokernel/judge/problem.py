@@ -181,8 +181,10 @@ def problem_params(cls: type[S], *, env: str = "", env_names: Mapping[str, str] 
         info = msgspec.inspect.type_info(cls)
         fields = {f.name: f for f in msgspec.structs.fields(cls)}
     except NameError as exc:  # string annotations resolve in sys.modules[cls.__module__]
-        raise ProblemError(f"{where}: the annotations of {cls.__name__} do not resolve ({exc}): load the "
-                           f"module with Problem.load or load_module, or register it in sys.modules") from None
+        raise ProblemError(
+            f"{where}: the annotations of {cls.__name__} do not resolve ({exc}): load the "
+            f"module with Problem.load or load_module, or register it in sys.modules"
+        ) from None
     if not isinstance(info, msgspec.inspect.StructType):
         raise ProblemError(f"{where}: problem_params takes a msgspec Struct class, got {cls!r}")
     kinds = {f.name: f.type for f in info.fields}
@@ -241,8 +243,7 @@ def _describe(kind: Any) -> str:
         return " | ".join(_describe(t) for t in kind.types)
     if isinstance(kind, (ins.VarTupleType, ins.ListType)):
         return f"{'tuple' if isinstance(kind, ins.VarTupleType) else 'list'}[{_describe(kind.item_type)}, ...]"
-    names = {ins.IntType: "int", ins.FloatType: "float", ins.BoolType: "bool", ins.StrType: "str",
-             ins.NoneType: "None"}
+    names = {ins.IntType: "int", ins.FloatType: "float", ins.BoolType: "bool", ins.StrType: "str", ins.NoneType: "None"}
     return names.get(type(kind), type(kind).__name__.removesuffix("Type").lower())
 
 
@@ -381,8 +382,9 @@ class Problem:
             value = [value[s["M"]] for s in shapes]
         if not isinstance(value, (list, tuple)) or len(value) != len(shapes):
             n = len(value) if isinstance(value, (list, tuple)) else type(value).__name__
-            raise ProblemError(f"{where}: WEIGHTS must be {len(shapes)} numbers (one per shape) or a dict by M, "
-                               f"got {n}")
+            raise ProblemError(
+                f"{where}: WEIGHTS must be {len(shapes)} numbers (one per shape) or a dict by M, got {n}"
+            )
         out = []
         for i, w in enumerate(value):
             try:
@@ -408,8 +410,11 @@ class Problem:
         if params is not None and param_text is not None:
             raise ConfigError("give a problem's parameters as params or as param_text, not both")
         loading = _Loading(str(path), params, param_text)
-        key = "" if params is None and param_text is None else \
-            canonical_json({"params": msgspec.to_builtins(params), "text": param_text}).decode()
+        key = (
+            ""
+            if params is None and param_text is None
+            else canonical_json({"params": msgspec.to_builtins(params), "text": param_text}).decode()
+        )
         token = _LOADING.set(loading)
         try:
             module = load_module(path, prefix="_evokernel_problem", key=key)

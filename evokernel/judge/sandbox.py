@@ -51,8 +51,15 @@ from evokernel.judge._isolation import PROTECTIONS, Report, probe
 from evokernel.judge._worker import Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
 from evokernel.core.errors import EvokernelError
 
-__all__ = ["Sandbox", "SandboxOptions", "Outcome", "scrubbed_environment", "can_drop_privileges",
-           "isolation_report", "SandboxUnavailable"]
+__all__ = [
+    "Sandbox",
+    "SandboxOptions",
+    "Outcome",
+    "scrubbed_environment",
+    "can_drop_privileges",
+    "isolation_report",
+    "SandboxUnavailable",
+]
 
 _KEEP = re.compile(
     r"^(PATH|HOME|USER|LOGNAME|SHELL|LANG|LANGUAGE|LC_[A-Z]+|TZ|TERM|TMPDIR|TEMP|TMP|PWD|"
@@ -133,8 +140,15 @@ def _context(device: str) -> Any:
 
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(
-                ["torch", "torch.multiprocessing", "triton", "triton.runtime.jit", "evokernel.judge._preload",
-                 "evokernel.judge._worker", "evokernel.judge.timing"]
+                [
+                    "torch",
+                    "torch.multiprocessing",
+                    "triton",
+                    "triton.runtime.jit",
+                    "evokernel.judge._preload",
+                    "evokernel.judge._worker",
+                    "evokernel.judge.timing",
+                ]
             )
             # the server must import the same modules the judge did: its sys.path is the
             # judge's, and not the current directory first (Python ignores the sys.path it is
@@ -201,8 +215,9 @@ def _isolation_wanted(options: SandboxOptions) -> tuple[str, frozenset[str]]:
     mode = options.isolation or os.environ.get("EVOKERNEL_SANDBOX", "").strip().lower() or "auto"
     if mode not in ("auto", "require", "off"):
         raise SandboxUnavailable(f"EVOKERNEL_SANDBOX={mode!r}: expected auto, require or off")
-    without = set(options.without) | {w.strip() for w in os.environ.get("EVOKERNEL_SANDBOX_WITHOUT", "").split(",")
-                                      if w.strip()}
+    without = set(options.without) | {
+        w.strip() for w in os.environ.get("EVOKERNEL_SANDBOX_WITHOUT", "").split(",") if w.strip()
+    }
     unknown = without - set(PROTECTIONS)
     if unknown:
         raise SandboxUnavailable(f"unknown protections {sorted(unknown)}: expected some of {sorted(PROTECTIONS)}")
@@ -586,13 +601,24 @@ class Sandbox:
         if arena is not None and getattr(arena, "is_cuda", False):
             arena, self._ipc_slot = _share_cuda_block(arena)
             shared.append(_counter_path(self._ipc_slot[0]))
-        setup = Setup(source=self.source, device=self.device, log_path=self.log_path,
-                      work_dir=self.work_dir, input_specs=self.input_specs, uid=self.uid, memory_bytes=memory,
-                      seed_cache=self.seed_cache, output_dtypes=self.output_dtypes, prewarm=self.options.prewarm,
-                      reusable=self.trusted, isolation=sorted(self.isolation), shared_files=shared,
-                      readable=([self.seed_cache] if self.seed_cache else []) + _hidden_import_path(),
-                      output_bytes=self.options.output_bytes,
-                      file_bytes=self.options.file_bytes)
+        setup = Setup(
+            source=self.source,
+            device=self.device,
+            log_path=self.log_path,
+            work_dir=self.work_dir,
+            input_specs=self.input_specs,
+            uid=self.uid,
+            memory_bytes=memory,
+            seed_cache=self.seed_cache,
+            output_dtypes=self.output_dtypes,
+            prewarm=self.options.prewarm,
+            reusable=self.trusted,
+            isolation=sorted(self.isolation),
+            shared_files=shared,
+            readable=([self.seed_cache] if self.seed_cache else []) + _hidden_import_path(),
+            output_bytes=self.options.output_bytes,
+            file_bytes=self.options.file_bytes,
+        )
         self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), arena), daemon=True)
         self.started_wall = time.time()  # before the fork: the child stamps its own steps after it
         with _environ(_candidate_environment(self.device)), _neutral_main():
@@ -637,8 +663,9 @@ class Sandbox:
             return msg
         return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a check"))
 
-    def time(self, shape: str, sets: list[list[Any]], sample_slots: list[list[Any]],
-             spec: dict[str, Any]) -> Timing | Outcome:
+    def time(
+        self, shape: str, sets: list[list[Any]], sample_slots: list[list[Any]], spec: dict[str, Any]
+    ) -> Timing | Outcome:
         if self.outcome is not None:
             return self.outcome
         try:
@@ -657,8 +684,12 @@ class Sandbox:
         """Whether this process may serve another candidate: only one that ran trusted
         candidates (the user's template rendered), got ready and never failed; an untrusted
         candidate's process serves that candidate alone."""
-        return (self.trusted and (self.ready is not None and self.outcome is None or self._clean_failure)
-                and self.process is not None and self.process.is_alive())
+        return (
+            self.trusted
+            and (self.ready is not None and self.outcome is None or self._clean_failure)
+            and self.process is not None
+            and self.process.is_alive()
+        )
 
     def reuse(self, source: str, label: str) -> bool:
         """Hand this process the next trusted candidate: it imports and compiles it while
@@ -760,8 +791,11 @@ class Sandbox:
         while True:
             try:
                 if not self.conn.poll(max(0.0, deadline - time.monotonic())):
-                    return self._stop(Outcome(kind="timeout", error=f"no answer after {timeout:.0f} s {doing}",
-                                              log_tail=self.log_tail()))
+                    return self._stop(
+                        Outcome(
+                            kind="timeout", error=f"no answer after {timeout:.0f} s {doing}", log_tail=self.log_tail()
+                        )
+                    )
                 data = self.conn.recv_bytes(self.options.max_message_bytes)
             except (EOFError, OSError):
                 return self._dead(doing)
@@ -795,8 +829,7 @@ class Sandbox:
         self.process.join(5.0)
         code = self.process.exitcode
         if code is None:
-            return self._stop(Outcome(kind="protocol", error=f"channel closed while {doing}",
-                                      log_tail=self.log_tail()))
+            return self._stop(Outcome(kind="protocol", error=f"channel closed while {doing}", log_tail=self.log_tail()))
         if code < 0:
             try:
                 name = signal.Signals(-code).name

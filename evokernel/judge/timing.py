@@ -23,8 +23,18 @@ from typing import Any
 
 from evokernel.judge.footing import HostSync
 
-__all__ = ["median_ci", "relative_ci", "time_cuda", "time_cpu", "Perturber", "perturbable", "StreamHold",
-           "HostSync", "GraphCaptureError", "check_no_host_sync"]
+__all__ = [
+    "median_ci",
+    "relative_ci",
+    "time_cuda",
+    "time_cpu",
+    "Perturber",
+    "perturbable",
+    "StreamHold",
+    "HostSync",
+    "GraphCaptureError",
+    "check_no_host_sync",
+]
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -59,8 +69,7 @@ def perturbable(t: Any, k: int) -> bool:
     """Whether the harness changes `k` elements of this input before each timed call."""
     import torch
 
-    return (k > 0 and isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= 2 * k
-            and t.is_contiguous())
+    return k > 0 and isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() >= 2 * k and t.is_contiguous()
 
 
 class Perturber:
@@ -149,7 +158,7 @@ class Perturber:
             for _ in rec:
                 j, idx, _ = next(it)
                 n = idx.numel()
-                calls.append((j, positions[at:at + n], values[at:at + n]))
+                calls.append((j, positions[at : at + n], values[at : at + n]))
                 at += n
             out.append(calls)
         return out
@@ -268,8 +277,14 @@ class StreamHold:
                 self.tripped += 1
 
 
-def prewarm_cuda(input_dtypes: Sequence[Any], output_dtypes: Sequence[Any], *, flush_mb: int = 256,
-                 hold_timeout_s: float = 0.2, device: str = "cuda") -> None:
+def prewarm_cuda(
+    input_dtypes: Sequence[Any],
+    output_dtypes: Sequence[Any],
+    *,
+    flush_mb: int = 256,
+    hold_timeout_s: float = 0.2,
+    device: str = "cuda",
+) -> None:
     """Pay the timing harness's first-use costs in a fresh process ahead of time: the flush
     buffer's allocation (kept by torch's caching allocator), the stream hold, and the
     loading of every kernel `time_cuda` and the Perturber launch (fill, random draws, index
@@ -334,12 +349,22 @@ def _graphs(fns: list[Callable[[], Any]], torch: Any) -> list[Callable[[], Any]]
         except Exception:
             pass
         text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:300]
-        if any(s in text.lower() for s in ("synchroniz", "not permitted when stream is capturing",
-                                          "operation would make the legacy stream depend")):
-            raise HostSync(f"host-synchronising: kernel() waits for the GPU inside the call, so it cannot be "
-                           f"captured in a CUDA graph ({text})") from None
-        raise GraphCaptureError(f"kernel() cannot be captured in a CUDA graph ({text}); time it with "
-                                "GateOptions(graph='off') if it must run eagerly") from None
+        if any(
+            s in text.lower()
+            for s in (
+                "synchroniz",
+                "not permitted when stream is capturing",
+                "operation would make the legacy stream depend",
+            )
+        ):
+            raise HostSync(
+                f"host-synchronising: kernel() waits for the GPU inside the call, so it cannot be "
+                f"captured in a CUDA graph ({text})"
+            ) from None
+        raise GraphCaptureError(
+            f"kernel() cannot be captured in a CUDA graph ({text}); time it with "
+            "GateOptions(graph='off') if it must run eagerly"
+        ) from None
     return runners
 
 
@@ -375,13 +400,17 @@ def check_no_host_sync(fns: list[Callable[[], Any]], torch: Any, hold: StreamHol
                 hold.release()
         torch.cuda.synchronize()
         if error is not None:
-            raise HostSync(f"host-synchronising: kernel() synchronises with the GPU inside the call ({error}); "
-                           "pass host-side values (lengths, maximum lengths) as plain Python arguments instead "
-                           "of reading them back from device tensors")
+            raise HostSync(
+                f"host-synchronising: kernel() synchronises with the GPU inside the call ({error}); "
+                "pass host-side values (lengths, maximum lengths) as plain Python arguments instead "
+                "of reading them back from device tensors"
+            )
         if hold is not None and hold.tripped != before:
-            raise HostSync(f"host-synchronising: kernel() waited for the GPU inside the call (the held stream "
-                           f"was let go by the watchdog after {hold.timeout_s:.2f} s): a device or stream "
-                           "synchronisation, a blocking copy to the host, or an event wait")
+            raise HostSync(
+                f"host-synchronising: kernel() waited for the GPU inside the call (the held stream "
+                f"was let go by the watchdog after {hold.timeout_s:.2f} s): a device or stream "
+                "synchronisation, a blocking copy to the host, or an event wait"
+            )
 
 
 def time_cuda(
@@ -447,12 +476,14 @@ def time_cuda(
     holder = StreamHold.shared(torch, hold_timeout_s) if hold > 0 else None
     tripped = holder.tripped if holder is not None else 0
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    guard_cycles = (int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3)
-                    if guard_us > 0 and holder is None else 0)
+    guard_cycles = (
+        int(guard_us * getattr(props, "clock_rate", 1_500_000) / 1e3) if guard_us > 0 and holder is None else 0
+    )
     phases["held"] = 1.0 if holder is not None else 0.0
 
-    def rep(runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None,
-            check: bool = False) -> tuple[Any, list[Any]]:
+    def rep(
+        runners: list[Callable[[], Any]], k: int, start: Any = None, end: Any = None, check: bool = False
+    ) -> tuple[Any, list[Any]]:
         rec = perturb.apply(k) if perturb is not None else []
         flush.zero_()  # noqa: F821 (deleted after the last rep, below)
         if guard_cycles:

@@ -73,9 +73,16 @@ def without(space: SearchSpace, params: Mapping[str, Value], site: str) -> tuple
     point[site] = base[site]
     point.update({g: base[g] for g in _site_genes(space, site)})
     while space.why_invalid(point) is not None:
-        culprit = next((n for n in space.names if "." not in n and point[n] != base[n]
-                        and space.why_invalid({**point, n: base[n], **{g: base[g] for g in _site_genes(space, n)}})
-                        is None), None)
+        culprit = next(
+            (
+                n
+                for n in space.names
+                if "." not in n
+                and point[n] != base[n]
+                and space.why_invalid({**point, n: base[n], **{g: base[g] for g in _site_genes(space, n)}}) is None
+            ),
+            None,
+        )
         if culprit is None:
             break
         point[culprit] = base[culprit]
@@ -115,21 +122,34 @@ class AblationReport:
         return [r for r in self.rows if not r.pays_alone]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "winner": self.winner, "baseline_ms": self.baseline_ms,
-                "winner_ms": self.winner_ms, "speedup": self.speedup, "noise": self.noise, "timing": self.timing,
-                "rows": msgspec.to_builtins(self.rows), "failed": self.failed}
+        return {
+            "model": self.model,
+            "winner": self.winner,
+            "baseline_ms": self.baseline_ms,
+            "winner_ms": self.winner_ms,
+            "speedup": self.speedup,
+            "noise": self.noise,
+            "timing": self.timing,
+            "rows": msgspec.to_builtins(self.rows),
+            "failed": self.failed,
+        }
 
     def markdown(self) -> str:
-        lines = [f"Ablation of {self.model}: baseline {self.baseline_ms:.4g} ms, winner {self.winner_ms:.4g} ms "
-                 f"({self.speedup:.3f}x, {self.timing})", "",
-                 "| change | alone ms | alone speedup | winner without it ms | contribution | pays alone |",
-                 "|---|---|---|---|---|---|"]
+        lines = [
+            f"Ablation of {self.model}: baseline {self.baseline_ms:.4g} ms, winner {self.winner_ms:.4g} ms "
+            f"({self.speedup:.3f}x, {self.timing})",
+            "",
+            "| change | alone ms | alone speedup | winner without it ms | contribution | pays alone |",
+            "|---|---|---|---|---|---|",
+        ]
         fmt = lambda x, s: "-" if x is None else format(x, s)  # noqa: E731
         for r in self.rows:
             extra = f" (with {', '.join(r.undone[1:])})" if len(r.undone) > 1 else ""
-            lines.append(f"| {r.site}={r.choice}{extra} | {fmt(r.alone_ms, '.4g')} | {fmt(r.alone_speedup, '.3f')} | "
-                         f"{fmt(r.without_ms, '.4g')} | {fmt(r.contribution, '.3f')} | "
-                         f"{'yes' if r.pays_alone else 'no'}{(' — ' + r.error) if r.error else ''} |")
+            lines.append(
+                f"| {r.site}={r.choice}{extra} | {fmt(r.alone_ms, '.4g')} | {fmt(r.alone_speedup, '.3f')} | "
+                f"{fmt(r.without_ms, '.4g')} | {fmt(r.contribution, '.3f')} | "
+                f"{'yes' if r.pays_alone else 'no'}{(' — ' + r.error) if r.error else ''} |"
+            )
         return "\n".join(lines) + "\n"
 
 
@@ -155,13 +175,29 @@ def ablate(evaluator: Any, winner: Genome | Mapping[str, Value], *, min_gain: fl
     for s in sites:
         a, w = times.get(f"alone:{s}"), times.get(f"without:{s}")
         sp = base.median_ms / a.median_ms if a else None
-        rows.append(AblationRow(
-            site=s, choice=params[s], alone_ms=a.median_ms if a else None, alone_speedup=sp,
-            without_ms=w.median_ms if w else None, contribution=w.median_ms / win.median_ms if w else None,
-            undone=undone[s], pays_alone=sp is not None and sp > 1 + threshold,
-            error="; ".join(failed[k][:200] for k in (f"alone:{s}", f"without:{s}") if k in failed)))
-    return AblationReport(model=getattr(evaluator, "name", "model"), winner=params, baseline_ms=base.median_ms,
-                          winner_ms=win.median_ms, noise=noise, timing=win.method, rows=rows, failed=failed)
+        rows.append(
+            AblationRow(
+                site=s,
+                choice=params[s],
+                alone_ms=a.median_ms if a else None,
+                alone_speedup=sp,
+                without_ms=w.median_ms if w else None,
+                contribution=w.median_ms / win.median_ms if w else None,
+                undone=undone[s],
+                pays_alone=sp is not None and sp > 1 + threshold,
+                error="; ".join(failed[k][:200] for k in (f"alone:{s}", f"without:{s}") if k in failed),
+            )
+        )
+    return AblationReport(
+        model=getattr(evaluator, "name", "model"),
+        winner=params,
+        baseline_ms=base.median_ms,
+        winner_ms=win.median_ms,
+        noise=noise,
+        timing=win.method,
+        rows=rows,
+        failed=failed,
+    )
 
 
 def genome_diff(space: SearchSpace, params: Mapping[str, Value]) -> str:
@@ -171,38 +207,87 @@ def genome_diff(space: SearchSpace, params: Mapping[str, Value]) -> str:
     return "".join(difflib.unified_diff(a, b, "baseline/genome.json", "winner/genome.json"))
 
 
-def _lesson(kind: str, op: str, gpu: str, toolchain: dict[str, Any], text: str, evidence: dict[str, Any],
-            run_id: str) -> Lesson:
+def _lesson(
+    kind: str, op: str, gpu: str, toolchain: dict[str, Any], text: str, evidence: dict[str, Any], run_id: str
+) -> Lesson:
     digest = hashlib.sha256(json.dumps([kind, op, gpu, text], sort_keys=True).encode()).hexdigest()[:16]
-    return Lesson(id=digest, kind=kind, op=op, gpu=gpu, toolchain=toolchain, text=text, evidence=evidence,
-                  run_id=run_id, created=time.time())
+    return Lesson(
+        id=digest,
+        kind=kind,
+        op=op,
+        gpu=gpu,
+        toolchain=toolchain,
+        text=text,
+        evidence=evidence,
+        run_id=run_id,
+        created=time.time(),
+    )
 
 
-def record(store: Any, report: AblationReport, space: SearchSpace, *, gpu: str, toolchain: Mapping[str, Any],
-           shapes: list[dict[str, Any]], run_id: str = "", tests: list[str] | None = None) -> list[Lesson]:
+def record(
+    store: Any,
+    report: AblationReport,
+    space: SearchSpace,
+    *,
+    gpu: str,
+    toolchain: Mapping[str, Any],
+    shapes: list[dict[str, Any]],
+    run_id: str = "",
+    tests: list[str] | None = None,
+) -> list[Lesson]:
     """Dead ends as caveat lessons, the winning set in the kernel database. Returns the lessons."""
     tc = dict(toolchain)
     lessons = []
     for r in report.dead_ends():
-        figures = (f"{r.alone_ms:.4g} ms alone vs {report.baseline_ms:.4g} ms baseline ({r.alone_speedup:.3f}x)"
-                   if r.alone_ms is not None and r.alone_speedup is not None else f"could not be measured: {r.error}")
+        figures = (
+            f"{r.alone_ms:.4g} ms alone vs {report.baseline_ms:.4g} ms baseline ({r.alone_speedup:.3f}x)"
+            if r.alone_ms is not None and r.alone_speedup is not None
+            else f"could not be measured: {r.error}"
+        )
         contrib = f"; the winner without it: {r.contribution:.3f}x slower" if r.contribution is not None else ""
-        lessons.append(_lesson(
-            "caveat", report.model, gpu, tc,
-            f"dead end on {report.model}: {r.site}={r.choice} does not pay on its own ({figures}, noise "
-            f"{report.noise:.1%}, {report.timing}){contrib}",
-            {"class": "dead end", "site": r.site, "choice": r.choice, "alone_ms": r.alone_ms,
-             "baseline_ms": report.baseline_ms, "alone_speedup": r.alone_speedup, "without_ms": r.without_ms,
-             "winner_ms": report.winner_ms, "noise": report.noise, "timing": report.timing}, run_id))
+        lessons.append(
+            _lesson(
+                "caveat",
+                report.model,
+                gpu,
+                tc,
+                f"dead end on {report.model}: {r.site}={r.choice} does not pay on its own ({figures}, noise "
+                f"{report.noise:.1%}, {report.timing}){contrib}",
+                {
+                    "class": "dead end",
+                    "site": r.site,
+                    "choice": r.choice,
+                    "alone_ms": r.alone_ms,
+                    "baseline_ms": report.baseline_ms,
+                    "alone_speedup": r.alone_speedup,
+                    "without_ms": r.without_ms,
+                    "winner_ms": report.winner_ms,
+                    "noise": report.noise,
+                    "timing": report.timing,
+                },
+                run_id,
+            )
+        )
     if lessons:
         store.save_lessons(lessons)
     genome = Genome.of(report.winner)
     figures = report.to_dict()
-    store.save_kernel({
-        "genome_id": genome.id, "op": report.model, "gpu": gpu, "toolchain": tc, "shapes": shapes,
-        "source": json.dumps(report.winner, indent=1, sort_keys=True), "diff": genome_diff(space, report.winner),
-        "latency_ms": report.winner_ms, "per_shape": {}, "run_id": run_id, "kind": "model-level",
-        "figures": figures, "tests": list(tests or []),
-        "workload": {"gpu": gpu, "toolchain": tc, "shapes": shapes},
-    })
+    store.save_kernel(
+        {
+            "genome_id": genome.id,
+            "op": report.model,
+            "gpu": gpu,
+            "toolchain": tc,
+            "shapes": shapes,
+            "source": json.dumps(report.winner, indent=1, sort_keys=True),
+            "diff": genome_diff(space, report.winner),
+            "latency_ms": report.winner_ms,
+            "per_shape": {},
+            "run_id": run_id,
+            "kind": "model-level",
+            "figures": figures,
+            "tests": list(tests or []),
+            "workload": {"gpu": gpu, "toolchain": tc, "shapes": shapes},
+        }
+    )
     return lessons

@@ -36,13 +36,28 @@ class Promotion:
         return sorted(ok, key=lambda r: -r[key])[: self.max_promoted]
 
 
-def record(store: Any, rows: Sequence[Mapping[str, Any]], rule: Promotion, promoted: Sequence[Mapping[str, Any]],
-           *, baseline: str) -> None:
+def record(
+    store: Any,
+    rows: Sequence[Mapping[str, Any]],
+    rule: Promotion,
+    promoted: Sequence[Mapping[str, Any]],
+    *,
+    baseline: str,
+) -> None:
     """A `promotion` event on each row's micro run: the rule, its gain, and the decision."""
     chosen = {id(r) for r in promoted}
     for r in rows:
         if not r.get("run"):
             continue
-        store.log_event(r["run"], "promotion", {"rule": asdict(rule), "baseline": baseline, "gain": r.get("gain"),
-                                                "promoted": id(r) in chosen, "what": r.get("what", "")},
-                        key=f"promotion:{rule.stage}")
+        store.log_event(
+            r["run"],
+            "promotion",
+            {
+                "rule": asdict(rule),
+                "baseline": baseline,
+                "gain": r.get("gain"),
+                "promoted": id(r) in chosen,
+                "what": r.get("what", ""),
+            },
+            key=f"promotion:{rule.stage}",
+        )

@@ -59,15 +59,39 @@ from torch import nn
 from evokernel.core.genome import Genome, Value
 from evokernel.core.space import Choice, Constraint, Param, Point, SearchSpace
 
-__all__ = ["Site", "KernelGenes", "model_size", "Rewritable", "Plan", "model_space", "apply", "Applied", "SiteCheck",
-           "SiteVerdict", "judge", "noise_floor", "TOLERANCE", "changed_sites", "variant", "rewritable_modules", "build", "describe_sites",
-           "launch_genes", "gemm_genes", "moe_genes"]
+__all__ = [
+    "Site",
+    "KernelGenes",
+    "model_size",
+    "Rewritable",
+    "Plan",
+    "model_space",
+    "apply",
+    "Applied",
+    "SiteCheck",
+    "SiteVerdict",
+    "judge",
+    "noise_floor",
+    "TOLERANCE",
+    "changed_sites",
+    "variant",
+    "rewritable_modules",
+    "build",
+    "describe_sites",
+    "launch_genes",
+    "gemm_genes",
+    "moe_genes",
+]
 
 #: Tolerance of `judge`: the largest |candidate - base| (and RMS of the difference) allowed,
 #: over the RMS of the base's output, per dtype (for half types at least twice the base's own
 #: noise floor, `noise_floor`, when one is given).
-TOLERANCE: dict[torch.dtype, float] = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 1e-2,
-                                       torch.bfloat16: 3e-2}
+TOLERANCE: dict[torch.dtype, float] = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.float16: 1e-2,
+    torch.bfloat16: 3e-2,
+}
 
 
 @dataclass(frozen=True)
@@ -145,8 +169,9 @@ class Rewritable:
 
     def realise(self, plan: Plan) -> None:
         """Bind the plan (called on the copy `apply` made, never on the base)."""
-        self.__dict__["_plan"] = Plan({k: v for k, v in plan.items()
-                                       if any(k == s.name or k.startswith(s.name + ".") for s in self.SITES)})
+        self.__dict__["_plan"] = Plan(
+            {k: v for k, v in plan.items() if any(k == s.name or k.startswith(s.name + ".") for s in self.SITES)}
+        )
 
     def sample_inputs(self, seed: int, dtype: torch.dtype, device: torch.device | str) -> tuple[Any, ...]:
         raise NotImplementedError(f"{type(self).__name__} defines no sample_inputs")
@@ -199,8 +224,10 @@ def _unused_genes(site: Site) -> Constraint:
             return None
         moved = [n for n, d in names if p[n] != d]
         if moved:
-            return (f"{', '.join(moved)} matter only when {site.name} is {' or '.join(site.tuned)} "
-                    f"(kept at their defaults otherwise: one genome per model)")
+            return (
+                f"{', '.join(moved)} matter only when {site.name} is {' or '.join(site.tuned)} "
+                f"(kept at their defaults otherwise: one genome per model)"
+            )
         return None
 
     return Constraint(check, f"{site.name} genes")
@@ -281,11 +308,18 @@ def _errors(ref: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
 
 #: Relative size of the input perturbation that measures a half-precision module's own
 #: sensitivity (`noise_floor`): one bf16 rounding step.
-PERTURB = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+PERTURB = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
-def noise_floor(fn: Callable[..., Any], inputs: Sequence[Any], dtype: torch.dtype, *, out: Any = None,
-                ref32: Any = None, seed: int = 0) -> tuple[float, float]:
+def noise_floor(
+    fn: Callable[..., Any],
+    inputs: Sequence[Any],
+    dtype: torch.dtype,
+    *,
+    out: Any = None,
+    ref32: Any = None,
+    seed: int = 0,
+) -> tuple[float, float]:
     """How far a half-precision module's output moves on its own: (max, RMS) error over
     RMS of its output when its floating inputs of `dtype` are perturbed by one rounding
     step (a routing decision near a tie flips, a chaotic path amplifies), and of its output
@@ -296,7 +330,10 @@ def noise_floor(fn: Callable[..., Any], inputs: Sequence[Any], dtype: torch.dtyp
     g = torch.Generator(device="cpu").manual_seed(seed)
     moved = tuple(
         (x.float() * (1 + PERTURB[dtype] * torch.randn(x.shape, generator=g).to(x.device))).to(dtype)
-        if isinstance(x, torch.Tensor) and x.dtype == dtype else x for x in inputs)
+        if isinstance(x, torch.Tensor) and x.dtype == dtype
+        else x
+        for x in inputs
+    )
     out = fn(*inputs) if out is None else out
     pairs = list(zip(_tensors(out), _tensors(fn(*moved))))
     if ref32 is not None:
@@ -305,8 +342,9 @@ def noise_floor(fn: Callable[..., Any], inputs: Sequence[Any], dtype: torch.dtyp
     return max([0.0] + [e[0] for e in errs]), max([0.0] + [e[1] for e in errs])
 
 
-def judge(base: Any, cand: Any, dtype: torch.dtype, *, floor: tuple[float, float] = (0.0, 0.0),
-          slack: float = 2.0) -> tuple[str | None, float, float]:
+def judge(
+    base: Any, cand: Any, dtype: torch.dtype, *, floor: tuple[float, float] = (0.0, 0.0), slack: float = 2.0
+) -> tuple[str | None, float, float]:
     """(None or why not, error, tolerance): the candidate's outputs against the base's, as
     max |cand - base| and RMS(cand - base) over RMS(base), per output. Each must be within
     `TOLERANCE[dtype]`, or `slack` times the base's own noise floor of that measure
@@ -382,8 +420,14 @@ class SiteCheck:
     and compared with the block as written on `seeds` random inputs of `dtype`. Verdicts
     are cached per (block class, site, choice, genes), so a search checks each once."""
 
-    def __init__(self, model: nn.Module, *, seeds: int = 3, dtype: torch.dtype | None = None,
-                 device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        seeds: int = 3,
+        dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
         first = next(iter(model.parameters()), None)
         self.model = model
         self.seeds = seeds
@@ -434,20 +478,26 @@ class SiteCheck:
                     exact = None
                     if ref32 is not None:
                         try:  # an fp32 copy may not run everywhere (grouped GEMMs want bf16): the perturbation then
-                            exact = ref32(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                                            for x in inputs))
+                            exact = ref32(
+                                *(
+                                    x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                    for x in inputs
+                                )
+                            )
                         except Exception:
                             ref32 = None
                     floor = noise_floor(block, inputs, self.dtype, out=want, ref32=exact, seed=seed)
                     reason, err, tol = judge(want, got, self.dtype, floor=floor)
                     worst = max(worst, err)
                     if reason is not None:
-                        return SiteVerdict(**head, ok=False, reason=f"seed {seed}: {reason}", error=err,
-                                           tolerance=tol, seeds=seed + 1)
+                        return SiteVerdict(
+                            **head, ok=False, reason=f"seed {seed}: {reason}", error=err, tolerance=tol, seeds=seed + 1
+                        )
         except Exception as exc:  # a realisation that does not build or run is a failure value
             text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            return SiteVerdict(**head, ok=False, reason=f"{type(exc).__name__}: {text}", error=math.inf,
-                               tolerance=tol, seeds=0)
+            return SiteVerdict(
+                **head, ok=False, reason=f"{type(exc).__name__}: {text}", error=math.inf, tolerance=tol, seeds=0
+            )
         return SiteVerdict(**head, ok=True, error=worst, tolerance=tol, seeds=self.seeds)
 
 
@@ -465,8 +515,14 @@ class Applied:
         return self.module is not None
 
 
-def apply(model: nn.Module, genome: Genome | Mapping[str, Value], *, space: SearchSpace | None = None,
-          checker: SiteCheck | None = None, check: bool = True) -> Applied:
+def apply(
+    model: nn.Module,
+    genome: Genome | Mapping[str, Value],
+    *,
+    space: SearchSpace | None = None,
+    checker: SiteCheck | None = None,
+    check: bool = True,
+) -> Applied:
     """The candidate model for a genome, every changed site checked against the unfused
     module first (a `SiteCheck`, cached when you pass one); a refusal, never an exception,
     for an invalid point or a failing site. The base model is left untouched."""
@@ -491,11 +547,19 @@ def apply(model: nn.Module, genome: Genome | Mapping[str, Value], *, space: Sear
 
 def describe_sites(model: nn.Module) -> list[dict[str, Any]]:
     """The model's sites as data: name, kind, choices, requirements, kernel genes, doc."""
-    return [{"site": s.name, "kind": s.kind, "choices": list(s.choices), "doc": s.doc,
-             "requires": {c: [list(r) for r in rs] for c, rs in s.requires.items()},
-             "excludes": {c: [list(r) for r in rs] for c, rs in s.excludes.items()},
-             "kernel_genes": [p.name for p in s.kernel.params] if s.kernel else [], "tuned": list(s.tuned)}
-            for s in _sites(model).values()]
+    return [
+        {
+            "site": s.name,
+            "kind": s.kind,
+            "choices": list(s.choices),
+            "doc": s.doc,
+            "requires": {c: [list(r) for r in rs] for c, rs in s.requires.items()},
+            "excludes": {c: [list(r) for r in rs] for c, rs in s.excludes.items()},
+            "kernel_genes": [p.name for p in s.kernel.params] if s.kernel else [],
+            "tuned": list(s.tuned),
+        }
+        for s in _sites(model).values()
+    ]
 
 
 # -- kernel genes of the templates sites run ----------------------------------------------------
@@ -518,8 +582,11 @@ def launch_genes(domains: Mapping[str, Sequence[int]]) -> KernelGenes:
 
 def _gemm_registers(p: Point) -> str | None:
     per_thread = p["BM"] * p["BN"] // (32 * p["num_warps"])
-    return f"a {p['BM']}x{p['BN']} accumulator is {per_thread} fp32 registers per thread (at most 160)" \
-        if per_thread > 160 else None
+    return (
+        f"a {p['BM']}x{p['BN']} accumulator is {per_thread} fp32 registers per thread (at most 160)"
+        if per_thread > 160
+        else None
+    )
 
 
 def _gemm_smem(p: Point) -> str | None:
@@ -532,20 +599,33 @@ def gemm_genes() -> KernelGenes:
     persistence, TMA and the rest stay at the template's defaults), with its shared-memory
     and register rules."""
     return KernelGenes(
-        (Choice("BM", [128, 64, 256, 32], default=128), Choice("BN", [128, 64, 256], default=128),
-         Choice("BK", [64, 32, 128], default=64), Choice("GROUP_M", [8, 1], default=8),
-         Choice("num_warps", [8, 4], default=8), Choice("num_stages", [3, 2, 4, 5], default=3)),
-        (_gemm_smem, _gemm_registers))
+        (
+            Choice("BM", [128, 64, 256, 32], default=128),
+            Choice("BN", [128, 64, 256], default=128),
+            Choice("BK", [64, 32, 128], default=64),
+            Choice("GROUP_M", [8, 1], default=8),
+            Choice("num_warps", [8, 4], default=8),
+            Choice("num_stages", [3, 2, 4, 5], default=3),
+        ),
+        (_gemm_smem, _gemm_registers),
+    )
 
 
 def moe_genes() -> KernelGenes:
     """One config for both GEMMs of `search_spaces/moe/template.py`'s fused MoE."""
+
     def smem(p: Point) -> str | None:
         need = (p["BLOCK_SIZE_M"] * p["BLOCK_SIZE_K"] + p["BLOCK_SIZE_K"] * p["BLOCK_SIZE_N"]) * 2 * p["num_stages"]
         return f"shared memory {need} B > {227 * 1024} B" if need > 227 * 1024 else None
 
     return KernelGenes(
-        (Choice("BLOCK_SIZE_M", [64, 16, 32, 128], default=64), Choice("BLOCK_SIZE_N", [64, 32, 128], default=64),
-         Choice("BLOCK_SIZE_K", [64, 32, 128], default=64), Choice("GROUP_SIZE_M", [1, 8], default=1),
-         Choice("num_warps", [4, 8], default=4), Choice("num_stages", [3, 2, 4], default=3)),
-        (smem,))
+        (
+            Choice("BLOCK_SIZE_M", [64, 16, 32, 128], default=64),
+            Choice("BLOCK_SIZE_N", [64, 32, 128], default=64),
+            Choice("BLOCK_SIZE_K", [64, 32, 128], default=64),
+            Choice("GROUP_SIZE_M", [1, 8], default=1),
+            Choice("num_warps", [4, 8], default=4),
+            Choice("num_stages", [3, 2, 4], default=3),
+        ),
+        (smem,),
+    )

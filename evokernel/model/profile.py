@@ -144,39 +144,88 @@ class Profile(msgspec.Struct, kw_only=True):
         for module, ks in gaps.items():
             us = sum(k.gap_us for k in ks)
             share = us / total if total > 0 else 0.0
-            rows.append(Opportunity(kind="gaps", module=module, op="(gaps)", kernel="idle before launches",
-                                    calls=len(ks), total_ms=us / 1e3, share=share, tflops=None, tbps=None,
-                                    roofline=None, headroom_ms=us / 1e3, score=share))
-        return sorted(rows, key=lambda r: (-(r.share if r.score is None else r.score), -r.total_ms, r.module, r.op,
-                                           r.kernel))
+            rows.append(
+                Opportunity(
+                    kind="gaps",
+                    module=module,
+                    op="(gaps)",
+                    kernel="idle before launches",
+                    calls=len(ks),
+                    total_ms=us / 1e3,
+                    share=share,
+                    tflops=None,
+                    tbps=None,
+                    roofline=None,
+                    headroom_ms=us / 1e3,
+                    score=share,
+                )
+            )
+        return sorted(
+            rows, key=lambda r: (-(r.share if r.score is None else r.score), -r.total_ms, r.module, r.op, r.kernel)
+        )
 
     def summary(self) -> dict[str, Any]:
         total = self.busy_us + self.gap_us
-        return {"total_ms": total / 1e3, "busy_ms": self.busy_us / 1e3, "gap_ms": self.gap_us / 1e3,
-                "per_iteration_ms": total / 1e3 / max(self.iterations, 1), "launches": len(self.kernels),
-                "launch_api_ms": self.launch_api_us / 1e3}
+        return {
+            "total_ms": total / 1e3,
+            "busy_ms": self.busy_us / 1e3,
+            "gap_ms": self.gap_us / 1e3,
+            "per_iteration_ms": total / 1e3 / max(self.iterations, 1),
+            "launches": len(self.kernels),
+            "launch_api_ms": self.launch_api_us / 1e3,
+        }
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         rows = self.opportunities()[:top]
-        return {"target": self.target, "device": self.device, "device_name": self.device_name,
-                "iterations": self.iterations, "peaks": self.peaks, "notes": list(self.notes),
-                "summary": self.summary(), "rows": msgspec.to_builtins(rows)}
+        return {
+            "target": self.target,
+            "device": self.device,
+            "device_name": self.device_name,
+            "iterations": self.iterations,
+            "peaks": self.peaks,
+            "notes": list(self.notes),
+            "summary": self.summary(),
+            "rows": msgspec.to_builtins(rows),
+        }
 
     def table(self, top: int | None = 20) -> Any:
         """The ranked rows as a rich Table."""
         from rich.table import Table
 
         s = self.summary()
-        t = Table(title=f"{self.target or 'profile'} on {self.device_name}: {s['per_iteration_ms']:.3f} ms per "
-                        f"iteration ({self.iterations}), {s['gap_ms'] / max(s['total_ms'], 1e-12):.0%} gaps, "
-                        f"{s['launches']} launches")
-        for col in ("module", "op", "kernel", "calls", "ms", "share", "TFLOP/s", "TB/s", "roofline", "headroom ms",
-                    "score"):
+        t = Table(
+            title=f"{self.target or 'profile'} on {self.device_name}: {s['per_iteration_ms']:.3f} ms per "
+            f"iteration ({self.iterations}), {s['gap_ms'] / max(s['total_ms'], 1e-12):.0%} gaps, "
+            f"{s['launches']} launches"
+        )
+        for col in (
+            "module",
+            "op",
+            "kernel",
+            "calls",
+            "ms",
+            "share",
+            "TFLOP/s",
+            "TB/s",
+            "roofline",
+            "headroom ms",
+            "score",
+        ):
             t.add_column(col, justify="left" if col in ("module", "op", "kernel") else "right")
         for r in self.opportunities()[:top]:
-            t.add_row(r.module, r.op, _short(r.kernel), str(r.calls), f"{r.total_ms:.3f}", f"{r.share:.1%}",
-                      _fmt(r.tflops, ".2f"), _fmt(r.tbps, ".3f"), _fmt(r.roofline, ".0%"),
-                      _fmt(r.headroom_ms, ".3f"), _fmt(r.score, ".3f"))
+            t.add_row(
+                r.module,
+                r.op,
+                _short(r.kernel),
+                str(r.calls),
+                f"{r.total_ms:.3f}",
+                f"{r.share:.1%}",
+                _fmt(r.tflops, ".2f"),
+                _fmt(r.tbps, ".3f"),
+                _fmt(r.roofline, ".0%"),
+                _fmt(r.headroom_ms, ".3f"),
+                _fmt(r.score, ".3f"),
+            )
         return t
 
 
@@ -189,7 +238,13 @@ def _row(key: tuple[str, str, str], ks: list[Kernel], total: float) -> Opportuni
     nbytes = sum(k.bytes or 0.0 for k in ks) if all(k.bytes is not None for k in ks) else None
     per_s = 1e6 / us if us > 0 else None
     return Opportunity(
-        kind="kernel", module=key[0], op=key[1], kernel=key[2], calls=len(ks), total_ms=us / 1e3, share=share,
+        kind="kernel",
+        module=key[0],
+        op=key[1],
+        kernel=key[2],
+        calls=len(ks),
+        total_ms=us / 1e3,
+        share=share,
         tflops=flops * per_s / 1e12 if flops is not None and per_s else None,
         tbps=nbytes * per_s / 1e12 if nbytes is not None and per_s else None,
         roofline=sum(k.ideal_us or 0.0 for k in ks) / us if known and us > 0 else None,
@@ -212,12 +267,32 @@ def _short(name: str, width: int = 60) -> str:
 
 
 # -- work formulas ---------------------------------------------------------------------------
-_SIZES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "long int": 8, "int": 4, "short int": 2,
-          "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-          "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8,
-          "c10::complex<double>": 16}
-_DTYPES = {"float": "float32", "double": "float64", "c10::BFloat16": "bfloat16", "c10::Half": "float16",
-           "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2"}
+_SIZES = {
+    "float": 4,
+    "double": 8,
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+}
+_DTYPES = {
+    "float": "float32",
+    "double": "float64",
+    "c10::BFloat16": "bfloat16",
+    "c10::Half": "float16",
+    "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+}
 
 
 @dataclass(frozen=True)
@@ -281,8 +356,10 @@ def _attention(args: dict[str, Any], causal_at: int, bshd: bool) -> _Work | None
         return None  # varlen (packed) inputs: the sequence lengths are not in the trace
     q, k, v = ops[0], ops[1], ops[2]
     assert q is not None and k is not None and v is not None
-    (b, hq, lq, d), (lk, dv) = ((q.shape[0], q.shape[2], q.shape[1], q.shape[3]) if bshd else q.shape), \
-        ((k.shape[1], v.shape[3]) if bshd else (k.shape[2], v.shape[3]))
+    (b, hq, lq, d), (lk, dv) = (
+        ((q.shape[0], q.shape[2], q.shape[1], q.shape[3]) if bshd else q.shape),
+        ((k.shape[1], v.shape[3]) if bshd else (k.shape[2], v.shape[3])),
+    )
     flag = _concrete(args, causal_at).strip().lower()
     causal = flag not in ("", "false", "0", "none")
     flops = 2.0 * b * hq * lq * lk * (d + dv) * (0.5 if causal else 1.0)
@@ -314,8 +391,9 @@ def _index_select(args: dict[str, Any], table: int, index: int, dim: int | None)
     return _Work(None, float(idx.nbytes + 2 * out), _DTYPES.get(w.type, w.type))
 
 
-def _matmul_args(first: int, out_type: Callable[[list[_T | None]], str | None] = lambda ops: None
-                 ) -> Callable[[dict[str, Any]], _Work | None]:
+def _matmul_args(
+    first: int, out_type: Callable[[list[_T | None]], str | None] = lambda ops: None
+) -> Callable[[dict[str, Any]], _Work | None]:
     def work(args: dict[str, Any]) -> _Work | None:
         ops = _operands(args)
         if len(ops) < first + 2 or ops[first] is None or ops[first + 1] is None:
@@ -323,6 +401,7 @@ def _matmul_args(first: int, out_type: Callable[[list[_T | None]], str | None] =
         a, b = ops[first], ops[first + 1]
         assert a is not None and b is not None
         return _mm(a, b, out_type(ops), extra=ops[:first])
+
     return work
 
 
@@ -379,10 +458,15 @@ def _fused_experts(args: dict[str, Any]) -> _Work | None:
 
 
 _FORMULAS: dict[str, Callable[[dict[str, Any]], _Work | None]] = {
-    "sglang::inplace_fused_experts": _fused_experts, "sglang::outplace_fused_experts": _fused_experts,
+    "sglang::inplace_fused_experts": _fused_experts,
+    "sglang::outplace_fused_experts": _fused_experts,
     "evokernel::fused_moe": _fused_experts,
-    "aten::mm": _matmul_args(0), "aten::bmm": _matmul_args(0), "aten::matmul": _matmul_args(0),
-    "aten::addmm": _matmul_args(1), "aten::baddbmm": _matmul_args(1), "aten::linear": _linear,
+    "aten::mm": _matmul_args(0),
+    "aten::bmm": _matmul_args(0),
+    "aten::matmul": _matmul_args(0),
+    "aten::addmm": _matmul_args(1),
+    "aten::baddbmm": _matmul_args(1),
+    "aten::linear": _linear,
     # fp8: the output dtype is an argument the trace does not type; one byte per element is a lower bound
     "aten::_scaled_mm": _matmul_args(0),
     "aten::_grouped_mm": _grouped_mm,
@@ -396,13 +480,45 @@ _FORMULAS: dict[str, Callable[[dict[str, Any]], _Work | None]] = {
     "aten::embedding": lambda a: _index_select(a, 0, 1, None),
     "aten::index_select": lambda a: _index_select(a, 0, 2, 1),
     "aten::copy_": lambda a: _elementwise(a, write=False),  # reads the source, writes the destination
-    "aten::fill_": lambda a: (lambda ts: _Work(None, float(ts[0].nbytes), _DTYPES.get(ts[0].type, ts[0].type))
-                              if ts and ts[0] is not None else None)(_operands(a)),
+    "aten::fill_": lambda a: (
+        lambda ts: (
+            _Work(None, float(ts[0].nbytes), _DTYPES.get(ts[0].type, ts[0].type)) if ts and ts[0] is not None else None
+        )
+    )(_operands(a)),
 }
-for _name in ("add", "sub", "mul", "div", "neg", "exp", "silu", "gelu", "relu", "sigmoid", "tanh", "rsqrt", "sqrt",
-              "pow", "where", "maximum", "minimum", "clamp", "abs", "reciprocal", "cos", "sin", "softmax", "_softmax",
-              "log_softmax", "_log_softmax", "layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm",
-              "clone"):
+for _name in (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "exp",
+    "silu",
+    "gelu",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "rsqrt",
+    "sqrt",
+    "pow",
+    "where",
+    "maximum",
+    "minimum",
+    "clamp",
+    "abs",
+    "reciprocal",
+    "cos",
+    "sin",
+    "softmax",
+    "_softmax",
+    "log_softmax",
+    "_log_softmax",
+    "layer_norm",
+    "native_layer_norm",
+    "rms_norm",
+    "_fused_rms_norm",
+    "clone",
+):
     _FORMULAS[f"aten::{_name}"] = _elementwise
     _FORMULAS[f"aten::{_name}_"] = lambda a: _elementwise(a, inplace=True)
 for _name in ("sum", "mean", "amax", "amin", "argmax", "var", "linalg_vector_norm"):  # the output is small: left out
@@ -485,12 +601,18 @@ def _load(trace: dict[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
 
 def _span(e: dict[str, Any]) -> _Span:
     start = float(e["ts"])
-    return _Span(str(e.get("name", "")), start, start + float(e.get("dur", 0.0)), (e.get("pid"), e.get("tid")),
-                 e.get("args") or {})
+    return _Span(
+        str(e.get("name", "")),
+        start,
+        start + float(e.get("dur", 0.0)),
+        (e.get("pid"), e.get("tid")),
+        e.get("args") or {},
+    )
 
 
-def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks | None = None, iterations: int = 1,
-                target: str = "") -> Profile:
+def parse_trace(
+    trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks | None = None, iterations: int = 1, target: str = ""
+) -> Profile:
     """A Profile from a Chrome trace torch wrote (a dict, or a .json / .json.gz file).
 
     `peaks` default: the measured peaks of the trace's GPU (`deviceProperties`), if evokernel knows it."""
@@ -518,9 +640,9 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
     scope_line = _Timeline(scopes or nn_scopes)
     for s in scope_line.all():
         if scopes:
-            s.path = s.name[len(SCOPE):] or ROOT
+            s.path = s.name[len(SCOPE) :] or ROOT
         else:
-            short = s.name[len("nn.Module: "):]
+            short = s.name[len("nn.Module: ") :]
             s.path = f"{s.parent.path}.{short}" if s.parent is not None else short
     for s in sorted(op_line.all(), key=lambda s: -s.start):  # children before their parents
         if s.parent is not None and (s.below_formula or s.name in _FORMULAS):
@@ -547,8 +669,16 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
                 op = ext_ids.get(args.get("External id"))
                 scope = scope_line.at(op.thread, op.start) if op is not None else None
             stream = f"{args.get('device', e.get('pid'))}:{args.get('stream', e.get('tid'))}"
-            records.append({"name": str(e.get("name", "")), "op": op, "scope": scope, "stream": stream,
-                            "start": float(e["ts"]), "dur": float(e.get("dur", 0.0))})
+            records.append(
+                {
+                    "name": str(e.get("name", "")),
+                    "op": op,
+                    "scope": scope,
+                    "stream": stream,
+                    "start": float(e["ts"]),
+                    "dur": float(e.get("dur", 0.0)),
+                }
+            )
         by_stream: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in records:
             by_stream[r["stream"]].append(r)
@@ -560,9 +690,11 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
                 end = max(end or r["start"], r["start"] + r["dur"])
     else:
         device, device_name = "cpu", "cpu"
-        notes.append("no GPU activity in the trace: each cpu_op's self time (outside its child ops) stands for a "
-                     "kernel (an op with a work formula: its whole time), and gaps are the time between top-level "
-                     "ops (Python and framework overhead)")
+        notes.append(
+            "no GPU activity in the trace: each cpu_op's self time (outside its child ops) stands for a "
+            "kernel (an op with a work formula: its whole time), and gaps are the time between top-level "
+            "ops (Python and framework overhead)"
+        )
         for thread, ss in op_line.by_thread.items():
             end = None
             for s in ss:
@@ -575,15 +707,24 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
                     up = up.parent
                 if up is not None:
                     continue  # inside a work op, which stands for its whole time
-                records.append({"name": s.name, "op": s, "scope": scope_line.at(thread, s.start),
-                                "stream": str(thread[1]), "start": s.start,
-                                "dur": s.dur if _is_work(s) else max(0.0, s.dur - s.child_us), "gap": gap})
+                records.append(
+                    {
+                        "name": s.name,
+                        "op": s,
+                        "scope": scope_line.at(thread, s.start),
+                        "stream": str(thread[1]),
+                        "start": s.start,
+                        "dur": s.dur if _is_work(s) else max(0.0, s.dur - s.child_us),
+                        "gap": gap,
+                    }
+                )
 
     if peaks is None and device == "cuda":
         peaks = PEAKS.get(device_name)
     if peaks is None:
-        notes.append(f"no roofline: evokernel has no measured peaks for {device_name!r} "
-                     f"(it knows {', '.join(sorted(PEAKS))})")
+        notes.append(
+            f"no roofline: evokernel has no measured peaks for {device_name!r} (it knows {', '.join(sorted(PEAKS))})"
+        )
 
     # work: each kernel joins the innermost op with a formula above it, if none below that one has one
     units: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -615,17 +756,36 @@ def parse_trace(trace: dict[str, Any] | str | os.PathLike[str], *, peaks: Peaks 
     unknown = sum(r["dur"] for r in records if "bytes" not in r)
     busy = sum(r["dur"] for r in records)
     if busy > 0 and unknown > 0:
-        notes.append(f"{unknown / busy:.0%} of the kernel time has no work formula (its op is not in the table), "
-                     "so no roofline")
+        notes.append(
+            f"{unknown / busy:.0%} of the kernel time has no work formula (its op is not in the table), so no roofline"
+        )
 
-    kernels = [Kernel(name=r["name"], op=r["op"].name if r["op"] is not None else UNKNOWN_OP,
-                      module=r["scope"].path if r["scope"] is not None else OUTSIDE, stream=r["stream"],
-                      start_us=r["start"], dur_us=r["dur"], gap_us=r["gap"], flops=r.get("flops"),
-                      bytes=r.get("bytes"), ideal_us=r.get("ideal")) for r in records]
+    kernels = [
+        Kernel(
+            name=r["name"],
+            op=r["op"].name if r["op"] is not None else UNKNOWN_OP,
+            module=r["scope"].path if r["scope"] is not None else OUTSIDE,
+            stream=r["stream"],
+            start_us=r["start"],
+            dur_us=r["dur"],
+            gap_us=r["gap"],
+            flops=r.get("flops"),
+            bytes=r.get("bytes"),
+            ideal_us=r.get("ideal"),
+        )
+        for r in records
+    ]
     kernels.sort(key=lambda k: (k.start_us, k.stream))
-    return Profile(target=target, device=device, device_name=device_name, iterations=iterations,
-                   peaks=peaks.name if peaks is not None else None, kernels=kernels, launch_api_us=launch_us,
-                   notes=notes)
+    return Profile(
+        target=target,
+        device=device,
+        device_name=device_name,
+        iterations=iterations,
+        peaks=peaks.name if peaks is not None else None,
+        kernels=kernels,
+        launch_api_us=launch_us,
+        notes=notes,
+    )
 
 
 # -- running a model -------------------------------------------------------------------------------
@@ -652,9 +812,17 @@ def _scopes(model: Any) -> list[Any]:
     return handles
 
 
-def profile_module(model: Any, example_inputs: Any, *, device: str | None = None, warmup: int = 3,
-                   iters: int = 10, target: str = "", trace_path: str | os.PathLike[str] | None = None,
-                   peaks: Peaks | None = None) -> Profile:
+def profile_module(
+    model: Any,
+    example_inputs: Any,
+    *,
+    device: str | None = None,
+    warmup: int = 3,
+    iters: int = 10,
+    target: str = "",
+    trace_path: str | os.PathLike[str] | None = None,
+    peaks: Peaks | None = None,
+) -> Profile:
     """Profile `model(*example_inputs)` on `device` (default: cuda when present): `warmup` calls,
     then `iters` calls under torch.profiler, in eval mode and inference_mode. The model and
     tensor inputs are moved to the device; `trace_path` keeps the Chrome trace."""

@@ -40,12 +40,30 @@ DEFAULT_STEP_S = 0.02
 
 #: Field names accepted for each Request field, compared case-insensitively (first match wins).
 _FIELDS: dict[str, tuple[str, ...]] = {
-    "input_len": ("input_len", "prompt_len", "input_tokens", "prompt_tokens", "input_length",
-                  "prompt_length", "context_tokens", "contexttokens", "num_input_tokens"),
-    "output_len": ("output_len", "output_tokens", "completion_len", "completion_tokens", "output_length",
-                   "generated_tokens", "generatedtokens", "num_output_tokens"),
+    "input_len": (
+        "input_len",
+        "prompt_len",
+        "input_tokens",
+        "prompt_tokens",
+        "input_length",
+        "prompt_length",
+        "context_tokens",
+        "contexttokens",
+        "num_input_tokens",
+    ),
+    "output_len": (
+        "output_len",
+        "output_tokens",
+        "completion_len",
+        "completion_tokens",
+        "output_length",
+        "generated_tokens",
+        "generatedtokens",
+        "num_output_tokens",
+    ),
     "arrival_s": ("arrival_s", "timestamp", "arrival", "arrival_time", "time_s"),
 }
+
 
 class Request(msgspec.Struct, frozen=True):
     """One request: prompt tokens in, tokens generated, arrival (seconds, any origin)."""
@@ -94,8 +112,9 @@ class Trace(msgspec.Struct, frozen=True):
         else:
             path.write_text("".join(msgspec.json.encode(r).decode() + "\n" for r in self.requests))
 
-    def to_mooncake(self, path: str | os.PathLike[str], *, tokens_per_block: int = 130,
-                    limit: int | None = None) -> int:
+    def to_mooncake(
+        self, path: str | os.PathLike[str], *, tokens_per_block: int = 130, limit: int | None = None
+    ) -> int:
         """Write the trace for SGLang's serving benchmark to replay with its arrival times
         (`--dataset-name mooncake --dataset-path PATH`): one object per request with
         `timestamp` (ms from the first arrival), `hash_ids` (the prompt, as blocks the
@@ -107,15 +126,23 @@ class Trace(msgspec.Struct, frozen=True):
         lines, block = [], 0
         for r in reqs:
             n = max(1, round(r.input_len / tokens_per_block))
-            lines.append(json.dumps({"timestamp": int(round((r.arrival_s - t0) * 1000)),
-                                     "hash_ids": list(range(block, block + n)), "output_length": r.output_len}))
+            lines.append(
+                json.dumps(
+                    {
+                        "timestamp": int(round((r.arrival_s - t0) * 1000)),
+                        "hash_ids": list(range(block, block + n)),
+                        "output_length": r.output_len,
+                    }
+                )
+            )
             block += n
         Path(path).write_text("".join(line + "\n" for line in lines))
         return len(lines)
 
     # -- what kernels see ------------------------------------------------------------------
-    def decode_batches(self, max_running: int = 256, max_tokens: int | None = None, *,
-                       step_s: float = DEFAULT_STEP_S) -> dict[int, int]:
+    def decode_batches(
+        self, max_running: int = 256, max_tokens: int | None = None, *, step_s: float = DEFAULT_STEP_S
+    ) -> dict[int, int]:
         """{decode batch size: decode steps at that size}, from a continuous-batching replay.
 
         The scheduler (deterministic, SGLang's default shape, simplified): requests queue in
@@ -142,8 +169,10 @@ class Trace(msgspec.Struct, frozen=True):
             for j in order:
                 r = self.requests[j]
                 if r.input_len + r.output_len > max_tokens:
-                    raise ConfigError(f"request {j} needs {r.input_len + r.output_len} tokens of KV cache, "
-                                      f"more than max_tokens={max_tokens}")
+                    raise ConfigError(
+                        f"request {j} needs {r.input_len + r.output_len} tokens of KV cache, "
+                        f"more than max_tokens={max_tokens}"
+                    )
         t0 = self.requests[order[0]].arrival_s if order else 0.0
         arrive = [(self.requests[j].arrival_s - t0) / step_s for j in order]  # in steps
         need = [self.requests[j].input_len + self.requests[j].output_len for j in order]
@@ -156,8 +185,7 @@ class Trace(msgspec.Struct, frozen=True):
         n = len(order)
 
         def fits(k: int, gone: int = 0, held: int = 0) -> bool:
-            return (len(running) + gone < max_running
-                    and (max_tokens is None or used + held + need[k] <= max_tokens))
+            return len(running) + gone < max_running and (max_tokens is None or used + held + need[k] <= max_tokens)
 
         while i < n or running:
             # a prefill step; `gone`, `held`: requests it admits that finish in it (output_len 1),
@@ -217,11 +245,15 @@ class Trace(msgspec.Struct, frozen=True):
         span = max(r.arrival_s for r in self.requests) - min(r.arrival_s for r in self.requests)
         hist = self.decode_batches(**decode)
         steps = sum(hist.values())
-        lines = [f"trace {self.name or '(unnamed)'}: {len(self.requests)} requests over {span:.1f} s, "
-                 f"{sum(ins)} input and {sum(outs)} output tokens"]
+        lines = [
+            f"trace {self.name or '(unnamed)'}: {len(self.requests)} requests over {span:.1f} s, "
+            f"{sum(ins)} input and {sum(outs)} output tokens"
+        ]
         for label, xs in (("input", ins), ("output", outs)):
-            lines.append(f"  {label} length: mean {statistics.fmean(xs):.0f}, p50 {_pct(xs, 50)}, "
-                         f"p90 {_pct(xs, 90)}, p99 {_pct(xs, 99)}, max {xs[-1]}")
+            lines.append(
+                f"  {label} length: mean {statistics.fmean(xs):.0f}, p50 {_pct(xs, 50)}, "
+                f"p90 {_pct(xs, 90)}, p99 {_pct(xs, 99)}, max {xs[-1]}"
+            )
         heavy = sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
         shares = ", ".join(f"{b}: {c / steps:.1%}" for b, c in heavy) if steps else "none"
         lines.append(f"  decode steps: {steps}; commonest batch sizes: {shares}")
@@ -253,8 +285,9 @@ def weights(histogram: Mapping[int, float], keys: Iterable[int]) -> dict[int, fl
         raise ConfigError("weights: no keys to weight")
     total = sum(float(c) for c in histogram.values())
     if any(c < 0 for c in histogram.values()) or not total > 0:
-        raise ConfigError("weights: the histogram must have non-negative counts and some positive, "
-                          f"got {dict(histogram)}")
+        raise ConfigError(
+            f"weights: the histogram must have non-negative counts and some positive, got {dict(histogram)}"
+        )
     share = dict.fromkeys(ks, 0.0)
     for size, count in histogram.items():
         share[nearest(size, ks)] += float(count)
@@ -316,8 +349,10 @@ def _request(row: Mapping[str, Any], where: str) -> Request:
             raise ConfigError(f"{where}: {name} must be a whole number of tokens, got {raw!r}")
         values[name] = int(as_float)
     if values["input_len"] < 1 or values["output_len"] < 1:
-        raise ConfigError(f"{where}: input_len and output_len must be at least 1, got "
-                          f"{values['input_len']} and {values['output_len']}")
+        raise ConfigError(
+            f"{where}: input_len and output_len must be at least 1, got "
+            f"{values['input_len']} and {values['output_len']}"
+        )
     raw = _field(row, "arrival_s")
     if raw is not None:
         try:

@@ -145,8 +145,9 @@ class KernelLaunch:
 
     __slots__ = ("_fast", "_handle", "dynamic", "fast_calls", "fn", "grid", "jit_calls", "static")
 
-    def __init__(self, fn: Any, grid: Sequence[int], static: Mapping[str, Any], dynamic: Sequence[str], *,
-                 fast: bool = True) -> None:
+    def __init__(
+        self, fn: Any, grid: Sequence[int], static: Mapping[str, Any], dynamic: Sequence[str], *, fast: bool = True
+    ) -> None:
         self.fn = fn
         self.grid = tuple(int(g) for g in grid)
         if not 1 <= len(self.grid) <= 3:
@@ -172,8 +173,12 @@ class KernelLaunch:
         if h is not None and len(values) == len(h.slots):
             fn = self.fn
             runtime = h.knobs.runtime
-            if (not fn.pre_run_hooks and (not fn.used_global_vals or _globals_unchanged(fn))
-                    and runtime.debug == h.debug and getattr(runtime, "add_stages_inspection_hook", None) is None):
+            if (
+                not fn.pre_run_hooks
+                and (not fn.used_global_vals or _globals_unchanged(fn))
+                and runtime.debug == h.debug
+                and getattr(runtime, "add_stages_inspection_hook", None) is None
+            ):
                 device = h.get_device()
                 if device == h.device:
                     stream = h.get_stream(device)
@@ -208,9 +213,14 @@ class KernelLaunch:
         fn = self.fn
         runtime = h.knobs.runtime
         debug = runtime.debug
-        if (fn.pre_run_hooks or (fn.used_global_vals and not _globals_unchanged(fn)) or debug != h.debug
-                or getattr(runtime, "add_stages_inspection_hook", None) is not None
-                or _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)):
+        if (
+            fn.pre_run_hooks
+            or (fn.used_global_vals and not _globals_unchanged(fn))
+            or debug != h.debug
+            or getattr(runtime, "add_stages_inspection_hook", None) is not None
+            or _hooked(runtime.launch_enter_hook)
+            or _hooked(runtime.launch_exit_hook)
+        ):
             return None
         device = h.get_device()
         if device != h.device:
@@ -270,11 +280,21 @@ class KernelLaunch:
             run = result.run  # (loads the binary and builds the launcher if the JIT did not)
             grid3 = (self.grid + (1, 1))[:3]
             raw = _RawLaunch.of(run, args, slots, [kwargs[n] for n in self.dynamic], grid3, result)
-            self._handle = _Handle(compiled=result, run=run, raw=raw, function=result.function,
-                                   packed=result.packed_metadata, args=args, slots=slots,
-                                   device=driver.get_current_device(), get_device=driver.get_current_device,
-                                   get_stream=driver.get_current_stream, grid3=grid3, debug=knobs.runtime.debug,
-                                   knobs=knobs)
+            self._handle = _Handle(
+                compiled=result,
+                run=run,
+                raw=raw,
+                function=result.function,
+                packed=result.packed_metadata,
+                args=args,
+                slots=slots,
+                device=driver.get_current_device(),
+                get_device=driver.get_current_device,
+                get_stream=driver.get_current_stream,
+                grid3=grid3,
+                debug=knobs.runtime.debug,
+                knobs=knobs,
+            )
         except Exception:  # noqa: BLE001 (anything unexpected: the JIT path, never a wrong launch)
             self._fast = False
             self._handle = None
@@ -309,8 +329,15 @@ class _RawLaunch:
     STREAM = 3  # the stream's position in the C launch's arguments
 
     @classmethod
-    def of(cls, run: Any, args: list[Any], slots: Sequence[int], first: Sequence[Any], grid3: tuple[int, ...],
-           compiled: Any) -> _RawLaunch | None:
+    def of(
+        cls,
+        run: Any,
+        args: list[Any],
+        slots: Sequence[int],
+        first: Sequence[Any],
+        grid3: tuple[int, ...],
+        compiled: Any,
+    ) -> _RawLaunch | None:
         try:
             import triton
 
@@ -339,8 +366,19 @@ class _RawLaunch:
             self = cls()
             self._encode = nv.make_tensordesc_arg
             # the C launch's head (grid, stream, function, launch flags, scratch, metadata, hooks)
-            vector: list[Any] = [*grid3, None, compiled.function, run.launch_cooperative_grid, run.launch_pdl, None,
-                                 None, compiled.packed_metadata, None, None, None]
+            vector: list[Any] = [
+                *grid3,
+                None,
+                compiled.function,
+                run.launch_cooperative_grid,
+                run.launch_pdl,
+                None,
+                None,
+                compiled.packed_metadata,
+                None,
+                None,
+                None,
+            ]
             positions: dict[int, tuple[int, int]] = {}  # argument index -> (start, length) in the vector
             descs = []
             for i, a in enumerate(args):
@@ -353,10 +391,26 @@ class _RawLaunch:
                     if i in slots:
                         constants = None
                         if not meta["fp4_padded"] and d.strides[-1] == 1:
-                            constants = (meta["swizzle"], meta["elem_size"], nv.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
-                                         meta["block_size"], d.shape, d.strides, 1 if d.padding == "nan" else 0)
-                        descs.append((list(slots).index(i), len(vector) - len(part), len(part), meta, i,
-                                      quick_descriptor(d, None), constants))
+                            constants = (
+                                meta["swizzle"],
+                                meta["elem_size"],
+                                nv.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+                                meta["block_size"],
+                                d.shape,
+                                d.strides,
+                                1 if d.padding == "nan" else 0,
+                            )
+                        descs.append(
+                            (
+                                list(slots).index(i),
+                                len(vector) - len(part),
+                                len(part),
+                                meta,
+                                i,
+                                quick_descriptor(d, None),
+                                constants,
+                            )
+                        )
                 else:
                     positions[i] = (len(vector), 1)
                     vector.append(a)
@@ -398,9 +452,12 @@ class _RawLaunch:
                         ptr = d.data_ptr()
                     else:
                         d = quick_descriptor(template, d)
-                elif constants is not None and (d.shape is template.shape or d.shape == template.shape) and (
-                        d.strides is template.strides or d.strides == template.strides) and (
-                        d.padding == template.padding):
+                elif (
+                    constants is not None
+                    and (d.shape is template.shape or d.shape == template.shape)
+                    and (d.strides is template.strides or d.strides == template.strides)
+                    and (d.padding == template.padding)
+                ):
                     ptr = d.base.data_ptr()
                 if ptr is not None:
                     key = (i, ptr)
@@ -410,7 +467,7 @@ class _RawLaunch:
                 else:
                     key = (i, d.base.data_ptr(), tuple(d.shape), tuple(d.strides), d.padding)
                     part = cache.get(key)
-                    args[at:at + n] = self._store(key, self._encode, d, meta) if part is None else part
+                    args[at : at + n] = self._store(key, self._encode, d, meta) if part is None else part
         self._call(*args)
 
 
@@ -468,7 +525,7 @@ class LaunchCache:
             return fn[grid](*args, **kwargs)
         values = (*args, *kwargs.values())
         if entry is None:
-            names = (*fn.arg_names[:len(args)], *kwargs)
+            names = (*fn.arg_names[: len(args)], *kwargs)
             dynamic = tuple(i for i, v in enumerate(values) if _dynamic(v))
             static = {names[i]: v for i, v in enumerate(values) if i not in dynamic}
             launch = KernelLaunch(fn, grid, static, [names[i] for i in dynamic])
@@ -484,5 +541,8 @@ class LaunchCache:
     def stats(self) -> dict[str, int]:
         """Launches kept, and calls through the JIT and through the compiled handles."""
         kept = [launch for launch, _ in self._launches.values()]
-        return {"launches": len(kept), "jit_calls": sum(x.jit_calls for x in kept),
-                "fast_calls": sum(x.fast_calls for x in kept)}
+        return {
+            "launches": len(kept),
+            "jit_calls": sum(x.jit_calls for x in kept),
+            "fast_calls": sum(x.fast_calls for x in kept),
+        }

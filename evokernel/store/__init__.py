@@ -10,12 +10,34 @@ from __future__ import annotations
 import os
 
 from evokernel.core.errors import ConfigError
-from evokernel.store._base import (CompleteStore, Evaluation, FindsRuns, ForgetsMeasured, Hit, KeepsKnowledge,
-                                   KeepsProfiles, Located, RunInfo, Store)
+from evokernel.store._base import (
+    CompleteStore,
+    Evaluation,
+    FindsRuns,
+    ForgetsMeasured,
+    Hit,
+    KeepsKnowledge,
+    KeepsProfiles,
+    Located,
+    RunInfo,
+    Store,
+)
 from evokernel.store.sqlite import SQLiteStore
 
-__all__ = ["Store", "CompleteStore", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "Located",
-           "RunInfo", "Hit", "Evaluation", "SQLiteStore", "open_store"]
+__all__ = [
+    "Store",
+    "CompleteStore",
+    "ForgetsMeasured",
+    "FindsRuns",
+    "KeepsKnowledge",
+    "KeepsProfiles",
+    "Located",
+    "RunInfo",
+    "Hit",
+    "Evaluation",
+    "SQLiteStore",
+    "open_store",
+]
 
 
 def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
@@ -24,5 +46,5 @@ def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
     if text.startswith(("postgresql://", "postgres://")):
         raise ConfigError("the PostgreSQL store is not available yet; use an SQLite file (the default)")
     if text.startswith("sqlite:///"):
-        text = text[len("sqlite:///"):]
+        text = text[len("sqlite:///") :]
     return SQLiteStore(text, create=create)

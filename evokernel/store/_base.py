@@ -20,9 +20,19 @@ from evokernel.core.archive import Elite
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 
-__all__ = ["Store", "ForgetsMeasured", "FindsRuns", "KeepsKnowledge", "KeepsProfiles", "Located", "CompleteStore",
-           "CAPABILITIES",
-           "RunInfo", "Hit", "Evaluation"]
+__all__ = [
+    "Store",
+    "ForgetsMeasured",
+    "FindsRuns",
+    "KeepsKnowledge",
+    "KeepsProfiles",
+    "Located",
+    "CompleteStore",
+    "CAPABILITIES",
+    "RunInfo",
+    "Hit",
+    "Evaluation",
+]
 
 
 class RunInfo(msgspec.Struct, kw_only=True):
@@ -101,9 +111,7 @@ class Store(Protocol):
 
     def remeasurement(self, run_id: str, genome_id: str, rep: int) -> Result | None: ...
 
-    def record_remeasurement(
-        self, run_id: str, rep: int, genome: Genome, fingerprint: str, result: Result
-    ) -> None: ...
+    def record_remeasurement(self, run_id: str, rep: int, genome: Genome, fingerprint: str, result: Result) -> None: ...
 
     def history(self, run_id: str) -> list[Evaluation]: ...
 

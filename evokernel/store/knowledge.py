@@ -68,15 +68,29 @@ def failure_class(status: str, error: str) -> str:
     if status == Status.COMPILE_ERROR.value:
         first = error.strip().splitlines()[0] if error.strip() else ""
         return "compile error" + (f" ({first.split(':')[0][:60]})" if first else "")
-    return {"incorrect": "wrong results", "crash": "a crash", "timeout": "a timeout",
-            "runtime_error": "a runtime error"}.get(status, status)
+    return {
+        "incorrect": "wrong results",
+        "crash": "a crash",
+        "timeout": "a timeout",
+        "runtime_error": "a runtime error",
+    }.get(status, status)
 
 
-def _lesson(kind: str, op: str, gpu: str, toolchain: dict[str, Any], text: str, evidence: dict[str, Any],
-            run_id: str) -> Lesson:
+def _lesson(
+    kind: str, op: str, gpu: str, toolchain: dict[str, Any], text: str, evidence: dict[str, Any], run_id: str
+) -> Lesson:
     digest = hashlib.sha256(json.dumps([kind, op, gpu, text], sort_keys=True).encode()).hexdigest()[:16]
-    return Lesson(id=digest, kind=kind, op=op, gpu=gpu, toolchain=toolchain, text=text, evidence=evidence,
-                  run_id=run_id, created=time.time())
+    return Lesson(
+        id=digest,
+        kind=kind,
+        op=op,
+        gpu=gpu,
+        toolchain=toolchain,
+        text=text,
+        evidence=evidence,
+        run_id=run_id,
+        created=time.time(),
+    )
 
 
 def _first_doc_line(source: str) -> str:
@@ -92,8 +106,15 @@ class KnowledgeRecorder:
     they are judged. `where` gives (op, gpu, toolchain, shapes) for the run; the default
     reads them from a KernelEvaluator (`from_evaluator`)."""
 
-    def __init__(self, store: Any, where: Mapping[str, Any], *, min_gain: float = 0.03,
-                 render: Callable[[Genome], str] | None = None, summarizer: Any = None) -> None:
+    def __init__(
+        self,
+        store: Any,
+        where: Mapping[str, Any],
+        *,
+        min_gain: float = 0.03,
+        render: Callable[[Genome], str] | None = None,
+        summarizer: Any = None,
+    ) -> None:
         self.store, self.where, self.min_gain, self.render = store, dict(where), min_gain, render
         self.summarizer = summarizer  # an LLM provider: a prose summary of the lessons when the run ends
         self.run_id = ""
@@ -128,8 +149,14 @@ class KnowledgeRecorder:
     def on_finish(self, report: Any) -> None:
         self.flush()
         if self.summarizer is not None:
-            summarize(self.store, self.summarizer, op=self.where["op"], gpu=self.where["gpu"],
-                      toolchain=self.where["toolchain"], run_id=self.run_id)
+            summarize(
+                self.store,
+                self.summarizer,
+                op=self.where["op"],
+                gpu=self.where["gpu"],
+                toolchain=self.where["toolchain"],
+                run_id=self.run_id,
+            )
 
     # -- lessons --------------------------------------------------------------------------
     def flush(self) -> list[Lesson]:
@@ -144,10 +171,17 @@ class KnowledgeRecorder:
             examples = [i.genome for i in inds[:3]]
             shown = "; ".join(("a rewritten source" if g.source else g.short()) for g in examples)
             first = inds[0].result.error.strip().splitlines()[0][:160] if inds[0].result.error.strip() else ""
-            lessons.append(_lesson("caveat", op, gpu, tc,
-                                   f"{len(inds)} candidate(s) failed with {cls} on {gpu}: {shown}"
-                                   + (f" ({first})" if first else ""),
-                                   {"genomes": [g.id for g in examples], "class": cls}, run))
+            lessons.append(
+                _lesson(
+                    "caveat",
+                    op,
+                    gpu,
+                    tc,
+                    f"{len(inds)} candidate(s) failed with {cls} on {gpu}: {shown}" + (f" ({first})" if first else ""),
+                    {"genomes": [g.id for g in examples], "class": cls},
+                    run,
+                )
+            )
         for ind in batch:
             lineage = ind.genome.lineage
             parent = self._ok_ancestor(ind)
@@ -160,25 +194,52 @@ class KnowledgeRecorder:
             if ind.genome.source and ind.genome.source != parent.genome.source:
                 what = f"a rewritten source ({_first_doc_line(ind.genome.source)})"
             else:
-                changed = {k: (parent.genome.params.get(k), v) for k, v in ind.genome.params.items()
-                           if parent.genome.params.get(k) != v}
+                changed = {
+                    k: (parent.genome.params.get(k), v)
+                    for k, v in ind.genome.params.items()
+                    if parent.genome.params.get(k) != v
+                }
                 what = ", ".join(f"{k} {a}->{b}" for k, (a, b) in sorted(changed.items())) or "a new genome"
             shapes = ", ".join(ind.result.per_shape) or "its shapes"
             if gain < 0:  # a regression: slower than its parent by more than the noise
-                lessons.append(_lesson(
-                    "caveat", op, gpu, tc,
-                    f"{what} (operator {lineage.operator}) regressed by {100 * (1 / (1 + gain) - 1):.1f}% on "
-                    f"{shapes} ({parent.result.latency_ms:.4g} -> {ind.result.latency_ms:.4g} ms)",
-                    {"genome": ind.genome.id, "parent": parent.genome.id, "class": "regression",
-                     "slowdown": 1 / (1 + gain) - 1, "latency_ms": ind.result.latency_ms,
-                     "parent_ms": parent.result.latency_ms}, run))
+                lessons.append(
+                    _lesson(
+                        "caveat",
+                        op,
+                        gpu,
+                        tc,
+                        f"{what} (operator {lineage.operator}) regressed by {100 * (1 / (1 + gain) - 1):.1f}% on "
+                        f"{shapes} ({parent.result.latency_ms:.4g} -> {ind.result.latency_ms:.4g} ms)",
+                        {
+                            "genome": ind.genome.id,
+                            "parent": parent.genome.id,
+                            "class": "regression",
+                            "slowdown": 1 / (1 + gain) - 1,
+                            "latency_ms": ind.result.latency_ms,
+                            "parent_ms": parent.result.latency_ms,
+                        },
+                        run,
+                    )
+                )
                 continue
-            lessons.append(_lesson(
-                "pattern", op, gpu, tc,
-                f"{what} (operator {lineage.operator}) gained {100 * gain:.1f}% on {shapes} "
-                f"({parent.result.latency_ms:.4g} -> {ind.result.latency_ms:.4g} ms)",
-                {"genome": ind.genome.id, "parent": parent.genome.id, "gain": gain,
-                 "latency_ms": ind.result.latency_ms, "parent_ms": parent.result.latency_ms}, run))
+            lessons.append(
+                _lesson(
+                    "pattern",
+                    op,
+                    gpu,
+                    tc,
+                    f"{what} (operator {lineage.operator}) gained {100 * gain:.1f}% on {shapes} "
+                    f"({parent.result.latency_ms:.4g} -> {ind.result.latency_ms:.4g} ms)",
+                    {
+                        "genome": ind.genome.id,
+                        "parent": parent.genome.id,
+                        "gain": gain,
+                        "latency_ms": ind.result.latency_ms,
+                        "parent_ms": parent.result.latency_ms,
+                    },
+                    run,
+                )
+            )
         if lessons:
             self.store.save_lessons(lessons)
         return lessons
@@ -213,24 +274,42 @@ class KnowledgeRecorder:
     def _save_kernel(self, ind: Any) -> None:
         base = self._parent_source(ind)
         source = bind_config(ind.genome.source, ind.genome.params)  # what ran
-        diff = "".join(difflib.unified_diff(base.splitlines(keepends=True), source.splitlines(keepends=True),
-                                            "parent/candidate.py", "candidate.py"))
-        self.store.save_kernel({
-            "genome_id": ind.genome.id, "op": self.where["op"], "gpu": self.where["gpu"],
-            "toolchain": self.where["toolchain"], "shapes": self.where.get("shapes", []),
-            "source": source, "diff": diff, "latency_ms": ind.result.latency_ms,
-            "per_shape": dict(ind.result.per_shape), "run_id": self.run_id,
-            "workload": {"gpu": self.where["gpu"], "toolchain": self.where["toolchain"],
-                         "shapes": self.where.get("shapes", [])},
-        })
+        diff = "".join(
+            difflib.unified_diff(
+                base.splitlines(keepends=True), source.splitlines(keepends=True), "parent/candidate.py", "candidate.py"
+            )
+        )
+        self.store.save_kernel(
+            {
+                "genome_id": ind.genome.id,
+                "op": self.where["op"],
+                "gpu": self.where["gpu"],
+                "toolchain": self.where["toolchain"],
+                "shapes": self.where.get("shapes", []),
+                "source": source,
+                "diff": diff,
+                "latency_ms": ind.result.latency_ms,
+                "per_shape": dict(ind.result.per_shape),
+                "run_id": self.run_id,
+                "workload": {
+                    "gpu": self.where["gpu"],
+                    "toolchain": self.where["toolchain"],
+                    "shapes": self.where.get("shapes", []),
+                },
+            }
+        )
 
 
-def lessons_for(store: Any, *, op: str, gpu: str, toolchain: Mapping[str, Any] | None = None,
-                limit: int = 12) -> list[str]:
+def lessons_for(
+    store: Any, *, op: str, gpu: str, toolchain: Mapping[str, Any] | None = None, limit: int = 12
+) -> list[str]:
     """The text of the valid lessons for this op and GPU (most recent first; caveats and
     patterns interleaved), leaving out those learned under another toolchain."""
-    found = [le for le in store.lessons(op=op, gpu=gpu)
-             if not toolchain or all(le.toolchain.get(k) == v for k, v in toolchain.items() if k in le.toolchain)]
+    found = [
+        le
+        for le in store.lessons(op=op, gpu=gpu)
+        if not toolchain or all(le.toolchain.get(k) == v for k, v in toolchain.items() if k in le.toolchain)
+    ]
     found.sort(key=lambda le: -le.created)
     caveats = [le for le in found if le.kind == "caveat"]
     patterns = [le for le in found if le.kind == "pattern"]
@@ -244,8 +323,9 @@ def lessons_for(store: Any, *, op: str, gpu: str, toolchain: Mapping[str, Any] |
     return out
 
 
-def kernels(store: Any, *, op: str | None = None, gpu: str | None = None,
-            shape: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def kernels(
+    store: Any, *, op: str | None = None, gpu: str | None = None, shape: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Accepted source kernels, fastest first; `shape` keeps those tested on that shape."""
     rows = store.kernels(op=op, gpu=gpu)
     if shape is not None:
@@ -256,8 +336,11 @@ def kernels(store: Any, *, op: str | None = None, gpu: str | None = None,
 _SUMMARY_TOOL = {
     "name": "submit_summary",
     "description": "Submit the summary of the lessons.",
-    "input_schema": {"type": "object", "properties": {
-        "summary": {"type": "string", "description": "at most 120 words of prose"}}, "required": ["summary"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"summary": {"type": "string", "description": "at most 120 words of prose"}},
+        "required": ["summary"],
+    },
 }
 
 _SUMMARY_INSTRUCTIONS = """You summarise what kernel-tuning runs learned, for the engineer and the \
@@ -267,16 +350,28 @@ Write at most 120 words of prose: what to try first, what to avoid, and what is 
 State only what the lessons support, with their figures. Submit it with submit_summary."""
 
 
-def summarize(store: Any, provider: Any, *, op: str, gpu: str, toolchain: Mapping[str, Any] | None = None,
-              run_id: str = "", limit: int = 40) -> Lesson | None:
+def summarize(
+    store: Any,
+    provider: Any,
+    *,
+    op: str,
+    gpu: str,
+    toolchain: Mapping[str, Any] | None = None,
+    run_id: str = "",
+    limit: int = 40,
+) -> Lesson | None:
     """An LLM's prose summary of the lessons for this op and GPU, stored as a `summary`
     lesson (its evidence: the lessons it read, the model, tokens and dollars), or None when
     there is nothing to summarise or the call fails (the failure is logged, never raised)."""
     import logging
 
     log = logging.getLogger("evokernel.knowledge")
-    found = [le for le in store.lessons(op=op, gpu=gpu) if le.kind != "summary"
-             and (not toolchain or all(le.toolchain.get(k) == v for k, v in toolchain.items() if k in le.toolchain))]
+    found = [
+        le
+        for le in store.lessons(op=op, gpu=gpu)
+        if le.kind != "summary"
+        and (not toolchain or all(le.toolchain.get(k) == v for k, v in toolchain.items() if k in le.toolchain))
+    ]
     found = sorted(found, key=lambda le: -le.created)[:limit]
     if not found or provider is None or (hasattr(provider, "available") and provider.available() is not None):
         return None
@@ -286,9 +381,20 @@ def summarize(store: Any, provider: Any, *, op: str, gpu: str, toolchain: Mappin
     if not text:
         log.warning("lesson summary dropped: %s", reply.error or "empty summary")
         return None
-    lesson = _lesson("summary", op, gpu, dict(toolchain or found[0].toolchain), text[:2000],
-                     {"lessons": [le.id for le in found], "model": getattr(provider, "model", ""),
-                      "cost_usd": reply.cost_usd, "input_tokens": reply.input_tokens,
-                      "output_tokens": reply.output_tokens}, run_id)
+    lesson = _lesson(
+        "summary",
+        op,
+        gpu,
+        dict(toolchain or found[0].toolchain),
+        text[:2000],
+        {
+            "lessons": [le.id for le in found],
+            "model": getattr(provider, "model", ""),
+            "cost_usd": reply.cost_usd,
+            "input_tokens": reply.input_tokens,
+            "output_tokens": reply.output_tokens,
+        },
+        run_id,
+    )
     store.save_lessons([lesson])
     return lesson

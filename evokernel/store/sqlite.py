@@ -170,13 +170,16 @@ def _unusable(path: str, exc: sqlite3.Error, *, write: bool) -> StoreError:
     if write and getattr(exc, "sqlite_errorname", "") in ("SQLITE_READONLY", "SQLITE_CANTOPEN"):
         dir_why = _os_refusal(folder, probe_dir=True)
         if dir_why:
-            return StoreError(f"cannot write database {shown}: its journal files (-wal, -shm) cannot be created "
-                              f"in {folder} ({dir_why})")
+            return StoreError(
+                f"cannot write database {shown}: its journal files (-wal, -shm) cannot be created "
+                f"in {folder} ({dir_why})"
+            )
         return StoreError(f"cannot write database {shown} ({exc})")
     if dir_why := (_os_refusal(folder, probe_dir=True) if "unable to open" in str(exc) else None):
         # WAL databases need their -wal and -shm files next to them, even to be read
-        return StoreError(f"cannot open database {shown}: its journal files (-wal, -shm) cannot be created "
-                          f"in {folder} ({dir_why})")
+        return StoreError(
+            f"cannot open database {shown}: its journal files (-wal, -shm) cannot be created in {folder} ({dir_why})"
+        )
     return StoreError(f"{shown} is not an SQLite database ({exc})")
 
 
@@ -248,7 +251,8 @@ class SQLiteStore:
             if "meta" not in tables and create:
                 # one script, one transaction: a concurrent opener sees all of the schema or none
                 self._db.executescript(
-                    "BEGIN IMMEDIATE;" + _SCHEMA
+                    "BEGIN IMMEDIATE;"
+                    + _SCHEMA
                     + f"INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}'); COMMIT;"
                 )
             elif create and self.path != ":memory:":
@@ -356,7 +360,8 @@ class SQLiteStore:
                 raise RunBusyError(
                     f"run {run_id} is already running in another process{f' (pid {pid})' if pid else ''} on "
                     f"{self.path}; wait for it to finish (re-running then reads its results back), or change "
-                    "--seed or --db")
+                    "--seed or --db"
+                )
             self._held.add(run_id)
         now = time.time()
         with self._tx() as db:
@@ -443,9 +448,14 @@ class SQLiteStore:
         results than genomes)."""
         with self._tx() as db:
             for gid in genome_ids:
-                row = db.execute("SELECT result_id FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'"
-                                 " AND cached = 0", (run_id, gid)).fetchone()
-                db.execute("DELETE FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'", (run_id, gid))
+                row = db.execute(
+                    "SELECT result_id FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'"
+                    " AND cached = 0",
+                    (run_id, gid),
+                ).fetchone()
+                db.execute(
+                    "DELETE FROM evaluations WHERE run_id = ? AND genome_id = ? AND kind = 'eval'", (run_id, gid)
+                )
                 if row is not None:
                     db.execute("DELETE FROM results WHERE id = ? AND run_id = ?", (row[0], run_id))
 
@@ -457,9 +467,7 @@ class SQLiteStore:
         ).fetchone()
         return None if row is None else Result.decode(row[0])
 
-    def record_remeasurement(
-        self, run_id: str, rep: int, genome: Genome, fingerprint: str, result: Result
-    ) -> None:
+    def record_remeasurement(self, run_id: str, rep: int, genome: Genome, fingerprint: str, result: Result) -> None:
         with self._tx() as db:
             self._put_genome(db, genome)
             result_id = self._put_result(db, run_id, genome, fingerprint, result)
@@ -477,9 +485,7 @@ class SQLiteStore:
             ),
         )
 
-    def _put_result(
-        self, db: sqlite3.Connection, run_id: str, genome: Genome, fingerprint: str, result: Result
-    ) -> int:
+    def _put_result(self, db: sqlite3.Connection, run_id: str, genome: Genome, fingerprint: str, result: Result) -> int:
         cur = db.execute(
             "INSERT INTO results (genome_id, fingerprint, run_id, status, latency_ms, noise, error, record,"
             " created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -504,8 +510,18 @@ class SQLiteStore:
         db.execute(
             "INSERT INTO evaluations (run_id, kind, seq, genome_id, result_id, cached, parents, operator,"
             " generation, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, kind, seq, genome.id, result_id, int(cached), _json(list(lin.parents)), lin.operator,
-             lin.generation, time.time()),
+            (
+                run_id,
+                kind,
+                seq,
+                genome.id,
+                result_id,
+                int(cached),
+                _json(list(lin.parents)),
+                lin.operator,
+                lin.generation,
+                time.time(),
+            ),
         )
 
     def history(self, run_id: str) -> list[Evaluation]:
@@ -518,21 +534,32 @@ class SQLiteStore:
         )
         out = []
         for kind, seq, cached, parents, op, gen, created, params, source, record in rows:
-            genome = Genome.of(json.loads(params), source, parents=tuple(json.loads(parents)),
-                               operator=op, generation=gen)
-            out.append(Evaluation(run_id=run_id, seq=seq, kind=kind, genome=genome,
-                                  result=Result.decode(record), cached=bool(cached), created=created))
+            genome = Genome.of(
+                json.loads(params), source, parents=tuple(json.loads(parents)), operator=op, generation=gen
+            )
+            out.append(
+                Evaluation(
+                    run_id=run_id,
+                    seq=seq,
+                    kind=kind,
+                    genome=genome,
+                    result=Result.decode(record),
+                    cached=bool(cached),
+                    created=created,
+                )
+            )
         return out
 
     def count(self, run_id: str | None = None) -> dict[str, int]:
         q = self._db.execute
         if run_id is None:
             return {
-                t: q(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                for t in ("genomes", "results", "evaluations", "runs")
+                t: q(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("genomes", "results", "evaluations", "runs")
             }
         return {
-            "evaluations": q("SELECT COUNT(*) FROM evaluations WHERE run_id=? AND kind='eval'", (run_id,)).fetchone()[0],
+            "evaluations": q("SELECT COUNT(*) FROM evaluations WHERE run_id=? AND kind='eval'", (run_id,)).fetchone()[
+                0
+            ],
             "distinct_genomes": q(
                 "SELECT COUNT(DISTINCT genome_id) FROM evaluations WHERE run_id=? AND kind='eval'", (run_id,)
             ).fetchone()[0],
@@ -569,16 +596,20 @@ class SQLiteStore:
             " JOIN genomes g ON g.id = el.genome_id JOIN runs r ON r.id = el.run_id WHERE 1=1"
         )
         args: list[Any] = []
-        for clause, value in (("el.run_id = ?", run_id), ("el.archive_key = ?", archive_key),
-                              ("r.seq < ?", before_seq)):
+        for clause, value in (
+            ("el.run_id = ?", run_id),
+            ("el.archive_key = ?", archive_key),
+            ("r.seq < ?", before_seq),
+        ):
             if value is not None:
                 sql += f" AND {clause}"
                 args.append(value)
         best: dict[str, Elite] = {}
         for niche, lat, noise, rid, params, source in self._db.execute(sql + " ORDER BY r.seq", args):
             if niche not in best or lat < best[niche].latency_ms:
-                best[niche] = Elite(niche=niche, genome=Genome.of(json.loads(params), source),
-                                    latency_ms=lat, noise=noise, run_id=rid)
+                best[niche] = Elite(
+                    niche=niche, genome=Genome.of(json.loads(params), source), latency_ms=lat, noise=noise, run_id=rid
+                )
         return sorted(best.values(), key=lambda e: (e.latency_ms, e.genome.id))
 
     def log_event(self, run_id: str, kind: str, payload: dict[str, Any], *, key: str | None = None) -> None:
@@ -594,8 +625,20 @@ class SQLiteStore:
             db.executemany(
                 "INSERT OR REPLACE INTO lessons (id, kind, op, gpu, toolchain, text, evidence, run_id, created)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(le.id, le.kind, le.op, le.gpu, _json(le.toolchain), le.text, _json(le.evidence), le.run_id,
-                  le.created) for le in lessons],
+                [
+                    (
+                        le.id,
+                        le.kind,
+                        le.op,
+                        le.gpu,
+                        _json(le.toolchain),
+                        le.text,
+                        _json(le.evidence),
+                        le.run_id,
+                        le.created,
+                    )
+                    for le in lessons
+                ],
             )
 
     def lessons(self, *, op: str | None = None, gpu: str | None = None) -> list[Any]:
@@ -606,15 +649,20 @@ class SQLiteStore:
             if value is not None:
                 sql += f" AND {clause}"
                 args.append(value)
-        return [Lesson(id=i, kind=k, op=o, gpu=g, toolchain=json.loads(t), text=x, evidence=json.loads(e), run_id=r,
-                       created=c) for i, k, o, g, t, x, e, r, c in self._db.execute(sql + " ORDER BY created", args)]
+        return [
+            Lesson(
+                id=i, kind=k, op=o, gpu=g, toolchain=json.loads(t), text=x, evidence=json.loads(e), run_id=r, created=c
+            )
+            for i, k, o, g, t, x, e, r, c in self._db.execute(sql + " ORDER BY created", args)
+        ]
 
     def save_kernel(self, record: dict[str, Any]) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO kernels (genome_id, op, gpu, record, latency_ms, created)"
-                       " VALUES (?, ?, ?, ?, ?, ?)",
-                       (record["genome_id"], record["op"], record["gpu"], _json(record), record["latency_ms"],
-                        time.time()))
+            db.execute(
+                "INSERT OR REPLACE INTO kernels (genome_id, op, gpu, record, latency_ms, created)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (record["genome_id"], record["op"], record["gpu"], _json(record), record["latency_ms"], time.time()),
+            )
 
     def kernels(self, *, op: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
         sql, args = "SELECT record FROM kernels WHERE 1=1", []
@@ -629,10 +677,17 @@ class SQLiteStore:
         """Store a profile (`Profile.to_dict()` plus `name` and `toolchain`); returns its id."""
         summary = {k: v for k, v in record.items() if k not in ("name", "device_name", "toolchain", "rows")}
         with self._tx() as db:
-            cur = db.execute("INSERT INTO profiles (created, name, device, toolchain, rows, summary)"
-                             " VALUES (?, ?, ?, ?, ?, ?)",
-                             (time.time(), record["name"], record.get("device_name") or record.get("device", ""),
-                              _json(record.get("toolchain", {})), _json(record["rows"]), _json(summary)))
+            cur = db.execute(
+                "INSERT INTO profiles (created, name, device, toolchain, rows, summary) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    time.time(),
+                    record["name"],
+                    record.get("device_name") or record.get("device", ""),
+                    _json(record.get("toolchain", {})),
+                    _json(record["rows"]),
+                    _json(summary),
+                ),
+            )
         return int(cur.lastrowid)  # type: ignore[arg-type]
 
     def profiles(self, *, name: str | None = None) -> list[dict[str, Any]]:
@@ -640,8 +695,18 @@ class SQLiteStore:
         sql, args = "SELECT id, created, name, device, toolchain, rows, summary FROM profiles", []
         if name is not None:
             sql, args = sql + " WHERE name = ?", [name]
-        return [{"id": i, "created": c, "name": n, "device": d, "toolchain": json.loads(t), "rows": json.loads(r),
-                 "summary": json.loads(s)} for i, c, n, d, t, r, s in self._db.execute(sql + " ORDER BY id", args)]
+        return [
+            {
+                "id": i,
+                "created": c,
+                "name": n,
+                "device": d,
+                "toolchain": json.loads(t),
+                "rows": json.loads(r),
+                "summary": json.loads(s),
+            }
+            for i, c, n, d, t, r, s in self._db.execute(sql + " ORDER BY id", args)
+        ]
 
     def events(self, run_id: str) -> list[tuple[str, dict[str, Any], float]]:
         return [
@@ -653,16 +718,25 @@ class SQLiteStore:
 
 
 _RUN_COLUMNS = (
-    "SELECT id, seq, name, archive_key, fingerprint, config, environment, status, created, updated, summary"
-    " FROM runs"
+    "SELECT id, seq, name, archive_key, fingerprint, config, environment, status, created, updated, summary FROM runs"
 )
 
 
 def _run_info(row: tuple[Any, ...]) -> RunInfo:
     rid, seq, name, key, fp, config, env, status, created, updated, summary = row
-    return RunInfo(id=rid, seq=seq, name=name, archive_key=key, fingerprint=fp, config=json.loads(config),
-                   environment=json.loads(env), status=status, created=created, updated=updated,
-                   summary=json.loads(summary))
+    return RunInfo(
+        id=rid,
+        seq=seq,
+        name=name,
+        archive_key=key,
+        fingerprint=fp,
+        config=json.loads(config),
+        environment=json.loads(env),
+        status=status,
+        created=created,
+        updated=updated,
+        summary=json.loads(summary),
+    )
 
 
 def _json(obj: Any) -> str:

@@ -78,22 +78,46 @@ class Stream(nn.Module):
 
 class DoubleBlock(Rewritable, nn.Module):
     SITES = (
-        Site("qkv_merge", "merge", ("separate", "merged"),
-             "the Q, K and V projections of a stream as one GEMM (weights concatenated at build time)"),
-        Site("qkv_epilogue", "fuse", ("eager", "triton", "compiled"),
-             "QK-norm, RoPE and the joint [B, heads, L, D] layout: eager ops, one Triton kernel per stream "
-             "(reads the merged projection), or torch.compile on the segment",
-             requires={"triton": (("qkv_merge", "merged"),)}, kernel=launch_genes(ROPE_GENES), tuned=("triton",)),
-        Site("norm_modulate", "fuse", ("eager", "triton"),
-             "LayerNorm + adaLN modulation (and the gated residual add before the MLP half) in one Triton kernel",
-             kernel=launch_genes(NORM_GENES), tuned=("triton",)),
-        Site("mlp_act", "fuse", ("eager", "gemm_epilogue"),
-             "the MLP's up projection, bias and GELU(tanh) as the Triton GEMM template with its activation epilogue",
-             kernel=gemm_genes(), tuned=("gemm_epilogue",)),
-        Site("block_compile", "compile", ("off", "on"),
-             "torch.compile (mode default, no CUDA graphs of its own) on the whole block after the other rewrites "
-             "(their Triton kernels traced as user kernels): the glue left between them fused",
-             excludes={"on": (("qkv_epilogue", "compiled"),)}),
+        Site(
+            "qkv_merge",
+            "merge",
+            ("separate", "merged"),
+            "the Q, K and V projections of a stream as one GEMM (weights concatenated at build time)",
+        ),
+        Site(
+            "qkv_epilogue",
+            "fuse",
+            ("eager", "triton", "compiled"),
+            "QK-norm, RoPE and the joint [B, heads, L, D] layout: eager ops, one Triton kernel per stream "
+            "(reads the merged projection), or torch.compile on the segment",
+            requires={"triton": (("qkv_merge", "merged"),)},
+            kernel=launch_genes(ROPE_GENES),
+            tuned=("triton",),
+        ),
+        Site(
+            "norm_modulate",
+            "fuse",
+            ("eager", "triton"),
+            "LayerNorm + adaLN modulation (and the gated residual add before the MLP half) in one Triton kernel",
+            kernel=launch_genes(NORM_GENES),
+            tuned=("triton",),
+        ),
+        Site(
+            "mlp_act",
+            "fuse",
+            ("eager", "gemm_epilogue"),
+            "the MLP's up projection, bias and GELU(tanh) as the Triton GEMM template with its activation epilogue",
+            kernel=gemm_genes(),
+            tuned=("gemm_epilogue",),
+        ),
+        Site(
+            "block_compile",
+            "compile",
+            ("off", "on"),
+            "torch.compile (mode default, no CUDA graphs of its own) on the whole block after the other rewrites "
+            "(their Triton kernels traced as user kernels): the glue left between them fused",
+            excludes={"on": (("qkv_epilogue", "compiled"),)},
+        ),
     )
 
     def __init__(self, hidden: int, heads: int, mlp_ratio: int) -> None:
@@ -107,9 +131,12 @@ class DoubleBlock(Rewritable, nn.Module):
         super().realise(plan)
         if self.choice("qkv_merge") == "merged":
             self.__dict__["_qkv"] = {
-                s: (torch.cat([st.to_q.weight, st.to_k.weight, st.to_v.weight]),
-                    torch.cat([st.to_q.bias, st.to_k.bias, st.to_v.bias]))
-                for s, st in (("img", self.img), ("txt", self.txt))}
+                s: (
+                    torch.cat([st.to_q.weight, st.to_k.weight, st.to_v.weight]),
+                    torch.cat([st.to_q.bias, st.to_k.bias, st.to_v.bias]),
+                )
+                for s, st in (("img", self.img), ("txt", self.txt))
+            }
         if self.choice("qkv_epilogue") == "compiled":
             self.__dict__["_compiled"] = torch.compile(self._prologue_eager, dynamic=False)
         if self.choice("block_compile") == "on":
@@ -159,8 +186,19 @@ class DoubleBlock(Rewritable, nn.Module):
         total = st_ + i_qkv.shape[1]
         out = tuple(t_qkv.new_empty(b, self.heads, total, self.head_dim) for _ in range(3))
         for qkv, s, offset in ((t_qkv, self.txt, 0), (i_qkv, self.img, st_)):
-            qk_norm_rope(qkv, s.q_norm, s.k_norm, cos, sin, heads=self.heads, kv_heads=self.heads, out=out,
-                         offset=offset, interleaved=True, **self.genes("qkv_epilogue"))
+            qk_norm_rope(
+                qkv,
+                s.q_norm,
+                s.k_norm,
+                cos,
+                sin,
+                heads=self.heads,
+                kv_heads=self.heads,
+                out=out,
+                offset=offset,
+                interleaved=True,
+                **self.genes("qkv_epilogue"),
+            )
         return out
 
     def _mlp(self, st: Stream, h: torch.Tensor) -> torch.Tensor:
@@ -168,8 +206,13 @@ class DoubleBlock(Rewritable, nn.Module):
             from evokernel.search_spaces.gemm.template import DEFAULTS, gemm
 
             flat = h.reshape(-1, h.shape[-1])
-            up = gemm(flat, st.mlp_in.weight.t(), bias=st.mlp_in.bias, activation="gelu_tanh",
-                      **{**DEFAULTS, **self.genes("mlp_act")})
+            up = gemm(
+                flat,
+                st.mlp_in.weight.t(),
+                bias=st.mlp_in.bias,
+                activation="gelu_tanh",
+                **{**DEFAULTS, **self.genes("mlp_act")},
+            )
             return st.mlp_out(up).view(*h.shape[:-1], -1)
         return st.mlp_out(F.gelu(st.mlp_in(h), approximate="tanh"))
 
@@ -188,7 +231,7 @@ class DoubleBlock(Rewritable, nn.Module):
         q, k, v = self._prologue(self._project("txt", self.txt, t_h), self._project("img", self.img, i_h), cos, sin)
         attn = F.scaled_dot_product_attention(q, k, v)
         attn = attn.transpose(1, 2).reshape(q.shape[0], q.shape[2], self.hidden)
-        t_attn, i_attn = attn[:, : txt.shape[1]], attn[:, txt.shape[1]:]
+        t_attn, i_attn = attn[:, : txt.shape[1]], attn[:, txt.shape[1] :]
         img, i_h = self._modulated(img, i_sh2, i_sc2, gate=i_g1, y=self.img.proj(i_attn))
         txt, t_h = self._modulated(txt, t_sh2, t_sc2, gate=t_g1, y=self.txt.proj(t_attn))
         img = img + i_g2[:, None] * self._mlp(self.img, i_h)
@@ -201,8 +244,7 @@ class DoubleBlock(Rewritable, nn.Module):
         img = torch.randn(1, n_img, self.hidden, generator=g)
         txt = torch.randn(1, n_txt, self.hidden, generator=g)
         vec = torch.randn(1, self.hidden, generator=g)
-        cos, sin = rope_tables(torch.randint(0, 64, (n_txt + n_img, 3), generator=g),
-                               _axes(self.head_dim))
+        cos, sin = rope_tables(torch.randint(0, 64, (n_txt + n_img, 3), generator=g), _axes(self.head_dim))
         return (img.to(device, dtype), txt.to(device, dtype), vec.to(device, dtype), cos.to(device), sin.to(device))
 
 
@@ -214,9 +256,13 @@ def _axes(d: int) -> tuple[int, ...]:
 
 class FluxStack(Rewritable, nn.Module):
     SITES = (
-        Site("adaln_hoist", "hoist", ("per_block", "hoisted"),
-             "every block's adaLN modulation (a Linear of silu(vec)) computed once per forward, as one GEMM over "
-             "the concatenated weights, instead of two GEMMs per block"),
+        Site(
+            "adaln_hoist",
+            "hoist",
+            ("per_block", "hoisted"),
+            "every block's adaLN modulation (a Linear of silu(vec)) computed once per forward, as one GEMM over "
+            "the concatenated weights, instead of two GEMMs per block",
+        ),
     )
 
     def __init__(self, hidden: int = 64, heads: int = 4, mlp_ratio: int = 4, blocks: int = 2, **_: object) -> None:
@@ -235,7 +281,7 @@ class FluxStack(Rewritable, nn.Module):
         if self.choice("adaln_hoist") == "hoisted":
             w, b = self.__dict__["_mod"]
             chunks = F.linear(F.silu(vec), w, b).chunk(12 * len(self.blocks), dim=-1)
-            mods = [(chunks[12 * i: 12 * i + 6], chunks[12 * i + 6: 12 * i + 12]) for i in range(len(self.blocks))]
+            mods = [(chunks[12 * i : 12 * i + 6], chunks[12 * i + 6 : 12 * i + 12]) for i in range(len(self.blocks))]
         for block, m in zip(self.blocks, mods):
             img, txt = block(img, txt, vec, cos, sin, mods=m)
         return img, txt

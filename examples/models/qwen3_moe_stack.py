@@ -33,8 +33,9 @@ name = "qwen3-moe-stack"
 
 SIZES = {
     "tiny": dict(hidden=64, heads=4, kv_heads=2, head_dim=16, experts=8, top_k=2, inter=32, layers=2, tokens=16),
-    "real": dict(hidden=2048, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8, inter=768, layers=2,
-                 tokens=4096),
+    "real": dict(
+        hidden=2048, heads=32, kv_heads=4, head_dim=128, experts=128, top_k=8, inter=768, layers=2, tokens=4096
+    ),
 }
 
 
@@ -59,8 +60,9 @@ def rope_tables(tokens: int, head_dim: int, theta: float = 1e6) -> tuple[torch.T
     return a.cos().float().contiguous(), a.sin().float().contiguous()
 
 
-def grouped_experts(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                    ids: torch.Tensor) -> torch.Tensor:
+def grouped_experts(
+    x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
     """sum_j w[t, j] * W2[e] (silu(Wg[e] x) * (Wu[e] x)) through two grouped GEMMs over the
     pairs sorted by expert; no host synchronisation (capturable)."""
     tokens, top_k = ids.shape
@@ -70,11 +72,12 @@ def grouped_experts(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
     counts = torch.zeros(experts, dtype=torch.int32, device=x.device).scatter_add_(
-        0, flat, torch.ones_like(flat, dtype=torch.int32))
+        0, flat, torch.ones_like(flat, dtype=torch.int32)
+    )
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     xs = x[order // top_k]
     h = torch._grouped_mm(xs, w1.transpose(1, 2), offs=offs)
-    a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2:]
+    a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2 :]
     y = torch._grouped_mm(a, w2.transpose(1, 2), offs=offs)
     y = y * weights.reshape(-1)[order, None].to(y.dtype)
     out = torch.empty_like(y)
@@ -82,8 +85,9 @@ def grouped_experts(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights
     return out.view(tokens, top_k, -1).sum(dim=1)
 
 
-def _experts_fp32(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                  ids: torch.Tensor) -> torch.Tensor:
+def _experts_fp32(
+    x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor
+) -> torch.Tensor:
     """The same experts where torch._grouped_mm does not run (it takes bf16 only on CUDA and
     under torch.compile): each pair's expert weights gathered at small sizes (capturable), a
     loop over experts otherwise (it reads the counts on the host: for fp32 references)."""
@@ -93,40 +97,65 @@ def _experts_fp32(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: 
     xs = x.repeat_interleave(top_k, dim=0)
     if flat.numel() * two_i * hidden <= 2**24:
         h = torch.bmm(w1[flat], xs[:, :, None])[:, :, 0]
-        a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2:]
+        a = F.silu(h[:, : two_i // 2]) * h[:, two_i // 2 :]
         y = torch.bmm(w2[flat], a[:, :, None])[:, :, 0]
     else:
         y = x.new_empty(flat.numel(), w2.shape[1])
         for e in range(experts):
             rows = (flat == e).nonzero()[:, 0]
             h = xs[rows] @ w1[e].t()
-            y[rows] = (F.silu(h[:, : two_i // 2]) * h[:, two_i // 2:]) @ w2[e].t()
+            y[rows] = (F.silu(h[:, : two_i // 2]) * h[:, two_i // 2 :]) @ w2[e].t()
     return (y * weights.reshape(-1, 1).to(y.dtype)).view(tokens, top_k, -1).sum(dim=1)
 
 
 class DecoderLayer(Rewritable, nn.Module):
     SITES = (
-        Site("qkv_merge", "merge", ("separate", "merged"),
-             "the Q, K and V projections as one GEMM (weights concatenated at build time)"),
-        Site("qkv_epilogue", "fuse", ("eager", "triton", "compiled"),
-             "QK-norm, RoPE and the [B, heads, S, D] layout: eager ops, one Triton kernel (reads the merged "
-             "projection), or torch.compile on the segment",
-             requires={"triton": (("qkv_merge", "merged"),)}, kernel=launch_genes(ROPE_GENES), tuned=("triton",)),
-        Site("rmsnorm", "fuse", ("eager", "triton"),
-             "each RMSNorm as one Triton kernel, the attention's residual add fused into the second",
-             kernel=launch_genes(NORM_GENES), tuned=("triton",)),
-        Site("moe_impl", "fuse", ("grouped_mm", "triton_fused"),
-             "the experts as the fused-MoE Triton template (sorted, block-aligned pairs, SwiGLU between the two "
-             "GEMMs, routing weights in the down GEMM) instead of torch._grouped_mm",
-             kernel=moe_genes(), tuned=("triton_fused",)),
-        Site("block_compile", "compile", ("off", "on"),
-             "torch.compile (mode default, no CUDA graphs of its own) on the whole block after the other rewrites "
-             "(their Triton kernels traced as user kernels): the glue left between them fused",
-             excludes={"on": (("qkv_epilogue", "compiled"),)}),
+        Site(
+            "qkv_merge",
+            "merge",
+            ("separate", "merged"),
+            "the Q, K and V projections as one GEMM (weights concatenated at build time)",
+        ),
+        Site(
+            "qkv_epilogue",
+            "fuse",
+            ("eager", "triton", "compiled"),
+            "QK-norm, RoPE and the [B, heads, S, D] layout: eager ops, one Triton kernel (reads the merged "
+            "projection), or torch.compile on the segment",
+            requires={"triton": (("qkv_merge", "merged"),)},
+            kernel=launch_genes(ROPE_GENES),
+            tuned=("triton",),
+        ),
+        Site(
+            "rmsnorm",
+            "fuse",
+            ("eager", "triton"),
+            "each RMSNorm as one Triton kernel, the attention's residual add fused into the second",
+            kernel=launch_genes(NORM_GENES),
+            tuned=("triton",),
+        ),
+        Site(
+            "moe_impl",
+            "fuse",
+            ("grouped_mm", "triton_fused"),
+            "the experts as the fused-MoE Triton template (sorted, block-aligned pairs, SwiGLU between the two "
+            "GEMMs, routing weights in the down GEMM) instead of torch._grouped_mm",
+            kernel=moe_genes(),
+            tuned=("triton_fused",),
+        ),
+        Site(
+            "block_compile",
+            "compile",
+            ("off", "on"),
+            "torch.compile (mode default, no CUDA graphs of its own) on the whole block after the other rewrites "
+            "(their Triton kernels traced as user kernels): the glue left between them fused",
+            excludes={"on": (("qkv_epilogue", "compiled"),)},
+        ),
     )
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, experts: int, top_k: int,
-                 inter: int) -> None:
+    def __init__(
+        self, hidden: int, heads: int, kv_heads: int, head_dim: int, experts: int, top_k: int, inter: int
+    ) -> None:
         super().__init__()
         self.hidden, self.heads, self.kv_heads, self.head_dim, self.top_k = hidden, heads, kv_heads, head_dim, top_k
         self.input_norm, self.post_norm = nn.Parameter(torch.ones(hidden)), nn.Parameter(torch.ones(hidden))
@@ -136,8 +165,8 @@ class DecoderLayer(Rewritable, nn.Module):
         self.q_norm, self.k_norm = nn.Parameter(torch.ones(head_dim)), nn.Parameter(torch.ones(head_dim))
         self.o_proj = nn.Linear(heads * head_dim, hidden, bias=False)
         self.router = nn.Linear(hidden, experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(experts, 2 * inter, hidden) / hidden ** 0.5)  # [gate; up] rows
-        self.w2 = nn.Parameter(torch.randn(experts, hidden, inter) / inter ** 0.5)
+        self.w1 = nn.Parameter(torch.randn(experts, 2 * inter, hidden) / hidden**0.5)  # [gate; up] rows
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, inter) / inter**0.5)
         self.sample_tokens = 16
 
     def realise(self, plan) -> None:  # type: ignore[no-untyped-def]
@@ -168,8 +197,9 @@ class DecoderLayer(Rewritable, nn.Module):
 
     def _prologue_eager(self, qkv, cos, sin):  # type: ignore[no-untyped-def]
         if isinstance(qkv, torch.Tensor):
-            qkv = qkv.split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
-                             self.kv_heads * self.head_dim], dim=-1)
+            qkv = qkv.split(
+                [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+            )
         q, k, v = qkv
         b, s, _ = q.shape
         q = rms(q.reshape(b, s, self.heads, self.head_dim), self.q_norm).transpose(1, 2)
@@ -185,8 +215,16 @@ class DecoderLayer(Rewritable, nn.Module):
             return self._prologue_eager(qkv, cos, sin)
         from evokernel.search_spaces.fused.kernels import qk_norm_rope
 
-        return qk_norm_rope(qkv, self.q_norm, self.k_norm, cos, sin, heads=self.heads, kv_heads=self.kv_heads,
-                            **self.genes("qkv_epilogue"))
+        return qk_norm_rope(
+            qkv,
+            self.q_norm,
+            self.k_norm,
+            cos,
+            sin,
+            heads=self.heads,
+            kv_heads=self.kv_heads,
+            **self.genes("qkv_epilogue"),
+        )
 
     def _experts(self, flat: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         if self.choice("moe_impl") == "triton_fused":
@@ -196,8 +234,17 @@ class DecoderLayer(Rewritable, nn.Module):
             cfg = [int(genes[k]) for k in GEMM_KEYS]
             # the custom op (torch.ops.evokernel.fused_moe): opaque to torch.compile, so a
             # compiled layer (block_compile=on) keeps this kernel inside, without graph breaks
-            return torch.ops.evokernel.fused_moe(flat, self.w1, self.w2, weights, ids, cfg, cfg,
-                                                 int(genes.get("GEMV", 0)), bool(genes.get("FUSE_SILU", 0)))
+            return torch.ops.evokernel.fused_moe(
+                flat,
+                self.w1,
+                self.w2,
+                weights,
+                ids,
+                cfg,
+                cfg,
+                int(genes.get("GEMV", 0)),
+                bool(genes.get("FUSE_SILU", 0)),
+            )
         return grouped_experts(flat, self.w1, self.w2, weights, ids)
 
     def forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
@@ -225,11 +272,22 @@ class DecoderLayer(Rewritable, nn.Module):
 
 
 class Qwen3MoEStack(nn.Module):
-    def __init__(self, hidden: int = 64, heads: int = 4, kv_heads: int = 2, head_dim: int = 16, experts: int = 8,
-                 top_k: int = 2, inter: int = 32, layers: int = 2, **_: object) -> None:
+    def __init__(
+        self,
+        hidden: int = 64,
+        heads: int = 4,
+        kv_heads: int = 2,
+        head_dim: int = 16,
+        experts: int = 8,
+        top_k: int = 2,
+        inter: int = 32,
+        layers: int = 2,
+        **_: object,
+    ) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(hidden, heads, kv_heads, head_dim, experts, top_k, inter)
-                                    for _ in range(layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(hidden, heads, kv_heads, head_dim, experts, top_k, inter) for _ in range(layers)
+        )
 
     def forward(self, x, cos, sin):  # type: ignore[no-untyped-def]
         for layer in self.layers:

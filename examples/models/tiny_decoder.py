@@ -44,8 +44,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q, k, v = self.qkv(x).split([self.heads * self.head_dim, self.kv_heads * self.head_dim,
-                                     self.kv_heads * self.head_dim], dim=-1)
+        q, k, v = self.qkv(x).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+        )
         q = self.q_norm(q.view(b, s, self.heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(k.view(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -97,13 +98,23 @@ class Layer(nn.Module):
 
 
 class TinyDecoder(nn.Module):
-    def __init__(self, vocab: int = 256, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                 head_dim: int = 16, inter: int = 128, theta: float = 1e6) -> None:
+    def __init__(
+        self,
+        vocab: int = 256,
+        hidden: int = 64,
+        layers: int = 2,
+        heads: int = 4,
+        kv_heads: int = 2,
+        head_dim: int = 16,
+        inter: int = 128,
+        theta: float = 1e6,
+    ) -> None:
         super().__init__()
         self.head_dim, self.theta = head_dim, theta
         self.embed = nn.Embedding(vocab, hidden)
-        self.layers = nn.ModuleList(Layer(hidden, heads, kv_heads, head_dim, inter, moe=i % 2 == 1)
-                                    for i in range(layers))
+        self.layers = nn.ModuleList(
+            Layer(hidden, heads, kv_heads, head_dim, inter, moe=i % 2 == 1) for i in range(layers)
+        )
         self.norm = RMSNorm(hidden)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
 

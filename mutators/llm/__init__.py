@@ -25,5 +25,12 @@ from evokernel.mutators.llm.edits import apply_edits, validate_source
 from evokernel.mutators.llm.operator import LLMRewrite
 from evokernel.mutators.llm.providers import PRICES, AnthropicProvider, LLMReply, OpenAICompatibleProvider
 
-__all__ = ["LLMRewrite", "AnthropicProvider", "OpenAICompatibleProvider", "LLMReply", "validate_source", "apply_edits",
-           "PRICES"]
+__all__ = [
+    "LLMRewrite",
+    "AnthropicProvider",
+    "OpenAICompatibleProvider",
+    "LLMReply",
+    "validate_source",
+    "apply_edits",
+    "PRICES",
+]

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from evokernel.judge.candidate import why_space_invalid
 
+
 def apply_edits(source: str, edits: Sequence[Mapping[str, str]]) -> tuple[str, str | None]:
     r"""`source` with search/replace `edits` applied in order, and None; or the source
     unchanged and why an edit cannot apply (its search text is missing, empty or ambiguous).
@@ -30,8 +31,13 @@ def apply_edits(source: str, edits: Sequence[Mapping[str, str]]) -> tuple[str, s
     return out, None
 
 
-def validate_source(source: str, *, arity: int | None = None, config_keys: Sequence[str] | None = None,
-                    known: Sequence[str] | None = None) -> str | None:
+def validate_source(
+    source: str,
+    *,
+    arity: int | None = None,
+    config_keys: Sequence[str] | None = None,
+    known: Sequence[str] | None = None,
+) -> str | None:
     """None if `source` may be judged, else why not: it must parse, define a top-level
     `kernel` taking `arity` positional inputs, keep `CONFIG` with (at least) `config_keys`,
     and declare in `SPACE` every new `CONFIG` key that is not a parameter of the search
@@ -50,8 +56,14 @@ def validate_source(source: str, *, arity: int | None = None, config_keys: Seque
         if not required <= arity <= positional:
             return f"`kernel` takes {positional} inputs, the problem gives {arity}"
     if config_keys:
-        config = next((n for n in tree.body if isinstance(n, ast.Assign)
-                       and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)), None)
+        config = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)
+            ),
+            None,
+        )
         if config is None or not isinstance(config.value, ast.Dict):
             return "dropped its CONFIG dict (the tunable parameters)"
         keys = {k.value for k in config.value.keys if isinstance(k, ast.Constant)}
@@ -76,7 +88,10 @@ def _config_keys(source: str) -> list[str] | None:
     except SyntaxError:
         return None
     for n in tree.body:
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets) \
-                and isinstance(n.value, ast.Dict):
+        if (
+            isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in n.targets)
+            and isinstance(n.value, ast.Dict)
+        ):
             return [k.value for k in n.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
     return None

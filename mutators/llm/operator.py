@@ -42,8 +42,7 @@ class _Stats:
     tuned: int = 0  # variants of new structures' own tunables (SPACE), proposed without a call
     dropped: dict[str, int] = field(default_factory=dict)
     cost_usd: float = 0.0
-    tokens: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cache_write": 0,
-                                                            "cache_read": 0})
+    tokens: dict[str, int] = field(default_factory=lambda: {"input": 0, "output": 0, "cache_write": 0, "cache_read": 0})
 
 
 class LLMRewrite:
@@ -56,12 +55,20 @@ class LLMRewrite:
     arity = 1
     costly = True
 
-    def __init__(self, problem: Problem | str | os.PathLike[str], *, provider: Any | Sequence[Any] = None,
-                 render: Callable[[Genome], str] | None = None, name: str = "llm-rewrite", inspirations: int = 2,
-                 repairs: int = 2,
-                 lessons: Callable[[Problem, Genome], list[str]] | None = None,
-                 measured: Callable[[Genome], dict[str, Any]] | None = None, inputs: int | None = None,
-                 tune: int = 6) -> None:
+    def __init__(
+        self,
+        problem: Problem | str | os.PathLike[str],
+        *,
+        provider: Any | Sequence[Any] = None,
+        render: Callable[[Genome], str] | None = None,
+        name: str = "llm-rewrite",
+        inspirations: int = 2,
+        repairs: int = 2,
+        lessons: Callable[[Problem, Genome], list[str]] | None = None,
+        measured: Callable[[Genome], dict[str, Any]] | None = None,
+        inputs: int | None = None,
+        tune: int = 6,
+    ) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         # several providers (models) are mixed by Thompson sampling on their gains per dollar
         providers = list(provider) if isinstance(provider, (list, tuple)) else [provider or AnthropicProvider()]
@@ -144,8 +151,10 @@ class LLMRewrite:
         return pick
 
     def model_stats(self) -> list[dict[str, Any]]:
-        return [{"model": getattr(p, "model", p.__class__.__name__), **st}
-                for p, st in zip(self.providers, self._model_stats)]
+        return [
+            {"model": getattr(p, "model", p.__class__.__name__), **st}
+            for p, st in zip(self.providers, self._model_stats)
+        ]
 
     def _queue_variants(self, genome: Genome, own: dict[str, list[Any]]) -> None:
         """Up to `tune` other settings of a structure's own tunables, distinct, in a seeded
@@ -185,14 +194,19 @@ class LLMRewrite:
         shapes = "\n".join(f"- {s}" for s in p.shapes)
         return [
             {"type": "text", "text": _INSTRUCTIONS},
-            {"type": "text", "cache_control": {"type": "ephemeral"},
-             "text": f"## Problem `{p.name}`\n\nReference module:\n```python\n{ref}\n```\n\nShapes tuned on:\n{shapes}\n"},
+            {
+                "type": "text",
+                "cache_control": {"type": "ephemeral"},
+                "text": f"## Problem `{p.name}`\n\nReference module:\n```python\n{ref}\n```\n\nShapes tuned on:\n{shapes}\n",
+            },
         ]
 
     def repair_prompt(self, failed: Genome, error: str) -> str:
-        return (f"## Candidate that failed (genome {failed.id})\n```python\n{self._source(failed)}\n```\n\n"
-                f"It was rejected with:\n```\n{error}\n```\n\nFix it, keeping its idea, and submit the whole "
-                "module with submit_kernel.")
+        return (
+            f"## Candidate that failed (genome {failed.id})\n```python\n{self._source(failed)}\n```\n\n"
+            f"It was rejected with:\n```\n{error}\n```\n\nFix it, keeping its idea, and submit the whole "
+            "module with submit_kernel."
+        )
 
     def prompt(self, parent: Genome, ctx: Context) -> str:
         parts = [f"## Candidate to improve (genome {parent.id})\n```python\n{self._source(parent)}\n```"]
@@ -201,16 +215,21 @@ class LLMRewrite:
             parts.append(f"Measured: {measured}")
         elites = [e for e in ctx.archive.top() if e.genome.id != parent.id][: self.inspirations]
         for e in elites:
-            parts.append(f"## Inspiration: an elite at {e.latency_ms:.5f} ms ({e.niche})\n"
-                         f"```python\n{self._source(e.genome)}\n```")
+            parts.append(
+                f"## Inspiration: an elite at {e.latency_ms:.5f} ms ({e.niche})\n"
+                f"```python\n{self._source(e.genome)}\n```"
+            )
         if self.lessons is not None:
             lines = [ln for ln in self.lessons(self.problem, parent) if ln]
             if lines:
                 parts.append("## Lessons from earlier attempts\n" + "\n".join(f"- {ln}" for ln in lines))
         if self._repeats:
-            parts.append("## Already submitted\nYour last answers repeated kernels already tried (genomes "
-                         + ", ".join(dict.fromkeys(self._repeats[-4:])) + "). Submit a substantially different "
-                         "kernel, not one of those again.")
+            parts.append(
+                "## Already submitted\nYour last answers repeated kernels already tried (genomes "
+                + ", ".join(dict.fromkeys(self._repeats[-4:]))
+                + "). Submit a substantially different "
+                "kernel, not one of those again."
+            )
         parts.append("Write a faster candidate and submit it with submit_kernel.")
         return "\n\n".join(parts)
 
@@ -249,8 +268,12 @@ class LLMRewrite:
         st = self.stats
         st.calls += 1
         st.cost_usd += reply.cost_usd
-        for k, v in (("input", reply.input_tokens), ("output", reply.output_tokens),
-                     ("cache_write", reply.cache_write_tokens), ("cache_read", reply.cache_read_tokens)):
+        for k, v in (
+            ("input", reply.input_tokens),
+            ("output", reply.output_tokens),
+            ("cache_write", reply.cache_write_tokens),
+            ("cache_read", reply.cache_read_tokens),
+        ):
             st.tokens[k] += v
         if reply.cost_usd:
             ctx.charge(reply.cost_usd, f"{self.name} {getattr(self.provider, 'model', '')}")
@@ -273,8 +296,13 @@ class LLMRewrite:
             return None
         st.proposed += 1
         digest = hashlib.sha256(source.encode()).hexdigest()[:12]
-        log.info("%s: %s %s: %s", self.name, "repair" if repair else "proposal", digest,
-                 re.sub(r"\s+", " ", reply.rationale)[:120])
+        log.info(
+            "%s: %s %s: %s",
+            self.name,
+            "repair" if repair else "proposal",
+            digest,
+            re.sub(r"\s+", " ", reply.rationale)[:120],
+        )
         # the search's own parameters start where the model set them in CONFIG (if that is a
         # valid point of the space), else at the parent's
         params = dict(parent.params)
@@ -336,10 +364,11 @@ class LLMRewrite:
             self._in_a_row = 0
             return False
         self._in_a_row += 1
-        self._pause = 2 ** self._in_a_row - 1
+        self._pause = 2**self._in_a_row - 1
         self._repeats.append(what)
-        self._drop(f"repeated answer: {what} again ({self._in_a_row} in a row; the next {self._pause} "
-                   "proposals make no call)")
+        self._drop(
+            f"repeated answer: {what} again ({self._in_a_row} in a row; the next {self._pause} proposals make no call)"
+        )
         return True
 
     def _check_arity(self, source: str) -> str | None:

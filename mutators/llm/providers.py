@@ -30,15 +30,19 @@ _TOOL = {
             "edits": {
                 "type": "array",
                 "description": "instead of source: search/replace edits applied in order to the candidate you were "
-                               "given; each search text must occur in it exactly once",
-                "items": {"type": "object", "properties": {"search": {"type": "string"}, "replace": {"type": "string"}},
-                          "required": ["search", "replace"]},
+                "given; each search text must occur in it exactly once",
+                "items": {
+                    "type": "object",
+                    "properties": {"search": {"type": "string"}, "replace": {"type": "string"}},
+                    "required": ["search", "replace"],
+                },
             },
             "rationale": {"type": "string", "description": "one line: what changed and why it should be faster"},
         },
         "required": ["rationale"],
     },
 }
+
 
 @dataclass
 class LLMReply:
@@ -68,10 +72,19 @@ class AnthropicProvider:
 
     name = "anthropic"
 
-    def __init__(self, model: str = "claude-sonnet-5", *, api_key: str | None = None, client: Any = None,
-                 prices: tuple[float, float, float, float] | None = None,
-                 max_tokens: int = 8192, temperature: float | None = None, effort: str | None = None,
-                 max_retries: int = 4, timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        model: str = "claude-sonnet-5",
+        *,
+        api_key: str | None = None,
+        client: Any = None,
+        prices: tuple[float, float, float, float] | None = None,
+        max_tokens: int = 8192,
+        temperature: float | None = None,
+        effort: str | None = None,
+        max_retries: int = 4,
+        timeout_s: float = 180.0,
+    ) -> None:
         self.model, self.max_tokens, self.temperature, self.effort = model, max_tokens, temperature, effort
         self.prices = prices or _price(model)
         self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
@@ -93,12 +106,19 @@ class AnthropicProvider:
         if self._client is None:
             import anthropic
 
-            self._client = anthropic.Anthropic(api_key=self.api_key, max_retries=self.max_retries,
-                                               timeout=self.timeout_s)
+            self._client = anthropic.Anthropic(
+                api_key=self.api_key, max_retries=self.max_retries, timeout=self.timeout_s
+            )
         return self._client
 
-    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None,
-                 time_left: float | None = None) -> LLMReply:
+    def complete(
+        self,
+        system: list[dict[str, Any]],
+        prompt: str,
+        *,
+        tool: dict[str, Any] | None = None,
+        time_left: float | None = None,
+    ) -> LLMReply:
         """One answer through `tool` (default: submit_kernel; another tool's arguments come
         back in `fields`), or a reply whose `error` says why not: never an exception.
 
@@ -121,8 +141,9 @@ class AnthropicProvider:
         retries = max(0, min(retries, int(time_left // per_call) - 1))
         return client.with_options(timeout=per_call, max_retries=retries)
 
-    def _complete(self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any],
-                  time_left: float | None) -> LLMReply:
+    def _complete(
+        self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any], time_left: float | None
+    ) -> LLMReply:
         import anthropic
 
         if time_left is not None and time_left < 1.0:
@@ -131,8 +152,10 @@ class AnthropicProvider:
 
         kwargs: dict[str, Any] = {}
         accepted = _create_params(self.client)
-        for key, value in (("temperature", self.temperature),
-                           ("output_config", {"effort": self.effort} if self.effort else None)):
+        for key, value in (
+            ("temperature", self.temperature),
+            ("output_config", {"effort": self.effort} if self.effort else None),
+        ):
             if value is None:
                 continue
             if key in accepted:
@@ -141,9 +164,13 @@ class AnthropicProvider:
                 kwargs.setdefault("extra_body", {})[key] = value
         try:
             msg = client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=system,
-                messages=[{"role": "user", "content": prompt}], tools=[tool],
-                tool_choice={"type": "tool", "name": tool["name"]}, **kwargs,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": prompt}],
+                tools=[tool],
+                tool_choice={"type": "tool", "name": tool["name"]},
+                **kwargs,
             )
         except anthropic.APIStatusError as exc:
             return LLMReply(error=f"API error {exc.status_code} after retries: {str(exc)[:200]}")
@@ -156,18 +183,25 @@ class AnthropicProvider:
         usage = msg.usage
         reply = LLMReply(
             stop_reason=str(msg.stop_reason or ""),
-            input_tokens=int(usage.input_tokens or 0), output_tokens=int(usage.output_tokens or 0),
+            input_tokens=int(usage.input_tokens or 0),
+            output_tokens=int(usage.output_tokens or 0),
             cache_write_tokens=int(getattr(usage, "cache_creation_input_tokens", 0) or 0),
             cache_read_tokens=int(getattr(usage, "cache_read_input_tokens", 0) or 0),
         )
         p_in, p_out, p_write, p_read = self.prices
-        reply.cost_usd = (reply.input_tokens * p_in + reply.output_tokens * p_out
-                          + reply.cache_write_tokens * p_write + reply.cache_read_tokens * p_read) / 1e6
+        reply.cost_usd = (
+            reply.input_tokens * p_in
+            + reply.output_tokens * p_out
+            + reply.cache_write_tokens * p_write
+            + reply.cache_read_tokens * p_read
+        ) / 1e6
         if reply.stop_reason == "max_tokens":
             reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
             return reply
-        call = next((b for b in msg.content if getattr(b, "type", "") == "tool_use"
-                     and getattr(b, "name", "") == tool["name"]), None)
+        call = next(
+            (b for b in msg.content if getattr(b, "type", "") == "tool_use" and getattr(b, "name", "") == tool["name"]),
+            None,
+        )
         if call is None or not isinstance(call.input, dict):
             reply.error = f"the answer holds no {tool['name']} call"
             return reply
@@ -186,9 +220,19 @@ class OpenAICompatibleProvider:
 
     name = "openai-compatible"
 
-    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_tokens: int = 8192,
-                 temperature: float | None = None, max_retries: int = 3, timeout_s: float = 300.0,
-                 prices: tuple[float, float] = (0.0, 0.0), backoff_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        max_tokens: int = 8192,
+        temperature: float | None = None,
+        max_retries: int = 3,
+        timeout_s: float = 300.0,
+        prices: tuple[float, float] = (0.0, 0.0),
+        backoff_s: float = 0.5,
+    ) -> None:
         self.model, self.base_url = model, base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.max_tokens, self.temperature, self.max_retries = max_tokens, temperature, max_retries
@@ -240,8 +284,14 @@ class OpenAICompatibleProvider:
                 time.sleep(wait)
         return None, f"{error} (after {self.max_retries} retries)"
 
-    def complete(self, system: list[dict[str, Any]], prompt: str, *, tool: dict[str, Any] | None = None,
-                 time_left: float | None = None) -> LLMReply:
+    def complete(
+        self,
+        system: list[dict[str, Any]],
+        prompt: str,
+        *,
+        tool: dict[str, Any] | None = None,
+        time_left: float | None = None,
+    ) -> LLMReply:
         """One answer, or a reply whose `error` says why not (never an exception); every
         attempt and wait ends within `time_left` seconds when given."""
         try:
@@ -249,18 +299,25 @@ class OpenAICompatibleProvider:
         except Exception as exc:
             return LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
 
-    def _complete(self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any] | None,
-                  time_left: float | None) -> LLMReply:
+    def _complete(
+        self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any] | None, time_left: float | None
+    ) -> LLMReply:
         import json
 
         spec = tool or _TOOL
-        fn_tool = {"type": "function", "function": {"name": spec["name"], "description": spec["description"],
-                                                     "parameters": spec["input_schema"]}}
+        fn_tool = {
+            "type": "function",
+            "function": {"name": spec["name"], "description": spec["description"], "parameters": spec["input_schema"]},
+        }
         body: dict[str, Any] = {
-            "model": self.model, "max_tokens": self.max_tokens, "tools": [fn_tool],
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "tools": [fn_tool],
             "tool_choice": {"type": "function", "function": {"name": spec["name"]}},
-            "messages": [{"role": "system", "content": "\n\n".join(b["text"] for b in system)},
-                         {"role": "user", "content": prompt}],
+            "messages": [
+                {"role": "system", "content": "\n\n".join(b["text"] for b in system)},
+                {"role": "user", "content": prompt},
+            ],
         }
         if self.temperature is not None:
             body["temperature"] = self.temperature
@@ -273,9 +330,11 @@ class OpenAICompatibleProvider:
             usage = data.get("usage") or {}
         except (KeyError, IndexError, TypeError, AttributeError):
             return LLMReply(error="malformed API response: no choices")
-        reply = LLMReply(stop_reason=str(choice.get("finish_reason") or ""),
-                         input_tokens=int(usage.get("prompt_tokens") or 0),
-                         output_tokens=int(usage.get("completion_tokens") or 0))
+        reply = LLMReply(
+            stop_reason=str(choice.get("finish_reason") or ""),
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+        )
         reply.cost_usd = (reply.input_tokens * self.prices[0] + reply.output_tokens * self.prices[1]) / 1e6
         if reply.stop_reason == "length":
             reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
@@ -315,9 +374,14 @@ def _answer(reply: LLMReply, args: dict[str, Any]) -> LLMReply:
         reply.source = args["source"]
         return reply
     edits = args.get("edits")
-    if isinstance(edits, list) and edits and all(
+    if (
+        isinstance(edits, list)
+        and edits
+        and all(
             isinstance(e, dict) and isinstance(e.get("search"), str) and isinstance(e.get("replace"), str)
-            for e in edits):
+            for e in edits
+        )
+    ):
         reply.edits = [{"search": e["search"], "replace": e["replace"]} for e in edits]
         return reply
     reply.error = "the submit_kernel call holds neither a source nor well-formed edits"

@@ -4,9 +4,24 @@ spaces in `space`, and their problems (`problems/attention_prefill_bf16.py`,
 register and flag rules (`space`), and both templates run the same online softmax (decode
 as a split-KV, flash-decoding kernel over a paged KV cache)."""
 
-from evokernel.search_spaces.attention.space import (ATTENTION_DEFAULTS, DECODE_DEFAULTS, DECODE_TILE_REGISTERS,
-                                                     TILE_REGISTERS, attention_class, attention_space, decode_class,
-                                                     decode_space)
+from evokernel.search_spaces.attention.space import (
+    ATTENTION_DEFAULTS,
+    DECODE_DEFAULTS,
+    DECODE_TILE_REGISTERS,
+    TILE_REGISTERS,
+    attention_class,
+    attention_space,
+    decode_class,
+    decode_space,
+)
 
-__all__ = ["attention_space", "attention_class", "decode_space", "decode_class", "ATTENTION_DEFAULTS",
-           "DECODE_DEFAULTS", "TILE_REGISTERS", "DECODE_TILE_REGISTERS"]
+__all__ = [
+    "attention_space",
+    "attention_class",
+    "decode_space",
+    "decode_class",
+    "ATTENTION_DEFAULTS",
+    "DECODE_DEFAULTS",
+    "TILE_REGISTERS",
+    "DECODE_TILE_REGISTERS",
+]

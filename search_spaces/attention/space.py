@@ -38,8 +38,14 @@ from evokernel.core.space import (
     thread_limit,
 )
 
-__all__ = ["attention_space", "attention_class", "decode_space", "decode_class", "ATTENTION_DEFAULTS",
-           "DECODE_DEFAULTS"]
+__all__ = [
+    "attention_space",
+    "attention_class",
+    "decode_space",
+    "decode_class",
+    "ATTENTION_DEFAULTS",
+    "DECODE_DEFAULTS",
+]
 
 #: Prefill: fp32 registers per thread allowed for the accumulator, the scores and the
 #: probabilities (at half width), out of 255, the rest going to addresses, row statistics and
@@ -61,8 +67,13 @@ def _flag(name: str) -> Choice:
     return Choice(name, [0, 1])
 
 
-def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int = 2,
-                    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+def attention_space(
+    *,
+    head_dim: int = 128,
+    causal: bool = True,
+    elem_bytes: int = 2,
+    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+) -> SearchSpace:
     """Tiles, warps, stages and the structural genes of the prefill template for one
     head_dim (the tile constraints depend on it) and masking (REVERSE_KV only when causal)."""
     D = head_dim
@@ -70,23 +81,29 @@ def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int
     def shared_memory(p: Point) -> str | None:
         need = (p.BLOCK_M * D + 2 * p.num_stages * p.BLOCK_N * D) * elem_bytes
         if need > shared_memory_bytes:
-            return (f"shared memory: (BLOCK_M*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
-                    f"> {shared_memory_bytes} B")
+            return (
+                f"shared memory: (BLOCK_M*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
+                f"> {shared_memory_bytes} B"
+            )
         return None
 
     def registers(p: Point) -> str | None:
         per_thread = (p.BLOCK_M * D + 3 * p.BLOCK_M * p.BLOCK_N // 2) // (32 * p.num_warps)
         cap = _register_cap(p.num_warps, TILE_REGISTERS)
         if per_thread > cap:
-            return (f"registers: a {p.BLOCK_M}x{p.BLOCK_N} tile (fp32 accumulator {p.BLOCK_M}x{D}, scores "
-                    f"{p.BLOCK_M}x{p.BLOCK_N}) is {per_thread} registers per thread with {p.num_warps} warps "
-                    f"(at most {cap})")
+            return (
+                f"registers: a {p.BLOCK_M}x{p.BLOCK_N} tile (fp32 accumulator {p.BLOCK_M}x{D}, scores "
+                f"{p.BLOCK_M}x{p.BLOCK_N}) is {per_thread} registers per thread with {p.num_warps} warps "
+                f"(at most {cap})"
+            )
         return None
 
     def rows_per_warp(p: Point) -> str | None:
         if p.BLOCK_M < 16 * p.num_warps:
-            return (f"warps: BLOCK_M={p.BLOCK_M} over {p.num_warps} warps is under 16 rows a warp "
-                    f"(the MMA's row block; the row softmax would cross warps)")
+            return (
+                f"warps: BLOCK_M={p.BLOCK_M} over {p.num_warps} warps is under 16 rows a warp "
+                f"(the MMA's row block; the row softmax would cross warps)"
+            )
         return None
 
     def warp_spec(p: Point) -> str | None:
@@ -98,8 +115,10 @@ def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int
             # LAZY_RESCALE=1, where it builds the same PTX as WARP_SPEC=0; with 8 or 16 warps
             # the same PTX too. The recorded H200 sweep agrees: its 54 failed WARP_SPEC=1
             # kernels are the 4-warp eager-rescale ones, the others ran as fast as their twins
-            return ("warp specialisation: Triton 3.6 builds none for this kernel on Hopper (4 warps: its pass "
-                    "fails, or with LAZY_RESCALE=1 builds the same kernel as without; 8-16: the same kernel)")
+            return (
+                "warp specialisation: Triton 3.6 builds none for this kernel on Hopper (4 warps: its pass "
+                "fails, or with LAZY_RESCALE=1 builds the same kernel as without; 8-16: the same kernel)"
+            )
         return None
 
     def kv_order(p: Point) -> str | None:
@@ -121,9 +140,14 @@ def attention_space(*, head_dim: int = 128, causal: bool = True, elem_bytes: int
             _flag("WARP_SPEC"),
             _flag("REVERSE_KV"),
         ],
-        constraints=[Constraint(shared_memory, "shared memory"),
-                     thread_limit(), Constraint(registers, "registers"), Constraint(rows_per_warp, "warps"),
-                     Constraint(warp_spec, "warp specialisation"), Constraint(kv_order, "kv order")],
+        constraints=[
+            Constraint(shared_memory, "shared memory"),
+            thread_limit(),
+            Constraint(registers, "registers"),
+            Constraint(rows_per_warp, "warps"),
+            Constraint(warp_spec, "warp specialisation"),
+            Constraint(kv_order, "kv order"),
+        ],
         name=f"attention_prefill_d{D}_{'causal' if causal else 'full'}",
     )
 
@@ -134,8 +158,9 @@ def attention_class(genome: Genome) -> str:
     return f"{genome['BLOCK_M']}x{genome['BLOCK_N']}/{how}" + ("/tma" if genome["TMA"] else "")
 
 
-def decode_space(*, head_dim: int = 128, group: int = 4, elem_bytes: int = 2,
-                 shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> SearchSpace:
+def decode_space(
+    *, head_dim: int = 128, group: int = 4, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES
+) -> SearchSpace:
     """Splits, tile, warps, stages and the reduction of the paged decode template for one
     head_dim and GQA group size (H_q / H_kv query heads share a program: at least 16 rows)."""
     D = head_dim
@@ -144,16 +169,20 @@ def decode_space(*, head_dim: int = 128, group: int = 4, elem_bytes: int = 2,
     def shared_memory(p: Point) -> str | None:
         need = (rows * D + 2 * p.num_stages * p.BLOCK_N * D) * elem_bytes
         if need > shared_memory_bytes:
-            return (f"shared memory: ({rows}*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
-                    f"> {shared_memory_bytes} B")
+            return (
+                f"shared memory: ({rows}*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
+                f"> {shared_memory_bytes} B"
+            )
         return None
 
     def registers(p: Point) -> str | None:
         per_thread = (rows * D + 3 * rows * p.BLOCK_N // 2) // (32 * p.num_warps)
         cap = _register_cap(p.num_warps, DECODE_TILE_REGISTERS)
         if per_thread > cap:
-            return (f"registers: {rows} query rows x (D={D} + BLOCK_N={p.BLOCK_N} scores) is {per_thread} registers "
-                    f"per thread with {p.num_warps} warps (at most {cap})")
+            return (
+                f"registers: {rows} query rows x (D={D} + BLOCK_N={p.BLOCK_N} scores) is {per_thread} registers "
+                f"per thread with {p.num_warps} warps (at most {cap})"
+            )
         return None
 
     def reduce(p: Point) -> str | None:
@@ -169,8 +198,11 @@ def decode_space(*, head_dim: int = 128, group: int = 4, elem_bytes: int = 2,
             IntRange("num_stages", 1, 4),
             _flag("REDUCE"),
         ],
-        constraints=[Constraint(shared_memory, "shared memory"), Constraint(registers, "registers"),
-                     Constraint(reduce, "reduce")],
+        constraints=[
+            Constraint(shared_memory, "shared memory"),
+            Constraint(registers, "registers"),
+            Constraint(reduce, "reduce"),
+        ],
         name=f"attention_decode_d{D}_g{group}",
     )
 

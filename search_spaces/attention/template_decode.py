@@ -52,8 +52,15 @@ from evokernel.judge.candidate import check_params
 from evokernel.runtime.launch import LaunchCache
 from evokernel.search_spaces.gemm.template import num_sms
 
-__all__ = ["PARAMS", "DEFAULTS", "decode", "auto_splits", "candidate_source", "sglang_default_params",
-           "sdpa_gathered_source"]
+__all__ = [
+    "PARAMS",
+    "DEFAULTS",
+    "decode",
+    "auto_splits",
+    "candidate_source",
+    "sglang_default_params",
+    "sdpa_gathered_source",
+]
 
 PARAMS: tuple[str, ...] = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
 #: SGLang's Triton decode backend's defaults (`triton_attention_num_kv_splits` = 8; grouped
@@ -67,9 +74,21 @@ def sglang_default_params() -> dict[str, int]:
 
 
 @triton.jit
-def _combine(b, kv_head, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-             GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, SPLITS: tl.constexpr,
-             VOLATILE: tl.constexpr):
+def _combine(
+    b,
+    kv_head,
+    part_o_ptr,
+    part_lse_ptr,
+    o_ptr,
+    H,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    SPLITS: tl.constexpr,
+    VOLATILE: tl.constexpr,
+):
     """O of the query heads of one (sequence, KV head) from the SPLITS partial outputs and
     their log-sum-exps (base 2; -inf for an empty split)."""
     offs_h = tl.arange(0, BLOCK_H)
@@ -81,8 +100,12 @@ def _combine(b, kv_head, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_o
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
     for s in range(SPLITS):
         lse = tl.load(part_lse_ptr + rows + s, mask=hmask, other=float("-inf"), volatile=VOLATILE)
-        part = tl.load(part_o_ptr + (rows + s)[:, None] * HEAD_DIM + offs_d[None, :], mask=hmask[:, None],
-                       other=0.0, volatile=VOLATILE)
+        part = tl.load(
+            part_o_ptr + (rows + s)[:, None] * HEAD_DIM + offs_d[None, :],
+            mask=hmask[:, None],
+            other=0.0,
+            volatile=VOLATILE,
+        )
         m_new = tl.maximum(m, lse)
         alpha = tl.exp2(m - m_new)
         w = tl.exp2(lse - m_new)
@@ -95,12 +118,39 @@ def _combine(b, kv_head, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_o
 
 
 @triton.jit
-def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, part_o_ptr, part_lse_ptr, count_ptr, qk_scale,
-                  H, H_kv, stride_qb, stride_qh, stride_kp, stride_ks, stride_kh, stride_vp, stride_vs, stride_vh,
-                  stride_bt, stride_ob, stride_oh,
-                  GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
-                  BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, REDUCE: tl.constexpr,
-                  INPUT_PRECISION: tl.constexpr):
+def _split_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    bt_ptr,
+    lens_ptr,
+    o_ptr,
+    part_o_ptr,
+    part_lse_ptr,
+    count_ptr,
+    qk_scale,
+    H,
+    H_kv,
+    stride_qb,
+    stride_qh,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    stride_bt,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLITS: tl.constexpr,
+    REDUCE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys."""
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -122,10 +172,16 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, part_o_ptr, part
         nmask = offs_n < hi
         page = tl.load(bt_ptr + b * stride_bt + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
         slot = offs_n % PAGE
-        k = tl.load(k_ptr + (page * stride_kp + slot * stride_ks + kv_head * stride_kh)[:, None] + offs_d[None, :],
-                    mask=nmask[:, None], other=0.0)
-        v = tl.load(v_ptr + (page * stride_vp + slot * stride_vs + kv_head * stride_vh)[:, None] + offs_d[None, :],
-                    mask=nmask[:, None], other=0.0)
+        k = tl.load(
+            k_ptr + (page * stride_kp + slot * stride_ks + kv_head * stride_kh)[:, None] + offs_d[None, :],
+            mask=nmask[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            v_ptr + (page * stride_vp + slot * stride_vs + kv_head * stride_vh)[:, None] + offs_d[None, :],
+            mask=nmask[:, None],
+            other=0.0,
+        )
         qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
         qk = tl.where(nmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m, tl.max(qk, 1))
@@ -147,17 +203,53 @@ def _split_kernel(q_ptr, k_ptr, v_ptr, bt_ptr, lens_ptr, o_ptr, part_o_ptr, part
             tl.debug_barrier()  # every thread's partial is written before the release below
             done = tl.atomic_add(count_ptr + b * H_kv + kv_head, 1, sem="acq_rel")
             if done == SPLITS - 1:
-                _combine(b, kv_head, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-                         GROUP, HEAD_DIM, BLOCK_H, SPLITS, True)
+                _combine(
+                    b,
+                    kv_head,
+                    part_o_ptr,
+                    part_lse_ptr,
+                    o_ptr,
+                    H,
+                    stride_ob,
+                    stride_oh,
+                    GROUP,
+                    HEAD_DIM,
+                    BLOCK_H,
+                    SPLITS,
+                    True,
+                )
                 tl.atomic_xchg(count_ptr + b * H_kv + kv_head, 0)
 
 
 @triton.jit
-def _reduce_kernel(part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, SPLITS: tl.constexpr):
+def _reduce_kernel(
+    part_o_ptr,
+    part_lse_ptr,
+    o_ptr,
+    H,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    SPLITS: tl.constexpr,
+):
     """Stage 2 as its own launch: one program per (KV head, sequence)."""
-    _combine(tl.program_id(1), tl.program_id(0), part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-             GROUP, HEAD_DIM, BLOCK_H, SPLITS, False)
+    _combine(
+        tl.program_id(1),
+        tl.program_id(0),
+        part_o_ptr,
+        part_lse_ptr,
+        o_ptr,
+        H,
+        stride_ob,
+        stride_oh,
+        GROUP,
+        HEAD_DIM,
+        BLOCK_H,
+        SPLITS,
+        False,
+    )
 
 
 #: the module's kernel launches, through their compiled handles after the first of each signature
@@ -186,12 +278,24 @@ def auto_splits(batch: int, kv_heads: int, max_context: int, sms: int) -> int:
     return 1 << (cap.bit_length() - 1)
 
 
-def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-           context_lens: torch.Tensor, *, sm_scale: float | None = None, NUM_SPLITS: int, BLOCK_N: int,
-           num_warps: int, num_stages: int, REDUCE: int = 0) -> torch.Tensor:
+def decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    NUM_SPLITS: int,
+    BLOCK_N: int,
+    num_warps: int,
+    num_stages: int,
+    REDUCE: int = 0,
+) -> torch.Tensor:
     """One decode step's attention over the paged cache with one configuration."""
     assert q.ndim == 3 and k_cache.ndim == 4 and v_cache.shape == k_cache.shape, (
-        f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}")
+        f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}"
+    )
     B, H, D = q.shape
     _, page, H_kv, Dk = k_cache.shape
     assert Dk == D and H % H_kv == 0, "caches must be [pages, page_size, H_kv, D] with H_q % H_kv == 0"
@@ -213,13 +317,39 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_
     counts = _counters(q.device, B * H_kv) if (splits > 1 and REDUCE) else o
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
-    _LAUNCHES(_split_kernel, (splits, H_kv, B),
-        q, k_cache, v_cache, block_table, context_lens, o, part_o, part_lse, counts, scale, H, H_kv,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_table.stride(0), o.stride(0), o.stride(1),
-        PAGE=page, BLOCK_N=BLOCK_N, REDUCE=int(bool(REDUCE)),
-        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **consts,
-        num_warps=num_warps, num_stages=num_stages,
+    _LAUNCHES(
+        _split_kernel,
+        (splits, H_kv, B),
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        context_lens,
+        o,
+        part_o,
+        part_lse,
+        counts,
+        scale,
+        H,
+        H_kv,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_table.stride(0),
+        o.stride(0),
+        o.stride(1),
+        PAGE=page,
+        BLOCK_N=BLOCK_N,
+        REDUCE=int(bool(REDUCE)),
+        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        **consts,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if splits > 1 and not REDUCE:
         _LAUNCHES(_reduce_kernel, (H_kv, B), part_o, part_lse, o, H, o.stride(0), o.stride(1), **consts, num_warps=4)

@@ -65,11 +65,33 @@ from evokernel.search_spaces.gemm.template import num_sms
 
 __all__ = ["PARAMS", "DEFAULTS", "SDPA_BACKENDS", "attention", "candidate_source", "sdpa_source"]
 
-PARAMS: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "CAUSAL_SKIP", "EXP2", "LAZY_RESCALE",
-                           "PERSISTENT", "TMA", "WARP_SPEC", "REVERSE_KV")
+PARAMS: tuple[str, ...] = (
+    "BLOCK_M",
+    "BLOCK_N",
+    "num_warps",
+    "num_stages",
+    "CAUSAL_SKIP",
+    "EXP2",
+    "LAZY_RESCALE",
+    "PERSISTENT",
+    "TMA",
+    "WARP_SPEC",
+    "REVERSE_KV",
+)
 #: A plain configuration (Triton's fused-attention tutorial's Hopper choice for head_dim 128, no extras).
-DEFAULTS: dict[str, int] = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "CAUSAL_SKIP": 1,
-                            "EXP2": 1, "LAZY_RESCALE": 0, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0, "REVERSE_KV": 0}
+DEFAULTS: dict[str, int] = {
+    "BLOCK_M": 128,
+    "BLOCK_N": 64,
+    "num_warps": 8,
+    "num_stages": 3,
+    "CAUSAL_SKIP": 1,
+    "EXP2": 1,
+    "LAZY_RESCALE": 0,
+    "PERSISTENT": 0,
+    "TMA": 0,
+    "WARP_SPEC": 0,
+    "REVERSE_KV": 0,
+}
 SDPA_BACKENDS: tuple[str, ...] = ("flash", "efficient", "cudnn", "math", "varlen")
 
 _LOG2E = 1.4426950408889634
@@ -96,11 +118,37 @@ def _locate(tile, cu_ptr, B, BLOCK_M: tl.constexpr, BLOCK_B: tl.constexpr, CAUSA
 
 
 @triton.jit
-def _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, k_desc, v_desc, offs_m, start, length, kv_head, lo, hi, qk_scale,
-               stride_kt, stride_kh, stride_vt, stride_vh,
-               HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-               EXP2: tl.constexpr, LAZY: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr, REVERSE: tl.constexpr,
-               INPUT_PRECISION: tl.constexpr):
+def _kv_blocks(
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_ptr,
+    v_ptr,
+    k_desc,
+    v_desc,
+    offs_m,
+    start,
+    length,
+    kv_head,
+    lo,
+    hi,
+    qk_scale,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    EXP2: tl.constexpr,
+    LAZY: tl.constexpr,
+    TMA: tl.constexpr,
+    WS: tl.constexpr,
+    REVERSE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     """The online softmax over keys [lo, hi) of one sequence, BLOCK_N at a time (lo is a
     multiple of BLOCK_N). MASKED: mask keys past the sequence's end and, when CAUSAL, keys
     after the query; otherwise every key of the range is visible to every row."""
@@ -152,12 +200,41 @@ def _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, k_desc, v_desc, offs_m, start, le
 
 
 @triton.jit
-def _attn_tile(tile, head, q_ptr, k_ptr, v_ptr, o_ptr, q_desc, k_desc, v_desc, cu_ptr, B, qk_scale,
-               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-               GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_B: tl.constexpr, CAUSAL: tl.constexpr, CAUSAL_SKIP: tl.constexpr, EXP2: tl.constexpr,
-               LAZY: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr, REVERSE: tl.constexpr,
-               INPUT_PRECISION: tl.constexpr):
+def _attn_tile(
+    tile,
+    head,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    q_desc,
+    k_desc,
+    v_desc,
+    cu_ptr,
+    B,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    CAUSAL_SKIP: tl.constexpr,
+    EXP2: tl.constexpr,
+    LAZY: tl.constexpr,
+    TMA: tl.constexpr,
+    WS: tl.constexpr,
+    REVERSE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     """One query block of one head: its KV loop(s), then O = acc / l."""
     seq, m_block, start, length = _locate(tile, cu_ptr, B, BLOCK_M, BLOCK_B, CAUSAL)
     if seq < B:
@@ -182,57 +259,281 @@ def _attn_tile(tile, head, q_ptr, k_ptr, v_ptr, o_ptr, q_desc, k_desc, v_desc, c
             else:
                 bulk = length // BLOCK_N * BLOCK_N
         if REVERSE:
-            acc, l_i, m_i = _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, k_desc, v_desc, offs_m, start, length, kv_head,
-                                       bulk, hi, qk_scale, stride_kt, stride_kh, stride_vt, stride_vh,
-                                       HEAD_DIM, BLOCK_N, True, CAUSAL, EXP2, LAZY, TMA, WS, True, INPUT_PRECISION)
-            acc, l_i, m_i = _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, k_desc, v_desc, offs_m, start, length, kv_head,
-                                       0, bulk, qk_scale, stride_kt, stride_kh, stride_vt, stride_vh,
-                                       HEAD_DIM, BLOCK_N, False, CAUSAL, EXP2, LAZY, TMA, WS, True, INPUT_PRECISION)
+            acc, l_i, m_i = _kv_blocks(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_ptr,
+                v_ptr,
+                k_desc,
+                v_desc,
+                offs_m,
+                start,
+                length,
+                kv_head,
+                bulk,
+                hi,
+                qk_scale,
+                stride_kt,
+                stride_kh,
+                stride_vt,
+                stride_vh,
+                HEAD_DIM,
+                BLOCK_N,
+                True,
+                CAUSAL,
+                EXP2,
+                LAZY,
+                TMA,
+                WS,
+                True,
+                INPUT_PRECISION,
+            )
+            acc, l_i, m_i = _kv_blocks(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_ptr,
+                v_ptr,
+                k_desc,
+                v_desc,
+                offs_m,
+                start,
+                length,
+                kv_head,
+                0,
+                bulk,
+                qk_scale,
+                stride_kt,
+                stride_kh,
+                stride_vt,
+                stride_vh,
+                HEAD_DIM,
+                BLOCK_N,
+                False,
+                CAUSAL,
+                EXP2,
+                LAZY,
+                TMA,
+                WS,
+                True,
+                INPUT_PRECISION,
+            )
         else:
-            acc, l_i, m_i = _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, k_desc, v_desc, offs_m, start, length, kv_head,
-                                       0, bulk, qk_scale, stride_kt, stride_kh, stride_vt, stride_vh,
-                                       HEAD_DIM, BLOCK_N, False, CAUSAL, EXP2, LAZY, TMA, WS, False, INPUT_PRECISION)
-            acc, l_i, m_i = _kv_blocks(acc, l_i, m_i, q, k_ptr, v_ptr, k_desc, v_desc, offs_m, start, length, kv_head,
-                                       bulk, hi, qk_scale, stride_kt, stride_kh, stride_vt, stride_vh,
-                                       HEAD_DIM, BLOCK_N, True, CAUSAL, EXP2, LAZY, TMA, WS, False, INPUT_PRECISION)
+            acc, l_i, m_i = _kv_blocks(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_ptr,
+                v_ptr,
+                k_desc,
+                v_desc,
+                offs_m,
+                start,
+                length,
+                kv_head,
+                0,
+                bulk,
+                qk_scale,
+                stride_kt,
+                stride_kh,
+                stride_vt,
+                stride_vh,
+                HEAD_DIM,
+                BLOCK_N,
+                False,
+                CAUSAL,
+                EXP2,
+                LAZY,
+                TMA,
+                WS,
+                False,
+                INPUT_PRECISION,
+            )
+            acc, l_i, m_i = _kv_blocks(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_ptr,
+                v_ptr,
+                k_desc,
+                v_desc,
+                offs_m,
+                start,
+                length,
+                kv_head,
+                bulk,
+                hi,
+                qk_scale,
+                stride_kt,
+                stride_kh,
+                stride_vt,
+                stride_vh,
+                HEAD_DIM,
+                BLOCK_N,
+                True,
+                CAUSAL,
+                EXP2,
+                LAZY,
+                TMA,
+                WS,
+                False,
+                INPUT_PRECISION,
+            )
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         o_ptrs = o_ptr + (start + offs_m).to(tl.int64)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < length)
 
 
 @triton.jit
-def _attn_kernel(q_ptr, k_ptr, v_ptr, o_ptr, q_desc, k_desc, v_desc, cu_ptr, B, H, num_tiles, num_programs, qk_scale,
-                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-                 GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_B: tl.constexpr, CAUSAL: tl.constexpr, CAUSAL_SKIP: tl.constexpr, EXP2: tl.constexpr,
-                 LAZY: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr, WS_TILES: tl.constexpr,
-                 WS_KV: tl.constexpr, REVERSE: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+def _attn_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    q_desc,
+    k_desc,
+    v_desc,
+    cu_ptr,
+    B,
+    H,
+    num_tiles,
+    num_programs,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_kt,
+    stride_kh,
+    stride_vt,
+    stride_vh,
+    stride_ot,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    CAUSAL_SKIP: tl.constexpr,
+    EXP2: tl.constexpr,
+    LAZY: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+    TMA: tl.constexpr,
+    WS_TILES: tl.constexpr,
+    WS_KV: tl.constexpr,
+    REVERSE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     if PERSISTENT:
         # work items tile-major, heads adjacent: the query heads sharing a KV head run together (L2)
         for w in tl.range(tl.program_id(0), num_tiles * H, num_programs, warp_specialize=WS_TILES):
-            _attn_tile(w // H, w % H, q_ptr, k_ptr, v_ptr, o_ptr, q_desc, k_desc, v_desc, cu_ptr, B, qk_scale,
-                       stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-                       GROUP, HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_B, CAUSAL, CAUSAL_SKIP, EXP2, LAZY, TMA, WS_KV,
-                       REVERSE, INPUT_PRECISION)
+            _attn_tile(
+                w // H,
+                w % H,
+                q_ptr,
+                k_ptr,
+                v_ptr,
+                o_ptr,
+                q_desc,
+                k_desc,
+                v_desc,
+                cu_ptr,
+                B,
+                qk_scale,
+                stride_qt,
+                stride_qh,
+                stride_kt,
+                stride_kh,
+                stride_vt,
+                stride_vh,
+                stride_ot,
+                stride_oh,
+                GROUP,
+                HEAD_DIM,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_B,
+                CAUSAL,
+                CAUSAL_SKIP,
+                EXP2,
+                LAZY,
+                TMA,
+                WS_KV,
+                REVERSE,
+                INPUT_PRECISION,
+            )
     else:
-        _attn_tile(tl.program_id(1), tl.program_id(0), q_ptr, k_ptr, v_ptr, o_ptr, q_desc, k_desc, v_desc, cu_ptr,
-                   B, qk_scale, stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot,
-                   stride_oh, GROUP, HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_B, CAUSAL, CAUSAL_SKIP, EXP2, LAZY, TMA,
-                   WS_KV, REVERSE, INPUT_PRECISION)
+        _attn_tile(
+            tl.program_id(1),
+            tl.program_id(0),
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            o_ptr,
+            q_desc,
+            k_desc,
+            v_desc,
+            cu_ptr,
+            B,
+            qk_scale,
+            stride_qt,
+            stride_qh,
+            stride_kt,
+            stride_kh,
+            stride_vt,
+            stride_vh,
+            stride_ot,
+            stride_oh,
+            GROUP,
+            HEAD_DIM,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_B,
+            CAUSAL,
+            CAUSAL_SKIP,
+            EXP2,
+            LAZY,
+            TMA,
+            WS_KV,
+            REVERSE,
+            INPUT_PRECISION,
+        )
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor,
-              max_seqlen: int | None = None, *, causal: bool, sm_scale: float | None = None,
-              BLOCK_M: int, BLOCK_N: int, num_warps: int, num_stages: int, CAUSAL_SKIP: int = 1, EXP2: int = 1,
-              LAZY_RESCALE: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0,
-              REVERSE_KV: int = 0) -> torch.Tensor:
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int | None = None,
+    *,
+    causal: bool,
+    sm_scale: float | None = None,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    num_warps: int,
+    num_stages: int,
+    CAUSAL_SKIP: int = 1,
+    EXP2: int = 1,
+    LAZY_RESCALE: int = 0,
+    PERSISTENT: int = 0,
+    TMA: int = 0,
+    WARP_SPEC: int = 0,
+    REVERSE_KV: int = 0,
+) -> torch.Tensor:
     """Attention over packed sequences with one configuration of the template.
     `max_seqlen` (optional, as flash-attention's varlen API takes it) only tightens the grid."""
     assert q.ndim == 3 and k.ndim == 3 and v.shape == k.shape, (
-        f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    )
     total, H, D = q.shape
     assert k.shape[0] == total and k.shape[2] == D and H % k.shape[1] == 0, (
-        "k/v must be [total, H_kv, D] with H_q % H_kv == 0")
+        "k/v must be [total, H_kv, D] with H_q % H_kv == 0"
+    )
     assert D >= 16 and D & (D - 1) == 0, f"head_dim must be a power of two >= 16, got {D}"
     assert q.dtype == k.dtype == v.dtype and q.stride(2) == k.stride(2) == v.stride(2) == 1
     assert cu_seqlens.dtype == torch.int32 and cu_seqlens.ndim == 1, "cu_seqlens must be int32 [B + 1]"
@@ -256,14 +557,47 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: tor
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     programs = min(num_sms(q.device), tiles * H) if PERSISTENT else 0
     grid = (programs,) if PERSISTENT else (H, tiles)
-    _LAUNCHES(_attn_kernel, grid,
-        q, k, v, o, q_desc, k_desc, v_desc, cu_seqlens, B, H, tiles, programs, scale * (_LOG2E if EXP2 else 1.0),
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
-        GROUP=H // k.shape[1], HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_B=triton.next_power_of_2(B + 1),
-        CAUSAL=bool(causal), CAUSAL_SKIP=bool(CAUSAL_SKIP), EXP2=bool(EXP2), LAZY=bool(LAZY_RESCALE),
-        PERSISTENT=bool(PERSISTENT), TMA=bool(TMA), WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT),
-        WS_KV=bool(WARP_SPEC) and not PERSISTENT, REVERSE=bool(REVERSE_KV),
-        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=num_warps, num_stages=num_stages,
+    _LAUNCHES(
+        _attn_kernel,
+        grid,
+        q,
+        k,
+        v,
+        o,
+        q_desc,
+        k_desc,
+        v_desc,
+        cu_seqlens,
+        B,
+        H,
+        tiles,
+        programs,
+        scale * (_LOG2E if EXP2 else 1.0),
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        v.stride(0),
+        v.stride(1),
+        o.stride(0),
+        o.stride(1),
+        GROUP=H // k.shape[1],
+        HEAD_DIM=D,
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=BLOCK_N,
+        BLOCK_B=triton.next_power_of_2(B + 1),
+        CAUSAL=bool(causal),
+        CAUSAL_SKIP=bool(CAUSAL_SKIP),
+        EXP2=bool(EXP2),
+        LAZY=bool(LAZY_RESCALE),
+        PERSISTENT=bool(PERSISTENT),
+        TMA=bool(TMA),
+        WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT),
+        WS_KV=bool(WARP_SPEC) and not PERSISTENT,
+        REVERSE=bool(REVERSE_KV),
+        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return o
 
@@ -348,8 +682,13 @@ def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):
     return out
 '''
 
-_ENUMS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION",
-          "math": "MATH", "varlen": "FLASH_ATTENTION"}
+_ENUMS = {
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "math": "MATH",
+    "varlen": "FLASH_ATTENTION",
+}
 
 
 def sdpa_source(backend: str, *, causal: bool) -> str:

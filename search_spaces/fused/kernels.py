@@ -35,10 +35,26 @@ ROPE_GENES: dict[str, tuple[int, ...]] = {"BLOCK_T": (4, 1, 16), "num_warps": (4
 
 
 @triton.jit
-def _norm_modulate_kernel(x_ptr, r_ptr, gate_ptr, shift_ptr, scale_ptr, w_ptr, xo_ptr, h_ptr,
-                          rows_per_batch, H, mod_stride, eps,
-                          HAS_RES: tl.constexpr, HAS_GATE: tl.constexpr, HAS_MOD: tl.constexpr,
-                          HAS_W: tl.constexpr, RMS: tl.constexpr, BLOCK: tl.constexpr):
+def _norm_modulate_kernel(
+    x_ptr,
+    r_ptr,
+    gate_ptr,
+    shift_ptr,
+    scale_ptr,
+    w_ptr,
+    xo_ptr,
+    h_ptr,
+    rows_per_batch,
+    H,
+    mod_stride,
+    eps,
+    HAS_RES: tl.constexpr,
+    HAS_GATE: tl.constexpr,
+    HAS_MOD: tl.constexpr,
+    HAS_W: tl.constexpr,
+    RMS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0)
     batch = row // rows_per_batch
     cols = tl.arange(0, BLOCK)
@@ -71,10 +87,18 @@ def _norm_modulate_kernel(x_ptr, r_ptr, gate_ptr, shift_ptr, scale_ptr, w_ptr, x
     tl.store(h_ptr + base + cols, h.to(h_ptr.dtype.element_ty), mask=mask)
 
 
-def norm_modulate(x: torch.Tensor, *, residual: torch.Tensor | None = None, gate: torch.Tensor | None = None,
-                  shift: torch.Tensor | None = None, scale: torch.Tensor | None = None,
-                  weight: torch.Tensor | None = None, rms: bool = False, eps: float = 1e-6,
-                  num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def norm_modulate(
+    x: torch.Tensor,
+    *,
+    residual: torch.Tensor | None = None,
+    gate: torch.Tensor | None = None,
+    shift: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    rms: bool = False,
+    eps: float = 1e-6,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(stream, h): stream = residual + gate * x (x itself without a residual), h =
     norm(stream) [* weight] [* (1 + scale) + shift]. x: [B, S, H] contiguous."""
     assert x.ndim == 3 and x.is_contiguous(), f"x must be a contiguous [B, S, H], got {tuple(x.shape)}"
@@ -82,7 +106,8 @@ def norm_modulate(x: torch.Tensor, *, residual: torch.Tensor | None = None, gate
     mods = [t for t in (gate, shift, scale) if t is not None]
     for t in mods:  # views of one [B, k * H] projection (chunks) are fine: unit channel stride, one batch stride
         assert t.shape == (B, H) and t.stride(1) == 1 and t.stride(0) == mods[0].stride(0), (
-            f"gate/shift/scale must be [{B}, {H}] with unit channel stride and a common batch stride")
+            f"gate/shift/scale must be [{B}, {H}] with unit channel stride and a common batch stride"
+        )
     mod_stride = mods[0].stride(0) if mods else 0
     assert (shift is None) == (scale is None), "modulation needs both shift and scale"
     assert gate is None or residual is not None, "a gate needs a residual"
@@ -93,19 +118,49 @@ def norm_modulate(x: torch.Tensor, *, residual: torch.Tensor | None = None, gate
     if x.numel() == 0:
         return out, h
     _norm_modulate_kernel[(B * S,)](
-        x, residual if residual is not None else x, gate if gate is not None else x,
-        shift if shift is not None else x, scale if scale is not None else x,
-        weight if weight is not None else x, out, h, S, H, mod_stride, eps,
-        HAS_RES=residual is not None, HAS_GATE=gate is not None, HAS_MOD=shift is not None,
-        HAS_W=weight is not None, RMS=rms, BLOCK=triton.next_power_of_2(H), num_warps=num_warps,
+        x,
+        residual if residual is not None else x,
+        gate if gate is not None else x,
+        shift if shift is not None else x,
+        scale if scale is not None else x,
+        weight if weight is not None else x,
+        out,
+        h,
+        S,
+        H,
+        mod_stride,
+        eps,
+        HAS_RES=residual is not None,
+        HAS_GATE=gate is not None,
+        HAS_MOD=shift is not None,
+        HAS_W=weight is not None,
+        RMS=rms,
+        BLOCK=triton.next_power_of_2(H),
+        num_warps=num_warps,
     )
     return out, h
 
 
 @triton.jit
-def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, v_ptr,
-                         S, S_total, offset, HQ, HKV, eps,
-                         D: tl.constexpr, BLOCK_T: tl.constexpr, INTERLEAVED: tl.constexpr):
+def _qk_norm_rope_kernel(
+    qkv_ptr,
+    qw_ptr,
+    kw_ptr,
+    cos_ptr,
+    sin_ptr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    S,
+    S_total,
+    offset,
+    HQ,
+    HKV,
+    eps,
+    D: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    INTERLEAVED: tl.constexpr,
+):
     tblock = tl.program_id(0)
     head = tl.program_id(1)  # 0..HQ-1: q, then HKV k heads, then HKV v heads
     batch = tl.program_id(2)
@@ -130,8 +185,8 @@ def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr
             w_ptr, out_ptr, h, heads = kw_ptr, k_ptr, head - HQ, HKV
         rstd = tl.rsqrt((tl.sum(lo * lo, axis=1) + tl.sum(hi * hi, axis=1)) / D + eps)
         # the normalised head is rounded to the model's dtype before the rotation, as eager does
-        lo = (lo * rstd[:, None] * tl.load(w_ptr + lo_off).to(tl.float32)[None, :])
-        hi = (hi * rstd[:, None] * tl.load(w_ptr + hi_off).to(tl.float32)[None, :])
+        lo = lo * rstd[:, None] * tl.load(w_ptr + lo_off).to(tl.float32)[None, :]
+        hi = hi * rstd[:, None] * tl.load(w_ptr + hi_off).to(tl.float32)[None, :]
         lo = lo.to(out_ptr.dtype.element_ty).to(tl.float32)
         hi = hi.to(out_ptr.dtype.element_ty).to(tl.float32)
         pos = (offset + t)[:, None] * HALF + i[None, :]
@@ -149,10 +204,22 @@ def _qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr
         tl.store(dst + hi_off[None, :], hi.to(v_ptr.dtype.element_ty), mask=m2)
 
 
-def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, cos: torch.Tensor,
-                 sin: torch.Tensor, *, heads: int, kv_heads: int, out: tuple[torch.Tensor, ...] | None = None,
-                 offset: int = 0, interleaved: bool = False, eps: float = 1e-6, BLOCK_T: int = 4,
-                 num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def qk_norm_rope(
+    qkv: torch.Tensor,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    *,
+    heads: int,
+    kv_heads: int,
+    out: tuple[torch.Tensor, ...] | None = None,
+    offset: int = 0,
+    interleaved: bool = False,
+    eps: float = 1e-6,
+    BLOCK_T: int = 4,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, k, v) as [B, heads, S_total, D] from a merged projection qkv [B, S, (heads + 2
     kv_heads) * D], q and k RMS-normalised per head and rotated; written at tokens
     [offset, offset + S) of `out` when given (else new tensors with S_total = S)."""
@@ -167,11 +234,30 @@ def qk_norm_rope(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tens
     assert q.shape == (B, heads, S_total, D) and k.shape == v.shape == (B, kv_heads, S_total, D)
     assert all(t.is_contiguous() for t in out) and 0 <= offset and offset + S <= S_total
     assert cos.shape == sin.shape == (S_total, D // 2) and cos.is_contiguous() and sin.is_contiguous(), (
-        f"cos/sin must be contiguous [{S_total}, {D // 2}], got {tuple(cos.shape)}")
+        f"cos/sin must be contiguous [{S_total}, {D // 2}], got {tuple(cos.shape)}"
+    )
     assert q_weight.shape == k_weight.shape == (D,)
     if S == 0:
         return q, k, v
     grid = (triton.cdiv(S, BLOCK_T), heads + 2 * kv_heads, B)
-    _qk_norm_rope_kernel[grid](qkv, q_weight, k_weight, cos, sin, q, k, v, S, S_total, offset, heads, kv_heads, eps,
-                               D=D, BLOCK_T=BLOCK_T, INTERLEAVED=interleaved, num_warps=num_warps)
+    _qk_norm_rope_kernel[grid](
+        qkv,
+        q_weight,
+        k_weight,
+        cos,
+        sin,
+        q,
+        k,
+        v,
+        S,
+        S_total,
+        offset,
+        heads,
+        kv_heads,
+        eps,
+        D=D,
+        BLOCK_T=BLOCK_T,
+        INTERLEAVED=interleaved,
+        num_warps=num_warps,
+    )
     return q, k, v

@@ -12,10 +12,34 @@
 
 from evokernel.search_spaces.gemm.cublas import cublas_seed
 from evokernel.search_spaces.gemm.seeds import TAIL_RATE, coop_variant, gemm_seeds, gluon_variant, wave_seeds
-from evokernel.search_spaces.gemm.space import (ACC_REGISTERS, DEFAULTS, WARP_SPEC_HANGS, gemm_class, gemm_space,
-                                                gluon_misfit, gluon_warps, warp_spec_idle, without_idle_genes)
+from evokernel.search_spaces.gemm.space import (
+    ACC_REGISTERS,
+    DEFAULTS,
+    WARP_SPEC_HANGS,
+    gemm_class,
+    gemm_space,
+    gluon_misfit,
+    gluon_warps,
+    warp_spec_idle,
+    without_idle_genes,
+)
 from evokernel.search_spaces.gemm.space_fp8 import gemm_fp8_space
 
-__all__ = ["gemm_space", "gemm_class", "gemm_seeds", "wave_seeds", "cublas_seed", "coop_variant", "gluon_variant",
-           "warp_spec_idle", "without_idle_genes", "gluon_misfit", "gluon_warps", "gemm_fp8_space", "DEFAULTS",
-           "ACC_REGISTERS", "WARP_SPEC_HANGS", "TAIL_RATE"]
+__all__ = [
+    "gemm_space",
+    "gemm_class",
+    "gemm_seeds",
+    "wave_seeds",
+    "cublas_seed",
+    "coop_variant",
+    "gluon_variant",
+    "warp_spec_idle",
+    "without_idle_genes",
+    "gluon_misfit",
+    "gluon_warps",
+    "gemm_fp8_space",
+    "DEFAULTS",
+    "ACC_REGISTERS",
+    "WARP_SPEC_HANGS",
+    "TAIL_RATE",
+]

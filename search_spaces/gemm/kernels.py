@@ -39,8 +39,20 @@ __all__ = ["_gemm_kernel", "_splitk_reduce_kernel"]
 
 
 @triton.jit
-def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn,
-              HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+def _epilogue(
+    acc,
+    offs_m,
+    offs_n,
+    M,
+    N,
+    bias_ptr,
+    res_ptr,
+    stride_rm,
+    stride_rn,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
     """acc (fp32) -> act(acc + bias) + residual, still fp32."""
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
@@ -60,9 +72,27 @@ def _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn
 
 
 @triton.jit
-def _fixup(ws_ptr, counter_ptr, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N, stride_cm, stride_cn, stride_rm,
-           stride_rn, BM: tl.constexpr, BN: tl.constexpr, SPLIT_K: tl.constexpr, HAS_BIAS: tl.constexpr,
-           ACT: tl.constexpr, HAS_RES: tl.constexpr):
+def _fixup(
+    ws_ptr,
+    counter_ptr,
+    c_ptr,
+    bias_ptr,
+    res_ptr,
+    pid_m,
+    pid_n,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
     """After this split's partial is stored in the workspace: take a ticket on the tile's
     counter; the last of its SPLIT_K programs sums the partials in split order (as the second
     kernel does), by column chunks of at most 64 (a whole-tile sum beside a loaded partial
@@ -81,16 +111,32 @@ def _fixup(ws_ptr, counter_ptr, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N, st
             total = tl.zeros((BM, CN), dtype=tl.float32)
             for s in tl.static_range(SPLIT_K):
                 total += tl.load(w_ptrs + s * plane, mask=mask, other=0.0, cache_modifier=".cg")
-            total = _epilogue(total, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn,
-                              HAS_BIAS, ACT, HAS_RES)
-            tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
-                     total.to(c_ptr.dtype.element_ty), mask=mask)
+            total = _epilogue(
+                total, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES
+            )
+            tl.store(
+                c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+                total.to(c_ptr.dtype.element_ty),
+                mask=mask,
+            )
         tl.store(counter_ptr, 0)
 
 
 @triton.jit
-def _a_tile(a_ptr, a_desc, m0, kt, M, K, stride_am, stride_ak, BM: tl.constexpr, BK: tl.constexpr,
-            TMA: tl.constexpr, EVEN_K: tl.constexpr):
+def _a_tile(
+    a_ptr,
+    a_desc,
+    m0,
+    kt,
+    M,
+    K,
+    stride_am,
+    stride_ak,
+    BM: tl.constexpr,
+    BK: tl.constexpr,
+    TMA: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     """A's rows [m0, m0 + BM) at K step kt: through its descriptor, or by pointers whose rows
     are computed here, inside the K loop (why: _k_step)."""
     if TMA:
@@ -104,8 +150,20 @@ def _a_tile(a_ptr, a_desc, m0, kt, M, K, stride_am, stride_ak, BM: tl.constexpr,
 
 
 @triton.jit
-def _b_tile(b_ptr, b_desc, kt, n0, N, K, stride_bk, stride_bn, BK: tl.constexpr, BN: tl.constexpr,
-            TMA: tl.constexpr, EVEN_K: tl.constexpr):
+def _b_tile(
+    b_ptr,
+    b_desc,
+    kt,
+    n0,
+    N,
+    K,
+    stride_bk,
+    stride_bn,
+    BK: tl.constexpr,
+    BN: tl.constexpr,
+    TMA: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     """B's columns [n0, n0 + BN) at K step kt (b_desc's block is BK x BN)."""
     if TMA:
         return b_desc.load([kt * BK, n0])
@@ -118,9 +176,30 @@ def _b_tile(b_ptr, b_desc, kt, n0, N, K, stride_bk, stride_bn, BK: tl.constexpr,
 
 
 @triton.jit
-def _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, EVEN_K: tl.constexpr,
-            INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+def _k_step(
+    acc,
+    pid_m,
+    pid_n,
+    kt,
+    a_ptr,
+    b_ptr,
+    a_desc,
+    b_desc,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    TMA: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+):
     """acc (BN x BM with SWAP_AB) plus the product of K step kt of output tile (pid_m, pid_n).
 
     Without TMA, the tile's rows and columns are computed in the K loop (`_a_tile`,
@@ -141,9 +220,31 @@ def _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
 
 
 @triton.jit
-def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-         BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr,
-         EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr):
+def _acc(
+    pid_m,
+    pid_n,
+    k_lo,
+    k_hi,
+    a_ptr,
+    b_ptr,
+    a_desc,
+    b_desc,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    TMA: tl.constexpr,
+    WS_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+):
     """The fp32 sum over K steps [k_lo, k_hi) of the output tile (pid_m, pid_n).
 
     SWAP_AB computes the tile transposed, C^T = B^T A^T: Hopper's warpgroup MMA takes 64 rows
@@ -156,17 +257,61 @@ def _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride
     else:
         acc = tl.zeros((BM, BN), dtype=tl.float32)
     for kt in tl.range(k_lo, k_hi, warp_specialize=WS_K):
-        acc = _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                      stride_bn, BM, BN, BK, TMA, EVEN_K, INPUT_PRECISION, SWAP_AB)
+        acc = _k_step(
+            acc,
+            pid_m,
+            pid_n,
+            kt,
+            a_ptr,
+            b_ptr,
+            a_desc,
+            b_desc,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            BM,
+            BN,
+            BK,
+            TMA,
+            EVEN_K,
+            INPUT_PRECISION,
+            SWAP_AB,
+        )
     if SWAP_AB:
         acc = tl.trans(acc)
     return acc
 
 
 @triton.jit
-def _acc_tail(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b_desc, b2_desc, M, N, K, stride_am, stride_ak, stride_bk,
-              stride_bn, BM: tl.constexpr, BN: tl.constexpr, BNT: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr,
-              WS_K: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+def _acc_tail(
+    pid_m,
+    pid_n,
+    k_tiles,
+    a_ptr,
+    b_ptr,
+    a_desc,
+    b_desc,
+    b2_desc,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BNT: tl.constexpr,
+    BK: tl.constexpr,
+    TMA: tl.constexpr,
+    WS_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+):
     """The fp32 sums of a BM x (BN + BNT) tile over all of K, as two accumulators (BM x BN and
     BM x BNT) fed by one A tile per K step: a tile width that is not a power of two (96, 160,
     192), which Triton's blocks cannot be but Hopper's MMA can (its N is any multiple of 8).
@@ -197,9 +342,30 @@ def _hold(a):
 
 
 @triton.jit
-def _acc_areg(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b64_desc, M, N, K, stride_am, stride_ak, stride_bk,
-              stride_bn, BM: tl.constexpr, W: tl.constexpr, BK: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr,
-              EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, HOLD: tl.constexpr):
+def _acc_areg(
+    pid_m,
+    pid_n,
+    k_tiles,
+    a_ptr,
+    b_ptr,
+    a_desc,
+    b64_desc,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    BM: tl.constexpr,
+    W: tl.constexpr,
+    BK: tl.constexpr,
+    TMA: tl.constexpr,
+    WS_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    HOLD: tl.constexpr,
+):
     """The fp32 sums of a BM x W tile (W = 128, 192 or 256) as W/64 accumulators of 64 columns,
     each K step's A tile held in registers and shared by their MMAs (A_REG=1). Two MMAs of
     different widths (the BN_TAIL form) each read A from shared memory, and Triton gives
@@ -219,23 +385,57 @@ def _acc_areg(pid_m, pid_n, k_tiles, a_ptr, b_ptr, a_desc, b64_desc, M, N, K, st
         a = _a_tile(a_ptr, a_desc, m0, kt, M, K, stride_am, stride_ak, BM, BK, TMA, EVEN_K)
         if HOLD:
             a = _hold(a)
-        acc0 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K), acc0,
-                      input_precision=INPUT_PRECISION)
-        acc1 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0 + 64, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
-                      acc1, input_precision=INPUT_PRECISION)
+        acc0 = tl.dot(
+            a,
+            _b_tile(b_ptr, b64_desc, kt, n0, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
+            acc0,
+            input_precision=INPUT_PRECISION,
+        )
+        acc1 = tl.dot(
+            a,
+            _b_tile(b_ptr, b64_desc, kt, n0 + 64, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
+            acc1,
+            input_precision=INPUT_PRECISION,
+        )
         if NACC > 2:
-            acc2 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0 + 128, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
-                          acc2, input_precision=INPUT_PRECISION)
+            acc2 = tl.dot(
+                a,
+                _b_tile(b_ptr, b64_desc, kt, n0 + 128, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
+                acc2,
+                input_precision=INPUT_PRECISION,
+            )
         if NACC > 3:
-            acc3 = tl.dot(a, _b_tile(b_ptr, b64_desc, kt, n0 + 192, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
-                          acc3, input_precision=INPUT_PRECISION)
+            acc3 = tl.dot(
+                a,
+                _b_tile(b_ptr, b64_desc, kt, n0 + 192, N, K, stride_bk, stride_bn, BK, 64, TMA, EVEN_K),
+                acc3,
+                input_precision=INPUT_PRECISION,
+            )
     return acc0, acc1, acc2, acc3
 
 
 @triton.jit
-def _store(acc, m0, n0, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-           BM: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr,
-           TMA_STORE: tl.constexpr):
+def _store(
+    acc,
+    m0,
+    n0,
+    c_ptr,
+    c_desc,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+):
     """C[m0:m0+BM, n0:n0+BN] = epilogue(acc): by pointers (TMA_STORE=0), through C's tensor
     descriptor in one bulk store (1), or in two BM x BN/2 halves (2: half the shared-memory
     staging of the store, the epilogue subtiling of Triton's persistent-matmul tutorial)."""
@@ -251,18 +451,56 @@ def _store(acc, m0, n0, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, strid
         c_desc.store([m0, n0], acc.to(c_desc.dtype))
     else:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-                 mask=mask)
+        tl.store(
+            c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask
+        )
 
 
 @triton.jit
-def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
-          M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr,
-          FIXUP: tl.constexpr, TMA: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-          HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
-          TMA_STORE: tl.constexpr, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None, AREG: tl.constexpr = False,
-          HOLD: tl.constexpr = False):
+def _tile(
+    tile,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_desc,
+    b_desc,
+    c_desc,
+    ws_ptr,
+    counter_ptr,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    FIXUP: tl.constexpr,
+    TMA: tl.constexpr,
+    WS_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+    BNT: tl.constexpr = 0,
+    b2_desc=None,
+    c2_desc=None,
+    AREG: tl.constexpr = False,
+    HOLD: tl.constexpr = False,
+):
     """One (tile, K split) of the output: its K range, then the epilogue and C, or the fp32
     partial sum into the workspace when K is split (and with FIXUP, the sum if it is last).
     With a tail (BNT > 0: tiles BN + BNT wide, no split-K) the two accumulators are stored
@@ -272,34 +510,191 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr
     if AREG:
         W: tl.constexpr = BN + BNT
         pid_m, pid_n = grouped_tile(tile, tl.cdiv(M, BM), tl.cdiv(N, W), GROUP_M)
-        acc0, acc1, acc2, acc3 = _acc_areg(pid_m, pid_n, tl.cdiv(K, BK), a_ptr, b_ptr, a_desc, b2_desc, M, N, K,
-                                           stride_am, stride_ak, stride_bk, stride_bn, BM, W, BK, TMA, WS_K, EVEN_K,
-                                           INPUT_PRECISION, HOLD)
+        acc0, acc1, acc2, acc3 = _acc_areg(
+            pid_m,
+            pid_n,
+            tl.cdiv(K, BK),
+            a_ptr,
+            b_ptr,
+            a_desc,
+            b2_desc,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            BM,
+            W,
+            BK,
+            TMA,
+            WS_K,
+            EVEN_K,
+            INPUT_PRECISION,
+            HOLD,
+        )
         m0 = pid_m * BM
         n0 = pid_n * W
         TS: tl.constexpr = 1 if TMA_STORE else 0
-        _store(acc0, m0, n0, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-               BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
-        _store(acc1, m0, n0 + 64, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-               stride_rn, BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+        _store(
+            acc0,
+            m0,
+            n0,
+            c_ptr,
+            c2_desc,
+            bias_ptr,
+            res_ptr,
+            M,
+            N,
+            stride_cm,
+            stride_cn,
+            stride_rm,
+            stride_rn,
+            BM,
+            64,
+            HAS_BIAS,
+            ACT,
+            HAS_RES,
+            TS,
+        )
+        _store(
+            acc1,
+            m0,
+            n0 + 64,
+            c_ptr,
+            c2_desc,
+            bias_ptr,
+            res_ptr,
+            M,
+            N,
+            stride_cm,
+            stride_cn,
+            stride_rm,
+            stride_rn,
+            BM,
+            64,
+            HAS_BIAS,
+            ACT,
+            HAS_RES,
+            TS,
+        )
         if W > 128:
-            _store(acc2, m0, n0 + 128, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-                   stride_rn, BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+            _store(
+                acc2,
+                m0,
+                n0 + 128,
+                c_ptr,
+                c2_desc,
+                bias_ptr,
+                res_ptr,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_rm,
+                stride_rn,
+                BM,
+                64,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+                TS,
+            )
         if W > 192:
-            _store(acc3, m0, n0 + 192, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-                   stride_rn, BM, 64, HAS_BIAS, ACT, HAS_RES, TS)
+            _store(
+                acc3,
+                m0,
+                n0 + 192,
+                c_ptr,
+                c2_desc,
+                bias_ptr,
+                res_ptr,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_rm,
+                stride_rn,
+                BM,
+                64,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+                TS,
+            )
     elif BNT > 0:
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN + BNT)
         pid_m, pid_n = grouped_tile(tile, tiles_m, tiles_n, GROUP_M)
-        acc, acc2 = _acc_tail(pid_m, pid_n, tl.cdiv(K, BK), a_ptr, b_ptr, a_desc, b_desc, b2_desc, M, N, K,
-                              stride_am, stride_ak, stride_bk, stride_bn, BM, BN, BNT, BK, TMA, WS_K, EVEN_K,
-                              INPUT_PRECISION)
+        acc, acc2 = _acc_tail(
+            pid_m,
+            pid_n,
+            tl.cdiv(K, BK),
+            a_ptr,
+            b_ptr,
+            a_desc,
+            b_desc,
+            b2_desc,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            BM,
+            BN,
+            BNT,
+            BK,
+            TMA,
+            WS_K,
+            EVEN_K,
+            INPUT_PRECISION,
+        )
         n0 = pid_n * (BN + BNT)
-        _store(acc, pid_m * BM, n0, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-               stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
-        _store(acc2, pid_m * BM, n0 + BN, c_ptr, c2_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm,
-               stride_rn, BM, BNT, HAS_BIAS, ACT, HAS_RES, 1 if TMA_STORE else 0)
+        _store(
+            acc,
+            pid_m * BM,
+            n0,
+            c_ptr,
+            c_desc,
+            bias_ptr,
+            res_ptr,
+            M,
+            N,
+            stride_cm,
+            stride_cn,
+            stride_rm,
+            stride_rn,
+            BM,
+            BN,
+            HAS_BIAS,
+            ACT,
+            HAS_RES,
+            TMA_STORE,
+        )
+        _store(
+            acc2,
+            pid_m * BM,
+            n0 + BN,
+            c_ptr,
+            c2_desc,
+            bias_ptr,
+            res_ptr,
+            M,
+            N,
+            stride_cm,
+            stride_cn,
+            stride_rm,
+            stride_rn,
+            BM,
+            BNT,
+            HAS_BIAS,
+            ACT,
+            HAS_RES,
+            1 if TMA_STORE else 0,
+        )
     else:
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -309,11 +704,53 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr
         per_split = tl.cdiv(k_tiles, SPLIT_K)
         k_lo = split * per_split
         k_hi = tl.minimum(k_lo + per_split, k_tiles)
-        acc = _acc(pid_m, pid_n, k_lo, k_hi, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                   stride_bn, BM, BN, BK, TMA, WS_K, EVEN_K, INPUT_PRECISION, SWAP_AB)
+        acc = _acc(
+            pid_m,
+            pid_n,
+            k_lo,
+            k_hi,
+            a_ptr,
+            b_ptr,
+            a_desc,
+            b_desc,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            BM,
+            BN,
+            BK,
+            TMA,
+            WS_K,
+            EVEN_K,
+            INPUT_PRECISION,
+            SWAP_AB,
+        )
         if SPLIT_K == 1:
-            _store(acc, pid_m * BM, pid_n * BN, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn,
-                   stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+            _store(
+                acc,
+                pid_m * BM,
+                pid_n * BN,
+                c_ptr,
+                c_desc,
+                bias_ptr,
+                res_ptr,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_rm,
+                stride_rn,
+                BM,
+                BN,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+                TMA_STORE,
+            )
         else:
             offs_m = pid_m * BM + tl.arange(0, BM)
             offs_n = pid_n * BN + tl.arange(0, BN)
@@ -321,14 +758,54 @@ def _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr
             w_ptrs = ws_ptr + split.to(tl.int64) * M * N + offs_m[:, None] * N + offs_n[None, :]
             tl.store(w_ptrs, acc, mask=mask)
             if FIXUP:
-                _fixup(ws_ptr, counter_ptr + tile // SPLIT_K, c_ptr, bias_ptr, res_ptr, pid_m, pid_n, M, N,
-                       stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, SPLIT_K, HAS_BIAS, ACT, HAS_RES)
+                _fixup(
+                    ws_ptr,
+                    counter_ptr + tile // SPLIT_K,
+                    c_ptr,
+                    bias_ptr,
+                    res_ptr,
+                    pid_m,
+                    pid_n,
+                    M,
+                    N,
+                    stride_cm,
+                    stride_cn,
+                    stride_rm,
+                    stride_rn,
+                    BM,
+                    BN,
+                    SPLIT_K,
+                    HAS_BIAS,
+                    ACT,
+                    HAS_RES,
+                )
 
 
 @triton.jit
-def _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N,
-            stride_cm, stride_cn, stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr,
-            HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+def _sk_sum(
+    ws_ptr,
+    t,
+    first_q,
+    last_q,
+    per,
+    k_tiles,
+    pid_m,
+    pid_n,
+    c_ptr,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
     """C[tile t] = epilogue(the sum of its contributors' partials), in program order, by column
     chunks of at most 64: a whole BM x BN fp32 sum beside the tile just loaded needs two
     accumulators' worth of registers (256 per thread at 128x256 on 8 warps), which spilled
@@ -346,17 +823,53 @@ def _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_
         offs_n = pid_n * BN + cols
         part = _epilogue(part, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, part.to(c_ptr.dtype.element_ty),
-                 mask=mask)
+        tl.store(
+            c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+            part.to(c_ptr.dtype.element_ty),
+            mask=mask,
+        )
 
 
 @triton.jit
-def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr,
-              counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-              stride_cn, stride_rm, stride_rn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              GROUP_M: tl.constexpr, TMA: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-              HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr, SWAP_AB: tl.constexpr,
-              TMA_STORE: tl.constexpr):
+def _stream_k(
+    pid,
+    num_programs,
+    dp_tiles,
+    sk_tiles,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_desc,
+    b_desc,
+    c_desc,
+    ws_ptr,
+    counter_ptr,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    TMA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    SWAP_AB: tl.constexpr,
+    TMA_STORE: tl.constexpr,
+):
     """The stream-K phase: the K steps of the last `sk_tiles` tiles, dealt out evenly over the
     programs (the STREAM_K gene, `template.py`), in one flat loop over this program's steps
     that Triton software-pipelines as it does the persistent tutorial's. A K loop that holds
@@ -389,16 +902,57 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
         t = it // k_tiles  # global step `it` is K step kt of stream-K tile t
         kt = it - t * k_tiles
         pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
-        acc = _k_step(acc, pid_m, pid_n, kt, a_ptr, b_ptr, a_desc, b_desc, M, N, K, stride_am, stride_ak, stride_bk,
-                      stride_bn, BM, BN, BK, TMA, EVEN_K, INPUT_PRECISION, SWAP_AB)
+        acc = _k_step(
+            acc,
+            pid_m,
+            pid_n,
+            kt,
+            a_ptr,
+            b_ptr,
+            a_desc,
+            b_desc,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            BM,
+            BN,
+            BK,
+            TMA,
+            EVEN_K,
+            INPUT_PRECISION,
+            SWAP_AB,
+        )
         if (kt == k_tiles - 1) | (it == end - 1):  # the segment ends here
             if SWAP_AB:
                 out = tl.trans(acc)
             else:
                 out = acc
             if (seg == t * k_tiles) & (kt == k_tiles - 1):  # the whole tile
-                _store(out, pid_m * BM, pid_n * BN, c_ptr, c_desc, bias_ptr, res_ptr, M, N, stride_cm, stride_cn,
-                       stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES, TMA_STORE)
+                _store(
+                    out,
+                    pid_m * BM,
+                    pid_n * BN,
+                    c_ptr,
+                    c_desc,
+                    bias_ptr,
+                    res_ptr,
+                    M,
+                    N,
+                    stride_cm,
+                    stride_cn,
+                    stride_rm,
+                    stride_rn,
+                    BM,
+                    BN,
+                    HAS_BIAS,
+                    ACT,
+                    HAS_RES,
+                    TMA_STORE,
+                )
             else:
                 slot = tl.where(seg == start, 0, 1)
                 tl.store(ws_ptr + (pid * 2 + slot).to(tl.int64) * (BM * BN) + local, out)
@@ -419,47 +973,237 @@ def _stream_k(pid, num_programs, dp_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc
             ticket = tl.atomic_add(counter_ptr + t, 1, sem="acq_rel")
             if ticket == last_q - first_q:  # the last contributor: every other partial is stored
                 pid_m, pid_n = grouped_tile(dp_tiles + t, tiles_m, tiles_n, GROUP_M)
-                _sk_sum(ws_ptr, t, first_q, last_q, per, k_tiles, pid_m, pid_n, c_ptr, bias_ptr, res_ptr, M, N,
-                        stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, HAS_BIAS, ACT, HAS_RES)
+                _sk_sum(
+                    ws_ptr,
+                    t,
+                    first_q,
+                    last_q,
+                    per,
+                    k_tiles,
+                    pid_m,
+                    pid_n,
+                    c_ptr,
+                    bias_ptr,
+                    res_ptr,
+                    M,
+                    N,
+                    stride_cm,
+                    stride_cn,
+                    stride_rm,
+                    stride_rn,
+                    BM,
+                    BN,
+                    HAS_BIAS,
+                    ACT,
+                    HAS_RES,
+                )
                 tl.store(counter_ptr + t, 0)
 
 
 @triton.jit
-def _gemm_kernel(a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
-                 M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-                 num_programs,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                 SPLIT_K: tl.constexpr, FIXUP: tl.constexpr, PERSISTENT: tl.constexpr, TMA: tl.constexpr,
-                 WS_TILES: tl.constexpr, WS_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-                 HAS_RES: tl.constexpr, EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                 SWAP_AB: tl.constexpr = False, STREAM_K: tl.constexpr = False, sk_tiles=0,
-                 TMA_STORE: tl.constexpr = 0, BNT: tl.constexpr = 0, b2_desc=None, c2_desc=None,
-                 AREG: tl.constexpr = False, HOLD: tl.constexpr = False):
+def _gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_desc,
+    b_desc,
+    c_desc,
+    ws_ptr,
+    counter_ptr,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    num_programs,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    FIXUP: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+    TMA: tl.constexpr,
+    WS_TILES: tl.constexpr,
+    WS_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    SWAP_AB: tl.constexpr = False,
+    STREAM_K: tl.constexpr = False,
+    sk_tiles=0,
+    TMA_STORE: tl.constexpr = 0,
+    BNT: tl.constexpr = 0,
+    b2_desc=None,
+    c2_desc=None,
+    AREG: tl.constexpr = False,
+    HOLD: tl.constexpr = False,
+):
     if PERSISTENT:
         num_tiles = tl.cdiv(M, BM) * tl.cdiv(N, BN + BNT) * SPLIT_K
         if STREAM_K:  # whole tiles first (the data-parallel phase), then the stream-K tiles
             num_tiles = num_tiles - sk_tiles
         for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True, warp_specialize=WS_TILES):
-            _tile(tile, a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
-                  M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-                  BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-                  SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc, AREG, HOLD)
+            _tile(
+                tile,
+                a_ptr,
+                b_ptr,
+                c_ptr,
+                a_desc,
+                b_desc,
+                c_desc,
+                ws_ptr,
+                counter_ptr,
+                bias_ptr,
+                res_ptr,
+                M,
+                N,
+                K,
+                stride_am,
+                stride_ak,
+                stride_bk,
+                stride_bn,
+                stride_cm,
+                stride_cn,
+                stride_rm,
+                stride_rn,
+                BM,
+                BN,
+                BK,
+                GROUP_M,
+                SPLIT_K,
+                FIXUP,
+                TMA,
+                WS_K,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+                EVEN_K,
+                INPUT_PRECISION,
+                SWAP_AB,
+                TMA_STORE,
+                BNT,
+                b2_desc,
+                c2_desc,
+                AREG,
+                HOLD,
+            )
         if STREAM_K:
-            _stream_k(tl.program_id(0), num_programs, num_tiles, sk_tiles, a_ptr, b_ptr, c_ptr, a_desc, b_desc,
-                      c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr, M, N, K, stride_am, stride_ak, stride_bk,
-                      stride_bn, stride_cm, stride_cn, stride_rm, stride_rn, BM, BN, BK, GROUP_M, TMA, HAS_BIAS, ACT,
-                      HAS_RES, EVEN_K, INPUT_PRECISION, SWAP_AB, TMA_STORE)
+            _stream_k(
+                tl.program_id(0),
+                num_programs,
+                num_tiles,
+                sk_tiles,
+                a_ptr,
+                b_ptr,
+                c_ptr,
+                a_desc,
+                b_desc,
+                c_desc,
+                ws_ptr,
+                counter_ptr,
+                bias_ptr,
+                res_ptr,
+                M,
+                N,
+                K,
+                stride_am,
+                stride_ak,
+                stride_bk,
+                stride_bn,
+                stride_cm,
+                stride_cn,
+                stride_rm,
+                stride_rn,
+                BM,
+                BN,
+                BK,
+                GROUP_M,
+                TMA,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+                EVEN_K,
+                INPUT_PRECISION,
+                SWAP_AB,
+                TMA_STORE,
+            )
     else:
-        _tile(tl.program_id(0), a_ptr, b_ptr, c_ptr, a_desc, b_desc, c_desc, ws_ptr, counter_ptr, bias_ptr, res_ptr,
-              M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, stride_rm, stride_rn,
-              BM, BN, BK, GROUP_M, SPLIT_K, FIXUP, TMA, WS_K, HAS_BIAS, ACT, HAS_RES, EVEN_K, INPUT_PRECISION,
-              SWAP_AB, TMA_STORE, BNT, b2_desc, c2_desc, AREG, HOLD)
+        _tile(
+            tl.program_id(0),
+            a_ptr,
+            b_ptr,
+            c_ptr,
+            a_desc,
+            b_desc,
+            c_desc,
+            ws_ptr,
+            counter_ptr,
+            bias_ptr,
+            res_ptr,
+            M,
+            N,
+            K,
+            stride_am,
+            stride_ak,
+            stride_bk,
+            stride_bn,
+            stride_cm,
+            stride_cn,
+            stride_rm,
+            stride_rn,
+            BM,
+            BN,
+            BK,
+            GROUP_M,
+            SPLIT_K,
+            FIXUP,
+            TMA,
+            WS_K,
+            HAS_BIAS,
+            ACT,
+            HAS_RES,
+            EVEN_K,
+            INPUT_PRECISION,
+            SWAP_AB,
+            TMA_STORE,
+            BNT,
+            b2_desc,
+            c2_desc,
+            AREG,
+            HOLD,
+        )
 
 
 @triton.jit
-def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, stride_cn, stride_rm, stride_rn,
-                          SPLIT_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                          HAS_BIAS: tl.constexpr, ACT: tl.constexpr, HAS_RES: tl.constexpr):
+def _splitk_reduce_kernel(
+    ws_ptr,
+    c_ptr,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    stride_rm,
+    stride_rn,
+    SPLIT_K: tl.constexpr,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    HAS_RES: tl.constexpr,
+):
     """C = epilogue(sum of the SPLIT_K fp32 partials), in a fixed order (deterministic)."""
     offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
     offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -468,5 +1212,6 @@ def _splitk_reduce_kernel(ws_ptr, c_ptr, bias_ptr, res_ptr, M, N, stride_cm, str
     for s in range(SPLIT_K):
         acc += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask, other=0.0)
     acc = _epilogue(acc, offs_m, offs_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, HAS_BIAS, ACT, HAS_RES)
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=mask)
+    tl.store(
+        c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty), mask=mask
+    )

@@ -39,8 +39,17 @@ from evokernel.core.space import (
 )
 from evokernel.search_spaces.gemm.template import DEFAULTS
 
-__all__ = ["gemm_space", "gemm_class", "warp_spec_idle", "without_idle_genes", "gluon_misfit", "gluon_warps",
-           "ACC_REGISTERS", "WARP_SPEC_HANGS", "DEFAULTS"]
+__all__ = [
+    "gemm_space",
+    "gemm_class",
+    "warp_spec_idle",
+    "without_idle_genes",
+    "gluon_misfit",
+    "gluon_warps",
+    "ACC_REGISTERS",
+    "WARP_SPEC_HANGS",
+    "DEFAULTS",
+]
 
 #: Accumulator registers per thread allowed: 255 per thread in all, minus what addresses,
 #: loop state and the epilogue take.
@@ -56,14 +65,18 @@ def _registers(p: Point) -> str | None:
     if p["WARP_SPEC"]:  # two consumer warpgroups of BM/2 rows each hold the accumulator
         per_thread = p["BM"] * _width(p) // (2 * 128)
         if per_thread > ACC_REGISTERS:
-            return (f"registers: a {p['BM'] // 2}x{_width(p)} fp32 accumulator per consumer warpgroup is "
-                    f"{per_thread} registers per thread (at most {ACC_REGISTERS})")
+            return (
+                f"registers: a {p['BM'] // 2}x{_width(p)} fp32 accumulator per consumer warpgroup is "
+                f"{per_thread} registers per thread (at most {ACC_REGISTERS})"
+            )
         return None
     per_thread = p["BM"] * _width(p) // (32 * p["num_warps"])
     cap = min(ACC_REGISTERS, p["maxnreg"] - 64) if p["maxnreg"] else ACC_REGISTERS
     if per_thread > cap:
-        return (f"registers: a {p['BM']}x{_width(p)} fp32 accumulator is {per_thread} registers per thread with "
-                f"{p['num_warps']} warps (at most {cap})")
+        return (
+            f"registers: a {p['BM']}x{_width(p)} fp32 accumulator is {per_thread} registers per thread with "
+            f"{p['num_warps']} warps (at most {cap})"
+        )
     return None
 
 
@@ -97,8 +110,10 @@ def _ws_scratch(p: Point, elem_bytes: int) -> int:
 
 
 #: why WARP_SPEC=1 is out of `gemm_space` unless asked for (`warp_spec=True`)
-WARP_SPEC_HANGS = ("warp specialisation: Triton 3.6's cooperative kernel (4 warps, non-persistent) hung on the "
-                   "H200 in each of its 4 GPU test cases; gemm_space(warp_spec=True) keeps it")
+WARP_SPEC_HANGS = (
+    "warp specialisation: Triton 3.6's cooperative kernel (4 warps, non-persistent) hung on the "
+    "H200 in each of its 4 GPU test cases; gemm_space(warp_spec=True) keeps it"
+)
 
 
 def _warp_spec(limit: int, elem_bytes: int, allowed: bool = True):
@@ -108,8 +123,10 @@ def _warp_spec(limit: int, elem_bytes: int, allowed: bool = True):
         if not p["TMA"]:
             return "warp specialisation needs TMA loads"
         if warp_spec_idle(p):
-            return ("warp specialisation: Triton 3.6 specialises only a non-persistent kernel of 4 warps on "
-                    "Hopper (with 8 warps or persistent the kernel is the same as without)")
+            return (
+                "warp specialisation: Triton 3.6 specialises only a non-persistent kernel of 4 warps on "
+                "Hopper (with 8 warps or persistent the kernel is the same as without)"
+            )
         if not allowed:
             return WARP_SPEC_HANGS
         if p["BM"] < 128:
@@ -122,9 +139,12 @@ def _warp_spec(limit: int, elem_bytes: int, allowed: bool = True):
             return "warp specialisation: without a TMA store, swap-AB, maxnreg or a CTA cluster"
         need = _pipeline_bytes(p, elem_bytes) + _ws_scratch(p, elem_bytes)
         if need > limit:
-            return (f"warp specialisation: the pipeline and the consumers' C tile need {need} B of shared memory "
-                    f"> {limit} B")
+            return (
+                f"warp specialisation: the pipeline and the consumers' C tile need {need} B of shared memory "
+                f"> {limit} B"
+            )
         return None
+
     return check
 
 
@@ -143,7 +163,9 @@ def _staged_c_bytes(p: Point, elem_bytes: int) -> int:
     """Shared memory a TMA store stages C's tile (or half of it) in; C has A's dtype."""
     if not p.get("TMA_STORE"):
         return 0
-    return p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1) + p["BM"] * p.get("BN_TAIL", 0) * elem_bytes
+    return (
+        p["BM"] * p["BN"] * elem_bytes // (2 if p["TMA_STORE"] == 2 else 1) + p["BM"] * p.get("BN_TAIL", 0) * elem_bytes
+    )
 
 
 def _stream_k(limit: int, elem_bytes: int):
@@ -162,6 +184,7 @@ def _stream_k(limit: int, elem_bytes: int):
         if need > limit:
             return f"stream-K: the pipeline, the partial's conversion and C's staging need {need} B of shared memory > {limit} B"
         return None
+
     return check
 
 
@@ -178,6 +201,7 @@ def _tma_store(limit: int, elem_bytes: int):
         if need > limit:
             return f"TMA store: the pipeline and the staged C tile need {need} B of shared memory > {limit} B"
         return None
+
     return check
 
 
@@ -196,6 +220,7 @@ def _bn_tail(limit: int, elem_bytes: int):
         if need > limit:  # (the generic rule counts BN alone)
             return f"BN tail: the pipeline with the B tiles of the tail needs {need} B of shared memory > {limit} B"
         return None
+
     return check
 
 
@@ -223,11 +248,20 @@ def gluon_misfit(p: Point | dict) -> str | None:
     >>> gluon_misfit(point) is None, gluon_misfit(dict(point, SPLIT_K=2)) is None
     (True, False)
     """
-    if (p["TMA"] and p.get("TMA_STORE") in (1, 2) and p["SPLIT_K"] == 1 and not p["WARP_SPEC"]
-            and p["num_ctas"] == 1 and not p["maxnreg"] and not (p.get("STREAM_K") or p.get("A_REG"))):
+    if (
+        p["TMA"]
+        and p.get("TMA_STORE") in (1, 2)
+        and p["SPLIT_K"] == 1
+        and not p["WARP_SPEC"]
+        and p["num_ctas"] == 1
+        and not p["maxnreg"]
+        and not (p.get("STREAM_K") or p.get("A_REG"))
+    ):
         return None
-    return ("Gluon: a TMA tile stored by TMA (TMA_STORE=1 whole, 2 in halves), without split-K, stream-K, A_REG, "
-            "WARP_SPEC (it is warp-specialised itself), a cluster or maxnreg")
+    return (
+        "Gluon: a TMA tile stored by TMA (TMA_STORE=1 whole, 2 in halves), without split-K, stream-K, A_REG, "
+        "WARP_SPEC (it is warp-specialised itself), a cluster or maxnreg"
+    )
 
 
 def gluon_warps(bm: int) -> int:
@@ -250,8 +284,10 @@ def _gluon(limit: int, elem_bytes: int):
             # each consumer stages its own C
             need = _pipeline_bytes(p, elem_bytes) + 2 * _staged_c_bytes(p, elem_bytes) + 512
             if need > limit:
-                return (f"Gluon ping-pong: the pipeline, two consumers' C staging and the barriers need {need} B "
-                        f"of shared memory > {limit} B")
+                return (
+                    f"Gluon ping-pong: the pipeline, two consumers' C staging and the barriers need {need} B "
+                    f"of shared memory > {limit} B"
+                )
             return None
         if p.get("SWAP_AB"):  # the tile transposed: BN the MMA's rows, BM (the tokens) its narrow side
             if not (p["BM"] <= 64 and p["BN"] in (64, 128) and p["num_warps"] == 4 * (p["BN"] // 64)):
@@ -262,14 +298,17 @@ def _gluon(limit: int, elem_bytes: int):
             if p["BM"] < 64 or p["BN"] < 64:
                 return "Gluon: a warpgroup MMA tile of at least 64 x 64"
             if p["num_warps"] != gluon_warps(p["BM"]):
-                return (f"Gluon: one consumer warpgroup per 64 rows, at most two (BM={p['BM']}: "
-                        f"{gluon_warps(p['BM'])} warps)")
+                return (
+                    f"Gluon: one consumer warpgroup per 64 rows, at most two (BM={p['BM']}: "
+                    f"{gluon_warps(p['BM'])} warps)"
+                )
         # the pipeline's slots, C's staging and the slots' barriers (sm_90 builds: 128x256
         # s4 in halves 229556 B = 196608 + 32768 + 180; 64x64 s12 205108 = 196608 + 8192 + 308)
         need = _pipeline_bytes(p, elem_bytes) + _staged_c_bytes(p, elem_bytes) + 512
         if need > limit:
             return f"Gluon: the pipeline, C's staging and the barriers need {need} B of shared memory > {limit} B"
         return None
+
     return check
 
 
@@ -279,10 +318,18 @@ def _swap_ab(p: Point) -> str | None:
     return None
 
 
-def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-               swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False, a_reg: bool = False, gluon: bool = False,
-               warp_spec: bool = False) -> SearchSpace:
+def gemm_space(
+    *,
+    elem_bytes: int = 2,
+    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+    swap_ab: bool = False,
+    stream_k: bool = False,
+    tma_store: bool = False,
+    bn_tail: bool = False,
+    a_reg: bool = False,
+    gluon: bool = False,
+    warp_spec: bool = False,
+) -> SearchSpace:
     """Tiles, grouping, warps, stages, split-K (and where its partials are summed),
     persistence, TMA, warp specialisation, cluster size and a register cap of
     C = epilogue(A @ B); with `swap_ab` also the SWAP_AB gene (the tile computed as B^T A^T,
@@ -341,36 +388,56 @@ def gemm_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_ME
             Choice("num_ctas", [1, 2]),
             Choice("maxnreg", [0, 128, 168, 232]),
         ],
-        constraints=[shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes), thread_limit(),
-                     Constraint(_registers, "registers"),
-                     Constraint(_warp_spec(shared_memory_bytes, elem_bytes, warp_spec), "warp specialisation"),
-                     Constraint(_fixup, "split-K fixup")],
+        constraints=[
+            shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes),
+            thread_limit(),
+            Constraint(_registers, "registers"),
+            Constraint(_warp_spec(shared_memory_bytes, elem_bytes, warp_spec), "warp specialisation"),
+            Constraint(_fixup, "split-K fixup"),
+        ],
         name="gemm_hopper",
     )
     if swap_ab:
-        space = SearchSpace([*space.params, Choice("SWAP_AB", [0, 1])], constraints=[*space.constraints,
-                            Constraint(_swap_ab, "swap-AB")], name="gemm_hopper_swapab")
+        space = SearchSpace(
+            [*space.params, Choice("SWAP_AB", [0, 1])],
+            constraints=[*space.constraints, Constraint(_swap_ab, "swap-AB")],
+            name="gemm_hopper_swapab",
+        )
     if stream_k:
-        space = SearchSpace([*space.params, Choice("STREAM_K", [0, 1])], constraints=[*space.constraints,
-                            Constraint(_stream_k(shared_memory_bytes, elem_bytes), "stream-K")],
-                            name=space.name + "_streamk")
+        space = SearchSpace(
+            [*space.params, Choice("STREAM_K", [0, 1])],
+            constraints=[*space.constraints, Constraint(_stream_k(shared_memory_bytes, elem_bytes), "stream-K")],
+            name=space.name + "_streamk",
+        )
     if tma_store:
-        space = SearchSpace([*space.params, Choice("TMA_STORE", [0, 1, 2])], constraints=[*space.constraints,
-                            Constraint(_tma_store(shared_memory_bytes, elem_bytes), "TMA store")],
-                            name=space.name + "_tmastore")
+        space = SearchSpace(
+            [*space.params, Choice("TMA_STORE", [0, 1, 2])],
+            constraints=[*space.constraints, Constraint(_tma_store(shared_memory_bytes, elem_bytes), "TMA store")],
+            name=space.name + "_tmastore",
+        )
     if bn_tail:
-        space = SearchSpace([*space.params, Choice("BN_TAIL", [0, 32, 64])], constraints=[*space.constraints,
-                            Constraint(_bn_tail(shared_memory_bytes, elem_bytes), "BN tail")],
-                            name=space.name + "_bntail")
+        space = SearchSpace(
+            [*space.params, Choice("BN_TAIL", [0, 32, 64])],
+            constraints=[*space.constraints, Constraint(_bn_tail(shared_memory_bytes, elem_bytes), "BN tail")],
+            name=space.name + "_bntail",
+        )
     if a_reg:
-        space = SearchSpace([*space.params, Choice("A_REG", [0, 1])], constraints=[*space.constraints,
-                            Constraint(_a_reg, "A in registers")], name=space.name + "_areg")
+        space = SearchSpace(
+            [*space.params, Choice("A_REG", [0, 1])],
+            constraints=[*space.constraints, Constraint(_a_reg, "A in registers")],
+            name=space.name + "_areg",
+        )
     if gluon:
         if not tma_store:
-            raise ValueError("gemm_space(gluon=True) needs tma_store=True: the Gluon kernel's C store is the "
-                             "TMA_STORE gene (1 whole, 2 in halves)")
-        space = SearchSpace([*space.params, Choice("GLUON", [0, 1, 2])], constraints=[*space.constraints,
-                            Constraint(_gluon(shared_memory_bytes, elem_bytes), "Gluon")], name=space.name + "_gluon")
+            raise ValueError(
+                "gemm_space(gluon=True) needs tma_store=True: the Gluon kernel's C store is the "
+                "TMA_STORE gene (1 whole, 2 in halves)"
+            )
+        space = SearchSpace(
+            [*space.params, Choice("GLUON", [0, 1, 2])],
+            constraints=[*space.constraints, Constraint(_gluon(shared_memory_bytes, elem_bytes), "Gluon")],
+            name=space.name + "_gluon",
+        )
     return space
 
 

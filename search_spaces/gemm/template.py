@@ -89,12 +89,37 @@ __all__ = [
     "torch_source",
 ]
 
-PARAMS: tuple[str, ...] = ("BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages", "SPLIT_K", "SPLITK_FIXUP",
-                           "PERSISTENT", "TMA", "WARP_SPEC", "num_ctas", "maxnreg")
+PARAMS: tuple[str, ...] = (
+    "BM",
+    "BN",
+    "BK",
+    "GROUP_M",
+    "num_warps",
+    "num_stages",
+    "SPLIT_K",
+    "SPLITK_FIXUP",
+    "PERSISTENT",
+    "TMA",
+    "WARP_SPEC",
+    "num_ctas",
+    "maxnreg",
+)
 #: A sensible configuration (Triton's matmul tutorial's Hopper default, no extras).
-DEFAULTS: dict[str, int] = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-                            "SPLIT_K": 1, "SPLITK_FIXUP": 0, "PERSISTENT": 0, "TMA": 0, "WARP_SPEC": 0,
-                            "num_ctas": 1, "maxnreg": 0}
+DEFAULTS: dict[str, int] = {
+    "BM": 128,
+    "BN": 128,
+    "BK": 64,
+    "GROUP_M": 8,
+    "num_warps": 8,
+    "num_stages": 3,
+    "SPLIT_K": 1,
+    "SPLITK_FIXUP": 0,
+    "PERSISTENT": 0,
+    "TMA": 0,
+    "WARP_SPEC": 0,
+    "num_ctas": 1,
+    "maxnreg": 0,
+}
 ACTIVATIONS: dict[str, int] = {"none": 0, "relu": 1, "silu": 2, "gelu_tanh": 3}
 #: Genes a genome may carry beyond PARAMS (0 when absent): SWAP_AB, the transposed tile;
 #: STREAM_K, the persistent schedule's last tiles split by K steps; TMA_STORE, C written
@@ -206,8 +231,14 @@ class _Plan:
     gluon: Any = None
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None,
-          activation: str, cfg: Mapping[str, int]) -> tuple[_Plan, torch.Tensor]:
+def _plan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    activation: str,
+    cfg: Mapping[str, int],
+) -> tuple[_Plan, torch.Tensor]:
     """`gemm`'s checks and arithmetic for these inputs at configuration `cfg` (every gene,
     `_genes`), and the C they were made with (the first call's output)."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[0], f"shapes: {tuple(a.shape)} @ {tuple(b.shape)}"
@@ -215,8 +246,9 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     BM, BN, BK, SPLIT_K, PERSISTENT, TMA = (cfg[k] for k in ("BM", "BN", "BK", "SPLIT_K", "PERSISTENT", "TMA"))
-    WARP_SPEC, num_ctas, maxnreg, SWAP_AB, STREAM_K = (cfg[k] for k in ("WARP_SPEC", "num_ctas", "maxnreg",
-                                                                        "SWAP_AB", "STREAM_K"))
+    WARP_SPEC, num_ctas, maxnreg, SWAP_AB, STREAM_K = (
+        cfg[k] for k in ("WARP_SPEC", "num_ctas", "maxnreg", "SWAP_AB", "STREAM_K")
+    )
     TMA_STORE, BN_TAIL, A_REG, GLUON = cfg["TMA_STORE"], cfg["BN_TAIL"], cfg["A_REG"], cfg["GLUON"]
     if GLUON:
         from evokernel.search_spaces.gemm.space import gluon_misfit  # (the space's rule)
@@ -226,12 +258,27 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
             raise ValueError(misfit)
         from evokernel.search_spaces.gemm import template_gluon as gluon_gemm
 
-        gplan, c = gluon_gemm.plan_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN,
-                                         BK=BK, GROUP_M=cfg["GROUP_M"], num_warps=cfg["num_warps"],
-                                         num_stages=cfg["num_stages"], PERSISTENT=PERSISTENT, EPI_SPLIT=TMA_STORE,
-                                         BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB, PINGPONG=int(GLUON == 2))
-        return _Plan(shape=(c.shape[0], c.shape[1]), dtype=c.dtype, device=c.device, empty=gplan is None,
-                     gluon=gplan), c
+        gplan, c = gluon_gemm.plan_gluon(
+            a,
+            b,
+            bias=bias,
+            residual=residual,
+            activation=activation,
+            BM=BM,
+            BN=BN,
+            BK=BK,
+            GROUP_M=cfg["GROUP_M"],
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
+            PERSISTENT=PERSISTENT,
+            EPI_SPLIT=TMA_STORE,
+            BN_TAIL=BN_TAIL,
+            SWAP_AB=SWAP_AB,
+            PINGPONG=int(GLUON == 2),
+        )
+        return _Plan(
+            shape=(c.shape[0], c.shape[1]), dtype=c.dtype, device=c.device, empty=gplan is None, gluon=gplan
+        ), c
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -241,14 +288,17 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
         assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
     if residual is not None:
         assert residual.shape == (M, N), f"residual must be [{M}, {N}], got {tuple(residual.shape)}"
-    if BN_TAIL and not (BN_TAIL in (16, 32, 64, 128) and BN_TAIL < BN and SPLIT_K == 1 and not SWAP_AB
-                        and not STREAM_K):
-        raise ValueError(f"BN_TAIL={BN_TAIL}: a tail of 16-128 columns, narrower than BN={BN}, without split-K, "
-                         "swap-AB or stream-K")
+    if BN_TAIL and not (
+        BN_TAIL in (16, 32, 64, 128) and BN_TAIL < BN and SPLIT_K == 1 and not SWAP_AB and not STREAM_K
+    ):
+        raise ValueError(
+            f"BN_TAIL={BN_TAIL}: a tail of 16-128 columns, narrower than BN={BN}, without split-K, swap-AB or stream-K"
+        )
     W = BN + BN_TAIL  # the tile's width
     if A_REG and not (W in (128, 192, 256) and SPLIT_K == 1 and not SWAP_AB and not STREAM_K):
-        raise ValueError(f"A_REG: a tile 128, 192 or 256 columns wide (BN + BN_TAIL = {W}), without split-K, "
-                         "swap-AB or stream-K")
+        raise ValueError(
+            f"A_REG: a tile 128, 192 or 256 columns wide (BN + BN_TAIL = {W}), without split-K, swap-AB or stream-K"
+        )
     assert _fits_int32(a, M + BM, K + BK) and _fits_int32(b, K + BK, N + W) and _fits_int32(c, M + BM, N + W), (
         "tensors too large for the template's int32 offsets"
     )
@@ -269,8 +319,10 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
             if TMA_STORE:
                 descs.append(("c2_desc", 2, (BM, chunk)))
     if STREAM_K and not (PERSISTENT and SPLIT_K == 1 and not WARP_SPEC):
-        raise ValueError("STREAM_K is a schedule of the persistent kernel without split-K or warp specialisation "
-                         "(PERSISTENT=1, SPLIT_K=1, WARP_SPEC=0)")
+        raise ValueError(
+            "STREAM_K is a schedule of the persistent kernel without split-K or warp specialisation "
+            "(PERSISTENT=1, SPLIT_K=1, WARP_SPEC=0)"
+        )
     if K == 0:  # no K steps to deal out: the whole-tile schedule writes the epilogue of zeros
         STREAM_K = 0
     ws = (SPLIT_K, M, N) if SPLIT_K > 1 else None
@@ -293,14 +345,39 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
         launch["maxnreg"] = maxnreg
     epi = {"HAS_BIAS": bias is not None, "ACT": ACTIVATIONS[activation], "HAS_RES": residual is not None}
     static: dict[str, Any] = dict(
-        M=M, N=N, K=K, stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
-        stride_cm=c.stride(0), stride_cn=c.stride(1), stride_rm=res.stride(0), stride_rn=res.stride(1),
-        num_programs=programs, BM=BM, BN=BN, BK=BK, GROUP_M=cfg["GROUP_M"], SPLIT_K=SPLIT_K, FIXUP=fixup,
-        PERSISTENT=bool(PERSISTENT), TMA=bool(TMA), WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT),
-        WS_K=bool(WARP_SPEC) and not PERSISTENT, EVEN_K=K % BK == 0,
-        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32", SWAP_AB=bool(SWAP_AB),
-        STREAM_K=bool(STREAM_K), sk_tiles=sk_tiles, TMA_STORE=int(TMA_STORE), BNT=int(BN_TAIL), AREG=bool(A_REG),
-        HOLD=bool(A_REG) and a.is_cuda, **epi, **launch,
+        M=M,
+        N=N,
+        K=K,
+        stride_am=a.stride(0),
+        stride_ak=a.stride(1),
+        stride_bk=b.stride(0),
+        stride_bn=b.stride(1),
+        stride_cm=c.stride(0),
+        stride_cn=c.stride(1),
+        stride_rm=res.stride(0),
+        stride_rn=res.stride(1),
+        num_programs=programs,
+        BM=BM,
+        BN=BN,
+        BK=BK,
+        GROUP_M=cfg["GROUP_M"],
+        SPLIT_K=SPLIT_K,
+        FIXUP=fixup,
+        PERSISTENT=bool(PERSISTENT),
+        TMA=bool(TMA),
+        WS_TILES=bool(WARP_SPEC) and bool(PERSISTENT),
+        WS_K=bool(WARP_SPEC) and not PERSISTENT,
+        EVEN_K=K % BK == 0,
+        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        SWAP_AB=bool(SWAP_AB),
+        STREAM_K=bool(STREAM_K),
+        sk_tiles=sk_tiles,
+        TMA_STORE=int(TMA_STORE),
+        BNT=int(BN_TAIL),
+        AREG=bool(A_REG),
+        HOLD=bool(A_REG) and a.is_cuda,
+        **epi,
+        **launch,
     )
     given = {name for name, _, _ in descs}
     static.update({name: None for name in _DESCRIPTORS if name not in given})
@@ -308,10 +385,31 @@ def _plan(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual:
     if SPLIT_K > 1 and not fixup:
         RB, RN = 32, 128
         reduce_grid = (triton.cdiv(M, RB), triton.cdiv(N, RN))
-        reduce_static = dict(M=M, N=N, stride_cm=c.stride(0), stride_cn=c.stride(1), stride_rm=res.stride(0),
-                             stride_rn=res.stride(1), SPLIT_K=SPLIT_K, BM=RB, BN=RN, **epi, num_warps=4)
-    return _Plan(shape=(M, N), dtype=a.dtype, device=a.device, ws=ws, counters=counters, descs=tuple(descs),
-                 grid=(programs,), static=static, reduce_grid=reduce_grid, reduce_static=reduce_static or {}), c
+        reduce_static = dict(
+            M=M,
+            N=N,
+            stride_cm=c.stride(0),
+            stride_cn=c.stride(1),
+            stride_rm=res.stride(0),
+            stride_rn=res.stride(1),
+            SPLIT_K=SPLIT_K,
+            BM=RB,
+            BN=RN,
+            **epi,
+            num_warps=4,
+        )
+    return _Plan(
+        shape=(M, N),
+        dtype=a.dtype,
+        device=a.device,
+        ws=ws,
+        counters=counters,
+        descs=tuple(descs),
+        grid=(programs,),
+        static=static,
+        reduce_grid=reduce_grid,
+        reduce_static=reduce_static or {},
+    ), c
 
 
 class _Launches:
@@ -337,16 +435,24 @@ class _Launches:
             self.main = KernelLaunch(gluon_gemm._gluon_gemm_kernel, g.grid, g.static, gluon_gemm.GLUON_ARGS, fast=fast)
             self._make = g.descriptor
         elif not plan.empty:
-            self.main = KernelLaunch(_gemm_kernel, plan.grid, plan.static,
-                                     _TENSOR_ARGS + tuple(name for name, _, _ in plan.descs), fast=fast)
+            self.main = KernelLaunch(
+                _gemm_kernel, plan.grid, plan.static, _TENSOR_ARGS + tuple(name for name, _, _ in plan.descs), fast=fast
+            )
             if plan.reduce_grid is not None:
-                self.reduce = KernelLaunch(_splitk_reduce_kernel, plan.reduce_grid, plan.reduce_static, _REDUCE_ARGS,
-                                           fast=fast)
+                self.reduce = KernelLaunch(
+                    _splitk_reduce_kernel, plan.reduce_grid, plan.reduce_static, _REDUCE_ARGS, fast=fast
+                )
             self._make = self._triton_descriptor
         self._templates: list[Any] = []
 
-    def _direct(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                residual: torch.Tensor | None) -> bool:
+    def _direct(
+        self,
+        c: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        bias: torch.Tensor | None,
+        residual: torch.Tensor | None,
+    ) -> bool:
         """Launch through the compiled kernels' raw launches (`KernelLaunch.direct`, the
         plan's launches checked in one go), each descriptor given as its tensor (the plan's
         signature fixes their shapes and strides), the split-K workspace kept per stream and
@@ -365,8 +471,19 @@ class _Launches:
             tensors = (a, b, c)
             bases = [tensors[src] for src, _, _ in g.descs]
             s = g.slots
-            raw(stream, (bases[s[0]], bases[s[1]], bases[s[2]], bases[s[3]], bases[s[4]],
-                         bias if bias is not None else c, residual if residual is not None else c), True)
+            raw(
+                stream,
+                (
+                    bases[s[0]],
+                    bases[s[1]],
+                    bases[s[2]],
+                    bases[s[3]],
+                    bases[s[4]],
+                    bias if bias is not None else c,
+                    residual if residual is not None else c,
+                ),
+                True,
+            )
             _LAST["kernel"] = gluon_gemm.LAST["kernel"] = self.main._handle.compiled
             return True
         ws = c
@@ -384,16 +501,31 @@ class _Launches:
         _LAST["kernel"] = self.main._handle.compiled
         return True
 
-    def _arguments(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, ws: torch.Tensor,
-                   bias: torch.Tensor | None, residual: torch.Tensor | None) -> tuple:
+    def _arguments(
+        self,
+        c: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        ws: torch.Tensor,
+        bias: torch.Tensor | None,
+        residual: torch.Tensor | None,
+    ) -> tuple:
         """The Triton kernel's dynamic arguments but its descriptors (a, b, c, the workspace,
         the fixup's counters, bias and residual, C standing in for those not given), then the
         tensor each of the plan's descriptors is over."""
         plan = self.plan
         counters = _tile_counters(plan.device, plan.counters) if plan.counters else c
         tensors = (a, b, c)
-        return (a, b, c, ws, counters, bias if bias is not None else c, residual if residual is not None else c,
-                *[tensors[src] for _, src, _ in plan.descs])
+        return (
+            a,
+            b,
+            c,
+            ws,
+            counters,
+            bias if bias is not None else c,
+            residual if residual is not None else c,
+            *[tensors[src] for _, src, _ in plan.descs],
+        )
 
     def _triton_descriptor(self, j: int, t: torch.Tensor) -> Any:
         from triton.tools.tensor_descriptor import TensorDescriptor
@@ -409,8 +541,14 @@ class _Launches:
             self._templates.append(quick_descriptor(d, None))
         return d
 
-    def __call__(self, c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                 residual: torch.Tensor | None) -> torch.Tensor:
+    def __call__(
+        self,
+        c: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        bias: torch.Tensor | None,
+        residual: torch.Tensor | None,
+    ) -> torch.Tensor:
         """C = epilogue(a @ b), into the caller's c (of the plan's shape, dtype and device)."""
         plan = self.plan
         if plan.empty:
@@ -431,12 +569,33 @@ class _Launches:
         return c
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
-         residual: torch.Tensor | None = None, activation: str = "none",
-         BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, SPLIT_K: int = 1,
-         SPLITK_FIXUP: int = 0, PERSISTENT: int = 0, TMA: int = 0, WARP_SPEC: int = 0, num_ctas: int = 1,
-         maxnreg: int = 0, SWAP_AB: int = 0, STREAM_K: int = 0, TMA_STORE: int = 0,
-         BN_TAIL: int = 0, A_REG: int = 0, GLUON: int = 0) -> torch.Tensor:
+def gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    activation: str = "none",
+    BM: int,
+    BN: int,
+    BK: int,
+    GROUP_M: int,
+    num_warps: int,
+    num_stages: int,
+    SPLIT_K: int = 1,
+    SPLITK_FIXUP: int = 0,
+    PERSISTENT: int = 0,
+    TMA: int = 0,
+    WARP_SPEC: int = 0,
+    num_ctas: int = 1,
+    maxnreg: int = 0,
+    SWAP_AB: int = 0,
+    STREAM_K: int = 0,
+    TMA_STORE: int = 0,
+    BN_TAIL: int = 0,
+    A_REG: int = 0,
+    GLUON: int = 0,
+) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype, with one configuration of the template (`SWAP_AB`: the
     tile computed as B^T A^T, for few tokens; `STREAM_K`: the persistent schedule's last
     tiles split by K steps over the programs; `BN_TAIL`: tiles BN + BN_TAIL wide; `GLUON`:
@@ -446,17 +605,35 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
     The reference path: every call checks everything and launches through Triton's JIT.
     `GemmLauncher` runs the same plan and kernels with the checks and the JIT's binding done
     once per input signature (bitwise the same results, a fraction of the host time)."""
-    cfg = {"BM": BM, "BN": BN, "BK": BK, "GROUP_M": GROUP_M, "num_warps": num_warps, "num_stages": num_stages,
-           "SPLIT_K": SPLIT_K, "SPLITK_FIXUP": SPLITK_FIXUP, "PERSISTENT": PERSISTENT, "TMA": TMA,
-           "WARP_SPEC": WARP_SPEC, "num_ctas": num_ctas, "maxnreg": maxnreg, "SWAP_AB": SWAP_AB, "STREAM_K": STREAM_K,
-           "TMA_STORE": TMA_STORE, "BN_TAIL": BN_TAIL, "A_REG": A_REG, "GLUON": GLUON}
+    cfg = {
+        "BM": BM,
+        "BN": BN,
+        "BK": BK,
+        "GROUP_M": GROUP_M,
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+        "SPLIT_K": SPLIT_K,
+        "SPLITK_FIXUP": SPLITK_FIXUP,
+        "PERSISTENT": PERSISTENT,
+        "TMA": TMA,
+        "WARP_SPEC": WARP_SPEC,
+        "num_ctas": num_ctas,
+        "maxnreg": maxnreg,
+        "SWAP_AB": SWAP_AB,
+        "STREAM_K": STREAM_K,
+        "TMA_STORE": TMA_STORE,
+        "BN_TAIL": BN_TAIL,
+        "A_REG": A_REG,
+        "GLUON": GLUON,
+    }
     plan, c = _plan(a, b, bias, residual, activation, cfg)
     return _Launches(plan, fast=False)(c, a, b, bias, residual)
 
 
 #: the optional genes' defaults (gemm's)
 _GENE_DEFAULTS: dict[str, int] = {
-    name: p.default for name, p in inspect.signature(gemm).parameters.items()
+    name: p.default
+    for name, p in inspect.signature(gemm).parameters.items()
     if name in PARAMS + OPTIONAL and p.default is not inspect.Parameter.empty
 }
 
@@ -467,22 +644,33 @@ def _genes(params: Mapping[str, int]) -> dict[str, int]:
     unknown = set(params) - set(PARAMS + OPTIONAL)
     missing = set(PARAMS) - set(_GENE_DEFAULTS) - set(params)
     if unknown or missing:
-        raise TypeError(f"a GEMM configuration has the genes {list(PARAMS)} (and optionally {list(OPTIONAL)}); "
-                        f"unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+        raise TypeError(
+            f"a GEMM configuration has the genes {list(PARAMS)} (and optionally {list(OPTIONAL)}); "
+            f"unknown: {sorted(unknown)}, missing: {sorted(missing)}"
+        )
     return {**_GENE_DEFAULTS, **{k: int(v) for k, v in params.items()}}
 
 
-def _signature(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-               residual: torch.Tensor | None) -> tuple:
+def _signature(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, residual: torch.Tensor | None) -> tuple:
     """All a plan depends on, and all Triton specialises a launch on, of a call's inputs:
     shapes, strides, dtypes, devices, and whether each pointer is 16-byte aligned (C, the
     workspace and the counters are fresh allocations, always aligned)."""
-    return (a.shape, a.stride(), a.dtype, a.get_device(), a.data_ptr() % 16 == 0,
-            b.shape, b.stride(), b.dtype, b.get_device(), b.data_ptr() % 16 == 0,
-            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(),
-                                       bias.data_ptr() % 16 == 0),
-            None if residual is None else (residual.shape, residual.stride(), residual.dtype, residual.get_device(),
-                                           residual.data_ptr() % 16 == 0))
+    return (
+        a.shape,
+        a.stride(),
+        a.dtype,
+        a.get_device(),
+        a.data_ptr() % 16 == 0,
+        b.shape,
+        b.stride(),
+        b.dtype,
+        b.get_device(),
+        b.data_ptr() % 16 == 0,
+        None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.data_ptr() % 16 == 0),
+        None
+        if residual is None
+        else (residual.shape, residual.stride(), residual.dtype, residual.get_device(), residual.data_ptr() % 16 == 0),
+    )
 
 
 class GemmLauncher:
@@ -516,8 +704,9 @@ class GemmLauncher:
         self._cfg = _genes(params)
         self._plans: dict[tuple, _Launches] = {}
 
-    def __call__(self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None,
-                 residual: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
         key = _signature(a, b, bias, residual)
         launches = self._plans.get(key)
         if launches is None:
@@ -532,8 +721,11 @@ class GemmLauncher:
     def stats(self) -> dict[str, int]:
         """Plans made, and launches through the JIT and through the compiled handles."""
         runs = [x for p in self._plans.values() for x in (p.main, p.reduce) if x is not None]
-        return {"plans": len(self._plans), "jit_launches": sum(x.jit_calls for x in runs),
-                "fast_launches": sum(x.fast_calls for x in runs)}
+        return {
+            "plans": len(self._plans),
+            "jit_launches": sum(x.jit_calls for x in runs),
+            "fast_launches": sum(x.fast_calls for x in runs),
+        }
 
 
 _CANDIDATE = '''"""Candidate: the Hopper GEMM template at one configuration (generated)."""
@@ -552,8 +744,9 @@ def kernel({args}):
 '''
 
 
-def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual: bool = False,
-                     activation: str = "none") -> str:
+def candidate_source(
+    params: Mapping[str, int], *, bias: bool = False, residual: bool = False, activation: str = "none"
+) -> str:
     """The text of a candidate module running the template at `params` (a `GemmLauncher`
     built at import from its literal `CONFIG`, which the evaluator binds a genome into), with
     the problem's epilogue (its inputs are a, b, then bias and residual where present)."""
@@ -564,8 +757,7 @@ def candidate_source(params: Mapping[str, int], *, bias: bool = False, residual:
     call = ["a", "b"] + (["bias=bias"] if bias else []) + (["residual=residual"] if residual else [])
     launcher = f", activation={activation!r}" if activation != "none" else ""
     config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
-    return _CANDIDATE.format(config="{" + config + "}", args=", ".join(args), call=", ".join(call),
-                             launcher=launcher)
+    return _CANDIDATE.format(config="{" + config + "}", args=", ".join(args), call=", ".join(call), launcher=launcher)
 
 
 _TORCH = '''"""Baseline: torch.matmul (cuBLAS), then the epilogue in eager torch (generated)."""
@@ -595,7 +787,11 @@ def torch_source(*, bias: bool = False, residual: bool = False, activation: str 
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     args = ["a", "b"] + (["bias"] if bias else []) + (["residual"] if residual else [])
     body = "    x = x + bias\n" if bias else ""
-    body += {"none": "", "relu": "    x = torch.relu(x)\n", "silu": "    x = F.silu(x)\n",
-             "gelu_tanh": "    x = F.gelu(x, approximate=\"tanh\")\n"}[activation]
+    body += {
+        "none": "",
+        "relu": "    x = torch.relu(x)\n",
+        "silu": "    x = F.silu(x)\n",
+        "gelu_tanh": '    x = F.gelu(x, approximate="tanh")\n',
+    }[activation]
     body += "    x = x + residual\n" if residual else ""
     return _TORCH.format(args=", ".join(args), body=body)

@@ -92,16 +92,33 @@ def _tile_of(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
-def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K,
-              BM: gl.constexpr, BN: gl.constexpr, BNT: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
-              STAGES: gl.constexpr):
+def _producer(
+    a_desc,
+    b_desc,
+    b2_desc,
+    a_bufs,
+    b_bufs,
+    b2_bufs,
+    ready,
+    empty,
+    M,
+    N,
+    K,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    BNT: gl.constexpr,
+    BK: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+):
     """One warp: the TMA loads of every tile this program owns, into the ring of slots (A,
     B's BN columns, and the tail's BNT columns where BNT > 0)."""
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN + BNT)
     k_tiles = gl.cdiv(K, BK)
-    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes + \
-        (b2_desc.block_type.nbytes if BNT > 0 else 0)
+    nbytes: gl.constexpr = (
+        a_desc.block_type.nbytes + b_desc.block_type.nbytes + (b2_desc.block_type.nbytes if BNT > 0 else 0)
+    )
     it = 0  # slot uses so far: slot it % STAGES, its round (it // STAGES) gives the phase
     for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -120,9 +137,24 @@ def _producer(a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M,
 
 
 @gluon.jit
-def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout: gl.constexpr,
-              BM: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr,
-              HAS_RES: gl.constexpr, TRANS: gl.constexpr = False):
+def _epilogue(
+    acc,
+    off_m,
+    off_n,
+    M,
+    N,
+    bias_ptr,
+    res_ptr,
+    stride_rm,
+    stride_rn,
+    layout: gl.constexpr,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    ACT: gl.constexpr,
+    HAS_RES: gl.constexpr,
+    TRANS: gl.constexpr = False,
+):
     """acc (fp32, MMA layout) -> act(acc + bias) + residual, fp32: `template._epilogue`;
     with TRANS, acc is the tile transposed (BN x BM: the swap-AB consumer's)."""
     offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(1 if TRANS else 0, layout))
@@ -147,11 +179,38 @@ def _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, 
 
 
 @gluon.jit
-def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_smem, c2_smem, bias_ptr, res_ptr, M, N, K,
-              stride_rm, stride_rn, BM: gl.constexpr, BN: gl.constexpr, BNT: gl.constexpr, BK: gl.constexpr,
-              GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, HAS_BIAS: gl.constexpr,
-              ACT: gl.constexpr, HAS_RES: gl.constexpr, WARPS: gl.constexpr, FIRST: gl.constexpr = 0,
-              STRIDE: gl.constexpr = 1):
+def _consumer(
+    a_bufs,
+    b_bufs,
+    b2_bufs,
+    ready,
+    empty,
+    turn,
+    c_desc,
+    c2_desc,
+    c_smem,
+    c2_smem,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    stride_rm,
+    stride_rn,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    BNT: gl.constexpr,
+    BK: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+    EPI_SPLIT: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    ACT: gl.constexpr,
+    HAS_RES: gl.constexpr,
+    WARPS: gl.constexpr,
+    FIRST: gl.constexpr = 0,
+    STRIDE: gl.constexpr = 1,
+):
     """A consumer: the MMAs of its tiles, one K step in flight behind the next, and the
     epilogue through TMA stores (the tail's columns as a second accumulator). Its tiles are
     the program's FIRST-th, then every STRIDE-th (ping-pong: two consumers take turns, one's
@@ -163,17 +222,18 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
     must never wait on a round of a slot whose earlier round the other has not yet waited
     for (tests/test_gluon_gemm.py models the protocol)."""
     # one warpgroup MMA per 16-row slice of warps, as wide as the tile (n up to 256)
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                     instr_shape=[16, BN, 16])
-    layout2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                      instr_shape=[16, BNT if BNT > 0 else 8, 16])
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 16])
+    layout2: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BNT if BNT > 0 else 8, 16]
+    )
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN + BNT)
     k_tiles = gl.cdiv(K, BK)
     it = FIRST * k_tiles
     n = 0
-    for tile in range(gl.program_id(0) + FIRST * gl.num_programs(0), num_pid_m * num_pid_n,
-                      STRIDE * gl.num_programs(0)):
+    for tile in range(
+        gl.program_id(0) + FIRST * gl.num_programs(0), num_pid_m * num_pid_n, STRIDE * gl.num_programs(0)
+    ):
         pid_m, pid_n = _tile_of(tile, num_pid_m, num_pid_n, GROUP_M)
         if STRIDE > 1:  # main loops in program tile order: the other consumer passed its ready waits
             mbarrier.wait(turn.index(FIRST), (n + FIRST + 1) & 1, pred=(n + FIRST) > 0)
@@ -190,7 +250,7 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
                 acc2 = warpgroup_mma(a_bufs.index(s), b2_bufs.index(s), acc2, is_async=True)
                 acc, acc2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc2))
             else:
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kt > 0)
             it += 1
         if STRIDE > 1:
@@ -199,13 +259,14 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
         if BNT > 0:
             acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
         else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_tiles > 0)
         off_m = pid_m * BM
         off_n = pid_n * (BN + BNT)
         if EPI_SPLIT == 1:
-            out = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
-                            HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
+            out = _epilogue(
+                acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN, HAS_BIAS, ACT, HAS_RES
+            ).to(c_desc.dtype)
             tma.store_wait(0)  # the last tile's stores have read c_smem (and c2_smem)
             c_smem.store(out)
             fence_async_shared()
@@ -214,21 +275,66 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
             # time (a whole tile's residual beside the accumulator spilled: 136-528 B)
             left, right = gl.split(gl.permute(gl.reshape(acc, [BM, 2, BN // 2]), [0, 2, 1]))
             half: gl.constexpr = left.type.layout
-            out = _epilogue(left, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, half, BM, BN // 2,
-                            HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
+            out = _epilogue(
+                left,
+                off_m,
+                off_n,
+                M,
+                N,
+                bias_ptr,
+                res_ptr,
+                stride_rm,
+                stride_rn,
+                half,
+                BM,
+                BN // 2,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+            ).to(c_desc.dtype)
             tma.store_wait(0)  # the last tile's stores have read c_smem (and c2_smem)
             c_smem.store(out)
             fence_async_shared()
             _tma_store(c_desc, [off_m, off_n], c_smem)
-            out = _epilogue(right, off_m, off_n + BN // 2, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, half, BM,
-                            BN // 2, HAS_BIAS, ACT, HAS_RES).to(c_desc.dtype)
+            out = _epilogue(
+                right,
+                off_m,
+                off_n + BN // 2,
+                M,
+                N,
+                bias_ptr,
+                res_ptr,
+                stride_rm,
+                stride_rn,
+                half,
+                BM,
+                BN // 2,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+            ).to(c_desc.dtype)
             tma.store_wait(0)
             c_smem.store(out)
             fence_async_shared()
             _tma_store(c_desc, [off_m, off_n + BN // 2], c_smem)
         if BNT > 0:
-            out2 = _epilogue(acc2, off_m, off_n + BN, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout2, BM,
-                             BNT, HAS_BIAS, ACT, HAS_RES).to(c2_desc.dtype)
+            out2 = _epilogue(
+                acc2,
+                off_m,
+                off_n + BN,
+                M,
+                N,
+                bias_ptr,
+                res_ptr,
+                stride_rm,
+                stride_rn,
+                layout2,
+                BM,
+                BNT,
+                HAS_BIAS,
+                ACT,
+                HAS_RES,
+            ).to(c2_desc.dtype)
             c2_smem.store(out2)
             fence_async_shared()
             _tma_store(c2_desc, [off_m, off_n + BN], c2_smem)
@@ -237,17 +343,36 @@ def _consumer(a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_sm
 
 
 @gluon.jit
-def _consumer_swapped(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K, stride_rm,
-                      stride_rn, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
-                      STAGES: gl.constexpr, HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr,
-                      WARPS: gl.constexpr):
+def _consumer_swapped(
+    a_bufs,
+    b_bufs,
+    ready,
+    empty,
+    c_desc,
+    c_smem,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    stride_rm,
+    stride_rn,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    BK: gl.constexpr,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    ACT: gl.constexpr,
+    HAS_RES: gl.constexpr,
+    WARPS: gl.constexpr,
+):
     """SWAP_AB's default partition: each tile computed transposed, C^T = B^T A^T, so the
     weights' BN columns fill the warpgroup MMA's 64-row side and the BM (16-64) tokens its
     narrow one (n = BM), as cuBLAS runs its small-batch tiles (64x16, 64x32); the
     operands are the same slots read through transposed views, the result transposed back
     on its way to C's TMA store."""
-    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                     instr_shape=[16, BM, 16])
+    layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BM, 16])
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
@@ -258,17 +383,32 @@ def _consumer_swapped(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, re
         for kt in range(k_tiles):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            acc = warpgroup_mma(b_bufs.index(s).permute((1, 0)), a_bufs.index(s).permute((1, 0)), acc,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            acc = warpgroup_mma(b_bufs.index(s).permute((1, 0)), a_bufs.index(s).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kt > 0)
             it += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_tiles > 0)
         off_m = pid_m * BM
         off_n = pid_n * BN
-        out = _epilogue(acc, off_m, off_n, M, N, bias_ptr, res_ptr, stride_rm, stride_rn, layout, BM, BN,
-                        HAS_BIAS, ACT, HAS_RES, True).to(c_desc.dtype)
+        out = _epilogue(
+            acc,
+            off_m,
+            off_n,
+            M,
+            N,
+            bias_ptr,
+            res_ptr,
+            stride_rm,
+            stride_rn,
+            layout,
+            BM,
+            BN,
+            HAS_BIAS,
+            ACT,
+            HAS_RES,
+            True,
+        ).to(c_desc.dtype)
         tma.store_wait(0)
         c_smem.store(gl.permute(out, [1, 0]))
         fence_async_shared()
@@ -277,10 +417,30 @@ def _consumer_swapped(a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, re
 
 
 @gluon.jit
-def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_ptr, M, N, K, stride_rm, stride_rn,
-                       GROUP_M: gl.constexpr, STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, BNT: gl.constexpr,
-                       HAS_BIAS: gl.constexpr, ACT: gl.constexpr, HAS_RES: gl.constexpr, num_warps: gl.constexpr,
-                       SWAP: gl.constexpr = False, PINGPONG: gl.constexpr = False):
+def _gluon_gemm_kernel(
+    a_desc,
+    b_desc,
+    b2_desc,
+    c_desc,
+    c2_desc,
+    bias_ptr,
+    res_ptr,
+    M,
+    N,
+    K,
+    stride_rm,
+    stride_rn,
+    GROUP_M: gl.constexpr,
+    STAGES: gl.constexpr,
+    EPI_SPLIT: gl.constexpr,
+    BNT: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    ACT: gl.constexpr,
+    HAS_RES: gl.constexpr,
+    num_warps: gl.constexpr,
+    SWAP: gl.constexpr = False,
+    PINGPONG: gl.constexpr = False,
+):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -308,32 +468,222 @@ def _gluon_gemm_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, bias_ptr, res_p
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
     if SWAP:
-        gl.warp_specialize([
-            (_consumer_swapped, (a_bufs, b_bufs, ready, empty, c_desc, c_smem, bias_ptr, res_ptr, M, N, K,
-                                 stride_rm, stride_rn, BM, BN, BK, GROUP_M, STAGES, HAS_BIAS, ACT, HAS_RES,
-                                 num_warps)),
-            (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
-                         GROUP_M, STAGES)),
-        ], [1], [24])
+        gl.warp_specialize(
+            [
+                (
+                    _consumer_swapped,
+                    (
+                        a_bufs,
+                        b_bufs,
+                        ready,
+                        empty,
+                        c_desc,
+                        c_smem,
+                        bias_ptr,
+                        res_ptr,
+                        M,
+                        N,
+                        K,
+                        stride_rm,
+                        stride_rn,
+                        BM,
+                        BN,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                        HAS_BIAS,
+                        ACT,
+                        HAS_RES,
+                        num_warps,
+                    ),
+                ),
+                (
+                    _producer,
+                    (
+                        a_desc,
+                        b_desc,
+                        b2_desc,
+                        a_bufs,
+                        b_bufs,
+                        b2_bufs,
+                        ready,
+                        empty,
+                        M,
+                        N,
+                        K,
+                        BM,
+                        BN,
+                        BNT,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                    ),
+                ),
+            ],
+            [1],
+            [24],
+        )
     elif PINGPONG:  # two consumer warpgroups taking turns at the program's tiles, then the producer
-        gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
-                         res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
-                         HAS_BIAS, ACT, HAS_RES, num_warps, 0, 2)),
-            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, d_smem, d2_smem, bias_ptr,
-                         res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
-                         HAS_BIAS, ACT, HAS_RES, num_warps, 1, 2)),
-            (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
-                         GROUP_M, STAGES)),
-        ], [num_warps, 1], [232, 24])
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (
+                        a_bufs,
+                        b_bufs,
+                        b2_bufs,
+                        ready,
+                        empty,
+                        turn,
+                        c_desc,
+                        c2_desc,
+                        c_smem,
+                        c2_smem,
+                        bias_ptr,
+                        res_ptr,
+                        M,
+                        N,
+                        K,
+                        stride_rm,
+                        stride_rn,
+                        BM,
+                        BN,
+                        BNT,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                        EPI_SPLIT,
+                        HAS_BIAS,
+                        ACT,
+                        HAS_RES,
+                        num_warps,
+                        0,
+                        2,
+                    ),
+                ),
+                (
+                    _consumer,
+                    (
+                        a_bufs,
+                        b_bufs,
+                        b2_bufs,
+                        ready,
+                        empty,
+                        turn,
+                        c_desc,
+                        c2_desc,
+                        d_smem,
+                        d2_smem,
+                        bias_ptr,
+                        res_ptr,
+                        M,
+                        N,
+                        K,
+                        stride_rm,
+                        stride_rn,
+                        BM,
+                        BN,
+                        BNT,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                        EPI_SPLIT,
+                        HAS_BIAS,
+                        ACT,
+                        HAS_RES,
+                        num_warps,
+                        1,
+                        2,
+                    ),
+                ),
+                (
+                    _producer,
+                    (
+                        a_desc,
+                        b_desc,
+                        b2_desc,
+                        a_bufs,
+                        b_bufs,
+                        b2_bufs,
+                        ready,
+                        empty,
+                        M,
+                        N,
+                        K,
+                        BM,
+                        BN,
+                        BNT,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                    ),
+                ),
+            ],
+            [num_warps, 1],
+            [232, 24],
+        )
     else:
-        gl.warp_specialize([
-            (_consumer, (a_bufs, b_bufs, b2_bufs, ready, empty, turn, c_desc, c2_desc, c_smem, c2_smem, bias_ptr,
-                         res_ptr, M, N, K, stride_rm, stride_rn, BM, BN, BNT, BK, GROUP_M, STAGES, EPI_SPLIT,
-                         HAS_BIAS, ACT, HAS_RES, num_warps)),
-            (_producer, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, b2_bufs, ready, empty, M, N, K, BM, BN, BNT, BK,
-                         GROUP_M, STAGES)),
-        ], [1], [24])
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (
+                        a_bufs,
+                        b_bufs,
+                        b2_bufs,
+                        ready,
+                        empty,
+                        turn,
+                        c_desc,
+                        c2_desc,
+                        c_smem,
+                        c2_smem,
+                        bias_ptr,
+                        res_ptr,
+                        M,
+                        N,
+                        K,
+                        stride_rm,
+                        stride_rn,
+                        BM,
+                        BN,
+                        BNT,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                        EPI_SPLIT,
+                        HAS_BIAS,
+                        ACT,
+                        HAS_RES,
+                        num_warps,
+                    ),
+                ),
+                (
+                    _producer,
+                    (
+                        a_desc,
+                        b_desc,
+                        b2_desc,
+                        a_bufs,
+                        b_bufs,
+                        b2_bufs,
+                        ready,
+                        empty,
+                        M,
+                        N,
+                        K,
+                        BM,
+                        BN,
+                        BNT,
+                        BK,
+                        GROUP_M,
+                        STAGES,
+                    ),
+                ),
+            ],
+            [1],
+            [24],
+        )
 
 
 def gluon_launch_maxnreg(num_warps: int) -> int | None:
@@ -371,39 +721,62 @@ class GluonPlan:
         return TensorDescriptor.from_tensor(t, list(block), layout)
 
 
-def plan_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
-               residual: torch.Tensor | None = None, activation: str = "none",
-               BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
-               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0,
-               PINGPONG: int = 0) -> tuple[GluonPlan | None, torch.Tensor]:
+def plan_gluon(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    activation: str = "none",
+    BM: int,
+    BN: int,
+    BK: int,
+    GROUP_M: int,
+    num_warps: int,
+    num_stages: int,
+    PERSISTENT: int = 0,
+    EPI_SPLIT: int = 1,
+    BN_TAIL: int = 0,
+    SWAP_AB: int = 0,
+    PINGPONG: int = 0,
+) -> tuple[GluonPlan | None, torch.Tensor]:
     """`gemm_gluon`'s checks and arithmetic for these inputs, and the C they were made with
     (the first call's output); the plan is None when M or N is 0 (C is all there is)."""
     if not a.is_cuda:
-        raise ValueError("the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not "
-                         "run Gluon kernels")
+        raise ValueError(
+            "the Gluon GEMM (GLUON=1) runs on a Hopper GPU only: Triton's CPU interpreter does not run Gluon kernels"
+        )
     if a.dtype not in (torch.bfloat16, torch.float16) or b.dtype != a.dtype:
         raise ValueError(f"the Gluon GEMM takes bf16 or fp16 A and B of one dtype, got {a.dtype} and {b.dtype}")
     if activation not in GLUON_ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(GLUON_ACTIVATIONS)}, got {activation!r}")
     if PINGPONG:
         if not (num_warps == 4 and BM in (64, 128) and not SWAP_AB):
-            raise ValueError(f"PINGPONG: two consumer warpgroups of 4 warps each, one tile of 64 or 128 rows each, "
-                             f"not swapped; got BM={BM}, num_warps={num_warps}")
+            raise ValueError(
+                f"PINGPONG: two consumer warpgroups of 4 warps each, one tile of 64 or 128 rows each, "
+                f"not swapped; got BM={BM}, num_warps={num_warps}"
+            )
     elif SWAP_AB:
-        if not (BM in (16, 32, 64) and BN in (64, 128) and num_warps == 4 * (BN // 64) and EPI_SPLIT == 1
-                and not BN_TAIL):
-            raise ValueError(f"SWAP_AB: BM 16-64 tokens, BN 64 or 128 (one warpgroup per 64: {4 * max(1, BN // 64)} "
-                             f"warps), C whole, no tail; got BM={BM}, BN={BN}, num_warps={num_warps}")
+        if not (
+            BM in (16, 32, 64) and BN in (64, 128) and num_warps == 4 * (BN // 64) and EPI_SPLIT == 1 and not BN_TAIL
+        ):
+            raise ValueError(
+                f"SWAP_AB: BM 16-64 tokens, BN 64 or 128 (one warpgroup per 64: {4 * max(1, BN // 64)} "
+                f"warps), C whole, no tail; got BM={BM}, BN={BN}, num_warps={num_warps}"
+            )
     elif num_warps != 4 * max(1, BM // 64) and not (BM == 256 and num_warps == 8):
-        raise ValueError(f"the Gluon GEMM runs one consumer warpgroup per 64 rows (BM={BM}: {4 * max(1, BM // 64)} "
-                         f"warps; 8 for BM=256), got num_warps={num_warps}")
+        raise ValueError(
+            f"the Gluon GEMM runs one consumer warpgroup per 64 rows (BM={BM}: {4 * max(1, BM // 64)} "
+            f"warps; 8 for BM=256), got num_warps={num_warps}"
+        )
     if EPI_SPLIT not in (1, 2):
         raise ValueError(f"EPI_SPLIT is 1 (C whole) or 2 (two halves), got {EPI_SPLIT}")
     if BN_TAIL and not (BN_TAIL in (32, 64) and BN_TAIL < BN and num_stages >= 2):
         raise ValueError(f"BN_TAIL is 32 or 64 columns, under BN={BN}, got {BN_TAIL}")
     if num_stages < 2:
-        raise ValueError("the Gluon GEMM needs at least 2 stages (a slot is released only after the next MMA is "
-                         "issued)")
+        raise ValueError(
+            "the Gluon GEMM needs at least 2 stages (a slot is released only after the next MMA is issued)"
+        )
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -411,8 +784,10 @@ def plan_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
         return None, c
     for name, t in (("A", a), ("B", b), ("C", c)):
         if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
-            raise ValueError(f"the Gluon GEMM loads and stores by TMA: {name} must be row-major with 16-byte "
-                             "aligned rows and base address")
+            raise ValueError(
+                f"the Gluon GEMM loads and stores by TMA: {name} must be row-major with 16-byte "
+                "aligned rows and base address"
+            )
     if bias is not None:
         assert bias.shape == (N,) and bias.is_contiguous(), f"bias must be a contiguous [{N}], got {tuple(bias.shape)}"
     if residual is not None:
@@ -438,31 +813,74 @@ def plan_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
     if BN_TAIL:  # the tail's own B and C descriptors
         descs += [desc(1, (BK, BN_TAIL)), desc(2, (BM, BN_TAIL))]
     slots = (0, 1, 3, 2, 4) if BN_TAIL else (0, 1, 1, 2, 2)
-    static = dict(M=M, N=N, K=K, stride_rm=res.stride(0), stride_rn=res.stride(1), GROUP_M=GROUP_M,
-                  STAGES=num_stages, EPI_SPLIT=EPI_SPLIT, BNT=BN_TAIL, SWAP=bool(SWAP_AB), PINGPONG=bool(PINGPONG),
-                  HAS_BIAS=bias is not None, ACT=GLUON_ACTIVATIONS[activation], HAS_RES=residual is not None,
-                  num_warps=num_warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+    static = dict(
+        M=M,
+        N=N,
+        K=K,
+        stride_rm=res.stride(0),
+        stride_rn=res.stride(1),
+        GROUP_M=GROUP_M,
+        STAGES=num_stages,
+        EPI_SPLIT=EPI_SPLIT,
+        BNT=BN_TAIL,
+        SWAP=bool(SWAP_AB),
+        PINGPONG=bool(PINGPONG),
+        HAS_BIAS=bias is not None,
+        ACT=GLUON_ACTIVATIONS[activation],
+        HAS_RES=residual is not None,
+        num_warps=num_warps,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
+    )
     return GluonPlan(grid=(programs,), descs=tuple(descs), slots=slots, static=static), c
 
 
-def launch_gluon(plan: GluonPlan, launch: Callable[..., Any], descriptor: Callable[[int, torch.Tensor], Any],
-                 c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None,
-                 residual: torch.Tensor | None) -> Any:
+def launch_gluon(
+    plan: GluonPlan,
+    launch: Callable[..., Any],
+    descriptor: Callable[[int, torch.Tensor], Any],
+    c: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+) -> Any:
     """Launch `plan` into c (of its shape, freshly allocated) through `launch` (an
     `evokernel.runtime.launch.KernelLaunch` of `_gluon_gemm_kernel` taking `GLUON_ARGS`), the
     descriptors made by `descriptor(j, tensor)`; returns what the launch returns."""
     tensors = (a, b, c)
     descs = [descriptor(j, tensors[src]) for j, (src, _, _) in enumerate(plan.descs)]
     s = plan.slots
-    LAST["kernel"] = launch(descs[s[0]], descs[s[1]], descs[s[2]], descs[s[3]], descs[s[4]],
-                            bias if bias is not None else c, residual if residual is not None else c)
+    LAST["kernel"] = launch(
+        descs[s[0]],
+        descs[s[1]],
+        descs[s[2]],
+        descs[s[3]],
+        descs[s[4]],
+        bias if bias is not None else c,
+        residual if residual is not None else c,
+    )
     return LAST["kernel"]
 
 
-def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
-               residual: torch.Tensor | None = None, activation: str = "none",
-               BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int, PERSISTENT: int = 0,
-               EPI_SPLIT: int = 1, BN_TAIL: int = 0, SWAP_AB: int = 0, PINGPONG: int = 0) -> torch.Tensor:
+def gemm_gluon(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    activation: str = "none",
+    BM: int,
+    BN: int,
+    BK: int,
+    GROUP_M: int,
+    num_warps: int,
+    num_stages: int,
+    PERSISTENT: int = 0,
+    EPI_SPLIT: int = 1,
+    BN_TAIL: int = 0,
+    SWAP_AB: int = 0,
+    PINGPONG: int = 0,
+) -> torch.Tensor:
     """epilogue(a @ b) in a's dtype (bf16 or fp16) by the Gluon kernel at one configuration:
     tiles BM x (BN + BN_TAIL), the tail (32 or 64 columns, under BN) as a second accumulator
     (192- and 320-wide tiles, as cuBLAS runs at Llama's qkv and Qwen3's); with
@@ -472,9 +890,24 @@ def gemm_gluon(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = 
     running under the other's main loop (CUTLASS's "ping-pong" Hopper kernel). Every call
     checks everything and launches through Triton's JIT (`template.GemmLauncher` plans
     once per input signature and launches the compiled kernel directly)."""
-    plan, c = plan_gluon(a, b, bias=bias, residual=residual, activation=activation, BM=BM, BN=BN, BK=BK,
-                         GROUP_M=GROUP_M, num_warps=num_warps, num_stages=num_stages, PERSISTENT=PERSISTENT,
-                         EPI_SPLIT=EPI_SPLIT, BN_TAIL=BN_TAIL, SWAP_AB=SWAP_AB, PINGPONG=PINGPONG)
+    plan, c = plan_gluon(
+        a,
+        b,
+        bias=bias,
+        residual=residual,
+        activation=activation,
+        BM=BM,
+        BN=BN,
+        BK=BK,
+        GROUP_M=GROUP_M,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        PERSISTENT=PERSISTENT,
+        EPI_SPLIT=EPI_SPLIT,
+        BN_TAIL=BN_TAIL,
+        SWAP_AB=SWAP_AB,
+        PINGPONG=PINGPONG,
+    )
     if plan is None:
         return c
     launch = KernelLaunch(_gluon_gemm_kernel, plan.grid, plan.static, GLUON_ARGS, fast=False)

@@ -48,11 +48,24 @@ def grouped_tile(pid, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 @triton.jit
 def _matmul_kernel(
-    a_ptr, b_ptr, c_ptr,
-    M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
 ):
     pid_m, pid_n = grouped_tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
 
@@ -87,8 +100,15 @@ def _fits_int32(t: torch.Tensor, rows: int, cols: int) -> bool:
 
 
 def matmul(
-    a: torch.Tensor, b: torch.Tensor, *,
-    BM: int, BN: int, BK: int, GROUP_M: int, num_warps: int, num_stages: int,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    BM: int,
+    BN: int,
+    BK: int,
+    GROUP_M: int,
+    num_warps: int,
+    num_stages: int,
 ) -> torch.Tensor:
     """C = a @ b in a's dtype (fp32 accumulation), with one configuration of the template.
 
@@ -109,11 +129,26 @@ def matmul(
     )
     grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
     _matmul_kernel[grid](
-        a, b, c, M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        BM=BM, BN=BN, BK=BK, GROUP_M=GROUP_M,
-        EVEN_K=K % BK == 0, INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
-        num_warps=num_warps, num_stages=num_stages,
+        a,
+        b,
+        c,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        BM=BM,
+        BN=BN,
+        BK=BK,
+        GROUP_M=GROUP_M,
+        EVEN_K=K % BK == 0,
+        INPUT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return c
 

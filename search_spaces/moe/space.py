@@ -58,8 +58,12 @@ def _gemv(p: Point) -> str | None:
     """The small-batch path: its tiles live in registers, and the M-side genes mean nothing."""
     if not p.get("GEMV"):
         return None
-    if p["BLOCK_SIZE_M"] != 16 or p["GROUP_SIZE_M"] != 1 or p["down_GROUP_SIZE_M"] != 1 \
-            or p.get("down_BLOCK_SIZE_M", 16) != 16:
+    if (
+        p["BLOCK_SIZE_M"] != 16
+        or p["GROUP_SIZE_M"] != 1
+        or p["down_GROUP_SIZE_M"] != 1
+        or p.get("down_BLOCK_SIZE_M", 16) != 16
+    ):
         return "GEMV: the small-batch path takes BLOCK_SIZE_M 16 and GROUP_SIZE_M 1 (it ignores them)"
     # live fp32 tiles: the step's weights and a per-lane accumulator each, for gate and up
     # (two) or down (one)
@@ -102,9 +106,15 @@ def _no_gemv(p: Point) -> str | None:
     return "GEMV: the small-batch path is bf16/fp16 only (fp8 weights take the GEMM path)" if p.get("GEMV") else None
 
 
-def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
-              separate_block_m: bool = False, gemv: bool = False, fp8: str | None = None,
-              fuse_silu: bool = False) -> SearchSpace:
+def moe_space(
+    *,
+    elem_bytes: int = 2,
+    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+    separate_block_m: bool = False,
+    gemv: bool = False,
+    fp8: str | None = None,
+    fuse_silu: bool = False,
+) -> SearchSpace:
     """BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps, num_stages of the up and of the down GEMM.
 
     The down GEMM shares the up GEMM's BLOCK_SIZE_M unless `separate_block_m`: SGLang aligns
@@ -135,8 +145,13 @@ def moe_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEM
         params.append(Ordinal("GEMV", [0, 1, 2]))  # 2: the down GEMV per pair, then a sum over the top_k
     if fuse_silu:  # SiLU-and-multiply fused into the up GEMM
         params.append(Ordinal("FUSE_SILU", [0, 1]))
-    space = SearchSpace(params, name="fused_moe" + (f"_fp8_{fp8}" if fp8 else "") + ("_gemv" if gemv else "")
-                        + ("_fusesilu" if fuse_silu else ""))
+    space = SearchSpace(
+        params,
+        name="fused_moe"
+        + (f"_fp8_{fp8}" if fp8 else "")
+        + ("_gemv" if gemv else "")
+        + ("_fusesilu" if fuse_silu else ""),
+    )
     for prefix in ("", "down_"):
         space.add_constraint(_smem(prefix, shared_memory_bytes, elem_bytes), f"{prefix}shared_memory")
     if gemv:
@@ -156,14 +171,17 @@ def moe_shared_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHA
     >>> space.size, len(space.valid_points())
     (576, 448)
     """
-    space = SearchSpace([
-        PowerOfTwo("BLOCK_SIZE_M", 16, 128),
-        PowerOfTwo("BLOCK_SIZE_N", 32, 256),
-        PowerOfTwo("BLOCK_SIZE_K", 64, 256),
-        Ordinal("GROUP_SIZE_M", [1, 16]),
-        PowerOfTwo("num_warps", 4, 8),
-        IntRange("num_stages", 2, 4),
-    ], name="fused_moe_shared")
+    space = SearchSpace(
+        [
+            PowerOfTwo("BLOCK_SIZE_M", 16, 128),
+            PowerOfTwo("BLOCK_SIZE_N", 32, 256),
+            PowerOfTwo("BLOCK_SIZE_K", 64, 256),
+            Ordinal("GROUP_SIZE_M", [1, 16]),
+            PowerOfTwo("num_warps", 4, 8),
+            IntRange("num_stages", 2, 4),
+        ],
+        name="fused_moe_shared",
+    )
     space.add_constraint(_smem("", shared_memory_bytes, elem_bytes), "shared_memory")
     return space
 

@@ -92,9 +92,18 @@ from evokernel.runtime.launch import LaunchCache
 from evokernel.search_spaces.gemm.template_fp8 import FP8_MAX, GROUP
 from evokernel.search_spaces.matmul.template import grouped_tile
 
-__all__ = ["PARAMS", "GEMM_KEYS", "FORMS", "STRUCTURE", "FP8_MODES", "fused_moe", "align_block_size", "align_block_size_torch",
-           "candidate_source",
-           "split_config"]
+__all__ = [
+    "PARAMS",
+    "GEMM_KEYS",
+    "FORMS",
+    "STRUCTURE",
+    "FP8_MODES",
+    "fused_moe",
+    "align_block_size",
+    "align_block_size_torch",
+    "candidate_source",
+    "split_config",
+]
 
 #: fp8 scale modes: one scale per tensor (per expert for the weights), or DeepSeek-V3's blocks.
 FP8_MODES: tuple[str, ...] = ("tensor", "block")
@@ -103,8 +112,7 @@ _EPS = 1e-12  # the smallest amax a scale is computed from (as `gemm.template_fp
 _LAUNCHES = LaunchCache()
 
 #: Per-GEMM config keys, as SGLang's tuned config files name them.
-GEMM_KEYS: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
-                              "num_stages")
+GEMM_KEYS: tuple[str, ...] = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 #: The genome: the up GEMM's keys, then the down GEMM's with a `down_` prefix.
 PARAMS: tuple[str, ...] = GEMM_KEYS + tuple(f"down_{k}" for k in GEMM_KEYS)
 
@@ -116,9 +124,11 @@ _BASE_FORMS = (frozenset(PARAMS), frozenset(PARAMS) - {"down_BLOCK_SIZE_M"}, fro
 #: Structural genes, each optional (0 when absent): GEMV (the small-batch path) and
 #: FUSE_SILU (SiLU-and-multiply in the up GEMM's epilogue).
 STRUCTURE: tuple[str, ...] = ("GEMV", "FUSE_SILU")
-FORMS: tuple[frozenset[str], ...] = tuple(f | extra for f in _BASE_FORMS
-                                          for extra in (frozenset(), frozenset({"GEMV"}), frozenset({"FUSE_SILU"}),
-                                                        frozenset(STRUCTURE)))
+FORMS: tuple[frozenset[str], ...] = tuple(
+    f | extra
+    for f in _BASE_FORMS
+    for extra in (frozenset(), frozenset({"GEMV"}), frozenset({"FUSE_SILU"}), frozenset(STRUCTURE))
+)
 
 
 def split_config(params: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
@@ -130,14 +140,42 @@ def split_config(params: Mapping[str, int]) -> tuple[dict[str, int], dict[str, i
 
 @triton.jit
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, weights_ptr, sorted_ptr, expert_ptr, total_ptr, as_ptr, bs_ptr,
-    N, K, EM, num_valid,
-    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
-    stride_asm, stride_ask, stride_bse, stride_bsn, stride_bsk,
-    A_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr, QUANT: tl.constexpr, GROUP_N: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    weights_ptr,
+    sorted_ptr,
+    expert_ptr,
+    total_ptr,
+    as_ptr,
+    bs_ptr,
+    N,
+    K,
+    EM,
+    num_valid,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    A_DIV: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    QUANT: tl.constexpr,
+    GROUP_N: tl.constexpr,
     GROUP_K: tl.constexpr,
-    BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr = False,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    GATED: tl.constexpr = False,
 ):
     """C[p, :] = (w_p *) A[p // A_DIV, :] @ B[e_p]^T for the sorted pairs p of one block.
 
@@ -227,9 +265,21 @@ def _round_e4m3(v):
 
 
 @triton.jit
-def _act_quant_kernel(src_ptr, q_ptr, s_ptr, amax_ptr, N, stride_src, stride_q, stride_sm,
-                      GATED: tl.constexpr, PASS: tl.constexpr, COLS: tl.constexpr,
-                      FP8: tl.constexpr, EPS: tl.constexpr):
+def _act_quant_kernel(
+    src_ptr,
+    q_ptr,
+    s_ptr,
+    amax_ptr,
+    N,
+    stride_src,
+    stride_q,
+    stride_sm,
+    GATED: tl.constexpr,
+    PASS: tl.constexpr,
+    COLS: tl.constexpr,
+    FP8: tl.constexpr,
+    EPS: tl.constexpr,
+):
     """One row, COLS columns of an activation to e4m3, values v in fp32 (GATED: v =
     silu(src[:, :N]) * src[:, N:], SiLU-and-mul fused in).
 
@@ -269,20 +319,63 @@ def _quantize_act(a: torch.Tensor, block_k: int | None, gated: bool) -> tuple[to
         amax = torch.zeros(1, device=a.device, dtype=torch.float32)
         scale = torch.empty(1, device=a.device, dtype=torch.float32)
         for pass_ in (0, 1):
-            _LAUNCHES(_act_quant_kernel, (rows, triton.cdiv(n, cols)),
-                a, q, scale, amax, n, a.stride(0), q.stride(0), 0,
-                GATED=gated, PASS=pass_, COLS=cols, FP8=FP8_MAX, EPS=_EPS)
+            _LAUNCHES(
+                _act_quant_kernel,
+                (rows, triton.cdiv(n, cols)),
+                a,
+                q,
+                scale,
+                amax,
+                n,
+                a.stride(0),
+                q.stride(0),
+                0,
+                GATED=gated,
+                PASS=pass_,
+                COLS=cols,
+                FP8=FP8_MAX,
+                EPS=_EPS,
+            )
         return q, scale
     scale = torch.empty((rows, triton.cdiv(n, block_k)), device=a.device, dtype=torch.float32)
-    _LAUNCHES(_act_quant_kernel, (rows, scale.shape[1]),
-        a, q, scale, scale, n, a.stride(0), q.stride(0), scale.stride(0),
-        GATED=gated, PASS=2, COLS=block_k, FP8=FP8_MAX, EPS=_EPS)
+    _LAUNCHES(
+        _act_quant_kernel,
+        (rows, scale.shape[1]),
+        a,
+        q,
+        scale,
+        scale,
+        n,
+        a.stride(0),
+        q.stride(0),
+        scale.stride(0),
+        GATED=gated,
+        PASS=2,
+        COLS=block_k,
+        FP8=FP8_MAX,
+        EPS=_EPS,
+    )
     return q, scale
 
 
 @triton.jit
-def _gemv_up_kernel(x_ptr, w1_ptr, act_ptr, ids_ptr, H, I, stride_xm, stride_we, stride_wn, stride_wk, stride_am,
-                    TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+def _gemv_up_kernel(
+    x_ptr,
+    w1_ptr,
+    act_ptr,
+    ids_ptr,
+    H,
+    I,
+    stride_xm,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_am,
+    TOP_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     """act[p, n] = silu(Wg[e_p, n] . x[t_p]) * (Wu[e_p, n] . x[t_p]) for one pair p."""
     p = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -314,8 +407,7 @@ def _gemv_up_kernel(x_ptr, w1_ptr, act_ptr, ids_ptr, H, I, stride_xm, stride_we,
 
 
 @triton.jit
-def _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              EVEN_K: tl.constexpr):
+def _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """W2[e, n] . act[p] for BLOCK_N rows n of one expert (w_rows) and one pair's act (a_row),
     reduced over I in BLOCK_K steps, in fp32: the body of both down GEMVs."""
     offs_k = tl.arange(0, BLOCK_K)
@@ -327,16 +419,32 @@ def _rows_dot(a_row, w_rows, mask_n, I, stride_wk, BLOCK_N: tl.constexpr, BLOCK_
             w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None], other=0.0).to(tl.float32)
         else:
             a = tl.load(a_row + kk, mask=kk < I, other=0.0).to(tl.float32)
-            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I),
-                        other=0.0).to(tl.float32)
+            w = tl.load(w_rows + kk[None, :] * stride_wk, mask=mask_n[:, None] & (kk[None, :] < I), other=0.0).to(
+                tl.float32
+            )
         acc += w * a[None, :]
     return tl.sum(acc, axis=1)
 
 
 @triton.jit
-def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stride_am, stride_we, stride_wn,
-                      stride_wk, stride_om, TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      EVEN_K: tl.constexpr):
+def _gemv_down_kernel(
+    act_ptr,
+    w2_ptr,
+    out_ptr,
+    ids_ptr,
+    weights_ptr,
+    H,
+    I,
+    stride_am,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_om,
+    TOP_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     """out[t, n] = sum_j w_tj * (W2[e_tj, n] . act[t*top_k + j]) for one token t."""
     t = tl.program_id(0)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -353,8 +461,23 @@ def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stri
 
 
 @triton.jit
-def _gemv_down_pairs_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I, stride_am, stride_we, stride_wn,
-                            stride_wk, stride_om, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+def _gemv_down_pairs_kernel(
+    act_ptr,
+    w2_ptr,
+    out_ptr,
+    ids_ptr,
+    weights_ptr,
+    H,
+    I,
+    stride_am,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_om,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
     """out[p, n] = w_p * (W2[e_p, n] . act[p]) for one pair p: the down GEMV spread over the
     pairs as well as the columns (GEMV=2), so that one token's top_k experts run on top_k
     times more programs; a sum over the top_k follows."""
@@ -368,32 +491,91 @@ def _gemv_down_pairs_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, H, I
     tl.store(out_ptr + p.to(tl.int64) * stride_om + offs_n, acc.to(out_ptr.dtype.element_ty), mask=mask_n)
 
 
-def _fused_moe_gemv(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, weights: torch.Tensor,
-                    topk_ids: torch.Tensor, up: Mapping[str, int], down: Mapping[str, int],
-                    per_pair: bool = False) -> torch.Tensor:
+def _fused_moe_gemv(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    up: Mapping[str, int],
+    down: Mapping[str, int],
+    per_pair: bool = False,
+) -> torch.Tensor:
     M, H = x.shape
     inter = w1.shape[1] // 2
     top_k = topk_ids.shape[1]
     ids = topk_ids.reshape(-1).contiguous()
     act = torch.empty((M * top_k, inter), device=x.device, dtype=torch.float32)
     bn, bk = up["BLOCK_SIZE_N"], up["BLOCK_SIZE_K"]
-    _LAUNCHES(_gemv_up_kernel, (M * top_k, triton.cdiv(inter, bn)),
-        x, w1, act, ids, H, inter, x.stride(0), w1.stride(0), w1.stride(1), w1.stride(2), act.stride(0),
-        TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=H % bk == 0,
-        num_warps=up["num_warps"], num_stages=up["num_stages"])
+    _LAUNCHES(
+        _gemv_up_kernel,
+        (M * top_k, triton.cdiv(inter, bn)),
+        x,
+        w1,
+        act,
+        ids,
+        H,
+        inter,
+        x.stride(0),
+        w1.stride(0),
+        w1.stride(1),
+        w1.stride(2),
+        act.stride(0),
+        TOP_K=top_k,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        EVEN_K=H % bk == 0,
+        num_warps=up["num_warps"],
+        num_stages=up["num_stages"],
+    )
     bn, bk = down["BLOCK_SIZE_N"], down["BLOCK_SIZE_K"]
     if per_pair:
         parts = torch.empty((M * top_k, H), device=x.device, dtype=x.dtype)
-        _LAUNCHES(_gemv_down_pairs_kernel, (M * top_k, triton.cdiv(H, bn)),
-            act, w2, parts, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2),
-            parts.stride(0), BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
-            num_warps=down["num_warps"], num_stages=down["num_stages"])
+        _LAUNCHES(
+            _gemv_down_pairs_kernel,
+            (M * top_k, triton.cdiv(H, bn)),
+            act,
+            w2,
+            parts,
+            ids,
+            weights,
+            H,
+            inter,
+            act.stride(0),
+            w2.stride(0),
+            w2.stride(1),
+            w2.stride(2),
+            parts.stride(0),
+            BLOCK_N=bn,
+            BLOCK_K=bk,
+            EVEN_K=inter % bk == 0,
+            num_warps=down["num_warps"],
+            num_stages=down["num_stages"],
+        )
         return parts.view(M, top_k, H).sum(dim=1)
     out = torch.empty((M, H), device=x.device, dtype=x.dtype)
-    _LAUNCHES(_gemv_down_kernel, (M, triton.cdiv(H, bn)),
-        act, w2, out, ids, weights, H, inter, act.stride(0), w2.stride(0), w2.stride(1), w2.stride(2), out.stride(0),
-        TOP_K=top_k, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=inter % bk == 0,
-        num_warps=down["num_warps"], num_stages=down["num_stages"])
+    _LAUNCHES(
+        _gemv_down_kernel,
+        (M, triton.cdiv(H, bn)),
+        act,
+        w2,
+        out,
+        ids,
+        weights,
+        H,
+        inter,
+        act.stride(0),
+        w2.stride(0),
+        w2.stride(1),
+        w2.stride(2),
+        out.stride(0),
+        TOP_K=top_k,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        EVEN_K=inter % bk == 0,
+        num_warps=down["num_warps"],
+        num_stages=down["num_stages"],
+    )
     return out
 
 
@@ -401,9 +583,20 @@ _ALIGN_CHUNK = 1024  # pairs (and buffer slots) one step of the alignment kernel
 
 
 @triton.jit
-def _align_count_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, total_ptr, cursor_ptr, pairs, upper,
-                        E: tl.constexpr, EP: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
-                        BLOCKS: tl.constexpr):
+def _align_count_kernel(
+    ids_ptr,
+    sorted_ptr,
+    expert_ids_ptr,
+    total_ptr,
+    cursor_ptr,
+    pairs,
+    upper,
+    E: tl.constexpr,
+    EP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    CHUNK: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
     # one program: count the pairs per expert, pad each count to BLOCK_M, scan, then write
     # each block's expert (-1 past the total), the total, each expert's first slot (the
     # cursor the scatter kernel advances) and the padding id into every slot
@@ -445,8 +638,9 @@ def _aligned_sizes(pairs: int, num_experts: int, block_m: int) -> int:
     return -(-upper // block_m) * block_m
 
 
-def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def align_block_size(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(sorted pair ids, expert of each block, number of padded pairs as a 1-element tensor).
 
     Buffers are sized by the upper bound `pairs + E * (block_m - 1)`; blocks past the real
@@ -468,10 +662,33 @@ def align_block_size(topk_ids: torch.Tensor, num_experts: int, block_m: int
     total = torch.empty((1,), dtype=torch.int32, device=dev)
     cursor = torch.empty((ep,), dtype=torch.int32, device=dev)
     blocks = max(16, min(128, 8192 // ep))
-    _LAUNCHES(_align_count_kernel, (1,), flat, sorted_ids, expert_ids, total, cursor, pairs, upper, E=num_experts,
-              EP=ep, BLOCK_M=block_m, CHUNK=_ALIGN_CHUNK, BLOCKS=blocks, num_warps=4)
-    _LAUNCHES(_align_scatter_kernel, (triton.cdiv(pairs, _ALIGN_CHUNK),), flat, sorted_ids, cursor, pairs,
-              CHUNK=_ALIGN_CHUNK, num_warps=4)
+    _LAUNCHES(
+        _align_count_kernel,
+        (1,),
+        flat,
+        sorted_ids,
+        expert_ids,
+        total,
+        cursor,
+        pairs,
+        upper,
+        E=num_experts,
+        EP=ep,
+        BLOCK_M=block_m,
+        CHUNK=_ALIGN_CHUNK,
+        BLOCKS=blocks,
+        num_warps=4,
+    )
+    _LAUNCHES(
+        _align_scatter_kernel,
+        (triton.cdiv(pairs, _ALIGN_CHUNK),),
+        flat,
+        sorted_ids,
+        cursor,
+        pairs,
+        CHUNK=_ALIGN_CHUNK,
+        num_warps=4,
+    )
     return sorted_ids, expert_ids, total
 
 
@@ -481,8 +698,9 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def align_block_size_torch(topk_ids: torch.Tensor, num_experts: int, block_m: int
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def align_block_size_torch(
+    topk_ids: torch.Tensor, num_experts: int, block_m: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`align_block_size` in plain torch ops (about 18 launches, where the kernels take two:
     for CPU callers, and the kernels' reference in the tests)."""
     flat = topk_ids.reshape(-1).to(torch.int64)
@@ -523,15 +741,34 @@ def _silu_mul(cache1: torch.Tensor, inter: int) -> torch.Tensor:
     pairs = cache1.shape[0]
     out = torch.empty((pairs, inter), device=cache1.device, dtype=cache1.dtype)
     block = min(1024, triton.next_power_of_2(inter))
-    _LAUNCHES(_silu_mul_kernel, (pairs, triton.cdiv(inter, block)), cache1, out, inter, cache1.stride(0),
-              out.stride(0), BLOCK=block, num_warps=4)
+    _LAUNCHES(
+        _silu_mul_kernel,
+        (pairs, triton.cdiv(inter, block)),
+        cache1,
+        out,
+        inter,
+        cache1.stride(0),
+        out.stride(0),
+        BLOCK=block,
+        num_warps=4,
+    )
     return out
 
 
-def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tensor, aligned: tuple,
-          a_div: int, mul_weight: bool, cfg: Mapping[str, int], a_scale: torch.Tensor | None = None,
-          b_scale: torch.Tensor | None = None, block_shape: tuple[int, int] | None = None,
-          gated: bool = False) -> None:
+def _gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    weights: torch.Tensor,
+    aligned: tuple,
+    a_div: int,
+    mul_weight: bool,
+    cfg: Mapping[str, int],
+    a_scale: torch.Tensor | None = None,
+    b_scale: torch.Tensor | None = None,
+    block_shape: tuple[int, int] | None = None,
+    gated: bool = False,
+) -> None:
     sorted_ids, expert_ids, total = aligned
     N, K = b.shape[1] // (2 if gated else 1), b.shape[2]
     EM = sorted_ids.numel()
@@ -541,27 +778,70 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, weights: torch.Tens
     sa = a if a_scale is None else a_scale
     sb = b if b_scale is None else b_scale
     a_strides = (a_scale.stride(0), a_scale.stride(1)) if quant == 2 else (0, 0)
-    b_strides = (b_scale.stride(0), b_scale.stride(1), b_scale.stride(2)) if quant == 2 else \
-        (b_scale.stride(0), 0, 0) if quant == 1 else (0, 0, 0)
+    b_strides = (
+        (b_scale.stride(0), b_scale.stride(1), b_scale.stride(2))
+        if quant == 2
+        else (b_scale.stride(0), 0, 0)
+        if quant == 1
+        else (0, 0, 0)
+    )
     group_n, group_k = block_shape or (1, 1)
-    _LAUNCHES(_moe_gemm_kernel, grid,
-        a, b, c, weights, sorted_ids, expert_ids, total, sa, sb,
-        N, K, EM, c.shape[0],
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
-        *a_strides, *b_strides,
-        A_DIV=a_div, MUL_WEIGHT=mul_weight, QUANT=quant, GROUP_N=group_n, GROUP_K=group_k,
-        BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"], GROUP_SIZE_M=cfg["GROUP_SIZE_M"],
-        EVEN_K=K % cfg["BLOCK_SIZE_K"] == 0, GATED=gated,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    _LAUNCHES(
+        _moe_gemm_kernel,
+        grid,
+        a,
+        b,
+        c,
+        weights,
+        sorted_ids,
+        expert_ids,
+        total,
+        sa,
+        sb,
+        N,
+        K,
+        EM,
+        c.shape[0],
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        b.stride(2),
+        c.stride(0),
+        c.stride(1),
+        *a_strides,
+        *b_strides,
+        A_DIV=a_div,
+        MUL_WEIGHT=mul_weight,
+        QUANT=quant,
+        GROUP_N=group_n,
+        GROUP_K=group_k,
+        BLOCK_SIZE_M=bm,
+        BLOCK_SIZE_N=bn,
+        BLOCK_SIZE_K=cfg["BLOCK_SIZE_K"],
+        GROUP_SIZE_M=cfg["GROUP_SIZE_M"],
+        EVEN_K=K % cfg["BLOCK_SIZE_K"] == 0,
+        GATED=gated,
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
     )
 
 
-def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None, w2_scale: torch.Tensor | None,
-               block_shape, up: Mapping[str, int], down: Mapping[str, int], gemv: bool) -> tuple[int, int] | None:
+def _check_fp8(
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scale: torch.Tensor | None,
+    w2_scale: torch.Tensor | None,
+    block_shape,
+    up: Mapping[str, int],
+    down: Mapping[str, int],
+    gemv: bool,
+) -> tuple[int, int] | None:
     """The fp8 call's block shape (None: per tensor), or ValueError saying what is wrong."""
     if gemv:
-        raise ValueError("fp8 weights take the GEMM path: the small-batch GEMV path is bf16/fp16/fp32 only "
-                         "(call with gemv=False)")
+        raise ValueError(
+            "fp8 weights take the GEMM path: the small-batch GEMV path is bf16/fp16/fp32 only (call with gemv=False)"
+        )
     if w2.dtype != torch.float8_e4m3fn:
         raise ValueError(f"w1 is float8_e4m3fn but w2 is {w2.dtype}")
     if w1_scale is None or w2_scale is None:
@@ -569,8 +849,10 @@ def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None
     E, two_i, H = w1.shape
     if block_shape is None:
         if w1_scale.numel() != E or w2_scale.numel() != E or w1_scale.dim() == 3 or w2_scale.dim() == 3:
-            raise ValueError(f"per-tensor scales are one per expert ([{E}]), got w1_scale {tuple(w1_scale.shape)}, "
-                             f"w2_scale {tuple(w2_scale.shape)} (block scales need block_shape=[128, 128])")
+            raise ValueError(
+                f"per-tensor scales are one per expert ([{E}]), got w1_scale {tuple(w1_scale.shape)}, "
+                f"w2_scale {tuple(w2_scale.shape)} (block scales need block_shape=[128, 128])"
+            )
         return None
     bn, bk = (int(v) for v in block_shape)
     if bn <= 0 or bk <= 0 or bk & (bk - 1):
@@ -579,29 +861,46 @@ def _check_fp8(w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor | None
     want1 = (E, triton.cdiv(two_i, bn), triton.cdiv(H, bk))
     want2 = (E, triton.cdiv(H, bn), triton.cdiv(inter, bk))
     if tuple(w1_scale.shape) != want1 or tuple(w2_scale.shape) != want2:
-        raise ValueError(f"block scales for block_shape [{bn}, {bk}]: w1_scale {want1}, w2_scale {want2}, got "
-                         f"{tuple(w1_scale.shape)}, {tuple(w2_scale.shape)}")
+        raise ValueError(
+            f"block scales for block_shape [{bn}, {bk}]: w1_scale {want1}, w2_scale {want2}, got "
+            f"{tuple(w1_scale.shape)}, {tuple(w2_scale.shape)}"
+        )
     for name, cfg in (("up", up), ("down", down)):
         if bk % cfg["BLOCK_SIZE_K"]:
             raise ValueError(f"{name} BLOCK_SIZE_K={cfg['BLOCK_SIZE_K']} must divide the scale group {bk}")
     return bn, bk
 
 
-def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-              topk_ids: torch.Tensor, *, up: Mapping[str, int], down: Mapping[str, int],
-              gemv: bool | int = False, w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
-              block_shape: tuple[int, int] | list[int] | None = None, fuse_silu: bool = False) -> torch.Tensor:
+def fused_moe(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    up: Mapping[str, int],
+    down: Mapping[str, int],
+    gemv: bool | int = False,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+    block_shape: tuple[int, int] | list[int] | None = None,
+    fuse_silu: bool = False,
+) -> torch.Tensor:
     """The MoE layer's output [M, H] in x's dtype, with the up and down GEMMs at their configs
     (`gemv`: the small-batch path, 1 or True with the down GEMV per token, 2 per pair then a
     sum over the top_k; `fuse_silu`: SiLU-and-multiply in the up GEMM's epilogue;
     e4m3 weights with their scales: fp8 w8a8, per tensor or, with `block_shape`, per block;
     see the module's doc)."""
     if fuse_silu and (gemv or w1.dtype == torch.float8_e4m3fn):
-        raise ValueError("fuse_silu is a structure of the bf16/fp16/fp32 GEMM path (the GEMV path fuses "
-                         "SiLU already; fp8 fuses it with the re-quantisation)")
+        raise ValueError(
+            "fuse_silu is a structure of the bf16/fp16/fp32 GEMM path (the GEMV path fuses "
+            "SiLU already; fp8 fuses it with the re-quantisation)"
+        )
     M, H = x.shape
     E, two_i, H1 = w1.shape
-    assert H1 == H and w2.shape == (E, H, two_i // 2), f"shapes: x {tuple(x.shape)} w1 {tuple(w1.shape)} w2 {tuple(w2.shape)}"
+    assert H1 == H and w2.shape == (E, H, two_i // 2), (
+        f"shapes: x {tuple(x.shape)} w1 {tuple(w1.shape)} w2 {tuple(w2.shape)}"
+    )
     assert topk_ids.shape == topk_weights.shape and topk_ids.shape[0] == M
     top_k = topk_ids.shape[1]
     pairs = M * top_k
@@ -616,16 +915,20 @@ def fused_moe(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights:
     if gemv:
         return _fused_moe_gemv(x, w1, w2, weights, topk_ids, up, down, per_pair=int(gemv) == 2)
     aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
-    aligned_down = aligned_up if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"] else \
-        align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
+    aligned_down = (
+        aligned_up
+        if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"]
+        else align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
+    )
     if fuse_silu:
         cache2 = torch.empty((pairs, inter), device=x.device, dtype=x.dtype)
         _gemm(x, w1, cache2, weights, aligned_up, top_k, False, up, gated=True)
     else:
         cache1 = torch.empty((pairs, two_i), device=x.device, dtype=x.dtype)
         _gemm(x, w1, cache1, weights, aligned_up, top_k, False, up)
-        cache2 = _silu_mul(cache1, inter) if (x.is_cuda or _interpreted()) else \
-            F.silu(cache1[:, :inter]) * cache1[:, inter:]
+        cache2 = (
+            _silu_mul(cache1, inter) if (x.is_cuda or _interpreted()) else F.silu(cache1[:, :inter]) * cache1[:, inter:]
+        )
     cache3 = torch.empty((pairs, H), device=x.device, dtype=x.dtype)
     _gemm(cache2, w2, cache3, weights, aligned_down, 1, True, down)
     return cache3.view(M, top_k, H).sum(dim=1)
@@ -643,11 +946,28 @@ def _register_op() -> None:
         pass
 
     @torch.library.custom_op("evokernel::fused_moe", mutates_args=())
-    def fused_moe_op(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                     topk_ids: torch.Tensor, up: list[int], down: list[int], gemv: int = 0,
-                     fuse_silu: bool = False) -> torch.Tensor:
-        return fused_moe(x, w1, w2, topk_weights, topk_ids, up=dict(zip(GEMM_KEYS, up)),
-                         down=dict(zip(GEMM_KEYS, down)), gemv=gemv, fuse_silu=fuse_silu)
+    def fused_moe_op(
+        x: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        up: list[int],
+        down: list[int],
+        gemv: int = 0,
+        fuse_silu: bool = False,
+    ) -> torch.Tensor:
+        return fused_moe(
+            x,
+            w1,
+            w2,
+            topk_weights,
+            topk_ids,
+            up=dict(zip(GEMM_KEYS, up)),
+            down=dict(zip(GEMM_KEYS, down)),
+            gemv=gemv,
+            fuse_silu=fuse_silu,
+        )
 
     @fused_moe_op.register_fake
     def _(x, w1, w2, topk_weights, topk_ids, up, down, gemv=0, fuse_silu=False):  # type: ignore[no-untyped-def]
@@ -657,17 +977,29 @@ def _register_op() -> None:
 _register_op()
 
 
-def _fused_moe_fp8(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, w1_scale: torch.Tensor,
-                   w2_scale: torch.Tensor, weights: torch.Tensor, topk_ids: torch.Tensor, up: Mapping[str, int],
-                   down: Mapping[str, int], block: tuple[int, int] | None) -> torch.Tensor:
+def _fused_moe_fp8(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    up: Mapping[str, int],
+    down: Mapping[str, int],
+    block: tuple[int, int] | None,
+) -> torch.Tensor:
     M, H = x.shape
     E, two_i, _ = w1.shape
     top_k = topk_ids.shape[1]
     pairs = M * top_k
     group_k = None if block is None else block[1]
     aligned_up = align_block_size(topk_ids, E, up["BLOCK_SIZE_M"])
-    aligned_down = aligned_up if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"] else \
-        align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
+    aligned_down = (
+        aligned_up
+        if down["BLOCK_SIZE_M"] == up["BLOCK_SIZE_M"]
+        else align_block_size(topk_ids, E, down["BLOCK_SIZE_M"])
+    )
     x_q, x_s = _quantize_act(x.contiguous(), group_k, gated=False)
     cache1 = torch.empty((pairs, two_i), device=x.device, dtype=x.dtype)
     _gemm(x_q, w1, cache1, weights, aligned_up, top_k, False, up, x_s, w1_scale, block)
@@ -727,13 +1059,18 @@ def candidate_source(params: Mapping[str, int], fp8: str | None = None) -> str:
     if params.get("GEMV") and params.get("FUSE_SILU"):
         raise ValueError("GEMV and FUSE_SILU are two structures: the GEMV path fuses SiLU already")
     if frozenset(params) not in FORMS:
-        raise ValueError(f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
-                         f"left out; GEMV and FUSE_SILU may be added), got {sorted(params)}")
+        raise ValueError(
+            f"params must be exactly {sorted(PARAMS)} (down_BLOCK_SIZE_M, or every down_ key, may be "
+            f"left out; GEMV and FUSE_SILU may be added), got {sorted(params)}"
+        )
     check_integers(params)
     up, down = split_config(params)
     fmt = lambda d: "{" + ", ".join(f'"{k}": {d[k]}' for k in GEMM_KEYS) + "}"  # noqa: E731
     if fp8 is not None:
-        return _CANDIDATE_FP8.format(mode=fp8, up=fmt(up), down=fmt(down),
-                                     block=f"[{GROUP}, {GROUP}]" if fp8 == "block" else "None")
-    flags = ({0: "", 1: ", gemv=True", 2: ", gemv=2"}[int(params.get("GEMV", 0))]) + (", fuse_silu=True" if params.get("FUSE_SILU") else "")
+        return _CANDIDATE_FP8.format(
+            mode=fp8, up=fmt(up), down=fmt(down), block=f"[{GROUP}, {GROUP}]" if fp8 == "block" else "None"
+        )
+    flags = ({0: "", 1: ", gemv=True", 2: ", gemv=2"}[int(params.get("GEMV", 0))]) + (
+        ", fuse_silu=True" if params.get("FUSE_SILU") else ""
+    )
     return _CANDIDATE.format(up=fmt(up), down=fmt(down), gemv=flags)

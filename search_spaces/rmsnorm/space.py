@@ -49,16 +49,20 @@ def next_power_of_two(n: int) -> int:
 
 def _lanes(p: Point) -> str | None:
     if p.BLOCK_N * p.ROWS < p.num_warps * 32:
-        return (f"lanes: BLOCK_N * ROWS = {p.BLOCK_N * p.ROWS} < num_warps * 32 = {p.num_warps * 32} "
-                "(threads without an element)")
+        return (
+            f"lanes: BLOCK_N * ROWS = {p.BLOCK_N * p.ROWS} < num_warps * 32 = {p.num_warps * 32} "
+            "(threads without an element)"
+        )
     return None
 
 
 def _registers(p: Point) -> str | None:
     per_thread = p.BLOCK_N * p.ROWS // (p.num_warps * 32)
     if per_thread > MAX_PER_THREAD:
-        return (f"registers: BLOCK_N * ROWS / (num_warps * 32) = {per_thread} elements per thread "
-                f"> {MAX_PER_THREAD} (spills)")
+        return (
+            f"registers: BLOCK_N * ROWS / (num_warps * 32) = {per_thread} elements per thread "
+            f"> {MAX_PER_THREAD} (spills)"
+        )
     return None
 
 

@@ -45,9 +45,22 @@ EPS = 1e-6
 
 @triton.jit
 def _rmsnorm_kernel(
-    x_ptr, r_ptr, w_ptr, y_ptr, h_ptr,
-    M, N, stride_x, stride_r, stride_y, stride_h, eps,
-    BLOCK_N: tl.constexpr, ROWS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ONE_PASS: tl.constexpr,
+    x_ptr,
+    r_ptr,
+    w_ptr,
+    y_ptr,
+    h_ptr,
+    M,
+    N,
+    stride_x,
+    stride_r,
+    stride_y,
+    stride_h,
+    eps,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+    ONE_PASS: tl.constexpr,
 ):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_mask = rows[:, None] < M
@@ -97,12 +110,21 @@ def _rows(t: torch.Tensor) -> torch.Tensor:
 
 
 def rmsnorm(
-    x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None = None, *,
-    BLOCK_N: int, ROWS: int, num_warps: int, num_stages: int, eps: float = EPS,
+    x: torch.Tensor,
+    w: torch.Tensor,
+    residual: torch.Tensor | None = None,
+    *,
+    BLOCK_N: int,
+    ROWS: int,
+    num_warps: int,
+    num_stages: int,
+    eps: float = EPS,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """y = x / rms(x) * w in x's dtype with one configuration of the template; with a
     residual, (y, h) where h = x + residual and y is h's norm."""
-    assert x.ndim == 2 and w.shape == (x.shape[1],), f"x [M, N] and w [N] expected, got {tuple(x.shape)}, {tuple(w.shape)}"
+    assert x.ndim == 2 and w.shape == (x.shape[1],), (
+        f"x [M, N] and w [N] expected, got {tuple(x.shape)}, {tuple(w.shape)}"
+    )
     assert residual is None or residual.shape == x.shape, f"residual {tuple(residual.shape)} is not x's shape"
     M, N = x.shape
     x, w = _rows(x), _rows(w)
@@ -111,9 +133,24 @@ def rmsnorm(
     if M > 0 and N > 0:
         r = _rows(residual) if residual is not None else x
         _rmsnorm_kernel[(triton.cdiv(M, ROWS),)](
-            x, r, w, y, h, M, N, x.stride(0), r.stride(0), y.stride(0), h.stride(0), eps,
-            BLOCK_N=BLOCK_N, ROWS=ROWS, HAS_RESIDUAL=residual is not None, ONE_PASS=BLOCK_N >= N,
-            num_warps=num_warps, num_stages=num_stages,
+            x,
+            r,
+            w,
+            y,
+            h,
+            M,
+            N,
+            x.stride(0),
+            r.stride(0),
+            y.stride(0),
+            h.stride(0),
+            eps,
+            BLOCK_N=BLOCK_N,
+            ROWS=ROWS,
+            HAS_RESIDUAL=residual is not None,
+            ONE_PASS=BLOCK_N >= N,
+            num_warps=num_warps,
+            num_stages=num_stages,
         )
     return (y, h) if residual is not None else y
 

@@ -44,9 +44,11 @@ def _built(group: str, name: str) -> Any:
     try:
         return obj()
     except TypeError as exc:
-        pytest.fail(f"{group} {name!r} ({registered(group)[name].value}) cannot be built for its contract suite: "
-                    f"{exc}. Register a zero-argument factory, or give it an example() classmethod "
-                    "(evokernel.core.plugins.HasExample)")
+        pytest.fail(
+            f"{group} {name!r} ({registered(group)[name].value}) cannot be built for its contract suite: "
+            f"{exc}. Register a zero-argument factory, or give it an example() classmethod "
+            "(evokernel.core.plugins.HasExample)"
+        )
 
 
 # -- a candidate source for a matmul genome, without a Triton template ----------------------
@@ -54,8 +56,10 @@ def _built(group: str, name: str) -> Any:
 
 def torch_render(genome: Genome) -> str:
     """A candidate module for matmul_small that keeps the genome's parameters as CONFIG."""
-    return (f'"""matmul through torch (contract suite)."""\n\nimport torch\n\nCONFIG = {dict(genome.params)!r}\n\n\n'
-            "def kernel(a, b):\n    return torch.matmul(a, b)\n")
+    return (
+        f'"""matmul through torch (contract suite)."""\n\nimport torch\n\nCONFIG = {dict(genome.params)!r}\n\n\n'
+        "def kernel(a, b):\n    return torch.matmul(a, b)\n"
+    )
 
 
 # -- recorded Messages API responses -------------------------------------------------------
@@ -96,8 +100,9 @@ def llm_rewrite() -> Any:
     from evokernel.mutators.llm import AnthropicProvider, LLMRewrite
 
     httpx = _httpx()
-    client = anthropic.Anthropic(api_key="sk-test", max_retries=0,
-                                 http_client=httpx.Client(transport=httpx.MockTransport(RecordedAnthropic())))
+    client = anthropic.Anthropic(
+        api_key="sk-test", max_retries=0, http_client=httpx.Client(transport=httpx.MockTransport(RecordedAnthropic()))
+    )
     return LLMRewrite(MATMUL_PROBLEM, provider=AnthropicProvider("claude-sonnet-5", client=client), render=torch_render)
 
 
@@ -154,8 +159,10 @@ def _kernel() -> EvaluatorCase:
     # one genome rendered (through torch), one carrying its own source: the registered Triton
     # template, run by the Triton interpreter on the CPU
     triton = {"BM": 32, "BN": 32, "BK": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
-    genomes = [space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
-               Genome.of(triton, source=load("evokernel.templates", "triton_matmul")(triton))]
+    genomes = [
+        space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2),
+        Genome.of(triton, source=load("evokernel.templates", "triton_matmul")(triton)),
+    ]
     failing = [space.genome(BM=256, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)]
     # timings on a shared CPU differ run to run: results are compared by status, not latency
     return EvaluatorCase(ev, genomes, failing, deterministic=False)
@@ -169,23 +176,37 @@ def _model() -> EvaluatorCase:
         import qwen3_moe_stack
     finally:
         sys.path.remove(str(ROOT / "examples" / "models"))
-    ev = ModelEvaluator(qwen3_moe_stack.model(), qwen3_moe_stack.example_inputs(), name="qwen-tiny", device="cpu",
-                        timing=TimingOptions(rounds=2, reps=1, warmup=1))
-    return EvaluatorCase(ev, skip_behaviour="its measurements (compiled whole-model forwards, CUDA graphs) need a "
-                                            "CUDA GPU; on a CPU each genome compiles the model for seconds "
-                                            "(tests/test_model_level.py checks evaluate and remeasure there)")
+    ev = ModelEvaluator(
+        qwen3_moe_stack.model(),
+        qwen3_moe_stack.example_inputs(),
+        name="qwen-tiny",
+        device="cpu",
+        timing=TimingOptions(rounds=2, reps=1, warmup=1),
+    )
+    return EvaluatorCase(
+        ev,
+        skip_behaviour="its measurements (compiled whole-model forwards, CUDA graphs) need a "
+        "CUDA GPU; on a CPU each genome compiles the model for seconds "
+        "(tests/test_model_level.py checks evaluate and remeasure there)",
+    )
 
 
 def _sglang() -> EvaluatorCase:
     from evokernel.evaluators.sglang import SGLangEvaluator
 
     ev = SGLangEvaluator(["--model-path", "contract-suite", "--load-format", "dummy"])
-    return EvaluatorCase(ev, skip_behaviour="evaluating starts SGLang engines: needs the sglang extra and a CUDA GPU "
-                                            "(tests/test_sglang_evaluator.py checks its CPU parts)")
+    return EvaluatorCase(
+        ev,
+        skip_behaviour="evaluating starts SGLang engines: needs the sglang extra and a CUDA GPU "
+        "(tests/test_sglang_evaluator.py checks its CPU parts)",
+    )
 
 
 EVALUATOR_RECIPES: dict[str, Callable[[], EvaluatorCase]] = {
-    "replay": _replay, "kernel": _kernel, "model": _model, "sglang": _sglang,
+    "replay": _replay,
+    "kernel": _kernel,
+    "model": _model,
+    "sglang": _sglang,
 }
 
 
@@ -196,8 +217,11 @@ def build_evaluator(name: str) -> EvaluatorCase:
     ev = _built("evokernel.evaluators", name)
     space = getattr(ev, "space", None)
     if not isinstance(space, SearchSpace):
-        return EvaluatorCase(ev, skip_behaviour=f"{name!r} gives no `space` to draw genomes from (give its "
-                                                "example() evaluator a `space` attribute)")
+        return EvaluatorCase(
+            ev,
+            skip_behaviour=f"{name!r} gives no `space` to draw genomes from (give its "
+            "example() evaluator a `space` attribute)",
+        )
     import numpy as np
 
     rng = np.random.default_rng(0)

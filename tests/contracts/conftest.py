@@ -15,8 +15,12 @@ from evokernel.store import Store, open_store
 
 from ._components import STORES, names
 
-_GROUPS = {"mutator_name": "evokernel.mutators", "evaluator_name": "evokernel.evaluators",
-           "space_name": "evokernel.search_spaces", "strategy_name": "evokernel.strategies"}
+_GROUPS = {
+    "mutator_name": "evokernel.mutators",
+    "evaluator_name": "evokernel.evaluators",
+    "space_name": "evokernel.search_spaces",
+    "strategy_name": "evokernel.strategies",
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -18,8 +18,15 @@ from typing import Any
 import pytest
 
 from evokernel import Budget, Evaluator, Result, Search, SearchOptions
-from evokernel.core.evaluator import (CAPABILITIES, DescribesEnvironment, HasTransferKey, JudgesProblem, Remeasures,
-                                      Restores, Sandboxed)
+from evokernel.core.evaluator import (
+    CAPABILITIES,
+    DescribesEnvironment,
+    HasTransferKey,
+    JudgesProblem,
+    Remeasures,
+    Restores,
+    Sandboxed,
+)
 from evokernel.core.genome import canonical_json
 from evokernel.core.result import Status
 from evokernel.store import SQLiteStore
@@ -93,8 +100,11 @@ def test_its_capabilities_are_declared_and_well_formed(evaluator_name: str, case
     assert not isinstance(ev, Restores) or callable(ev.restored)
     if isinstance(ev, HasTransferKey):
         key = ev.transfer_key()
-        assert key is None or (isinstance(key, dict) and isinstance(key["family"], str)
-                               and all(isinstance(v, (int, float)) for v in key["shape"].values())), key
+        assert key is None or (
+            isinstance(key, dict)
+            and isinstance(key["family"], str)
+            and all(isinstance(v, (int, float)) for v in key["shape"].values())
+        ), key
     if isinstance(ev, JudgesProblem):
         assert isinstance(ev.problem.name, str) and ev.problem.shapes and callable(ev.render)
     if isinstance(ev, DescribesEnvironment):
@@ -109,7 +119,7 @@ def test_one_result_per_genome_in_order_and_failures_are_values(evaluator_name: 
     genomes = case.genomes + case.failing
     results = list(case.evaluator.evaluate(genomes))
     assert len(results) == len(genomes) and all(isinstance(r, Result) for r in results)
-    assert all(not r.is_ok and r.status is not Status.OK and r.error for r in results[len(case.genomes):])
+    assert all(not r.is_ok and r.status is not Status.OK and r.error for r in results[len(case.genomes) :])
     assert all(r.latency_ms > 0 and math.isfinite(r.latency_ms) for r in results if r.is_ok)
     assert any(r.is_ok for r in results[: len(case.genomes)]), [r.status for r in results]
     assert list(case.evaluator.evaluate([])) == []
@@ -164,8 +174,13 @@ def test_the_engine_runs_a_search_with_it(case: EvaluatorCase):
 
         space = matmul_space()
     store = SQLiteStore(":memory:")
-    report = Search(space, case.evaluator, strategy="evolution", store=store,
-                    options=SearchOptions(population=2, remeasure=1, report_elites=1)).run(Budget(evaluations=4), seed=0)
+    report = Search(
+        space,
+        case.evaluator,
+        strategy="evolution",
+        store=store,
+        options=SearchOptions(population=2, remeasure=1, report_elites=1),
+    ).run(Budget(evaluations=4), seed=0)
     assert report.evaluations == 4 and report.best is not None
     assert store.count(report.run_id)["evaluations"] >= 4
 

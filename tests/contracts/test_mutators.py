@@ -63,8 +63,13 @@ def drive(mutator: Mutator, *, seed: int = 0, trials: int = TRIALS) -> Drive:
     for trial in range(trials):
         parents = [Genome.of(space.sample(rng)) for _ in range(mutator.arity)]
         before = copy.deepcopy(parents)
-        ctx = Context(space, np.random.default_rng([seed, trial]), trial + 1, archive,
-                      charge=lambda amount, what: out.charges.append((amount, what)))
+        ctx = Context(
+            space,
+            np.random.default_rng([seed, trial]),
+            trial + 1,
+            archive,
+            charge=lambda amount, what: out.charges.append((amount, what)),
+        )
         child = mutator.propose(parents, ctx)
         assert parents == before, "parents were modified"
         if isinstance(mutator, Exhaustible) and mutator.exhausted:
@@ -109,7 +114,9 @@ def test_a_reset_instance_behaves_as_a_fresh_one(mutator_name: str):
     again = drive(mutator)  # drive() resets it first, as the engine does when a run starts
     assert again.proposals == first.proposals, "a second run of the same instance differs from the first"
     if isinstance(mutator, Learns):
-        assert isinstance(mutator, Resets), "a mutator that learns must reset: a second run would see the first's history"
+        assert isinstance(mutator, Resets), (
+            "a mutator that learns must reset: a second run would see the first's history"
+        )
 
 
 def test_a_mutator_that_keeps_no_state_answers_a_call_the_same_way_twice(mutator_name: str):
@@ -148,8 +155,13 @@ def test_every_mutator_shipped_in_the_mutators_package_is_registered():
     for info in pkgutil.iter_modules(package.__path__):
         module = importlib.import_module(f"{package.__name__}.{info.name}")
         for attr, obj in vars(module).items():
-            if (inspect.isclass(obj) and obj.__module__ == module.__name__ and not attr.startswith("_")
-                    and callable(getattr(obj, "propose", None)) and hasattr(obj, "arity")):
+            if (
+                inspect.isclass(obj)
+                and obj.__module__ == module.__name__
+                and not attr.startswith("_")
+                and callable(getattr(obj, "propose", None))
+                and hasattr(obj, "arity")
+            ):
                 shipped.add(f"{module.__name__}:{attr}")
     assert shipped and shipped <= named, sorted(shipped - named)
     for value in named:  # and the package gives each by its class name

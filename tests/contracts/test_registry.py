@@ -53,7 +53,9 @@ def test_wheel_installs_only_the_evokernel_package(tmp_path: Path):
         shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(src)],
-        check=True, capture_output=True, timeout=300,
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     [wheel] = tmp_path.glob("evokernel-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -96,19 +98,38 @@ def test_a_third_party_component_is_checked_by_adding_one_entry_point(tmp_path: 
         "    def fingerprint(self):\n"
         "        return {'evaluator': 'sum', 'scale': self.scale}\n\n"
         "    def evaluate(self, genomes):\n"
-        "        return [Result.ok(self.scale * (g['a'] + g['b'])) for g in genomes]\n")
+        "        return [Result.ok(self.scale * (g['a'] + g['b'])) for g in genomes]\n"
+    )
     info = tmp_path / "third_party-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: third-party\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[evokernel.mutators]\nflip = third_party:Flip\nbroken = third_party:Broken\n\n"
-                                           "[evokernel.evaluators]\nsum = third_party:Sum\n")
+    (info / "entry_points.txt").write_text(
+        "[evokernel.mutators]\nflip = third_party:Flip\nbroken = third_party:Broken\n\n"
+        "[evokernel.evaluators]\nsum = third_party:Sum\n"
+    )
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-o", "addopts=",
-         str(root / "tests/contracts/test_mutators.py"), str(root / "tests/contracts/test_evaluators.py"),
-         "-k", "flip or broken or sum"],
-        capture_output=True, text=True, timeout=600, env=env, cwd=root)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-v",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            str(root / "tests/contracts/test_mutators.py"),
+            str(root / "tests/contracts/test_evaluators.py"),
+            "-k",
+            "flip or broken or sum",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=root,
+    )
     outcomes: dict[str, list[str]] = {"flip": [], "broken": [], "sum": []}
     for line in proc.stdout.splitlines():
         for name in outcomes:

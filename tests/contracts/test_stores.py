@@ -18,13 +18,22 @@ from evokernel.store.knowledge import Lesson
 
 
 def begin(store: Store, run_id: str = "run-1", key: str = "key") -> RunInfo:
-    return store.begin_run(run_id, name="contract", archive_key=key, fingerprint="fp", config={"x": 1},
-                           environment={"gpu": None})
+    return store.begin_run(
+        run_id, name="contract", archive_key=key, fingerprint="fp", config={"x": 1}, environment={"gpu": None}
+    )
 
 
 def lesson(i: int, op: str = "matmul", gpu: str = "cpu", created: float = 0.0, text: str = "") -> Lesson:
-    return Lesson(id=f"lesson-{i}", kind="pattern", op=op, gpu=gpu, toolchain={"triton": "3"},
-                  text=text or f"lesson {i}", evidence={"runs": [i]}, created=created or float(i))
+    return Lesson(
+        id=f"lesson-{i}",
+        kind="pattern",
+        op=op,
+        gpu=gpu,
+        toolchain={"triton": "3"},
+        text=text or f"lesson {i}",
+        evidence={"runs": [i]},
+        created=created or float(i),
+    )
 
 
 def test_it_is_a_complete_store(store: Store):
@@ -116,8 +125,9 @@ def test_elites_best_per_niche_by_run_key_and_sequence(store: CompleteStore):
     begin(store, "r1", "k")
     store.save_elites("r1", "k", [Elite(niche="a", genome=g1, latency_ms=0.5)])
     begin(store, "r2", "k")
-    store.save_elites("r2", "k", [Elite(niche="a", genome=g2, latency_ms=0.4),
-                                  Elite(niche="b", genome=g1, latency_ms=0.9)])
+    store.save_elites(
+        "r2", "k", [Elite(niche="a", genome=g2, latency_ms=0.4), Elite(niche="b", genome=g1, latency_ms=0.9)]
+    )
     assert [e.latency_ms for e in store.elites(archive_key="k")] == [0.4, 0.9]
     assert [e.latency_ms for e in store.elites(archive_key="k", before_seq=2)] == [0.5]
     assert [e.genome.id for e in store.elites(run_id="r1")] == [g1.id]
@@ -145,8 +155,12 @@ def test_lessons_are_kept_by_op_and_gpu_oldest_first(store: CompleteStore):
 
 
 def test_kernels_are_kept_fastest_first(store: CompleteStore):
-    for gid, op, gpu, ms in (("g1", "matmul", "cpu", 2.0), ("g2", "matmul", "cpu", 1.0), ("g3", "softmax", "cpu", 0.5),
-                             ("g4", "matmul", "h200", 0.1)):
+    for gid, op, gpu, ms in (
+        ("g1", "matmul", "cpu", 2.0),
+        ("g2", "matmul", "cpu", 1.0),
+        ("g3", "softmax", "cpu", 0.5),
+        ("g4", "matmul", "h200", 0.1),
+    ):
         store.save_kernel({"genome_id": gid, "op": op, "gpu": gpu, "latency_ms": ms, "source": f"# {gid}\n"})
     assert [k["genome_id"] for k in store.kernels(op="matmul", gpu="cpu")] == ["g2", "g1"]
     assert [k["genome_id"] for k in store.kernels()] == ["g4", "g3", "g2", "g1"]
@@ -157,8 +171,9 @@ def test_kernels_are_kept_fastest_first(store: CompleteStore):
 
 def test_profiles_are_kept_and_found_by_name(store: CompleteStore):
     rows = [{"kernel": "mm", "ms": 1.0}]
-    first = store.save_profile({"name": "qwen", "rows": rows, "device_name": "cpu", "toolchain": {"torch": "2"},
-                                "total_ms": 1.0})
+    first = store.save_profile(
+        {"name": "qwen", "rows": rows, "device_name": "cpu", "toolchain": {"torch": "2"}, "total_ms": 1.0}
+    )
     second = store.save_profile({"name": "flux", "rows": [], "total_ms": 2.0})
     assert isinstance(first, int) and second > first
     [p] = store.profiles(name="qwen")

@@ -88,8 +88,22 @@ def _run(runner: Any, batch_size: int, input_len: int, output_len: int, seed: in
 
     np.random.seed(seed)
     reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
-    return ob.latency_test_run_once("evokernel", runner, lambda *a, **k: None, reqs, batch_size, input_len,
-                                    output_len, 0, False, False, ("CPU", "GPU"), "", "all", 0)
+    return ob.latency_test_run_once(
+        "evokernel",
+        runner,
+        lambda *a, **k: None,
+        reqs,
+        batch_size,
+        input_len,
+        output_len,
+        0,
+        False,
+        False,
+        ("CPU", "GPU"),
+        "",
+        "all",
+        0,
+    )
 
 
 def _host_counters() -> dict[str, int]:
@@ -124,8 +138,7 @@ def _sm_clock() -> int | None:
         return None
 
 
-def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path: str, seed: int = 0
-             ) -> dict[str, Any]:
+def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path: str, seed: int = 0) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -135,8 +148,9 @@ def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path
     model = getattr(runner, "model", None) or getattr(getattr(runner, "torch_runner", None), "model", None)
     handles = _scopes(model) if model is not None and hasattr(model, "named_modules") else []
     try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True,
-                     with_flops=True) as prof:
+        with profile(
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_flops=True
+        ) as prof:
             got = _run(runner, batch_size, input_len, output_len, seed)
             torch.cuda.synchronize()
     finally:
@@ -164,8 +178,13 @@ def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int)
     runner.cleanup(batch)
     flat = first.reshape(-1)
     idx = torch.linspace(0, flat.numel() - 1, steps=min(4096, flat.numel())).long().to(flat.device)
-    return {"tokens": tokens, "logits_sample": flat[idx].tolist(), "logits_absmax": float(flat.abs().max()),
-            "logits_std": float(flat.std()), "finite": bool(torch.isfinite(flat).all())}
+    return {
+        "tokens": tokens,
+        "logits_sample": flat[idx].tolist(),
+        "logits_absmax": float(flat.abs().max()),
+        "logits_std": float(flat.std()),
+        "finite": bool(torch.isfinite(flat).all()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cmd_fd, reply_fd = (int(x) for x in fds.split(","))
     except ValueError:
-        print("evokernel.integrations.sglang.driver: EVOKERNEL_BENCH_FDS must be '<commands>,<replies>'", file=sys.stderr)
+        print(
+            "evokernel.integrations.sglang.driver: EVOKERNEL_BENCH_FDS must be '<commands>,<replies>'", file=sys.stderr
+        )
         return 2
     plan = json.loads(args.plan)
     cpus = os.environ.get("EVOKERNEL_BENCH_CPUS", "")
@@ -186,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     t0 = time.monotonic()
     try:
-        runner = _engine(argv[split + 1:], int(plan.get("max_batch", 1)))
+        runner = _engine(argv[split + 1 :], int(plan.get("max_batch", 1)))
         loaded = time.monotonic() - t0
         # the KV cache and CUDA graphs are allocated: the next engine may start loading now
         # (SGLang sizes its KV cache from the memory free when it starts, so engines that
@@ -194,11 +215,20 @@ def main(argv: list[str] | None = None) -> int:
         _reply(reply_fd, {"loaded": True, "load_s": round(loaded, 2)})
         for bs, il in plan.get("warm", []):
             _run(runner, int(bs), int(il), 4)
-        _reply(reply_fd, {"ready": True, "load_s": round(loaded, 2), "warm_s": round(time.monotonic() - t0 - loaded, 2),
-                          "package": os.environ.get("EVOKERNEL_SGLANG_PACKAGE", "")})
+        _reply(
+            reply_fd,
+            {
+                "ready": True,
+                "load_s": round(loaded, 2),
+                "warm_s": round(time.monotonic() - t0 - loaded, 2),
+                "package": os.environ.get("EVOKERNEL_SGLANG_PACKAGE", ""),
+            },
+        )
     except Exception as exc:  # the parent reports it as this variant's failure
-        _reply(reply_fd, {"ready": False, "error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc()[-4000:]})
+        _reply(
+            reply_fd,
+            {"ready": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]},
+        )
         return 1
     for msg in _lines(cmd_fd):
         try:
@@ -226,16 +256,36 @@ def main(argv: list[str] | None = None) -> int:
                     # steps share one host state, fast or slow (measured on the H200), so the best of a few
                     # runs estimates the engine, not the state it happened to be in
                     best = min(runs, key=lambda r: r.get("median_decode_latency", float("inf")))
-                    got = dict(best, sm_clock_mhz=[before, _sm_clock()],
-                               runs_median_decode_latency=[r.get("median_decode_latency") for r in runs],
-                               runs_host=[r.get("host") for r in runs])
+                    got = dict(
+                        best,
+                        sm_clock_mhz=[before, _sm_clock()],
+                        runs_median_decode_latency=[r.get("median_decode_latency") for r in runs],
+                        runs_host=[r.get("host") for r in runs],
+                    )
                 _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
             elif msg.get("cmd") == "profile":
-                _reply(reply_fd, _profile(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["output_len"]),
-                                          str(msg["path"]), int(msg.get("seed", 0))))
+                _reply(
+                    reply_fd,
+                    _profile(
+                        runner,
+                        int(msg["batch_size"]),
+                        int(msg["input_len"]),
+                        int(msg["output_len"]),
+                        str(msg["path"]),
+                        int(msg.get("seed", 0)),
+                    ),
+                )
             elif msg.get("cmd") == "logits":
-                _reply(reply_fd, _logits(runner, int(msg["batch_size"]), int(msg["input_len"]), int(msg["steps"]),
-                                         int(msg.get("seed", 0))))
+                _reply(
+                    reply_fd,
+                    _logits(
+                        runner,
+                        int(msg["batch_size"]),
+                        int(msg["input_len"]),
+                        int(msg["steps"]),
+                        int(msg.get("seed", 0)),
+                    ),
+                )
             else:
                 _reply(reply_fd, {"error": f"unknown command {msg!r}"})
         except Exception as exc:

@@ -38,8 +38,15 @@ GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "nu
 _NO_DTYPE_PART = {"bfloat16", "float16"}
 
 
-def sglang_file_name(E: int, N: int, device_name: str, *, dtype: str | None = None,
-                     block_shape: Sequence[int] | None = None, down: bool = False) -> str:
+def sglang_file_name(
+    E: int,
+    N: int,
+    device_name: str,
+    *,
+    dtype: str | None = None,
+    block_shape: Sequence[int] | None = None,
+    down: bool = False,
+) -> str:
     """The name SGLang's loader looks for (its `get_config_file_name`)."""
     name = f"E={E},N={N},device_name={device_name.replace(' ', '_')}"
     if dtype:
@@ -69,17 +76,22 @@ def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str
         up["GEMV"] = 1
     if params.get("FUSE_SILU"):
         if shared_m:
-            return ("it fuses SiLU-and-multiply into the up GEMM (FUSE_SILU), which SGLang's kernel does not "
-                    "(the plugin ships it)")
+            return (
+                "it fuses SiLU-and-multiply into the up GEMM (FUSE_SILU), which SGLang's kernel does not "
+                "(the plugin ships it)"
+            )
         up["FUSE_SILU"] = 1
     if shared_m and down["BLOCK_SIZE_M"] != up["BLOCK_SIZE_M"]:
-        return (f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
-                f"({up['BLOCK_SIZE_M']}); SGLang would override it")
+        return (
+            f"its down GEMM's BLOCK_SIZE_M ({down['BLOCK_SIZE_M']}) differs from the up GEMM's "
+            f"({up['BLOCK_SIZE_M']}); SGLang would override it"
+        )
     return up, down
 
 
-def _runnable_from_history(store: Store, run_id: str, *, shared_m: bool
-                           ) -> tuple[tuple[dict[str, int], dict[str, int]] | None, Elite | None]:
+def _runnable_from_history(
+    store: Store, run_id: str, *, shared_m: bool
+) -> tuple[tuple[dict[str, int], dict[str, int]] | None, Elite | None]:
     """The fastest candidate of a run's history whose configs the target runs, as an
     elite-like record, or (None, None). A genome counts by the median of all its readings
     (evaluations and re-measurements), and one that failed any reading does not count: the
@@ -104,8 +116,9 @@ def _runnable_from_history(store: Store, run_id: str, *, shared_m: bool
     return None, None
 
 
-def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton_version: str | None,
-             shared_m: bool) -> dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]]:
+def _winners(
+    store: Store, report: MoeExport, *, device_name: str | None, triton_version: str | None, shared_m: bool
+) -> dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]]:
     """The best (up, down) per (Triton version dir, E, N, GPU, batch size) over the store's
     fused-MoE runs: value (latency, up, down, run id)."""
     best: dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]] = {}
@@ -115,8 +128,11 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
             continue
         shapes = ev.get("shapes")
         family = str((run.config.get("transfer") or {}).get("family", ""))
-        if not isinstance(shapes, list) or not shapes or not all(
-                isinstance(s, dict) and {"M", "E", "I"} <= set(s) for s in shapes):
+        if (
+            not isinstance(shapes, list)
+            or not shapes
+            or not all(isinstance(s, dict) and {"M", "E", "I"} <= set(s) for s in shapes)
+        ):
             continue  # not a MoE problem's run
         dtype = family.split("@")[0].rsplit("_", 1)[-1] if family else "bfloat16"
         if dtype not in _NO_DTYPE_PART:
@@ -148,11 +164,15 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
             if got is None:
                 report.skipped.append(f"{run.id}: {'; '.join(dict.fromkeys(why))}")
                 continue
-            report.notes.append(f"{run.id}: every elite {why[0].removeprefix('it ')}; exported the fastest "
-                                f"candidate of the run SGLang's kernel runs ({elite.latency_ms:.4f} ms)")
+            report.notes.append(
+                f"{run.id}: every elite {why[0].removeprefix('it ')}; exported the fastest "
+                f"candidate of the run SGLang's kernel runs ({elite.latency_ms:.4f} ms)"
+            )
         elif why:
-            report.notes.append(f"{run.id}: the best elite {why[0].removeprefix('it ')}; exported the best one "
-                                f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})")
+            report.notes.append(
+                f"{run.id}: the best elite {why[0].removeprefix('it ')}; exported the best one "
+                f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})"
+            )
         up, down = got
         E, N = int(shapes[0]["E"]), int(shapes[0]["I"])
         version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"
@@ -163,8 +183,9 @@ def _winners(store: Store, report: MoeExport, *, device_name: str | None, triton
     return best
 
 
-def sglang_moe(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
-               triton_version: str | None = None) -> MoeExport:
+def sglang_moe(
+    store: Store, out: str | os.PathLike[str], *, device_name: str | None = None, triton_version: str | None = None
+) -> MoeExport:
     """Write the best config per (E, N, GPU, Triton, batch size) found by the store's fused-MoE
     runs. `device_name` / `triton_version` override what the runs recorded (a run on the CPU
     records no GPU)."""
@@ -199,9 +220,15 @@ def _read(path: Path) -> dict[int, dict[str, int]]:
         raise ConfigError(f"{path} exists but is not an SGLang MoE config file ({exc}); move it away") from exc
 
 
-def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_name: str | None = None,
-                          triton_version: str | None = None, kernel: bool = True,
-                          seed_shipped: bool = True) -> MoeExport:
+def sglang_plugin_package(
+    store: Store,
+    out: str | os.PathLike[str],
+    *,
+    device_name: str | None = None,
+    triton_version: str | None = None,
+    kernel: bool = True,
+    seed_shipped: bool = True,
+) -> MoeExport:
     """Write the package the SGLang plugin applies (`evokernel.integrations.sglang.plugin`): SGLang's config
     files for its own fused-MoE kernel (winners whose two BLOCK_SIZE_M agree) under
     `out/configs`, and, with `kernel`, the table of evokernel's fused-MoE template (every
@@ -234,10 +261,15 @@ def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_n
             seeded.append(str(shipped.name))
     report = sglang_moe(store, out, device_name=device_name, triton_version=triton_version)
     manifest: dict[str, Any] = {
-        "format": FORMAT, "configs": "configs" if report.files else None, "kernels": [],
-        "provenance": {"created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "store": str(store.path) if isinstance(store, Located) else "", "configs": report.exported,
-                       "seeded_from_sglang": seeded},
+        "format": FORMAT,
+        "configs": "configs" if report.files else None,
+        "kernels": [],
+        "provenance": {
+            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "store": str(store.path) if isinstance(store, Located) else "",
+            "configs": report.exported,
+            "seeded_from_sglang": seeded,
+        },
     }
     if kernel:
         free = MoeExport()
@@ -250,14 +282,16 @@ def sglang_plugin_package(store: Store, out: str | os.PathLike[str], *, device_n
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(MoeTable(entries).to_json(), indent=1) + "\n")
             report.files.append(path)
-            manifest["kernels"].append({"op": "fused_moe", "target": FUSED_EXPERTS,
-                                        "table": "kernels/fused_moe.json"})
+            manifest["kernels"].append({"op": "fused_moe", "target": FUSED_EXPERTS, "table": "kernels/fused_moe.json"})
             manifest["provenance"]["fused_moe"] = [
                 {"E": E, "N": N, "M": m, "latency_ms": lat, "run": run}
-                for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())]
+                for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())
+            ]
     if not report.files:
-        raise ConfigError("nothing to export: the store holds no fused-MoE run with an elite"
-                          + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else ""))
+        raise ConfigError(
+            "nothing to export: the store holds no fused-MoE run with an elite"
+            + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else "")
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     report.files.append(out / "manifest.json")

@@ -58,8 +58,12 @@ class MoeTable:
     SGLang picks its own configs (ties go to the smaller), but only within `reach` (2x) of it:
     a prefill of 2048 tokens does not run a config tuned for decode at 256."""
 
-    def __init__(self, entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]]]],
-                 *, reach: float = 2.0):
+    def __init__(
+        self,
+        entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]]]],
+        *,
+        reach: float = 2.0,
+    ):
         self.entries = {k: dict(v) for k, v in entries.items()}
         self.reach = reach  # a tuned batch size serves batch sizes within this factor of it, no further
 
@@ -72,17 +76,22 @@ class MoeTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 en = (int(parts["E"]), int(parts["N"]))
-                entries[en] = {int(m): ({k: int(c["up"][k]) for k in (*GEMM_KEYS, *STRUCTURE)
-                                         if k in c["up"] or k not in STRUCTURE},
-                                        {k: int(c["down"][k]) for k in GEMM_KEYS})
-                               for m, c in per_m.items()}
+                entries[en] = {
+                    int(m): (
+                        {k: int(c["up"][k]) for k in (*GEMM_KEYS, *STRUCTURE) if k in c["up"] or k not in STRUCTURE},
+                        {k: int(c["down"][k]) for k in GEMM_KEYS},
+                    )
+                    for m, c in per_m.items()
+                }
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise PackageError(f"{where}: entry {key!r} is malformed ({type(exc).__name__}: {exc})") from exc
         return cls(entries)
 
     def to_json(self) -> dict[str, Any]:
-        return {f"E={e},N={n}": {str(m): {"up": up, "down": down} for m, (up, down) in sorted(per_m.items())}
-                for (e, n), per_m in sorted(self.entries.items())}
+        return {
+            f"E={e},N={n}": {str(m): {"up": up, "down": down} for m, (up, down) in sorted(per_m.items())}
+            for (e, n), per_m in sorted(self.entries.items())
+        }
 
     def lookup(self, E: int, N: int, M: int) -> tuple[dict[str, int], dict[str, int]] | None:
         per_m = self.entries.get((E, N))
@@ -112,12 +121,16 @@ class Package:
         try:
             manifest = json.loads(path.read_text())
         except FileNotFoundError:
-            raise PackageError(f"{root} holds no manifest.json (write one with `evokernel export sglang-plugin`)") from None
+            raise PackageError(
+                f"{root} holds no manifest.json (write one with `evokernel export sglang-plugin`)"
+            ) from None
         except ValueError as exc:
             raise PackageError(f"{path} is not JSON: {exc}") from exc
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise PackageError(f"{path}: format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
-                               f"expected {FORMAT!r}")
+            raise PackageError(
+                f"{path}: format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
+                f"expected {FORMAT!r}"
+            )
         configs = manifest.get("configs")
         if configs and not (root / configs).is_dir():
             raise PackageError(f"{path}: configs folder {configs!r} is missing")
@@ -138,11 +151,28 @@ class Package:
 
 
 _PLAIN_DEFAULTS = {  # fused_experts_impl arguments that must hold these values for the template to apply
-    "b1": None, "b2": None, "activation": "silu", "is_gated": True, "apply_router_weight_on_input": False,
-    "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False,
-    "per_channel_quant": False, "w1_scale": None, "w2_scale": None, "w1_zp": None, "w2_zp": None,
-    "a1_scale": None, "a2_scale": None, "block_shape": None, "no_combine": False, "gemm1_alpha": None,
-    "gemm1_limit": None, "swiglu_limit": None, "a1_q": None,
+    "b1": None,
+    "b2": None,
+    "activation": "silu",
+    "is_gated": True,
+    "apply_router_weight_on_input": False,
+    "use_fp8_w8a8": False,
+    "use_int8_w8a8": False,
+    "use_int8_w8a16": False,
+    "use_int4_w4a16": False,
+    "per_channel_quant": False,
+    "w1_scale": None,
+    "w2_scale": None,
+    "w1_zp": None,
+    "w2_zp": None,
+    "a1_scale": None,
+    "a2_scale": None,
+    "block_shape": None,
+    "no_combine": False,
+    "gemm1_alpha": None,
+    "gemm1_limit": None,
+    "swiglu_limit": None,
+    "a1_q": None,
 }
 
 
@@ -176,8 +206,17 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
             stats["fallback"] += 1
             return original(*args, **kwargs)
         up, down = configs
-        out = run(x, w1, w2, a["topk_weights"], a["topk_ids"], up={k: up[k] for k in GEMM_KEYS}, down=down,
-                  gemv=int(up.get("GEMV", 0)), fuse_silu=bool(up.get("FUSE_SILU")))
+        out = run(
+            x,
+            w1,
+            w2,
+            a["topk_weights"],
+            a["topk_ids"],
+            up={k: up[k] for k in GEMM_KEYS},
+            down=down,
+            gemv=int(up.get("GEMV", 0)),
+            fuse_silu=bool(up.get("FUSE_SILU")),
+        )
         factor = a.get("routed_scaling_factor")
         if factor is not None and factor != 1.0:
             out = out * factor

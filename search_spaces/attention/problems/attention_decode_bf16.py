@@ -104,14 +104,15 @@ def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple[torch.Ten
     table = torch.zeros(B, max(per_seq), dtype=torch.int32)
     used = 0
     for b, n in enumerate(per_seq):
-        table[b, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
+        table[b, :n] = torch.tensor(perm[used : used + n], dtype=torch.int32)
         used += n
     lens_t = torch.tensor(lens, dtype=torch.int32)
     return q, k_cache, v_cache, table.to(device), lens_t.to(device)
 
 
-def reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor,
-              context_lens: torch.Tensor) -> torch.Tensor:
+def reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, context_lens: torch.Tensor
+) -> torch.Tensor:
     B, hq, d = q.shape
     page, hkv = k_cache.shape[1], k_cache.shape[2]
     group = hq // hkv

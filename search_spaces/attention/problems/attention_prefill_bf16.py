@@ -110,8 +110,14 @@ def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple:
     return q, k, v, cu, max(lens), tuple(lens)
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_seqlen: int,
-              seqlens: tuple[int, ...]) -> torch.Tensor:
+def reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    seqlens: tuple[int, ...],
+) -> torch.Tensor:
     T, hq, d = q.shape
     group = hq // k.shape[1]
     out = torch.empty((T, hq, d), device=q.device, dtype=torch.float32)
@@ -121,13 +127,13 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: tor
         heads = max(group, (1 << 28) // max(1, n * n) // group * group)  # ~1 GiB of fp32 scores at a time
         mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril() if CAUSAL else None
         for h0 in range(0, hq, heads):
-            qs = q[s:e, h0:h0 + heads].float().transpose(0, 1)
-            ks = k[s:e, h0 // group:(h0 + heads) // group].float().transpose(0, 1).repeat_interleave(group, 0)
-            vs = v[s:e, h0 // group:(h0 + heads) // group].float().transpose(0, 1).repeat_interleave(group, 0)
+            qs = q[s:e, h0 : h0 + heads].float().transpose(0, 1)
+            ks = k[s:e, h0 // group : (h0 + heads) // group].float().transpose(0, 1).repeat_interleave(group, 0)
+            vs = v[s:e, h0 // group : (h0 + heads) // group].float().transpose(0, 1).repeat_interleave(group, 0)
             scores = (qs @ ks.transpose(1, 2)) / math.sqrt(d)
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))
-            out[s:e, h0:h0 + heads] = (scores.softmax(-1) @ vs).transpose(0, 1)
+            out[s:e, h0 : h0 + heads] = (scores.softmax(-1) @ vs).transpose(0, 1)
     return out.to(q.dtype)
 
 

@@ -112,7 +112,7 @@ def reference(x, w1, w2, topk_weights, topk_ids):
     for e, n in enumerate(counts):
         if n == 0:
             continue
-        pairs = order[start:start + n]
+        pairs = order[start : start + n]
         start += n
         rows = pairs // top_k
         h = x[rows].float() @ w1[e].float().t()

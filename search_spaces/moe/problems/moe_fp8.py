@@ -137,7 +137,7 @@ def reference(x, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids):
     runs, start = [], 0
     for e, n in enumerate(counts):
         if n:
-            runs.append((e, order[start:start + n]))
+            runs.append((e, order[start : start + n]))
             start += n
     for e, pairs in runs:
         h = (xd[pairs // top_k] @ _dequantize(w1[e], w1_scale[e]).t()).to(x.dtype).float()

@@ -214,8 +214,7 @@ def test_a_sample_of_points_passes_the_gate():
     points = rmsnorm_seeds(hidden, space) + [config(64, num_warps=1, num_stages=3), config(1024, ROWS=8, num_warps=4)]
     genomes = [space.genome(p) for p in points]
     options = GateOptions(seeds=1, heldout_seeds=1, recheck_seeds=0, time=False)
-    with KernelEvaluator(problem, lambda g: candidate_source(g.params), device="cpu", options=options,
-                         workers=1) as ev:
+    with KernelEvaluator(problem, lambda g: candidate_source(g.params), device="cpu", options=options, workers=1) as ev:
         results = list(ev.evaluate(genomes))
     assert [r.status for r in results] == [Status.OK] * len(genomes), [(r.status, r.error) for r in results]
 
@@ -231,26 +230,35 @@ def test_every_point_passes_the_gate_at_a_tiny_shape():
     genomes = [space.genome(p) for p in space.valid_points()]
     options = GateOptions(seeds=1, heldout_seeds=0, recheck_seeds=0, time=False)
     with KernelEvaluator(tiny, lambda g: candidate_source(g.params), device="cpu", options=options, workers=1) as ev:
-        failed = [(g.params, r.status, r.error) for g, r in zip(genomes, ev.evaluate(genomes)) if r.status is not Status.OK]
+        failed = [
+            (g.params, r.status, r.error) for g, r in zip(genomes, ev.evaluate(genomes)) if r.status is not Status.OK
+        ]
     assert len(genomes) > 100 and not failed, failed[:3]
 
 
 RIGHT = "y = h * torch.rsqrt(h.square().mean(-1, keepdim=True) + 1e-6) * w.float()"
 
 
-@pytest.mark.parametrize("body, verdict", [
-    (RIGHT, "accepted"),
-    (RIGHT.removesuffix(" * w.float()"), "wrong result"),  # the weight forgotten
-    (RIGHT.replace("+ 1e-6", "+ 1e-6) * torch.rsqrt(torch.tensor(1.01)"), "wrong result"),  # 0.5% off
-    (RIGHT + "; h = x.float()", "wrong result"),  # the residual's sum not returned
-], ids=["right", "no-weight", "half-a-percent", "no-residual-out"])
+@pytest.mark.parametrize(
+    "body, verdict",
+    [
+        (RIGHT, "accepted"),
+        (RIGHT.removesuffix(" * w.float()"), "wrong result"),  # the weight forgotten
+        (RIGHT.replace("+ 1e-6", "+ 1e-6) * torch.rsqrt(torch.tensor(1.01)"), "wrong result"),  # 0.5% off
+        (RIGHT + "; h = x.float()", "wrong result"),  # the residual's sum not returned
+    ],
+    ids=["right", "no-weight", "half-a-percent", "no-residual-out"],
+)
 def test_the_problem_tells_a_right_kernel_from_the_usual_mistakes(body, verdict):
-    source = ("import torch\n\n\ndef kernel(x, w, residual):\n"
-              "    h = x.float() + residual.float()\n"
-              f"    {body}\n"
-              "    return y.to(x.dtype), h.to(x.dtype)\n")
-    judge = Judge(Problem.load(PROBLEM, params={"dtype": "float16", "residual": True}).on_cpu(), "cpu",
-                  GateOptions(time=False))
+    source = (
+        "import torch\n\n\ndef kernel(x, w, residual):\n"
+        "    h = x.float() + residual.float()\n"
+        f"    {body}\n"
+        "    return y.to(x.dtype), h.to(x.dtype)\n"
+    )
+    judge = Judge(
+        Problem.load(PROBLEM, params={"dtype": "float16", "residual": True}).on_cpu(), "cpu", GateOptions(time=False)
+    )
     try:
         got = judge.check(source)
     finally:
@@ -263,10 +271,14 @@ def test_a_short_search_finds_a_valid_winner(tmp_path: Path):
     problem = Problem.load(PROBLEM, params={"dtype": "float16", "residual": True}).on_cpu()
     hidden = max(s["N"] for s in problem.shapes + problem.heldout)
     space = rmsnorm_space(hidden)
-    with KernelEvaluator(problem, lambda g: candidate_source(g.params), device="cpu", options=QUICK,
-                         workers=1) as ev:
-        search = Search(space, ev, descriptor=rmsnorm_class, seeds=rmsnorm_seeds(hidden, space),
-                        options=SearchOptions(population=3, remeasure=1, report_elites=2))
+    with KernelEvaluator(problem, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=1) as ev:
+        search = Search(
+            space,
+            ev,
+            descriptor=rmsnorm_class,
+            seeds=rmsnorm_seeds(hidden, space),
+            options=SearchOptions(population=3, remeasure=1, report_elites=2),
+        )
         report = search.run(Budget(evaluations=5), seed=0)
     assert report.evaluations == 5 and report.statuses.get("ok", 0) == 5, report.statuses
     best = report.best
@@ -290,4 +302,6 @@ def test_template_bf16_at_the_problems_shapes_on_gpu(residual):
             inputs = problem.make_inputs(shape, 0, "cuda")
             got, want = rmsnorm(*inputs, **params), problem.reference(*inputs)
             for a, b in zip(got if residual else (got,), want if residual else (want,), strict=True):
-                torch.testing.assert_close(a, b, **problem.tolerance("bfloat16"), msg=lambda m: f"{shape} {params}: {m}")
+                torch.testing.assert_close(
+                    a, b, **problem.tolerance("bfloat16"), msg=lambda m: f"{shape} {params}: {m}"
+                )
