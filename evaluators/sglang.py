@@ -32,6 +32,10 @@ promotion cascade: `package(genome)` writes a genome's package, and its result's
 is the workload-weighted median decode latency.
 """
 
+# One module on purpose, though over 400 lines: one evaluator drives SGLang engines in their own processes (pinning,
+# A/B rounds, numerics) and reports the A/B; the engine handle, the verdict and the report read the same per-round
+# records.
+
 from __future__ import annotations
 
 import json

@@ -17,6 +17,9 @@ This module is the loop; its steps live beside it: `options` (Budget, SearchOpti
 (100, True)
 """
 
+# One module on purpose, though over 400 lines: the search loop itself (generations, evaluation, survivors, credit to
+# mutators); what it calls (options, seeding, proposals, re-measurement, reports) lives in its own engine modules.
+
 from __future__ import annotations
 
 import hashlib

@@ -39,6 +39,9 @@ Triton's interpreter on the CPU too, which is how the tests check every path.
 True
 """
 
+# One module on purpose, though over 400 lines: the split-KV kernel, its reduction, the split heuristic and the
+# candidate and baseline sources render one template; the two kernels share the partials' layout.
+
 from __future__ import annotations
 
 import math

@@ -23,6 +23,10 @@ is apart: `seeds.py` (heuristics) and `cublas.py` (cuBLAS's own kernel, read as 
 True
 """
 
+# One module on purpose, though over 400 lines: the GEMM space is its validity rules; each rule (shared memory,
+# registers, warp specialisation, split-K fixup, stream-K, TMA store, Gluon) is a small function here, and keeping
+# them in one file keeps each rule in one place.
+
 from __future__ import annotations
 
 from evokernel.core.genome import Genome
