@@ -15,35 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 from pathlib import Path
 
 #: (N, K) per model and layer, as examples/problems/gemm_bf16.py defines them
 SHAPES = {"llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)},
           "qwen3-30b-a3b": {"qkv": (5120, 2048), "o": (2048, 4096)}}
 MS = (16, 64, 256, 512, 2048, 4096, 8192)
-
-
-def kernel_names(m: int, n: int, k: int, *, reps: int = 5) -> dict[str, float]:
-    """The kernels torch.matmul (cuBLAS) runs for a bf16 M x K by K x N product (B row-major,
-    as the problems lay it out): name -> median device time in us, under torch.profiler."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):  # cuBLAS's heuristics and workspace set up outside the profile
-        torch.matmul(a, b)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            torch.matmul(a, b)
-        torch.cuda.synchronize()
-    kernels: dict[str, list[float]] = {}
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            kernels.setdefault(ev.name, []).append(ev.device_time)
-    return {name: statistics.median(us) for name, us in kernels.items()}
 
 
 def main() -> None:
@@ -56,6 +33,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     import torch
+
+    from evokernel.search_spaces.gemm.cublas import kernel_names
 
     rows = []
     for model, layers in SHAPES.items():

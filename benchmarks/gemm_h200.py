@@ -73,45 +73,6 @@ def short(p: dict[str, int]) -> str:
         " ".join(e for e in extra if e)
 
 
-def deep_variants(points: list[dict[str, int]], space) -> list[dict[str, int]]:
-    """Each tile of at most 64 rows with the deepest pipeline that fits (up to 16 stages):
-    cuBLAS runs such tiles 6-16 stages deep where they are memory-latency bound (call BB:
-    64x64 with 13 stages at Qwen3's o, M=256); 64x(128+64) ran 0.0419 ms with 5 stages and
-    0.0497 with 4 at Llama qkv M=512 (call BC). A larger tile gets one stage more, its C
-    stored from registers where staging C leaves no room (cuBLAS runs Llama qkv M=512's
-    128x192 tile 5 stages deep, ours won with 4 and C staged in halves)."""
-    out = []
-    for p in points:
-        if p["BM"] > 64 and not (p.get("SWAP_AB") and p["BN"] <= 64):
-            more = [q for q in (dict(p, num_stages=p["num_stages"] + 1),
-                                dict(p, num_stages=p["num_stages"] + 1, TMA_STORE=0)) if space.is_valid(q)]
-            out += more[:1]
-            continue
-        deeper = [dict(p, num_stages=s) for s in range(16, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
-        if deeper:
-            out.append(deeper[0])
-    return out
-
-
-def cublas_seeds(m: int, shape: dict, space, off: dict[str, int], *, tma_store: bool) -> tuple[list[str], list[dict]]:
-    """The kernels cuBLAS runs at this M x N x K (torch.profiler) and the template's nearest
-    points to them (`cublas_seed`), valid in `space` with its optional genes off. A failure
-    to profile is said and gives no seed."""
-    from evokernel.search_spaces import cublas_seed
-
-    try:
-        from cublas_kernels import kernel_names
-
-        names = list(kernel_names(m, int(shape["N"]), int(shape["K"])))
-    except Exception as exc:  # the profiler is a convenience here, not the benchmark
-        print(f"cuBLAS's kernels at M={m}: not read ({type(exc).__name__}: {exc})", flush=True)
-        return [], []
-    points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store, swap_ab="SWAP_AB" in space.names)
-              for name in names]
-    points = [{**off, **p} for p in points if p]
-    return names, [p for p in points if space.is_valid(p)]
-
-
 def gluon_available() -> bool:
     """Whether this Triton has Gluon's Hopper API (the GLUON gene's kernel): said when not."""
     try:
@@ -174,6 +135,8 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.search_spaces import (gemm_class, gemm_seeds, gemm_space, gluon_variant,
                                          wave_seeds, without_idle_genes)
+    from evokernel.search_spaces.gemm.cublas import cublas_seeds
+    from evokernel.search_spaces.gemm.seeds import deep_variants
     from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, torch_source
     from evokernel.store import SQLiteStore
 

@@ -22,9 +22,9 @@ row, and the search database `moe.db` (`evokernel export sglang-moe moe.db --out
 parameter scales set to the mode; `moe_space(fp8=...)`, no GEMV: that path is bf16 only);
 files `moe_fp8_<mode>.json/.md/.db`. Baselines:
 
-- `sglang_default`: the template at SGLang's default fp8 config (`default_fp8_config`, from
-  its `get_default_config` for `fp8_w8a8` on a GPU with >= 128 KiB of shared memory per
-  block, as the H200): block scales 64x128x128 (BLOCK_SIZE_N, BLOCK_SIZE_K = the 128x128
+- `sglang_default`: the template at SGLang's default fp8 config (`default_fp8_config` in
+  search_spaces/moe/sglang.py, from its `get_default_config` for `fp8_w8a8` on a GPU with
+  >= 128 KiB of shared memory per block, as the H200): block scales 64x128x128 (BLOCK_SIZE_N, BLOCK_SIZE_K = the 128x128
   block), GROUP_SIZE_M 32, 4 warps, 3 stages; per tensor 128x256x128 g32 w8 s4, or
   64x128x128 g1 w4 s4 when M <= E;
 - `sglang_h200`: the shipped H200 fp8 file for that E and N (`...,dtype=fp8_w8a8[,block_shape=
@@ -53,38 +53,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from evokernel.engine.tuning import geomean, nearest_ms, prior_seeds, search_against  # noqa: E402
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
 PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
-_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-
-
-def default_fp8_config(M: int, E: int, block: bool) -> dict[str, int]:
-    """SGLang 0.5.17's fallback config for an fp8 w8a8 fused MoE without a tuned file, on a
-    GPU with >= 128 KiB of shared memory per block (the H200); block: 128x128 blocks."""
-    if block:
-        cfg = (64, 128, 128, 32, 4, 3)
-    elif M <= E:
-        cfg = (64, 128, 128, 1, 4, 4)
-    else:
-        cfg = (128, 256, 128, 32, 8, 4)
-    return dict(zip(_KEYS, cfg))
-
-
-def shipped_fp8_config(E: int, N: int, M: int, device_name: str, block: bool) -> dict[str, int] | None:
-    """The vendored SGLang fp8 config for this GPU, E and N at the batch size nearest M (newest
-    Triton folder first, as SGLang's loader), or None where no such file is vendored."""
-    from evokernel.search_spaces.moe.sglang import CONFIG_DIR
-
-    name = (f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=fp8_w8a8"
-            + (",block_shape=[128, 128]" if block else "") + ".json")
-    folders = sorted((p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
-                     key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")), reverse=True)
-    for folder in folders:
-        if (folder / name).is_file():
-            table = {int(m): v for m, v in json.loads((folder / name).read_text()).items()}
-            got = table[min(table, key=lambda m: abs(m - M))]
-            return {k: int(got.get(k, {"num_warps": 4, "num_stages": 3}.get(k, 0))) for k in _KEYS}
-    return None
-
-
 
 
 def write(out: Path, doc: dict[str, Any], stem: str = "moe") -> None:
@@ -142,7 +110,8 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import moe_space, shared_params
-    from evokernel.search_spaces.moe.sglang import default_config, shipped_config, shipped_elsewhere
+    from evokernel.search_spaces.moe.sglang import (default_config, default_fp8_config, shipped_config,
+                                                    shipped_elsewhere, shipped_fp8_config)
     from evokernel.search_spaces.moe.template import candidate_source, split_config
     from evokernel.store import SQLiteStore
 

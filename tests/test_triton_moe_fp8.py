@@ -175,19 +175,17 @@ def test_fp8_candidates_and_the_gemv_refusal():
 
 def test_the_moe_h200_fp8_baselines():
     """SGLang's default fp8 configs (its get_default_config, H200: not a low-shared-memory GPU)
-    and the shipped-file lookup, which finds no fp8 file among the vendored ones."""
-    import importlib.util
+    and the shipped-file lookup, which finds no fp8 file among the vendored ones
+    (search_spaces/moe/sglang.py, the baselines of benchmarks/moe_h200.py --fp8)."""
+    from evokernel.search_spaces.moe.sglang import default_fp8_config, shipped_fp8_config
 
-    spec = importlib.util.spec_from_file_location("moe_h200", ROOT / "benchmarks" / "moe_h200.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    assert bench.default_fp8_config(M=64, E=32, block=True) == gemm(64, 128, 128, 32, 4, 3)
-    assert bench.default_fp8_config(M=16, E=32, block=False) == gemm(64, 128, 128, 1, 4, 4)
-    assert bench.default_fp8_config(M=64, E=32, block=False) == gemm(128, 256, 128, 32, 8, 4)
-    assert bench.shipped_fp8_config(E=128, N=768, M=64, device_name="NVIDIA H200", block=True) is None
+    assert default_fp8_config(M=64, E=32, block=True) == gemm(64, 128, 128, 32, 4, 3)
+    assert default_fp8_config(M=16, E=32, block=False) == gemm(64, 128, 128, 1, 4, 4)
+    assert default_fp8_config(M=64, E=32, block=False) == gemm(128, 256, 128, 32, 8, 4)
+    assert shipped_fp8_config(E=128, N=768, M=64, device_name="NVIDIA H200", block=True) is None
     space = moe_space(fp8="block")
     for m in (1, 64, 4096):  # the defaults are points of the space (the search is seeded from them)
-        cfg = bench.default_fp8_config(M=m, E=32, block=True)
+        cfg = default_fp8_config(M=m, E=32, block=True)
         assert space.is_valid({**cfg, **{f"down_{k}": v for k, v in cfg.items() if k != "BLOCK_SIZE_M"}})
 
 

@@ -4,17 +4,21 @@ torch.profiler names the kernel cuBLAS ran for a torch.matmul (`nvjet_sm90_tst_<
 <BK>x<stages>_<cluster>_...` on Hopper with CUDA 12.9 and later); the name holds the tile,
 the pipeline depth, split-K and the cooperative form, which `cublas_seed` turns into the
 template's nearest point: a seed that starts a search where cuBLAS already is.
+`kernel_names` reads the names (and device times) of the kernels torch.matmul runs at a
+shape, `cublas_seeds` both at once: the names at a shape and the valid points they give.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
+from collections.abc import Mapping
 
-from evokernel.core.space import H200_SHARED_MEMORY_BYTES
+from evokernel.core.space import H200_SHARED_MEMORY_BYTES, SearchSpace
 from evokernel.search_spaces.gemm.seeds import _fitting_point
 from evokernel.search_spaces.gemm.space import gemm_space
 
-__all__ = ["cublas_seed"]
+__all__ = ["cublas_seed", "cublas_seeds", "kernel_names"]
 
 #: cuBLAS's Hopper kernels (CUDA 12.9+): nvjet_sm90_tst_<rows>x<cols>_<BK>x<stages>_<cluster>_...
 _NVJET = re.compile(r"nvjet_sm90_tst_(\d+)x(\d+)_(\d+)x(\d+)_\d+x\d+_")
@@ -77,3 +81,45 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 16), 1, -1),
                           tma_store=tma_store, coop="_coop" in kernel and bm >= 128 and warp_spec, TMA=1, BN_TAIL=tail,
                           PERSISTENT=int(tiles > sms and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1), **swap)
+
+
+def kernel_names(m: int, n: int, k: int, *, reps: int = 5) -> dict[str, float]:
+    """The kernels torch.matmul (cuBLAS) runs for a bf16 M x K by K x N product (B row-major,
+    as the problems lay it out): name -> median device time in us, under torch.profiler.
+    Needs a CUDA GPU (the inputs are made on it)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):  # cuBLAS's heuristics and workspace set up outside the profile
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(ev.name, []).append(ev.device_time)
+    return {name: statistics.median(us) for name, us in kernels.items()}
+
+
+def cublas_seeds(m: int, shape: Mapping, space: SearchSpace, off: dict[str, int], *,
+                 tma_store: bool) -> tuple[list[str], list[dict]]:
+    """The kernels cuBLAS runs at this M x N x K (`shape` holds N and K; `kernel_names`) and
+    the template's nearest points to them (`cublas_seed`, swap-AB tiles where `space` has the
+    SWAP_AB gene), each filled with `off` (the space's optional genes, off) and kept where
+    valid in `space`. A failure to profile (no GPU, a profiler error) is said and gives no
+    names and no seed.
+    """
+    try:
+        names = list(kernel_names(m, int(shape["N"]), int(shape["K"])))
+    except Exception as exc:  # the profiler is a convenience here, not the search
+        print(f"cuBLAS's kernels at M={m}: not read ({type(exc).__name__}: {exc})", flush=True)
+        return [], []
+    points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store, swap_ab="SWAP_AB" in space.names)
+              for name in names]
+    filled = [{**off, **p} for p in points if p]
+    return names, [p for p in filled if space.is_valid(p)]

@@ -3,10 +3,11 @@
 Apart from the space (`space.py`), which says what is valid, these say where to start:
 `gemm_seeds` (the tiles Triton's tutorials and Hopper autotune lists lead with, by token
 count), `wave_seeds` (the tiles whose count fills the GPU's waves best at an M x N output,
-from a small model of each tile's rate), and the forms of a point that run on another
-kernel: `coop_variant` (Triton's warp-specialised form) and `gluon_variant` (the Gluon
-kernel's). The rates in the model (`TAIL_RATE`, `_tile_rate`) are rounded from H200
-timings (BENCHMARKS.md). Starting points, not answers: the search measures them.
+from a small model of each tile's rate), the forms of a point that run on another kernel:
+`coop_variant` (Triton's warp-specialised form) and `gluon_variant` (the Gluon kernel's),
+and `deep_variants` (points, earlier winners, again with deeper pipelines). The rates in
+the model (`TAIL_RATE`, `_tile_rate`) are rounded from H200 timings (BENCHMARKS.md).
+Starting points, not answers: the search measures them.
 
 >>> space = gemm_space()
 >>> all(space.is_valid(p) for m in (16, 256, 4096) for p in gemm_seeds(m))
@@ -21,7 +22,7 @@ from evokernel.core.space import H200_SHARED_MEMORY_BYTES, SearchSpace
 from evokernel.search_spaces.gemm.space import gemm_space, gluon_misfit, gluon_warps
 from evokernel.search_spaces.gemm.template import DEFAULTS
 
-__all__ = ["gemm_seeds", "wave_seeds", "coop_variant", "gluon_variant", "TAIL_RATE"]
+__all__ = ["gemm_seeds", "wave_seeds", "coop_variant", "gluon_variant", "deep_variants", "TAIL_RATE"]
 
 
 def _point(BM: int, BN: int, BK: int, w: int, s: int, **extra: int) -> dict[str, int]:
@@ -132,6 +133,33 @@ def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | Non
     return _fitting_point(space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 16), 1, -1),
                           tma_store=True, warps=4 * (p["BN"] // 64) if swap else gluon_warps(p["BM"]),
                           stores=(1,) if swap else (1, 2), **base)
+
+
+def deep_variants(points: list[dict[str, int]], space: SearchSpace) -> list[dict[str, int]]:
+    """Points (earlier winners) again with deeper pipelines, each valid in `space`: a tile of
+    at most 64 rows (or a swap-AB tile at most 64 wide) at the deepest pipeline that fits, up
+    to 16 stages, none where it already is as deep as fits; a larger tile with one stage more,
+    its C stored from registers (TMA_STORE=0) where staging C leaves no room, none where
+    neither fits. Narrow tiles are memory-latency bound: cuBLAS runs them 6-16 stages deep on
+    the H200 (64x64 with 13 stages at Qwen3's o, M=256), and 64x(128+64) ran 0.0419 ms with 5
+    stages and 0.0497 with 4 at Llama's qkv, M=512. cuBLAS runs that row's 128x192 tile 5
+    stages deep, where the searched one won with 4 and C staged in halves.
+
+    >>> [p["num_stages"] for p in deep_variants([_point(64, 64, 128, 4, 5), _point(128, 256, 64, 8, 3)],
+    ...                                          gemm_space())]
+    [7, 4]
+    """
+    out = []
+    for p in points:
+        if p["BM"] > 64 and not (p.get("SWAP_AB") and p["BN"] <= 64):
+            more = [q for q in (dict(p, num_stages=p["num_stages"] + 1),
+                                dict(p, num_stages=p["num_stages"] + 1, TMA_STORE=0)) if space.is_valid(q)]
+            out += more[:1]
+            continue
+        deeper = [dict(p, num_stages=s) for s in range(16, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
+        if deeper:
+            out.append(deeper[0])
+    return out
 
 
 def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,

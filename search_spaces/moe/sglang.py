@@ -13,7 +13,9 @@ Two baselines, for a model's E experts, expert intermediate size N and batch siz
   Mixtral-8x7B (E=8, N=14336).
 
 Both return one config in the template's keys, used for the up and the down GEMM (SGLang
-ships no down-projection file for these shapes and reuses the up config).
+ships no down-projection file for these shapes and reuses the up config). Their fp8 w8a8
+forms, `default_fp8_config` and `shipped_fp8_config`, do the same for fp8 experts, per
+tensor or with 128x128 block scales.
 
 >>> default_config(M=64, E=128)
 {'BLOCK_SIZE_M': 16, 'BLOCK_SIZE_N': 32, 'BLOCK_SIZE_K': 64, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 3}
@@ -29,7 +31,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["default_config", "shipped_config", "shipped_elsewhere", "shipped_file", "CONFIG_DIR"]
+__all__ = ["default_config", "shipped_config", "shipped_elsewhere", "shipped_file", "default_fp8_config",
+           "shipped_fp8_config", "CONFIG_DIR"]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "sglang_configs"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -53,7 +56,12 @@ def _file_name(E: int | str, N: int | str, device_name: str) -> str:
 def shipped_file(E: int, N: int, device_name: str) -> Path | None:
     """The shipped file SGLang's loader would read for this shape and GPU (bf16), newest
     Triton version folder first, or None."""
-    name = _file_name(E, N, device_name)
+    return _newest(_file_name(E, N, device_name))
+
+
+def _newest(name: str) -> Path | None:
+    """The file of this name in the newest Triton version folder that has it (SGLang's
+    loader's fallback rule), or None."""
     folders = sorted((p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
                      key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")), reverse=True)
     for folder in folders:
@@ -94,3 +102,41 @@ def shipped_config(E: int, N: int, M: int, device_name: str) -> dict[str, int] |
         return None
     table = _table(str(path))
     return dict(table[min(table, key=lambda m: abs(m - M))])
+
+
+def default_fp8_config(M: int, E: int, block: bool) -> dict[str, int]:
+    """SGLang 0.5.17's fallback config for an fp8 w8a8 fused MoE without a tuned file (its
+    `get_default_config` for `fp8_w8a8`), on a GPU with >= 128 KiB of shared memory per block
+    (the H200): with 128x128 block scales (`block`) 64x128x128 tiles (BLOCK_SIZE_N and
+    BLOCK_SIZE_K the block), GROUP_SIZE_M 32, 4 warps, 3 stages; per tensor 128x256x128 g32
+    w8 s4, or 64x128x128 g1 w4 s4 when M <= E.
+
+    >>> default_fp8_config(M=16, E=32, block=False)
+    {'BLOCK_SIZE_M': 64, 'BLOCK_SIZE_N': 128, 'BLOCK_SIZE_K': 128, 'GROUP_SIZE_M': 1, 'num_warps': 4, 'num_stages': 4}
+    """
+    if block:
+        cfg = (64, 128, 128, 32, 4, 3)
+    elif M <= E:
+        cfg = (64, 128, 128, 1, 4, 4)
+    else:
+        cfg = (128, 256, 128, 32, 8, 4)
+    return dict(zip(_KEYS, cfg))
+
+
+def shipped_fp8_config(E: int, N: int, M: int, device_name: str, block: bool) -> dict[str, int] | None:
+    """The vendored SGLang fp8 w8a8 config for this GPU, E and N (`...,dtype=fp8_w8a8[,
+    block_shape=[128, 128]].json`) at the batch size nearest M, newest Triton folder first
+    (as SGLang's loader), or None where no such file is vendored (the vendored files in
+    `sglang_configs/` are bf16 only: None for every shape today).
+
+    >>> shipped_fp8_config(E=128, N=768, M=64, device_name="NVIDIA H200", block=True) is None
+    True
+    """
+    name = (f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=fp8_w8a8"
+            + (",block_shape=[128, 128]" if block else "") + ".json")
+    path = _newest(name)
+    if path is None:
+        return None
+    table = {int(m): v for m, v in json.loads(path.read_text()).items()}
+    got = table[min(table, key=lambda m: abs(m - M))]
+    return {k: int(got.get(k, _TRITON_DEFAULTS.get(k, 0))) for k in _KEYS}
