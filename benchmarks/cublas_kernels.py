@@ -18,8 +18,10 @@ import os
 from pathlib import Path
 
 #: (N, K) per model and layer, as examples/problems/gemm_bf16.py defines them
-SHAPES = {"llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)},
-          "qwen3-30b-a3b": {"qkv": (5120, 2048), "o": (2048, 4096)}}
+SHAPES = {
+    "llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)},
+    "qwen3-30b-a3b": {"qkv": (5120, 2048), "o": (2048, 4096)},
+}
 MS = (16, 64, 256, 512, 2048, 4096, 8192)
 
 
@@ -41,15 +43,31 @@ def main() -> None:
         for layer, (n, k) in layers.items():
             for m in args.ms:
                 times = kernel_names(m, n, k, reps=args.reps)
-                row = {"model": model, "layer": layer, "M": m, "N": n, "K": k,
-                       "kernels": [{"name": name, "calls": args.reps, "median_us": us} for name, us in times.items()]}
+                row = {
+                    "model": model,
+                    "layer": layer,
+                    "M": m,
+                    "N": n,
+                    "K": k,
+                    "kernels": [{"name": name, "calls": args.reps, "median_us": us} for name, us in times.items()],
+                }
                 rows.append(row)
-                print(f"{model} {layer} M={m}: " + "; ".join(f"{x['name'][:150]} x{x['calls']} {x['median_us']:.1f}us"
-                                                         for x in row["kernels"]), flush=True)
-                (out / "cublas_kernels.json").write_text(json.dumps(
-                    {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                     "blas": str(getattr(torch.backends.cuda, "preferred_blas_library", lambda: "?")()),
-                     "rows": rows}, indent=1))
+                print(
+                    f"{model} {layer} M={m}: "
+                    + "; ".join(f"{x['name'][:150]} x{x['calls']} {x['median_us']:.1f}us" for x in row["kernels"]),
+                    flush=True,
+                )
+                (out / "cublas_kernels.json").write_text(
+                    json.dumps(
+                        {
+                            "device": torch.cuda.get_device_name(),
+                            "torch": torch.__version__,
+                            "blas": str(getattr(torch.backends.cuda, "preferred_blas_library", lambda: "?")()),
+                            "rows": rows,
+                        },
+                        indent=1,
+                    )
+                )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from evokernel.engine.tuning import geomean, nearest_landscape_seeds, prior_seeds, search_against  # noqa: E402
+
 PROBLEM = ROOT / "examples" / "problems" / "gemm_bf16.py"
 BASELINES = ["cublas", "triton_default"]
 
@@ -45,15 +46,23 @@ def write(out: Path, doc: dict[str, Any]) -> None:
     for name in BASELINES:
         doc["geomean"][name] = geomean([r["speedup"].get(name) for r in doc["rows"]])
     (out / "gemm.json").write_text(json.dumps(doc, indent=1))
-    head = "| model | layer | M | N | K | winner | winner ms | TFLOP/s | " + \
-        " | ".join(f"{b} ms | speedup" for b in BASELINES) + " |"
+    head = (
+        "| model | layer | M | N | K | winner | winner ms | TFLOP/s | "
+        + " | ".join(f"{b} ms | speedup" for b in BASELINES)
+        + " |"
+    )
     lines = [head, "|---" * (8 + 2 * len(BASELINES)) + "|"]
     for r in doc["rows"]:
         won = f"{r['winner_ms']:.4f} | {r['tflops']:.0f}" if r["winner_ms"] else "failed | -"
-        cells = " | ".join(f"{r['baselines'][b]:.4f} | {r['speedup'][b]:.3f}"
-                           if r["baselines"].get(b) and r["speedup"].get(b) else "- | -" for b in BASELINES)
-        lines.append(f"| {r['model']} | {r['layer']} | {r['M']} | {r['N']} | {r['K']} | {r['winner_short']} | "
-                     f"{won} | {cells} |")
+        cells = " | ".join(
+            f"{r['baselines'][b]:.4f} | {r['speedup'][b]:.3f}"
+            if r["baselines"].get(b) and r["speedup"].get(b)
+            else "- | -"
+            for b in BASELINES
+        )
+        lines.append(
+            f"| {r['model']} | {r['layer']} | {r['M']} | {r['N']} | {r['K']} | {r['winner_short']} | {won} | {cells} |"
+        )
     cells = ["**geomean**"] + [""] * 7
     for b in BASELINES:
         cells += ["", f"**{doc['geomean'][b]:.3f}**" if doc["geomean"].get(b) else "-"]
@@ -62,15 +71,23 @@ def write(out: Path, doc: dict[str, Any]) -> None:
 
 
 def short(p: dict[str, int]) -> str:
-    extra = [f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "",
-             "persistent" if p.get("PERSISTENT") else "", "tma" if p.get("TMA") else "", "ws" if p.get("WARP_SPEC") else "",
-             f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "", f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
-             "swapab" if p.get("SWAP_AB") else "", "streamk" if p.get("STREAM_K") else "",
-             f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else "", "areg" if p.get("A_REG") else "",
-             {1: "gluon", 2: "gluon-pingpong"}.get(p.get("GLUON", 0), "")]
+    extra = [
+        f"splitk{p['SPLIT_K']}" + ("+fixup" if p.get("SPLITK_FIXUP") else "") if p["SPLIT_K"] > 1 else "",
+        "persistent" if p.get("PERSISTENT") else "",
+        "tma" if p.get("TMA") else "",
+        "ws" if p.get("WARP_SPEC") else "",
+        f"ctas{p['num_ctas']}" if p.get("num_ctas", 1) > 1 else "",
+        f"maxnreg{p['maxnreg']}" if p.get("maxnreg") else "",
+        "swapab" if p.get("SWAP_AB") else "",
+        "streamk" if p.get("STREAM_K") else "",
+        f"tmastore{p['TMA_STORE']}" if p.get("TMA_STORE") else "",
+        "areg" if p.get("A_REG") else "",
+        {1: "gluon", 2: "gluon-pingpong"}.get(p.get("GLUON", 0), ""),
+    ]
     width = f"({p['BN']}+{p['BN_TAIL']})" if p.get("BN_TAIL") else f"{p['BN']}"
-    return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + \
-        " ".join(e for e in extra if e)
+    return f"{p['BM']}x{width}x{p['BK']} g{p['GROUP_M']} w{p['num_warps']} s{p['num_stages']} " + " ".join(
+        e for e in extra if e
+    )
 
 
 def gluon_available() -> bool:
@@ -87,41 +104,79 @@ def fp8_seeds(m: int, defaults: dict[str, int]) -> list[dict[str, int]]:
     """Starting points for the fp8 template: its default, wide tiles for large M, small
     tiles with split-K for skinny M (weights-bound)."""
     big = [dict(defaults), dict(defaults, BN=256, num_stages=3), dict(defaults, BM=64, num_warps=4, num_stages=4)]
-    small = [dict(defaults, BM=16, BN=64, num_warps=4, num_stages=5, SPLIT_K=s) for s in (1, 2, 4)] + \
-        [dict(defaults, BM=32, BN=128, num_warps=4, num_stages=4, SPLIT_K=2)]
+    small = [dict(defaults, BM=16, BN=64, num_warps=4, num_stages=5, SPLIT_K=s) for s in (1, 2, 4)] + [
+        dict(defaults, BM=32, BN=128, num_warps=4, num_stages=4, SPLIT_K=2)
+    ]
     return small + big[:1] if m <= 64 else big + small[-1:] if m <= 512 else big
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "gemm-out"))
-    ap.add_argument("--shapes", nargs="+", default=["llama3-8b:qkv", "llama3-8b:o", "llama3-8b:gate_up",
-                                                    "llama3-8b:down", "qwen3-30b-a3b:qkv", "qwen3-30b-a3b:o"],
-                    help="MODEL:LAYER of examples/problems/gemm_bf16.py")
+    ap.add_argument(
+        "--shapes",
+        nargs="+",
+        default=[
+            "llama3-8b:qkv",
+            "llama3-8b:o",
+            "llama3-8b:gate_up",
+            "llama3-8b:down",
+            "qwen3-30b-a3b:qkv",
+            "qwen3-30b-a3b:o",
+        ],
+        help="MODEL:LAYER of examples/problems/gemm_bf16.py",
+    )
     ap.add_argument("--ms", nargs="+", type=int, default=[16, 64, 256, 512, 2048, 4096, 8192])
-    ap.add_argument("--jobs", nargs="+", default=None, metavar="MODEL:LAYER:M",
-                    help="these shapes at these batch sizes only, in this order (instead of --shapes x --ms)")
+    ap.add_argument(
+        "--jobs",
+        nargs="+",
+        default=None,
+        metavar="MODEL:LAYER:M",
+        help="these shapes at these batch sizes only, in this order (instead of --shapes x --ms)",
+    )
     ap.add_argument("--epilogue", default="none", help="e.g. bias+silu (the baseline then runs it in eager torch)")
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
-    ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
-                    help="the fp8 e4m3 GEMM (examples/problems/gemm_fp8.py) with these scales, against torch._scaled_mm")
-    ap.add_argument("--prior", default=str(ROOT / "benchmarks" / "results" / "gemm.json"),
-                    help="a results JSON whose winners for the same shape seed the search too ('' for none)")
+    ap.add_argument(
+        "--fp8",
+        choices=["tensor", "block"],
+        default=None,
+        help="the fp8 e4m3 GEMM (examples/problems/gemm_fp8.py) with these scales, against torch._scaled_mm",
+    )
+    ap.add_argument(
+        "--prior",
+        default=str(ROOT / "benchmarks" / "results" / "gemm.json"),
+        help="a results JSON whose winners for the same shape seed the search too ('' for none)",
+    )
     ap.add_argument("--no-swap-ab", action="store_true", help="leave the SWAP_AB gene (B^T A^T tiles) out of the space")
-    ap.add_argument("--stream-k", action="store_true",
-                    help="add the STREAM_K gene (the last wave by K steps): off by default, as it measured 1.6-5x "
-                         "slower than plain persistent tiles on the H200 (calls Z1-Z6, BENCHMARKS.md)")
+    ap.add_argument(
+        "--stream-k",
+        action="store_true",
+        help="add the STREAM_K gene (the last wave by K steps): off by default, as it measured 1.6-5x "
+        "slower than plain persistent tiles on the H200 (calls Z1-Z6, BENCHMARKS.md)",
+    )
     ap.add_argument("--no-tma-store", action="store_true", help="leave the TMA_STORE gene (C through a descriptor) out")
-    ap.add_argument("--no-bn-tail", action="store_true",
-                    help="leave the BN_TAIL gene (96-320-wide tiles as two accumulators) and its wave-filling seeds out")
-    ap.add_argument("--a-reg", action="store_true",
-                    help="add the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers): off by "
-                         "default, as it measured 1.5-3x slower than the same tiles without it (call BA)")
-    ap.add_argument("--no-gluon", action="store_true",
-                    help="leave the GLUON gene (the warp-specialised Gluon kernel, search_spaces/gemm/template_gluon.py) out")
-    ap.add_argument("--no-cublas-seed", action="store_true",
-                    help="do not seed each search with the tile cuBLAS runs at its shape (read with torch.profiler)")
+    ap.add_argument(
+        "--no-bn-tail",
+        action="store_true",
+        help="leave the BN_TAIL gene (96-320-wide tiles as two accumulators) and its wave-filling seeds out",
+    )
+    ap.add_argument(
+        "--a-reg",
+        action="store_true",
+        help="add the A_REG gene (a tile's columns as 64-wide MMAs sharing A in registers): off by "
+        "default, as it measured 1.5-3x slower than the same tiles without it (call BA)",
+    )
+    ap.add_argument(
+        "--no-gluon",
+        action="store_true",
+        help="leave the GLUON gene (the warp-specialised Gluon kernel, search_spaces/gemm/template_gluon.py) out",
+    )
+    ap.add_argument(
+        "--no-cublas-seed",
+        action="store_true",
+        help="do not seed each search with the tile cuBLAS runs at its shape (read with torch.profiler)",
+    )
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -133,8 +188,14 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.core.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
-    from evokernel.search_spaces import (gemm_class, gemm_seeds, gemm_space, gluon_variant,
-                                         wave_seeds, without_idle_genes)
+    from evokernel.search_spaces import (
+        gemm_class,
+        gemm_seeds,
+        gemm_space,
+        gluon_variant,
+        wave_seeds,
+        without_idle_genes,
+    )
     from evokernel.search_spaces.gemm.cublas import cublas_seeds
     from evokernel.search_spaces.gemm.seeds import deep_variants
     from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, torch_source
@@ -152,8 +213,12 @@ def main() -> None:
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
-        "epilogue": args.epilogue, "rows": [], "geomean": {}, "skipped": [],
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "epilogue": args.epilogue,
+        "rows": [],
+        "geomean": {},
+        "skipped": [],
     }
     store = SQLiteStore(out / "gemm.db")
     swap = not args.no_swap_ab and not args.fp8
@@ -162,11 +227,19 @@ def main() -> None:
     tail = not args.no_bn_tail and not args.fp8
     areg = args.a_reg and not args.fp8
     glu = not args.no_gluon and tstore and args.device == "cuda" and gluon_available()  # (not on the CPU)
-    space = gemm_fp8_space(blockwise=args.fp8 == "block") if args.fp8 else \
-        gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg, gluon=glu)
-    off = {**({"SWAP_AB": 0} if swap else {}), **({"STREAM_K": 0} if streamk else {}),
-           **({"TMA_STORE": 0} if tstore else {}), **({"BN_TAIL": 0} if tail else {}),
-           **({"A_REG": 0} if areg else {}), **({"GLUON": 0} if glu else {})}  # the optional genes, off
+    space = (
+        gemm_fp8_space(blockwise=args.fp8 == "block")
+        if args.fp8
+        else gemm_space(swap_ab=swap, stream_k=streamk, tma_store=tstore, bn_tail=tail, a_reg=areg, gluon=glu)
+    )
+    off = {
+        **({"SWAP_AB": 0} if swap else {}),
+        **({"STREAM_K": 0} if streamk else {}),
+        **({"TMA_STORE": 0} if tstore else {}),
+        **({"BN_TAIL": 0} if tail else {}),
+        **({"A_REG": 0} if areg else {}),
+        **({"GLUON": 0} if glu else {}),
+    }  # the optional genes, off
     jobs = [(s.split(":")[0], s.split(":")[1], m) for s in args.shapes for m in sorted(args.ms)]
     if args.jobs:
         try:
@@ -204,11 +277,15 @@ def main() -> None:
             descriptor = gemm_class
             # the tiles that fill the waves best at this M x N (from 64 tokens up: at M=512
             # x N=6144, 96 tiles of 128x256 leave 36 of 132 SMs idle)
-            waves = [{**off, **p} for p in
-                     wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore, top=6)] if tail and m >= 64 else []
+            waves = (
+                [{**off, **p} for p in wave_seeds(m, int(problem.shapes[0]["N"]), tma_store=tstore, top=6)]
+                if tail and m >= 64
+                else []
+            )
             if areg:  # a tile with a tail also as 64-wide MMAs sharing A in registers
-                waves = [q for p in waves for q in ([p, dict(p, A_REG=1)] if p.get("BN_TAIL") else [p])
-                         if space.is_valid(q)]
+                waves = [
+                    q for p in waves for q in ([p, dict(p, A_REG=1)] if p.get("BN_TAIL") else [p]) if space.is_valid(q)
+                ]
             # this shape's earlier winners, then the winners of the other shapes at this M
             # (a new model's projections start from what won at the same batch size)
             # (a winner recorded with a gene since ruled out as changing nothing is read as
@@ -216,8 +293,11 @@ def main() -> None:
             prior = prior_seeds(args.prior, space, normalise=without_idle_genes, model=model, layer=layer, M=m)
             # the tile cuBLAS itself runs here, in the template's terms (call BB: at the rows
             # we lost, cuBLAS ran tiles the seeds had never proposed)
-            cublas_kernels, from_cublas = cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore) \
-                if args.device == "cuda" and not args.no_cublas_seed else ([], [])
+            cublas_kernels, from_cublas = (
+                cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore)
+                if args.device == "cuda" and not args.no_cublas_seed
+                else ([], [])
+            )
             # and the Gluon kernel's form of the earlier winners, of cuBLAS's tile and of the
             # wave seeds (a TMA producer warp, consumers keeping one MMA in flight: what
             # Triton's own warp specialisation does not do on Hopper)
@@ -225,10 +305,19 @@ def main() -> None:
             # (gemm_seeds' Gluon tiles next after the earlier winners: call S11b's probe found
             # them 1-10% ahead of the winners at the rows the searches had lost)
             made = [p for p in seeds if p.get("GLUON")]
-            seeds = (prior[:2] + made + prior[2:] + deep_variants(prior, space) + gluons[:2] + from_cublas
-                     + waves + gluons[2:]
-                     + nearest_landscape_seeds("matmul_bf16_h200_M", m, space, fill=dict(DEFAULTS, **off))
-                     + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m) + seeds)
+            seeds = (
+                prior[:2]
+                + made
+                + prior[2:]
+                + deep_variants(prior, space)
+                + gluons[:2]
+                + from_cublas
+                + waves
+                + gluons[2:]
+                + nearest_landscape_seeds("matmul_bf16_h200_M", m, space, fill=dict(DEFAULTS, **off))
+                + prior_seeds(args.prior, space, normalise=without_idle_genes, M=m)
+                + seeds
+            )
             # the search evaluates its seeds first: at most half the budget, so that it also
             # explores (calls W and X ran budget 14 with 16 seeds: seeds only); earlier winners
             # and the sweeps' best points come first
@@ -237,20 +326,31 @@ def main() -> None:
             # (and only valid ones count: a seed the space rules out, e.g. a recorded winner of
             # a form since found to hang, would take a slot and be dropped by the search)
             seeds = [q for q in ({**off, **p} for p in seeds) if space.is_valid(q)]
-            seeds = [p for i, p in enumerate(seeds) if p not in seeds[:i]][:max(1, args.budget // 2)]
+            seeds = [p for i, p in enumerate(seeds) if p not in seeds[:i]][: max(1, args.budget // 2)]
         shape = problem.shapes[0]
         if args.fp8:  # cuBLASLt's fp8 GEMM, and the fp8 template's default
             # (under the name "cublas", as gemm.json's geomean names cuBLAS's figure: here cuBLASLt's fp8 GEMM)
-            baselines = {"cublas": Genome.of({"baseline": "cublaslt"}, source=scaled_mm_source()),
-                         "triton_default": Genome.of(dict(FP8_DEFAULTS))}
+            baselines = {
+                "cublas": Genome.of({"baseline": "cublaslt"}, source=scaled_mm_source()),
+                "triton_default": Genome.of(dict(FP8_DEFAULTS)),
+            }
         else:
-            baselines = {"cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
-                         "triton_default": Genome.of(dict(DEFAULTS))}
+            baselines = {
+                "cublas": Genome.of({"baseline": "cublas"}, source=torch_source(**epi)),
+                "triton_default": Genome.of(dict(DEFAULTS)),
+            }
         try:
             part, report = search_against(
-                space, ev, store=store, descriptor=descriptor, seeds=seeds, baselines=baselines,
+                space,
+                ev,
+                store=store,
+                descriptor=descriptor,
+                seeds=seeds,
+                baselines=baselines,
                 name=f"gemm{'-fp8-' + args.fp8 if args.fp8 else ''}-{model}-{layer}-M{m}",
-                evaluations=args.budget, wall_s=max(15.0, 0.75 * left / (len(jobs) - i)))
+                evaluations=args.budget,
+                wall_s=max(15.0, 0.75 * left / (len(jobs) - i)),
+            )
         except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
             doc["skipped"].append(f"{model}:{layer} M={m}: {str(exc)[:300]}")
             write(out, doc)
@@ -261,13 +361,22 @@ def main() -> None:
             continue
         flops = problem.flops(shape) or 0.0
         ms = part["winner_ms"]
-        row = {"model": model, "layer": layer, "M": m, "N": int(shape["N"]), "K": int(shape["K"]),
-               **({"cublas_kernels": cublas_kernels} if cublas_kernels else {}),
-               "winner_short": short(part["winner"]), "tflops": flops / (ms * 1e-3) / 1e12 if ms else None, **part}
+        row = {
+            "model": model,
+            "layer": layer,
+            "M": m,
+            "N": int(shape["N"]),
+            "K": int(shape["K"]),
+            **({"cublas_kernels": cublas_kernels} if cublas_kernels else {}),
+            "winner_short": short(part["winner"]),
+            "tflops": flops / (ms * 1e-3) / 1e12 if ms else None,
+            **part,
+        }
         doc["rows"].append(row)
         write(out, doc)
-        print(json.dumps({k: row[k] for k in ("model", "layer", "M", "winner_short", "winner_ms", "speedup")}),
-              flush=True)
+        print(
+            json.dumps({k: row[k] for k in ("model", "layer", "M", "winner_short", "winner_ms", "speedup")}), flush=True
+        )
     write(out, doc)
 
 

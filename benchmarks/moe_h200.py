@@ -51,6 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from evokernel.engine.tuning import geomean, nearest_ms, prior_seeds, search_against  # noqa: E402
+
 PROBLEM = ROOT / "examples" / "problems" / "moe_bf16.py"
 PROBLEM_FP8 = ROOT / "examples" / "problems" / "moe_fp8.py"
 
@@ -59,21 +60,28 @@ def write(out: Path, doc: dict[str, Any], stem: str = "moe") -> None:
     for name in doc["baselines"]:
         doc["geomean"][name] = geomean([r["speedup"].get(name) for r in doc["rows"]])
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
-    lines = ["| model | E | N | M | winner (up / down) | winner ms | " +
-             " | ".join(f"{b} ms | speedup" for b in doc["baselines"]) + " |",
-             "|---" * (6 + 2 * len(doc["baselines"])) + "|"]
+    lines = [
+        "| model | E | N | M | winner (up / down) | winner ms | "
+        + " | ".join(f"{b} ms | speedup" for b in doc["baselines"])
+        + " |",
+        "|---" * (6 + 2 * len(doc["baselines"])) + "|",
+    ]
     for r in doc["rows"]:
         cells = " | ".join(
-            f"{r['baselines'][b]:.4f} | {r['speedup'][b]:.3f}" if r["baselines"].get(b) and r["speedup"].get(b)
-            else "- | -" for b in doc["baselines"])
+            f"{r['baselines'][b]:.4f} | {r['speedup'][b]:.3f}"
+            if r["baselines"].get(b) and r["speedup"].get(b)
+            else "- | -"
+            for b in doc["baselines"]
+        )
         won = f"{r['winner_ms']:.4f}" if r["winner_ms"] else "failed"
         lines.append(f"| {r['model']} | {r['E']} | {r['N']} | {r['M']} | {r['winner_short']} | {won} | {cells} |")
     cells = ["**geomean**", "", "", "", "", ""]
     for b in doc["baselines"]:
         cells += ["", f"**{doc['geomean'][b]:.3f}**" if doc["geomean"].get(b) else "-"]
     lines.append("| " + " | ".join(cells) + " |")
-    notes = [f"- {r['model']} M={r['M']}: {b}: {why}"
-             for r in doc["rows"] for b, why in r.get("baseline_notes", {}).items()]
+    notes = [
+        f"- {r['model']} M={r['M']}: {b}: {why}" for r in doc["rows"] for b, why in r.get("baseline_notes", {}).items()
+    ]
     if notes:
         lines += ["", *notes]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
@@ -91,12 +99,22 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=40, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--no-gemv", action="store_true", help="leave the small-batch GEMV structure out of the space")
-    ap.add_argument("--prior", default=str(ROOT / "benchmarks" / "results" / "moe.json"),
-                    help="a results JSON whose winners for the same model and M seed the search too ('' for none)")
-    ap.add_argument("--no-fuse-silu", action="store_true",
-                    help="leave the FUSE_SILU structure (SiLU in the up GEMM's epilogue) out of the space")
-    ap.add_argument("--fp8", choices=["tensor", "block"], default=None,
-                    help="fp8 w8a8 experts with per-tensor or 128x128 block scales (moe_fp8.py)")
+    ap.add_argument(
+        "--prior",
+        default=str(ROOT / "benchmarks" / "results" / "moe.json"),
+        help="a results JSON whose winners for the same model and M seed the search too ('' for none)",
+    )
+    ap.add_argument(
+        "--no-fuse-silu",
+        action="store_true",
+        help="leave the FUSE_SILU structure (SiLU in the up GEMM's epilogue) out of the space",
+    )
+    ap.add_argument(
+        "--fp8",
+        choices=["tensor", "block"],
+        default=None,
+        help="fp8 w8a8 experts with per-tensor or 128x128 block scales (moe_fp8.py)",
+    )
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     t0 = time.monotonic()
@@ -110,8 +128,13 @@ def main() -> None:
     from evokernel.evaluators import KernelEvaluator
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import moe_space, shared_params
-    from evokernel.search_spaces.moe.sglang import (default_config, default_fp8_config, shipped_config,
-                                                    shipped_elsewhere, shipped_fp8_config)
+    from evokernel.search_spaces.moe.sglang import (
+        default_config,
+        default_fp8_config,
+        shipped_config,
+        shipped_elsewhere,
+        shipped_fp8_config,
+    )
     from evokernel.search_spaces.moe.template import candidate_source, split_config
     from evokernel.store import SQLiteStore
 
@@ -120,9 +143,14 @@ def main() -> None:
     problem_path = PROBLEM_FP8 if args.fp8 else PROBLEM
     store = SQLiteStore(out / f"{stem}.db")
     doc: dict[str, Any] = {
-        "device": device_name, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "torch": torch.__version__,
-        "baselines": ["sglang_default", "sglang_h200"], "rows": [], "geomean": {}, "skipped": [],
+        "device": device_name,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "baselines": ["sglang_default", "sglang_h200"],
+        "rows": [],
+        "geomean": {},
+        "skipped": [],
     }
     gemv = not args.no_gemv and not args.fp8  # the GEMV path is bf16 only
     fuse = not args.no_fuse_silu and not args.fp8  # so is FUSE_SILU
@@ -148,11 +176,15 @@ def main() -> None:
         notes = {}
         if args.fp8:
             block = args.fp8 == "block"
-            base = {"sglang_default": default_fp8_config(m, E, block),
-                    "sglang_h200": shipped_fp8_config(E, N, m, device_name, block)}
+            base = {
+                "sglang_default": default_fp8_config(m, E, block),
+                "sglang_h200": shipped_fp8_config(E, N, m, device_name, block),
+            }
             if base["sglang_h200"] is None:
-                notes["sglang_h200"] = (f"absent: no {device_name} fp8_w8a8{' block' if block else ''} config "
-                                        f"for E={E}, N={N} vendored in search_spaces/moe/sglang_configs (bf16 only)")
+                notes["sglang_h200"] = (
+                    f"absent: no {device_name} fp8_w8a8{' block' if block else ''} config "
+                    f"for E={E}, N={N} vendored in search_spaces/moe/sglang_configs (bf16 only)"
+                )
         else:
             base = {"sglang_default": default_config(m, E), "sglang_h200": shipped_config(E, N, m, device_name)}
         # the search starts from what SGLang would run, so it can only improve on it
@@ -160,8 +192,11 @@ def main() -> None:
         if not args.fp8 and base["sglang_h200"] is None:  # no tuned file for this shape: SGLang's
             # tuned tiles for its other shapes at this M (call AG: DeepSeek's searches from the
             # default alone kept its 64x64x32 tiles at M >= 256)
-            seeds += [p for p in (dict(shared_params(c), **plain) for c in shipped_elsewhere(E, N, m, device_name))
-                      if space.is_valid(p)]
+            seeds += [
+                p
+                for p in (dict(shared_params(c), **plain) for c in shipped_elsewhere(E, N, m, device_name))
+                if space.is_valid(p)
+            ]
         prior = args.prior if not args.fp8 else ""
         seeds = prior_seeds(prior, space, model=model, M=m) + seeds
         # a batch size never searched before starts from the winners at the two nearest searched ones
@@ -169,10 +204,24 @@ def main() -> None:
         if fuse:  # SGLang's own tiles with SiLU fused into the up GEMM (where they fit)
             seeds += [p for p in (dict(s, FUSE_SILU=1) for s in seeds[:2]) if space.is_valid(p)]
         if gemv and m <= 64:  # the small-batch structure, a few tile shapes
-            seeds += [{"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk, "GROUP_SIZE_M": 1, "num_warps": w,
-                       "num_stages": 2, "down_BLOCK_SIZE_N": dbn, "down_BLOCK_SIZE_K": dbk, "down_GROUP_SIZE_M": 1,
-                       "down_num_warps": w, "down_num_stages": 2, **plain, "GEMV": 1}
-                      for bn, bk, dbn, dbk, w in ((32, 128, 32, 128, 4), (16 * 2, 256, 64, 128, 8), (64, 64, 32, 256, 8))]
+            seeds += [
+                {
+                    "BLOCK_SIZE_M": 16,
+                    "BLOCK_SIZE_N": bn,
+                    "BLOCK_SIZE_K": bk,
+                    "GROUP_SIZE_M": 1,
+                    "num_warps": w,
+                    "num_stages": 2,
+                    "down_BLOCK_SIZE_N": dbn,
+                    "down_BLOCK_SIZE_K": dbk,
+                    "down_GROUP_SIZE_M": 1,
+                    "down_num_warps": w,
+                    "down_num_stages": 2,
+                    **plain,
+                    "GEMV": 1,
+                }
+                for bn, bk, dbn, dbk, w in ((32, 128, 32, 128, 4), (16 * 2, 256, 64, 128, 8), (64, 64, 32, 256, 8))
+            ]
             if m <= 8:  # the down GEMV per pair: top_k times the programs at one token (call Y:
                 # at M=1 the up 32x256 w8 / down 64x128 tiles ran 1.16x the GEMM path)
                 seeds += [dict(p, GEMV=2) for p in seeds[-3:]]
@@ -180,8 +229,16 @@ def main() -> None:
         name = f"moe-fp8-{args.fp8}-{model}-M{m}" if args.fp8 else f"moe-{model}-M{m}"
         baselines = {n: Genome.of(shared_params(c)) for n, c in base.items() if c is not None}
         try:
-            part, report = search_against(space, ev, store=store, name=name, seeds=seeds, baselines=baselines,
-                                          evaluations=args.budget, wall_s=max(20.0, 0.75 * per_job))
+            part, report = search_against(
+                space,
+                ev,
+                store=store,
+                name=name,
+                seeds=seeds,
+                baselines=baselines,
+                evaluations=args.budget,
+                wall_s=max(20.0, 0.75 * per_job),
+            )
         except (EvaluatorError, torch.OutOfMemoryError) as exc:  # one job's failure, not the run's
             doc["skipped"].append(f"{model} M={m}: {str(exc)[:300]}")
             write(out, doc, stem)
@@ -194,9 +251,17 @@ def main() -> None:
         up, down = split_config(params)
         structure = {k: int(params[k]) for k in ("GEMV", "FUSE_SILU") if params.get(k)}
         row = {
-            "model": model, "E": E, "N": N, "H": int(shape["H"]), "topk": int(shape["topk"]), "M": m, **part,
-            "winner": {"up": up, "down": down, **structure}, "params": params,
-            "winner_short": f"{short(up)} / {short(down)}" + {0: "", 1: " gemv", 2: " gemv-pairs"}[structure.get("GEMV", 0)]
+            "model": model,
+            "E": E,
+            "N": N,
+            "H": int(shape["H"]),
+            "topk": int(shape["topk"]),
+            "M": m,
+            **part,
+            "winner": {"up": up, "down": down, **structure},
+            "params": params,
+            "winner_short": f"{short(up)} / {short(down)}"
+            + {0: "", 1: " gemv", 2: " gemv-pairs"}[structure.get("GEMV", 0)]
             + (" fused-silu" if structure.get("FUSE_SILU") else ""),
             "baseline_configs": base,
             **({"fp8": args.fp8, "baseline_notes": notes} if args.fp8 else {}),
@@ -205,8 +270,15 @@ def main() -> None:
         write(out, doc, stem)
         if args.device == "cuda":  # the parent's GPU memory, job by job (call Z4 ran out of it: it must stay flat)
             row["gpu_reserved_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
-        print(json.dumps({k: row.get(k) for k in ("model", "M", "winner_short", "winner_ms", "baselines", "speedup",
-                                                  "gpu_reserved_gib")}), flush=True)
+        print(
+            json.dumps(
+                {
+                    k: row.get(k)
+                    for k in ("model", "M", "winner_short", "winner_ms", "baselines", "speedup", "gpu_reserved_gib")
+                }
+            ),
+            flush=True,
+        )
     write(out, doc, stem)
 
 

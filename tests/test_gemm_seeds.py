@@ -39,8 +39,11 @@ def test_cublas_kernel_names_become_seeds_of_the_space(monkeypatch, capsys):
     if not torch.cuda.is_available():  # the real profile fails here: said, and no seed
         assert cublas_seeds(512, shape, space, off, tma_store=True) == ([], [])
         assert "not read" in capsys.readouterr().out
-    recorded = {"nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT": 7.6, "Memset (Device)": 0.7,
-                "void cublasLt::splitKreduce_kernel<32, 16, int, float>": 1.7}
+    recorded = {
+        "nvjet_sm90_tst_320x64_64x4_1x2_h_bz_NNT": 7.6,
+        "Memset (Device)": 0.7,
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float>": 1.7,
+    }
     monkeypatch.setattr(cublas, "kernel_names", lambda m, n, k, reps=5: recorded)
     names, points = cublas_seeds(512, shape, space, off, tma_store=True)
     assert names == list(recorded)

@@ -63,11 +63,23 @@ def _check_case(scales: str, up: dict, down: dict, m: int, dtype: str, model: di
     problem = _problem(scales, dtype)
     x, w1, w2, s1, s2, tw, ids = inputs = problem.make_inputs({"M": m, **model}, 0, "cpu")
     assert w1.dtype == w2.dtype == torch.float8_e4m3fn and x.dtype == getattr(torch, dtype)
-    assert (s1.shape, s2.shape) == (((4,), (4,)) if scales == "tensor" else
-                                    ((4, -(-2 * model["I"] // 128), -(-model["H"] // 128)),
-                                     (4, -(-model["H"] // 128), -(-model["I"] // 128))))
-    got = fused_moe(x, w1, w2, tw, ids, up=up, down=down, w1_scale=s1, w2_scale=s2,
-                    block_shape=[128, 128] if scales == "block" else None)
+    assert (s1.shape, s2.shape) == (
+        ((4,), (4,))
+        if scales == "tensor"
+        else ((4, -(-2 * model["I"] // 128), -(-model["H"] // 128)), (4, -(-model["H"] // 128), -(-model["I"] // 128)))
+    )
+    got = fused_moe(
+        x,
+        w1,
+        w2,
+        tw,
+        ids,
+        up=up,
+        down=down,
+        w1_scale=s1,
+        w2_scale=s2,
+        block_shape=[128, 128] if scales == "block" else None,
+    )
     want = problem.reference(*inputs)
     assert got.dtype == x.dtype and got.shape == x.shape
     torch.testing.assert_close(got, want, **problem.tolerance(dtype))
@@ -105,8 +117,10 @@ def _run_cases() -> None:
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, str | None]:
-    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-            f"import {Path(__file__).stem} as t; t._run_cases()")
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        f"import {Path(__file__).stem} as t; t._run_cases()"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVOKERNEL_")}
     env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -129,8 +143,10 @@ def test_the_fp8_space_keeps_bk_within_the_scale_groups_and_never_proposes_gemv(
     point = {**gemm(64, 128, 128, 32), **down}
     block, tensor = moe_space(fp8="block"), moe_space(fp8="tensor")
     assert block.is_valid(point) and tensor.is_valid(point) and block.name == "fused_moe_fp8_block"
-    assert block.why_invalid(dict(point, BLOCK_SIZE_K=256)) == \
-        "scale groups: BLOCK_SIZE_K=256 does not divide the 128-wide scale groups"
+    assert (
+        block.why_invalid(dict(point, BLOCK_SIZE_K=256))
+        == "scale groups: BLOCK_SIZE_K=256 does not divide the 128-wide scale groups"
+    )
     assert "down_BLOCK_SIZE_K=256" in block.why_invalid(dict(point, down_BLOCK_SIZE_K=256))
     assert tensor.is_valid(dict(point, BLOCK_SIZE_K=256))  # one scale per tensor: any BK
     # 1-byte operands: a tile that overflows shared memory in bf16 fits in fp8
@@ -161,16 +177,36 @@ def test_fp8_candidates_and_the_gemv_refusal():
     x, ids, tw = torch.zeros(3, 32), torch.zeros(3, 1, dtype=torch.int32), torch.ones(3, 1)
     up = gemm(16, 32, 64, 1)
     with pytest.raises(ValueError, match="GEMV"):
-        fused_moe(x, w, w.transpose(1, 2)[:, :, :32].contiguous(), tw, ids, up=up, down=up, gemv=True,
-                  w1_scale=torch.ones(2), w2_scale=torch.ones(2))
+        fused_moe(
+            x,
+            w,
+            w.transpose(1, 2)[:, :, :32].contiguous(),
+            tw,
+            ids,
+            up=up,
+            down=up,
+            gemv=True,
+            w1_scale=torch.ones(2),
+            w2_scale=torch.ones(2),
+        )
     w2 = torch.zeros(2, 32, 32, dtype=torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="w1_scale and w2_scale"):
         fused_moe(x, w, w2, tw, ids, up=up, down=up)
     with pytest.raises(ValueError, match="block_shape"):
         fused_moe(x, w, w2, tw, ids, up=up, down=up, w1_scale=torch.ones(2, 1, 1), w2_scale=torch.ones(2, 1, 1))
     with pytest.raises(ValueError, match="must divide the scale group"):
-        fused_moe(x, w, w2, tw, ids, up=gemm(16, 32, 256, 1), down=up, w1_scale=torch.ones(2, 1, 1),
-                  w2_scale=torch.ones(2, 1, 1), block_shape=[128, 128])
+        fused_moe(
+            x,
+            w,
+            w2,
+            tw,
+            ids,
+            up=gemm(16, 32, 256, 1),
+            down=up,
+            w1_scale=torch.ones(2, 1, 1),
+            w2_scale=torch.ones(2, 1, 1),
+            block_shape=[128, 128],
+        )
 
 
 def test_the_moe_h200_fp8_baselines():
@@ -195,12 +231,23 @@ def test_a_generated_fp8_candidate_passes_the_gate_on_the_cpu(tmp_path, scales):
     params = {**gemm(16, 32, 32, 4), **{f"down_{k}": v for k, v in gemm(32, 64, 64, 1).items()}}
     cand = tmp_path / "moe_fp8_candidate.py"
     cand.write_text(candidate_source(params, fp8=scales))
-    env = {**os.environ, "EVOKERNEL_MOE_MODEL": "tiny", "EVOKERNEL_MOE_DTYPE": "float32", "EVOKERNEL_MOE_M": "7",
-           "EVOKERNEL_FP8_SCALES": scales}
+    env = {
+        **os.environ,
+        "EVOKERNEL_MOE_MODEL": "tiny",
+        "EVOKERNEL_MOE_DTYPE": "float32",
+        "EVOKERNEL_MOE_M": "7",
+        "EVOKERNEL_FP8_SCALES": scales,
+    }
     env.pop("TRITON_INTERPRET", None)
     extra = [] if scales == "block" else ["--no-time"]
-    proc = subprocess.run([sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu",
-                           "--json", *extra], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evokernel.cli", "check", str(PROBLEM), str(cand), "--device", "cpu", "--json", *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     data = json.loads(proc.stdout)
     assert proc.returncode == 0 and data["accepted"], data["reason"]
     if scales == "block":

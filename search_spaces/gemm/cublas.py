@@ -31,8 +31,17 @@ def _pow2_floor(x: int, lo: int, hi: int) -> int:
     return p
 
 
-def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool = False, swap_ab: bool = False,
-                shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES, warp_spec: bool = False) -> dict[str, int] | None:
+def cublas_seed(
+    kernel: str,
+    m: int,
+    n: int,
+    *,
+    sms: int = 132,
+    tma_store: bool = False,
+    swap_ab: bool = False,
+    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+    warp_spec: bool = False,
+) -> dict[str, int] | None:
     """The template's nearest point to the kernel cuBLAS ran at M x N (its name, as
     torch.profiler reports it), or None for a kernel whose name says no tile. cuBLAS computes
     C^T for row-major torch tensors, so its tile's rows run along our N and its columns along
@@ -76,11 +85,24 @@ def cublas_seed(kernel: str, m: int, n: int, *, sms: int = 132, tma_store: bool 
     tail = rows - bn if rows - bn in (32, 64) and rows - bn < bn and split == 1 else 0
     tiles = -(-m // bm) * -(-n // (bn + tail)) * split
     swap = {"SWAP_AB": int(bm < 64 and bn >= 64 and not tail)} if swap_ab else {}
-    space = gemm_space(tma_store=tma_store, bn_tail=True, swap_ab=swap_ab, shared_memory_bytes=shared_memory_bytes,
-                       warp_spec=warp_spec)
-    return _fitting_point(space, bm, bn, _pow2_floor(bk, 32, 128), range(min(stages, 16), 1, -1),
-                          tma_store=tma_store, coop="_coop" in kernel and bm >= 128 and warp_spec, TMA=1, BN_TAIL=tail,
-                          PERSISTENT=int(tiles > sms and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1), **swap)
+    space = gemm_space(
+        tma_store=tma_store, bn_tail=True, swap_ab=swap_ab, shared_memory_bytes=shared_memory_bytes, warp_spec=warp_spec
+    )
+    return _fitting_point(
+        space,
+        bm,
+        bn,
+        _pow2_floor(bk, 32, 128),
+        range(min(stages, 16), 1, -1),
+        tma_store=tma_store,
+        coop="_coop" in kernel and bm >= 128 and warp_spec,
+        TMA=1,
+        BN_TAIL=tail,
+        PERSISTENT=int(tiles > sms and not tail),
+        SPLIT_K=split,
+        SPLITK_FIXUP=int(split > 1),
+        **swap,
+    )
 
 
 def kernel_names(m: int, n: int, k: int, *, reps: int = 5) -> dict[str, float]:
@@ -106,8 +128,9 @@ def kernel_names(m: int, n: int, k: int, *, reps: int = 5) -> dict[str, float]:
     return {name: statistics.median(us) for name, us in kernels.items()}
 
 
-def cublas_seeds(m: int, shape: Mapping, space: SearchSpace, off: dict[str, int], *,
-                 tma_store: bool) -> tuple[list[str], list[dict]]:
+def cublas_seeds(
+    m: int, shape: Mapping, space: SearchSpace, off: dict[str, int], *, tma_store: bool
+) -> tuple[list[str], list[dict]]:
     """The kernels cuBLAS runs at this M x N x K (`shape` holds N and K; `kernel_names`) and
     the template's nearest points to them (`cublas_seed`, swap-AB tiles where `space` has the
     SWAP_AB gene), each filled with `off` (the space's optional genes, off) and kept where
@@ -119,7 +142,8 @@ def cublas_seeds(m: int, shape: Mapping, space: SearchSpace, off: dict[str, int]
     except Exception as exc:  # the profiler is a convenience here, not the search
         print(f"cuBLAS's kernels at M={m}: not read ({type(exc).__name__}: {exc})", flush=True)
         return [], []
-    points = [cublas_seed(name, m, int(shape["N"]), tma_store=tma_store, swap_ab="SWAP_AB" in space.names)
-              for name in names]
+    points = [
+        cublas_seed(name, m, int(shape["N"]), tma_store=tma_store, swap_ab="SWAP_AB" in space.names) for name in names
+    ]
     filled = [{**off, **p} for p in points if p]
     return names, [p for p in filled if space.is_valid(p)]

@@ -58,9 +58,19 @@ def _tile_rate(bm: int, w: int) -> float:
     return 0.8 if bm * w >= 64 * 192 else 0.7
 
 
-def _fitting_point(space: SearchSpace, bm: int, bn: int, bk: int, depths: Iterable[int], *, tma_store: bool,
-                   coop: bool = False, warps: int | None = None, stores: tuple[int, ...] | None = None,
-                   **genes: int) -> dict[str, int] | None:
+def _fitting_point(
+    space: SearchSpace,
+    bm: int,
+    bn: int,
+    bk: int,
+    depths: Iterable[int],
+    *,
+    tma_store: bool,
+    coop: bool = False,
+    warps: int | None = None,
+    stores: tuple[int, ...] | None = None,
+    **genes: int,
+) -> dict[str, int] | None:
     """The first point of `space` with this tile at the deepest of `depths` that fits, C
     staged whole, else in halves, else stored from registers (a 128x320 tile's pipeline
     leaves no room for the whole of C); one warpgroup (4 warps) per tile of up to 64 rows,
@@ -71,8 +81,15 @@ def _fitting_point(space: SearchSpace, bm: int, bn: int, bk: int, depths: Iterab
     if coop:
         genes = dict(genes, WARP_SPEC=1, PERSISTENT=0)
     if stores is None:
-        stores = (0,) if tma_store and coop else (1, 2, 0) if tma_store and genes.get("SPLIT_K", 1) == 1 \
-            else (0,) if tma_store else (None,)
+        stores = (
+            (0,)
+            if tma_store and coop
+            else (1, 2, 0)
+            if tma_store and genes.get("SPLIT_K", 1) == 1
+            else (0,)
+            if tma_store
+            else (None,)
+        )
     if warps is None:
         warps = 4 if bm <= 64 or coop else 8
     for depth in depths:
@@ -107,8 +124,9 @@ def coop_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None
         return None
     base = {k: v for k, v in p.items() if k not in ("BM", "BN", "BK", "num_warps", "num_stages")}
     base.update(maxnreg=0, num_ctas=1, **({"TMA_STORE": 0} if "TMA_STORE" in p else {}))
-    return _fitting_point(space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 8), 1, -1),
-                          tma_store=False, coop=True, **base)
+    return _fitting_point(
+        space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 8), 1, -1), tma_store=False, coop=True, **base
+    )
 
 
 def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | None:
@@ -125,14 +143,25 @@ def gluon_variant(space: SearchSpace, p: dict[str, int]) -> dict[str, int] | Non
     """
     swap = bool(p.get("SWAP_AB"))
     # (the genes the Gluon form sets itself aside, the rule the space and the template apply)
-    if "GLUON" not in space.names or gluon_misfit(dict(p, WARP_SPEC=0, maxnreg=0, num_ctas=1, TMA_STORE=1)) \
-            or (p["BN"] < 64 if swap else (p["BM"] < 64 or p["BN"] < 64)):
+    if (
+        "GLUON" not in space.names
+        or gluon_misfit(dict(p, WARP_SPEC=0, maxnreg=0, num_ctas=1, TMA_STORE=1))
+        or (p["BN"] < 64 if swap else (p["BM"] < 64 or p["BN"] < 64))
+    ):
         return None
     base = {k: v for k, v in p.items() if k not in ("BM", "BN", "BK", "num_warps", "num_stages", "TMA_STORE")}
     base.update(GLUON=1, WARP_SPEC=0, maxnreg=0, num_ctas=1)
-    return _fitting_point(space, p["BM"], p["BN"], p["BK"], range(min(p["num_stages"] + 1, 16), 1, -1),
-                          tma_store=True, warps=4 * (p["BN"] // 64) if swap else gluon_warps(p["BM"]),
-                          stores=(1,) if swap else (1, 2), **base)
+    return _fitting_point(
+        space,
+        p["BM"],
+        p["BN"],
+        p["BK"],
+        range(min(p["num_stages"] + 1, 16), 1, -1),
+        tma_store=True,
+        warps=4 * (p["BN"] // 64) if swap else gluon_warps(p["BM"]),
+        stores=(1,) if swap else (1, 2),
+        **base,
+    )
 
 
 def deep_variants(points: list[dict[str, int]], space: SearchSpace) -> list[dict[str, int]]:
@@ -152,18 +181,30 @@ def deep_variants(points: list[dict[str, int]], space: SearchSpace) -> list[dict
     out = []
     for p in points:
         if p["BM"] > 64 and not (p.get("SWAP_AB") and p["BN"] <= 64):
-            more = [q for q in (dict(p, num_stages=p["num_stages"] + 1),
-                                dict(p, num_stages=p["num_stages"] + 1, TMA_STORE=0)) if space.is_valid(q)]
+            more = [
+                q
+                for q in (dict(p, num_stages=p["num_stages"] + 1), dict(p, num_stages=p["num_stages"] + 1, TMA_STORE=0))
+                if space.is_valid(q)
+            ]
             out += more[:1]
             continue
-        deeper = [dict(p, num_stages=s) for s in range(16, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))]
+        deeper = [
+            dict(p, num_stages=s) for s in range(16, p["num_stages"], -1) if space.is_valid(dict(p, num_stages=s))
+        ]
         if deeper:
             out.append(deeper[0])
     return out
 
 
-def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: int = 4,
-               shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES) -> list[dict[str, int]]:
+def wave_seeds(
+    m: int,
+    n: int,
+    *,
+    sms: int = 132,
+    tma_store: bool = False,
+    top: int = 4,
+    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+) -> list[dict[str, int]]:
     """TMA tiles (BN_TAIL genes set) whose count fills the GPU's waves best at an M x N output:
     for each tile of 64-256 rows and 64-256 columns, at least 64 x 128 (96, 160, 192 and 320
     with a tail), and 64x32 and 64x64 with the deepest pipeline that fits (as cuBLAS runs them
@@ -213,16 +254,35 @@ def wave_seeds(m: int, n: int, *, sms: int = 132, tma_store: bool = False, top: 
                 # 0.0497 at Llama qkv M=512); tiles with a tail are not persistent
                 # (128x(256+64) at Qwen3 qkv M=2048: 0.0805 ms persistent, 0.0667 not)
                 depths = range(16, 2, -1) if bm == 64 and w <= 64 else (5, 4, 3) if bm == 64 else (4, 3)
-                p = _fitting_point(space, bm, bn, 64, depths, tma_store=tma_store, TMA=1, BN_TAIL=tail,
-                                   PERSISTENT=int(waves > 1 and not tail), SPLIT_K=split, SPLITK_FIXUP=int(split > 1))
+                p = _fitting_point(
+                    space,
+                    bm,
+                    bn,
+                    64,
+                    depths,
+                    tma_store=tma_store,
+                    TMA=1,
+                    BN_TAIL=tail,
+                    PERSISTENT=int(waves > 1 and not tail),
+                    SPLIT_K=split,
+                    SPLITK_FIXUP=int(split > 1),
+                )
                 if p is not None:
                     scored.append((round(fill, 3), bm * w, p))
     scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
     return [p for _, _, p in scored[:top]]
 
 
-def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_store: bool = False,
-               bn_tail: bool = False, gluon: bool = False, warp_spec: bool = False) -> list[dict[str, int]]:
+def gemm_seeds(
+    m: int,
+    *,
+    swap_ab: bool = False,
+    stream_k: bool = False,
+    tma_store: bool = False,
+    bn_tail: bool = False,
+    gluon: bool = False,
+    warp_spec: bool = False,
+) -> list[dict[str, int]]:
     """Known-good starting points for `Search(seeds=...)` at M tokens: the template's default
     (Triton's matmul tutorial on Hopper), the tile shapes Triton's tutorials and common
     Hopper autotune lists lead with (128x256x64 and 256x128x64, 8 warps, 3 stages; the
@@ -282,17 +342,21 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         # from a few hundred tokens up, the persistent TMA tiles with the last wave dealt out
         # by K steps (M=512 x N=6144 in 128x256 tiles is 96 tiles: 36 of 132 SMs idle)
         # (128x256 tiles do not fit beside the partial's conversion: see _stream_k)
-        streamed = [_point(128, 128, 64, 8, 5, TMA=1, PERSISTENT=1, STREAM_K=1),
-                    _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1, STREAM_K=1),
-                    _point(64, 128, 128, 4, 4, PERSISTENT=1, STREAM_K=1)]
-        out = ((streamed if m >= 128 else []) + out)
+        streamed = [
+            _point(128, 128, 64, 8, 5, TMA=1, PERSISTENT=1, STREAM_K=1),
+            _point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1, STREAM_K=1),
+            _point(64, 128, 128, 4, 4, PERSISTENT=1, STREAM_K=1),
+        ]
+        out = (streamed if m >= 128 else []) + out
         out = [dict(p, STREAM_K=p.get("STREAM_K", 0)) for p in out]
     if tma_store:
         # the persistent TMA tiles storing C in two halves through a descriptor (the
         # persistent-matmul tutorial's fastest Hopper form), from a few hundred tokens up
-        stored = [dict(_point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1), TMA_STORE=2),
-                  dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2),
-                  dict(_point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=1)]
+        stored = [
+            dict(_point(128, 256, 64, 8, 3, TMA=1, PERSISTENT=1), TMA_STORE=2),
+            dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2),
+            dict(_point(128, 128, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=1),
+        ]
         if stream_k:
             stored = [dict(p, STREAM_K=0) for p in stored] + [dict(stored[2], STREAM_K=1)]
         out = [dict(p, TMA_STORE=p.get("TMA_STORE", 0)) for p in ((stored if m >= 128 else []) + out)]
@@ -311,21 +375,31 @@ def gemm_seeds(m: int, *, swap_ab: bool = False, stream_k: bool = False, tma_sto
         if m < 128:
             made = [deep, dict(_point(64, 128, 64, 4, 8, TMA=1), TMA_STORE=1, GLUON=1)]
             if swap_ab:  # the tokens as the MMA's narrow side, 16-32 of them, the pipeline 16 deep
-                made.insert(0, dict(_point(32 if m > 16 else 16, 64, 64, 4, 16, TMA=1, SWAP_AB=1), TMA_STORE=1,
-                                    GLUON=1))
+                made.insert(
+                    0, dict(_point(32 if m > 16 else 16, 64, 64, 4, 16, TMA=1, SWAP_AB=1), TMA_STORE=1, GLUON=1)
+                )
         elif m < 512:
             made = [wide, deep]
         else:
-            made = [dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=1),
-                    dict(_point(128, 128, 64, 4, 5, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=2),  # ping-pong
-                    wide, *([deep] if m == 512 else [])]
-        made = [dict(q, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {}))
-                for q in made]
+            made = [
+                dict(_point(128, 256, 64, 8, 4, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=1),
+                dict(_point(128, 128, 64, 4, 5, TMA=1, PERSISTENT=1), TMA_STORE=2, GLUON=2),  # ping-pong
+                wide,
+                *([deep] if m == 512 else []),
+            ]
+        made = [dict(q, **({"STREAM_K": 0} if stream_k else {}), **({"BN_TAIL": 0} if bn_tail else {})) for q in made]
         out = made + [dict(q, GLUON=0) for q in out]
     if not swap_ab:
         return out
     # the seeds carry SWAP_AB; at up to 64 tokens a few swapped tiles lead
-    swapped = [dict(p, **({"STREAM_K": 0} if stream_k else {}), **({"TMA_STORE": 0} if tma_store else {}),
-                    **({"BN_TAIL": 0} if bn_tail else {}), **({"GLUON": 0} if gluon and tma_store else {}))
-               for p in swapped]
+    swapped = [
+        dict(
+            p,
+            **({"STREAM_K": 0} if stream_k else {}),
+            **({"TMA_STORE": 0} if tma_store else {}),
+            **({"BN_TAIL": 0} if bn_tail else {}),
+            **({"GLUON": 0} if gluon and tma_store else {}),
+        )
+        for p in swapped
+    ]
     return (swapped if m <= 64 else []) + [dict(p, SWAP_AB=p.get("SWAP_AB", 0)) for p in out]

@@ -31,8 +31,15 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["default_config", "shipped_config", "shipped_elsewhere", "shipped_file", "default_fp8_config",
-           "shipped_fp8_config", "CONFIG_DIR"]
+__all__ = [
+    "default_config",
+    "shipped_config",
+    "shipped_elsewhere",
+    "shipped_file",
+    "default_fp8_config",
+    "shipped_fp8_config",
+    "CONFIG_DIR",
+]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "sglang_configs"
 _KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -62,8 +69,11 @@ def shipped_file(E: int, N: int, device_name: str) -> Path | None:
 def _newest(name: str) -> Path | None:
     """The file of this name in the newest Triton version folder that has it (SGLang's
     loader's fallback rule), or None."""
-    folders = sorted((p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
-                     key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")), reverse=True)
+    folders = sorted(
+        (p for p in CONFIG_DIR.glob("triton_*") if p.is_dir()),
+        key=lambda p: tuple(int(x) for x in p.name.removeprefix("triton_").split("_")),
+        reverse=True,
+    )
     for folder in folders:
         if (folder / name).is_file():
             return folder / name
@@ -132,8 +142,11 @@ def shipped_fp8_config(E: int, N: int, M: int, device_name: str, block: bool) ->
     >>> shipped_fp8_config(E=128, N=768, M=64, device_name="NVIDIA H200", block=True) is None
     True
     """
-    name = (f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=fp8_w8a8"
-            + (",block_shape=[128, 128]" if block else "") + ".json")
+    name = (
+        f"E={E},N={N},device_name={device_name.replace(' ', '_')},dtype=fp8_w8a8"
+        + (",block_shape=[128, 128]" if block else "")
+        + ".json"
+    )
     path = _newest(name)
     if path is None:
         return None
