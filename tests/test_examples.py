@@ -91,6 +91,20 @@ def test_gpu_only_search_files_say_so_in_one_line_and_write_nothing(script: str,
     assert "re-run" not in proc.stderr and list(tmp_path.iterdir()) == []  # no interrupted run, no file
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU (and SGLang) the A/B runs")
+def test_sglang_example_without_a_gpu_says_so_in_one_line_and_exits_2(tmp_path: Path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "sglang_e2e.py"), "--model", "m", "--package", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert len(proc.stderr.splitlines()) == 1 and "needs a CUDA GPU" in proc.stderr, proc.stderr
+    assert proc.stdout == "" and list(tmp_path.iterdir()) == []  # nothing run, nothing written
+
+
 def test_the_readme_says_what_each_example_needs():
     readme = (ROOT / "README.md").read_text()
     table = readme[readme.index("## Examples") :]
