@@ -22,6 +22,7 @@ def assert_one_line_error(out: subprocess.CompletedProcess, text: str) -> None:
     assert lines[0].startswith("evokernel: error:") and text in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_replay_json_is_one_object(evokernel_cmd, cli_env):
     out = run(
         evokernel_cmd,
@@ -45,6 +46,7 @@ def test_replay_json_is_one_object(evokernel_cmd, cli_env):
     assert set(data["best_params"]) == {"BM", "BN", "BK", "GROUP_M", "num_warps", "num_stages"}
 
 
+@pytest.mark.slow
 def test_replay_accepts_a_shipped_name_noise_and_strategy(evokernel_cmd, cli_env):
     a = json.loads(
         run(
@@ -79,6 +81,7 @@ def test_replay_accepts_a_shipped_name_noise_and_strategy(evokernel_cmd, cli_env
     assert a["strategy"] == "random" and a["noise"] == 0.05 and a["trace"] == b["trace"]
 
 
+@pytest.mark.slow
 def test_search_writes_the_store_and_show_reads_it(tmp_path, evokernel_cmd, cli_env):
     root = Path(__file__).resolve().parents[1]
     db = tmp_path / "e.db"
@@ -173,6 +176,7 @@ def test_user_errors_are_one_line_and_exit_2(tmp_path, small_csv, evokernel_cmd,
     assert_one_line_error(out, message)
 
 
+@pytest.mark.slow
 def test_a_broken_evaluator_exits_1_and_the_rerun_resumes(tmp_path, evokernel_cmd, cli_env):
     target = tmp_path / "flaky.py"
     target.write_text(
@@ -197,6 +201,7 @@ def test_a_broken_evaluator_exits_1_and_the_rerun_resumes(tmp_path, evokernel_cm
     assert data["resumed"] and data["resumed_hits"] == 20 and data["evaluations"] == 50
 
 
+@pytest.mark.slow
 def test_sweep_writes_a_landscape_resumes_and_replay_reads_it(tmp_path, evokernel_cmd, cli_env):
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "sweep.csv"
@@ -246,6 +251,7 @@ def test_a_search_file_may_seed_its_first_generation_from_a_landscape(tmp_path, 
     assert len(info.config["seeds"]) == 3
 
 
+@pytest.mark.slow
 def test_check_takes_the_problems_parameters(tmp_path, evokernel_cmd, cli_env):
     root = Path(__file__).resolve().parents[1]
     problem = root / "examples" / "problems" / "gemm_bf16.py"
@@ -311,6 +317,7 @@ def _seed_db(evokernel_cmd, cli_env, db: Path) -> None:
         ),
     ],
 )
+@pytest.mark.slow
 def test_search_says_why_a_database_cannot_be_written_and_exits_2(tmp_path, evokernel_cmd, cli_env, case, message):
     folder = tmp_path / "runs"
     db = folder / "e.db"
@@ -348,6 +355,7 @@ def test_search_says_why_a_database_cannot_be_written_and_exits_2(tmp_path, evok
     assert (sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None) == before  # nothing written
 
 
+@pytest.mark.slow
 def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path, evokernel_cmd, cli_env):
     import shlex
     import shutil
@@ -382,6 +390,7 @@ def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path
 
 
 # -- check on the CPU ---------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU check runs the full shapes")
 def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd, cli_env):
     # the README's example: the H200 shapes of matmul_bf16 took minutes on a CPU, in silence,
@@ -402,6 +411,7 @@ def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd
     assert [t["shape"] for t in data["timings"]] == ["M=16,N=256,K=256", "M=96,N=160,K=320"]
 
 
+@pytest.mark.slow
 def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, evokernel_cmd, cli_env):
     problem = tmp_path / "big.py"
     problem.write_text(
@@ -423,6 +433,7 @@ def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, 
 
 
 # -- progress, help and the README's synopsis ----------------------------------------------
+@pytest.mark.slow
 def test_the_report_counts_the_generations_that_ran(tmp_path, small_csv, evokernel_cmd, cli_env):
     # generations are numbered from 0: "generation 0 ... generation 24" is 25 generations
     for budget in ("30", "100"):  # 100 exhausts the 42 valid points of the small landscape
@@ -451,6 +462,7 @@ space = evaluator.space
 """
 
 
+@pytest.mark.slow
 def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evokernel_cmd, cli_env):
     import re
 
@@ -486,6 +498,7 @@ def test_off_a_terminal_a_slow_generation_still_reports_progress(tmp_path, evoke
     assert lines.index(beats[0]) < lines.index(next(x for x in lines if x.startswith("generation 0: ")))
 
 
+@pytest.mark.slow
 def test_on_a_terminal_the_progress_bar_shows_the_time_left(tmp_path, evokernel_cmd, cli_env):
     import os
     import pty

@@ -13,6 +13,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the examples run the real searches")
 @pytest.mark.parametrize("script, rows", [("gemm_search.py", 5), ("moe_search.py", 2)])
 def test_example_replays_without_a_gpu_and_prints_the_baseline_table(script: str, rows: int):
@@ -34,6 +35,7 @@ def test_example_replays_without_a_gpu_and_prints_the_baseline_table(script: str
     assert speedups and all(0.3 < s < 3.0 for s in speedups)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the search files time the real shapes")
 @pytest.mark.parametrize("script", ["attention_prefill.py", "attention_decode.py"])
 def test_attention_search_files_run_through_the_gate_in_the_interpreter(script: str, tmp_path: Path):

@@ -52,6 +52,7 @@ def test_file_names_follow_sglangs_loader():
     assert sglang_file_name(4, 32, "NVIDIA H200", block_shape=[0, 0]) == "E=4,N=32,device_name=NVIDIA_H200.json"
 
 
+@pytest.mark.slow
 def test_moe_searches_export_to_sglang_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     db = tmp_path / "moe.db"
     for m in (8, 16):
@@ -106,6 +107,7 @@ def test_moe_searches_export_to_sglang_config_files(tmp_path: Path, monkeypatch:
     assert "M=8:" in proc.stdout and "M=16:" in proc.stdout
 
 
+@pytest.mark.slow
 def test_runs_that_cannot_be_exported_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     db = tmp_path / "moe.db"
     _search(db, 8, monkeypatch)
@@ -122,6 +124,7 @@ def test_runs_that_cannot_be_exported_say_why(tmp_path: Path, monkeypatch: pytes
     assert proc.returncode == 2 and "no fused-MoE run" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from evokernel.core.archive import Elite
     from evokernel.core.genome import Genome
@@ -144,6 +147,7 @@ def test_a_gemv_best_elite_exports_the_best_one_sglangs_kernel_runs(tmp_path: Pa
     assert "GEMV" in report.notes[0] and "exported the best one SGLang's kernel runs" in report.notes[0]
 
 
+@pytest.mark.slow
 def test_when_every_elite_has_a_structure_the_runs_fastest_plain_candidate_is_exported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -338,6 +338,7 @@ def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str])
 # --- the tests ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", _params(ENTRIES))
 def test_corpus_verdict(corpus_runs: CorpusRuns, entry: Entry) -> None:
     """The CLI's exit code, its one JSON object on stdout, and the reason the header names."""
@@ -473,6 +474,7 @@ def _uid_clash_job(runs: CorpusRuns) -> tuple[Run, Run, bool]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_concurrent_judges_leave_each_other_alone(corpus_runs: CorpusRuns) -> None:
     a, b, in_kernel = corpus_runs.get("uid-clash")
     assert in_kernel, f"A's candidate never reached its kernel: {a.stdout}"
@@ -550,6 +552,7 @@ _NO_PID_PROBES = [
 ]
 
 
+@pytest.mark.slow
 @needs_sandbox
 @pytest.mark.parametrize("entry", [pytest.param(BY_ID[i], id=i) for i in _NO_PID_PROBES])
 def test_probes_fail_without_a_pid_namespace(corpus_runs: CorpusRuns, entry: Entry) -> None:
@@ -689,6 +692,7 @@ def test_impossible_allocation_is_rejected_quickly(matmul_judge: Judge) -> None:
     assert time.monotonic() - t0 < 20
 
 
+@pytest.mark.slow
 @needs_sandbox
 def test_output_is_capped(matmul_judge: Judge) -> None:
     """1 GB to stdout leaves a log cut after a few MB, with a note; a 2 GB file in the

@@ -46,6 +46,7 @@ def test_triton_candidates_through_the_interpreter_and_render_failures():
     assert fp["evaluator"] == "kernel" and fp["device"] == "cpu" and fp["problem"] == "matmul_small"
 
 
+@pytest.mark.slow
 def test_a_search_over_the_gate(tmp_path: Path):
     ev = KernelEvaluator(MATMUL, lambda g: candidate_source(g.params), device="cpu", options=QUICK, workers=2)
     from evokernel.engine.search import SearchOptions
@@ -88,6 +89,7 @@ def test_candidates_see_no_secrets(monkeypatch):
     assert all(not any(s in k for s in ("KEY", "TOKEN", "SECRET")) for k in env)
 
 
+@pytest.mark.slow
 def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
     """A candidate that hangs at import, with a child: both gone after close(). The child's
     command line names the candidate's folder, so only processes this test started are
@@ -162,6 +164,7 @@ def test_a_forged_ok_is_still_judged_on_the_slots():
     assert not verdict.accepted, verdict.reason
 
 
+@pytest.mark.slow
 def test_remeasure_interleaves_and_a_search_ranks_by_it():
     genomes = [matmul_space().genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=s) for s in (2, 3)]
     bad = Genome.of({**genomes[0].params, "num_stages": 4}, source="def kernel(a, b):\n    return a @ b * 1.5\n")
@@ -358,6 +361,7 @@ def test_trusted_candidates_share_a_process_untrusted_ones_never_and_a_crash_end
     assert all("r_fork" in r.meta["steps"] for r in no_reuse.evaluate([Genome.of({"i": i}) for i in range(2)]))
 
 
+@pytest.mark.slow
 def test_the_judge_takes_the_first_ready_candidate_and_results_leave_in_order():
     """A candidate that is slow to import does not hold up one that is ready behind it."""
     slow = "import time\ntime.sleep(4)\nimport torch\n\n\ndef kernel(a, b):\n    return (a.float() @ b.float()).to(a.dtype)\n"
@@ -377,6 +381,7 @@ def test_the_judge_takes_the_first_ready_candidate_and_results_leave_in_order():
     assert judged == [genomes[1].id, genomes[0].id]  # the fast one first, then the slow one
 
 
+@pytest.mark.slow
 def test_closing_an_evaluator_frees_its_judge_and_a_later_evaluation_builds_a_new_one():
     """A benchmark judges one problem after another in one process: each judge holds its
     input sets (rotated while timing) in device memory until it is closed (call Z4 held
@@ -470,6 +475,7 @@ def test_a_killed_candidates_hold_on_the_judges_block_is_released_once_it_is_gon
     assert sandbox.release_dead_holders(wait_s=5) == 0 and sorted(released[-2:]) == [(handle, 4), (handle, 6)]
 
 
+@pytest.mark.slow
 def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypatch):
     """Where the work depends on the values (an MoE's routing: 2 to 4 of Mixtral's experts
     at 2 tokens), candidates re-measured against each other must see the same input sets in
@@ -498,6 +504,7 @@ def test_an_interleaved_round_times_every_candidate_on_the_same_inputs(monkeypat
         assert rounds[0][0] != rounds[1][0]  # new inputs each round
 
 
+@pytest.mark.slow
 def test_a_search_times_its_candidates_on_the_same_sequence_of_inputs(monkeypatch):
     """The n-th timing block of every candidate on a shape uses the same input sets (drawn
     once per judge); a candidate's blocks differ from each other."""

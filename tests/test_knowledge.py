@@ -27,6 +27,7 @@ def render(g):
     return candidate_source(g.params)
 
 
+@pytest.mark.slow
 def test_lessons_and_kernels_carry_over_to_the_next_run(tmp_path: Path):
     store = SQLiteStore(tmp_path / "kb.db")
     ev = KernelEvaluator(PROBLEM, render, device="cpu", workers=1)

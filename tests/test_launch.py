@@ -728,6 +728,7 @@ def interpreted() -> list[dict]:
     return run_interpreted(_SCRIPT, json.dumps(INTERPRETED))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(INTERPRETED)))
 def test_the_launcher_gives_gemms_results_bitwise_in_the_interpreter(interpreted: list[dict], i: int) -> None:
     over, _, _, _, unaligned = INTERPRETED[i]
@@ -755,6 +756,7 @@ def test_the_candidate_keeps_a_literal_config_and_builds_the_launcher_once() -> 
     assert "GemmLauncher(CONFIG)\n" in candidate_source(DEFAULTS)
 
 
+@pytest.mark.slow
 def test_the_gpu_tests_collect_on_the_cpu() -> None:
     proc = subprocess.run(
         [

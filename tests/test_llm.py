@@ -181,6 +181,7 @@ def test_the_evaluator_binds_a_source_genomes_parameters_into_its_config():
     assert _source_of(Genome.of(dict(PARENT.params), source=source), lambda g: "")[0] == source
 
 
+@pytest.mark.slow
 def test_a_search_judges_llm_rewrites_and_a_dollar_cap_stops_the_calls_not_the_search():
     """On the CPU: the operator's rewrite goes through the real gate; once the run has spent
     its dollars, only the numeric operators propose."""
@@ -221,6 +222,7 @@ def test_a_rewrite_rejected_by_the_gate_goes_back_with_its_error_and_the_fix_is_
     assert rewrite.stats.repairs == 1 and rewrite.stats.tokens["cache_read"] == 1530
 
 
+@pytest.mark.slow
 def test_the_llm_flag_without_a_key_says_the_operator_is_off_and_searches_on(tmp_path: Path):
     import os
     import subprocess

@@ -128,6 +128,7 @@ def test_a_stalled_connection_holds_a_proposal_no_longer_than_the_wall_time_left
     assert child is None and len(server.requests) == 1
 
 
+@pytest.mark.slow
 def test_a_search_with_a_stalled_llm_ends_at_its_wall_time(server: Any, monkeypatch: pytest.MonkeyPatch):
     server.mode = "stall"
     rewrite = _rewrite(_provider(server, monkeypatch))

@@ -157,6 +157,7 @@ def site_checks() -> list[dict]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_every_site_realisation_passes_its_check_against_the_unfused_module(site_checks: list[dict]) -> None:
     seen = {(c["model"], s, v) for c in site_checks for s, v, *_ in c["checks"]}
     # every non-baseline choice of every site of both models was realised and checked
@@ -289,6 +290,7 @@ def test_alone_and_without_follow_requirements() -> None:
     assert point["rmsnorm"] == "triton" and space.is_valid(point)
 
 
+@pytest.mark.slow
 def test_the_benchmark_script_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

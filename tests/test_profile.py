@@ -230,6 +230,7 @@ def _run(cmd: list[str], env: dict[str, str], *args: str, cwd: Path) -> subproce
     return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_cli_profile_json_and_store(evokernel_cmd, cli_env, tmp_path):
     db = tmp_path / "p.db"
     env = {**cli_env, "OMP_NUM_THREADS": "1"}

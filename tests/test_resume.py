@@ -77,6 +77,7 @@ def reference(tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_c
     return report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_after", [1, 45, BUDGET + 3])  # first generation, mid-run, re-measuring
 def test_sigkill_then_rerun_resumes_without_repeats_or_losses(
     tmp_path: Path,

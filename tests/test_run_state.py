@@ -70,6 +70,7 @@ def _runs(db: Path) -> list:
 
 
 # -- data and state ----------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_same_search_started_twice_runs_once_and_the_second_is_refused_in_one_line(
     tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
 ):
@@ -145,6 +146,7 @@ def _closed_pipe() -> int:
     return w
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("closed", ["stdout", "stdout+stderr"])
 @pytest.mark.parametrize("as_json", [False, True])
 def test_a_closed_pipe_never_changes_a_run(
@@ -168,6 +170,7 @@ def test_a_closed_pipe_never_changes_a_run(
     assert "error" not in after.summary
 
 
+@pytest.mark.slow
 def test_show_reports_best_so_far_of_a_failed_run_killed_runs_and_the_replayed_gpu(
     tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
 ):
@@ -223,6 +226,7 @@ def test_show_reports_best_so_far_of_a_failed_run_killed_runs_and_the_replayed_g
     assert rows[replay["id"]][5] == "H200 (replay)"
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_keeps_its_best_so_far(
     tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
 ):
@@ -260,6 +264,7 @@ class _Killed(ReplayEvaluator):
         return super()._one(genome)
 
 
+@pytest.mark.slow
 def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: Path):
     def search(store: SQLiteStore, kill_at: int = 0):  # a fresh evaluator: as a fresh process has
         ev = (
@@ -281,6 +286,7 @@ def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: 
 
 
 # -- hangs and faults --------------------------------------------------------------------
+@pytest.mark.slow
 def test_the_wall_time_stops_an_evaluation_that_hangs(
     tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
 ):

@@ -289,6 +289,7 @@ def _check_without_namespaces(*extra: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_isolation._ARCH not in _isolation._NR, reason="no seccomp table for this architecture")
 def test_where_namespaces_are_refused_the_judge_says_which_protections_are_off() -> None:
     run = _check_without_namespaces()
@@ -335,6 +336,7 @@ evaluator = KernelEvaluator({problem!r}, lambda genome: Path({honest!r}).read_te
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_isolation._ARCH not in _isolation._NR, reason="no seccomp table for this architecture")
 def test_a_search_says_which_protections_are_off_and_records_them(tmp_path: Path) -> None:
     import sqlite3
@@ -410,6 +412,7 @@ def kernel(a, b):
 """
 
 
+@pytest.mark.slow
 @needs_all
 def test_a_candidate_started_from_a_fresh_interpreter_is_sandboxed_too(monkeypatch) -> None:
     """When the fork server serves the other device, a candidate starts from a new

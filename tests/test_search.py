@@ -56,6 +56,7 @@ def test_finds_the_optimum_of_a_small_landscape(small: Landscape):
     assert found >= 9
 
 
+@pytest.mark.slow
 def test_beats_random_search_on_recorded_h200_landscapes():
     # benchmarks/search_efficiency.py, 20 seeds at 100 evaluations: the default strategy
     # 0.989 of the optimum on average over the four landscapes, random search 0.928

@@ -114,6 +114,7 @@ def sglang_fused_experts_impl(
     return out
 
 
+@pytest.mark.slow
 def test_the_hook_runs_the_template_on_the_plain_path_and_sglangs_kernel_otherwise(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setenv("EVOKERNEL_MOE_MODEL", "tiny")
@@ -159,6 +160,7 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     db = tmp_path / "moe.db"
     _search(db, 8, monkeypatch)
@@ -195,6 +197,7 @@ def test_export_writes_a_package_the_plugin_loads(tmp_path: Path, monkeypatch: p
     assert manifest["provenance"]["fused_moe"][0]["M"] == 8
 
 
+@pytest.mark.slow
 def test_the_package_keeps_sglangs_shipped_configs_for_batch_sizes_not_tuned(tmp_path: Path, monkeypatch):
     import evokernel.search_spaces.moe.sglang as sglang_configs
     from evokernel.integrations.sglang.export import sglang_plugin_package

@@ -43,6 +43,7 @@ def test_results_are_parsed_and_summarised_against_the_baseline(tmp_path: Path):
         parse_result(tmp_path / "empty.jsonl")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed: the GPU run covers it")
 def test_without_sglang_each_server_fails_with_its_reason(tmp_path: Path):
     trace = Trace([Request(100, 4), Request(200, 4)])

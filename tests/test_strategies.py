@@ -40,6 +40,7 @@ def _check_contract(ev, report, history, budget: int = BUDGET) -> None:
         assert ev.space.is_valid(e.genome.params), e.genome.params
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", strategy_names())
 def test_every_strategy_keeps_the_contract(strategy):
     budget = SLOW.get(strategy, BUDGET)

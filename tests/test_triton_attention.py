@@ -97,6 +97,7 @@ def interpreted() -> list[dict]:
     return run_interpreted(_SCRIPT, json.dumps(CASES))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(CASES)))
 def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) -> None:
     over, lens, (hq, _, d), dtype, causal, _ = CASES[i]

@@ -99,6 +99,7 @@ def interpreted() -> list[dict]:
     return run_interpreted(_SCRIPT, json.dumps(CASES))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(CASES)))
 def test_every_path_matches_the_fp64_reference(interpreted: list[dict], i: int) -> None:
     over, (m, n, k), dtype, _ = CASES[i]
@@ -157,6 +158,7 @@ def fixup_interpreted() -> list[dict]:
     return run_interpreted(_FIXUP_SCRIPT, json.dumps(FIXUP_CASES))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(FIXUP_CASES)))
 def test_the_split_k_fixup_matches_the_reference_call_after_call(fixup_interpreted: list[dict], i: int) -> None:
     over, shapes, dtype, _ = FIXUP_CASES[i]
@@ -188,6 +190,7 @@ def test_space_rules_out_what_cannot_fit_and_renders_every_valid_point():
         candidate_source(DEFAULTS, activation="tanh")
 
 
+@pytest.mark.slow
 def test_a_generated_candidate_with_an_epilogue_passes_the_gate_on_the_cpu(tmp_path: Path):
     cand = tmp_path / "gemm_candidate.py"
     # the one-kernel split-K fixup, called again and again by the gate's checks and timing
@@ -292,6 +295,7 @@ A_REG_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_a_register_a_tile_matches_the_reference() -> None:
     got = run_interpreted(_A_REG_SCRIPT, json.dumps(A_REG_CASES))
     for case, r in zip(A_REG_CASES, got):
@@ -385,6 +389,7 @@ def stream_k_interpreted() -> list[dict]:
     return run_interpreted(_STREAM_K_SCRIPT, json.dumps(STREAM_K_CASES))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(STREAM_K_CASES)))
 def test_the_stream_k_schedule_matches_the_reference(stream_k_interpreted: list[dict], i: int) -> None:
     over, (m, n, _), dtype, _ = STREAM_K_CASES[i]
@@ -563,6 +568,7 @@ def test_swap_ab_tiles_build_for_hopper_with_the_weights_as_the_mma_rows(genes: 
     assert "warp_group_dot" in kernel.asm["ttgir"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _has_nvidia_backend(), reason="this Triton has no NVIDIA backend")
 def test_the_stream_k_loop_is_software_pipelined_on_hopper() -> None:
     """Calls Z2 and Z3 measured stream-K 2-5x slower per K step than the plain persistent

@@ -27,6 +27,7 @@ CASES = [  # (scales, overrides, (M, N, K))
 ]
 
 
+@pytest.mark.slow
 def test_every_path_matches_the_dequantised_reference_in_the_interpreter():
     code = r"""
 import json, os, sys
@@ -69,6 +70,7 @@ def test_the_space_keeps_bk_within_the_scale_groups_and_the_source_is_well_forme
         candidate_source({"BM": 64})
 
 
+@pytest.mark.slow
 def test_a_generated_fp8_candidate_passes_the_gate_on_the_cpu(tmp_path: Path):
     cand = tmp_path / "fp8_candidate.py"
     cand.write_text(candidate_source(dict(DEFAULTS, BM=16, BN=64, BK=64, SPLIT_K=2)))

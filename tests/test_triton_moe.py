@@ -152,6 +152,7 @@ def interpreted() -> dict[str, str | None]:
     return json.loads(lines[-1].removeprefix("VERDICTS "))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "i",
     range(len(CASES)),
@@ -234,6 +235,7 @@ def _cli_check(cand: Path, source: str, cwd: Path, *flags: str) -> dict[str, Any
     return data
 
 
+@pytest.mark.slow
 def test_a_generated_candidate_passes_the_gate_on_the_cpu(tmp_path):
     """The real CLI, in its sandbox, Triton through the interpreter, fp32 tiny model."""
     params = {**gemm(16, 32, 32, 4), **{f"down_{k}": v for k, v in gemm(32, 32, 32, 1).items()}}
@@ -295,6 +297,7 @@ def test_the_fused_silu_gene_and_its_constraints():
     assert PLUGIN_STRUCTURE == STRUCTURE  # the plugin reads every structural gene a table may hold
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("E,k", [(128, 8), (8, 2), (256, 8)])
 def test_the_roofline_floor_counts_no_more_experts_than_the_routing_touches(E: int, k: int):
     # the gate rejects a time under the problem's roofline as impossible: its bytes must count a

@@ -129,6 +129,7 @@ def interpreted() -> dict[str, str | None]:
     return json.loads(lines[-1].removeprefix("VERDICTS "))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[_case_id(c) for c in CASES])
 def test_fp8_fused_moe_matches_the_reference_in_the_interpreter(interpreted, i):
     assert interpreted[str(i)] is None, interpreted[str(i)]
@@ -225,6 +226,7 @@ def test_the_moe_h200_fp8_baselines():
         assert space.is_valid({**cfg, **{f"down_{k}": v for k, v in cfg.items() if k != "BLOCK_SIZE_M"}})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scales", ["block", "tensor"])
 def test_a_generated_fp8_candidate_passes_the_gate_on_the_cpu(tmp_path, scales):
     """The real CLI, in its sandbox, Triton through the interpreter, fp32 x, tiny model."""

@@ -114,6 +114,7 @@ def test_its_capabilities_are_declared_and_well_formed(evaluator_name: str, case
         assert hasattr(report, "on") and hasattr(report, "off")
 
 
+@pytest.mark.slow
 def test_one_result_per_genome_in_order_and_failures_are_values(evaluator_name: str, case: EvaluatorCase):
     behaviour(case)
     genomes = case.genomes + case.failing
@@ -142,6 +143,7 @@ def test_the_same_genomes_on_a_fresh_instance_give_the_same_results(evaluator_na
         assert other.fingerprint() == case.evaluator.fingerprint()
 
 
+@pytest.mark.slow
 def test_remeasure_gives_one_result_per_genome(case: EvaluatorCase):
     if not isinstance(case.evaluator, Remeasures):
         pytest.skip("no remeasure(): the engine measures its elites again through evaluate()")

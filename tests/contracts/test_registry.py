@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from evokernel import Strategy
 from evokernel.core.plugins import GROUPS, load, registered
 from evokernel.engine.strategies import get_strategy, strategy_names
@@ -69,6 +71,7 @@ def test_wheel_installs_only_the_evokernel_package(tmp_path: Path):
     assert "[evokernel.strategies]" in entry_points and "optuna = evokernel.mutators.optuna_sampler" in entry_points
 
 
+@pytest.mark.slow
 def test_a_third_party_component_is_checked_by_adding_one_entry_point(tmp_path: Path):
     """A package that registers a mutator and an evaluator (here: a folder on the path with
     its metadata) gets the whole suites run on them, the evaluator built by its example();

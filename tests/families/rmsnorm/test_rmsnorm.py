@@ -146,6 +146,7 @@ def _verdict(interpreted: dict[str, str | None], name: str) -> None:
 # --- the template and the space -----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", TEMPLATE_CASES, ids=_case_id)
 def test_template_matches_torch(interpreted, case):
     _verdict(interpreted, f"template-{_case_id(case)}")
