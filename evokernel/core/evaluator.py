@@ -115,9 +115,10 @@ class DescribesEnvironment(Protocol):
 class JudgesProblem(Protocol):
     """Judges kernel sources for a problem (a `KernelEvaluator`).
 
-    Read by tools, not by the search loop: the CLI wires a knowledge recorder
+    Read by tools, not by the search loop: `evokernel.engine.assemble` (the CLI's search and
+    the Python API's) wires a knowledge recorder
     (`evokernel.store.knowledge.KnowledgeRecorder.from_evaluator`: lessons and kernels
-    filed under the problem's family) and, with `--llm`, an LLM rewrite operator that
+    filed under the problem's family) and, with an LLM model given, an LLM rewrite operator that
     prompts with `problem` and turns genomes into sources with `render`."""
 
     problem: Any  # an evokernel.judge.problem.Problem
