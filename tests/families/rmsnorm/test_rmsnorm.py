@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,8 @@ from evokernel.judge.gate import GateOptions, Judge
 from evokernel.judge.problem import Problem
 from evokernel.search_spaces.rmsnorm import PROBLEMS, candidate_source, rmsnorm_class, rmsnorm_seeds, rmsnorm_space
 from evokernel.search_spaces.rmsnorm.template import PARAMS
+
+from tests._interpreter import run_interpreted
 
 ROOT = Path(__file__).resolve().parents[3]
 PROBLEM = PROBLEMS / "rmsnorm_fp16.py"
@@ -124,17 +124,13 @@ def _run_cases() -> None:
             verdicts[name] = None
         except Exception:
             verdicts[name] = traceback.format_exc(limit=-3)
-    print("VERDICTS " + json.dumps(verdicts))
+    print(json.dumps(verdicts))  # (the last line: what run_interpreted reads)
 
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, str | None]:
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import {__name__} as t; t._run_cases()"
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=280)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("VERDICTS ")]
-    assert proc.returncode == 0 and lines, f"interpreter process failed:\n{proc.stdout}\n{proc.stderr}"
-    return json.loads(lines[-1].removeprefix("VERDICTS "))
+    return run_interpreted(code, timeout=280)
 
 
 def _verdict(interpreted: dict[str, str | None], name: str) -> None:
