@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
+from evokernel.core._html import html_table
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 
@@ -37,6 +38,18 @@ class Elite(msgspec.Struct, frozen=True, kw_only=True):
     latency_ms: float
     noise: float = 0.0
     run_id: str = ""
+
+    def _repr_html_(self) -> str:
+        """A one-row table, for notebooks."""
+        row = [
+            self.niche,
+            self.latency_ms,
+            f"{100 * self.noise:.1f}%",
+            self.genome.id,
+            self.genome.short(),
+            self.run_id,
+        ]
+        return html_table(["niche", "latency ms", "noise", "genome", "params", "run"], [row])
 
 
 class Verdict(str, enum.Enum):

@@ -1,19 +1,69 @@
 """What a search tells: each evaluated individual, the report at the end, and the hooks
-(`Observer`) through which a progress display or a knowledge recorder follows a run."""
+(`Observer`) through which a progress display or a knowledge recorder follows a run.
+
+A report shows itself as a table in a notebook (`_repr_html_`) and becomes a pandas frame
+(`to_dataframe()`, with the `report` extra: `pip install 'evokernel[report]'`); the full
+HTML page of a stored run is `evokernel report DB` (`evokernel.report`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import html
+import math
+
 import msgspec
 
+from evokernel.core._html import html_table
 from evokernel.core.archive import Elite
+from evokernel.core.errors import ConfigError
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 from evokernel.engine.options import Budget
 
-__all__ = ["Individual", "ReportedElite", "SearchReport", "Observer", "count_statuses", "run_summary"]
+__all__ = [
+    "Individual",
+    "ReportedElite",
+    "SearchReport",
+    "Observer",
+    "count_statuses",
+    "run_summary",
+    "noise_interval",
+    "ELITE_COLUMNS",
+]
+
+#: the columns of `SearchReport.to_dataframe()`, in order, with their pandas dtypes (parameters
+#: follow as `param.<name>` columns, their dtypes as pandas infers them)
+ELITE_COLUMNS: dict[str, str] = {
+    "rank": "int64",
+    "niche": "object",
+    "genome_id": "object",
+    "latency_ms": "float64",
+    "noise": "float64",
+    "ci_low_ms": "float64",
+    "ci_high_ms": "float64",
+    "samples": "int64",
+    "first_ms": "float64",
+    "operator": "object",
+    "generation": "int64",
+    "parents": "object",
+    "has_source": "bool",
+}
+
+
+def noise_interval(median_ms: float, noise: float, n: int) -> tuple[float, float]:
+    """An approximate 95% interval of a latency: `median_ms` +- 1.96 standard errors, the
+    standard error being the relative noise times the median over the root of the sample count.
+
+    >>> noise_interval(1.0, 0.02, 4)
+    (0.9804, 1.0196)
+    """
+    if not math.isfinite(median_ms):
+        return (math.inf, math.inf)
+    half = 1.96 * noise * median_ms / math.sqrt(max(n, 1))
+    return (round(median_ms - half, 12), round(median_ms + half, 12))
 
 
 @dataclass(frozen=True)
@@ -36,6 +86,45 @@ class ReportedElite(msgspec.Struct, frozen=True, kw_only=True):
     samples: tuple[float, ...]
     first_ms: float  # what the search saw when it found it
 
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The latency's approximate 95% interval (`noise_interval`)."""
+        return noise_interval(self.latency_ms, self.noise, len(self.samples))
+
+    def _row(self, rank: int) -> list[Any]:
+        low, high = self.interval
+        lin = self.genome.lineage
+        return [
+            rank,
+            self.niche,
+            self.genome.id,
+            self.latency_ms,
+            f"{100 * self.noise:.1f}%",
+            f"{low:.6g}-{high:.6g}",
+            len(self.samples),
+            self.first_ms,
+            f"{lin.operator} (gen {lin.generation})",
+            self.genome.short(),
+        ]
+
+    def _repr_html_(self) -> str:
+        """A one-row table, for notebooks."""
+        return html_table(_ELITE_HEADERS, [self._row(1)])
+
+
+_ELITE_HEADERS = [
+    "rank",
+    "niche",
+    "genome",
+    "latency ms",
+    "noise",
+    "95% interval",
+    "samples",
+    "first ms",
+    "found by",
+    "params",
+]
+
 
 class SearchReport(msgspec.Struct, kw_only=True):
     run_id: str
@@ -56,6 +145,49 @@ class SearchReport(msgspec.Struct, kw_only=True):
     skipped: dict[str, int]
     wall_s: float
     cost: float
+
+    def to_dataframe(self) -> Any:
+        """The reported elites as a pandas DataFrame, fastest first: the columns of
+        `ELITE_COLUMNS`, then one `param.<name>` column per parameter. Needs pandas (the
+        `report` extra)."""
+        try:
+            import pandas as pd
+        except ImportError:  # pragma: no cover - the report extra is part of dev
+            raise ConfigError("to_dataframe needs pandas: pip install 'evokernel[report]'") from None
+        rows = []
+        for rank, e in enumerate(self.elites, 1):
+            low, high = e.interval
+            lin = e.genome.lineage
+            row: dict[str, Any] = {
+                "rank": rank,
+                "niche": e.niche,
+                "genome_id": e.genome.id,
+                "latency_ms": e.latency_ms,
+                "noise": e.noise,
+                "ci_low_ms": low,
+                "ci_high_ms": high,
+                "samples": len(e.samples),
+                "first_ms": e.first_ms,
+                "operator": lin.operator,
+                "generation": lin.generation,
+                "parents": ",".join(lin.parents),
+                "has_source": e.genome.source is not None,
+            }
+            row.update({f"param.{k}": v for k, v in e.genome.params.items()})
+            rows.append(row)
+        frame = pd.DataFrame(rows, columns=list(ELITE_COLUMNS) if not rows else None)
+        return frame.astype(ELITE_COLUMNS)
+
+    def _repr_html_(self) -> str:
+        """The run in a notebook: one line of what it did, then its elites as a table."""
+        best = f"{self.best.latency_ms:.6g} ms" if self.best else "none"
+        head = (
+            f"<p><b>run {html.escape(self.run_id)}</b> ({html.escape(self.name)}): {self.evaluations} evaluations, "
+            f"{self.generations} generations, stopped by {html.escape(self.stop_reason or '-')}, best {best}, "
+            f"{self.wall_s:.1f} s, ${self.cost:.2f}</p>"
+        )
+        rows = [e._row(rank) for rank, e in enumerate(self.elites, 1)]
+        return head + html_table(_ELITE_HEADERS, rows)
 
 
 class Observer:
