@@ -1,0 +1,188 @@
+"""The report's figures as PNG files (matplotlib, no display needed), one per figure id, for
+papers, CI artifacts and terminals: `<dir>/<figure id>.png`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from evokernel.report import data  # noqa: E402
+from evokernel.report.data import RunData  # noqa: E402
+from evokernel.report.figures import RUN_FIGURES  # noqa: E402
+
+__all__ = ["write_run_pngs", "save", "note"]
+
+_COLORS = plt.get_cmap("tab10").colors
+
+
+def save(fig: Any, folder: str | Path, fid: str) -> Path:
+    path = Path(folder) / f"{fid}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def note(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def _convergence(runs: list[RunData], x: str, xlabel: str, fid: str) -> Any:
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for i, (label, c) in enumerate(data.convergence(runs).groupby("run", sort=False)):
+        color = _COLORS[i % 10]
+        ax.fill_between(c[x], c.band_low_ms, c.band_high_ms, step="post", color=color, alpha=0.15, linewidth=0)
+        ax.step(c[x], c.best_ms, where="post", color=color, label=label)
+        ax.scatter(c[x], c.latency_ms, s=6, color=color, alpha=0.35)
+    ax.set(xlabel=xlabel, ylabel="latency (ms)", yscale="log", title=RUN_FIGURES[fid][1])
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _operators(runs: list[RunData]) -> Any:
+    ops = data.operator_table(runs)
+    labels = list(dict.fromkeys(ops.run)) or ["-"]
+    fig, axes = plt.subplots(len(labels), 1, figsize=(8, 2.6 * len(labels) + 0.6), squeeze=False)
+    for ax, label in zip(axes[:, 0], labels):
+        o = ops[ops.run == label]
+        x = np.arange(len(o))
+        for j, metric in enumerate(("proposals", "accepted", "improvements")):
+            ax.bar(x + (j - 1) * 0.27, o[metric], width=0.27, label=metric, color=_COLORS[j])
+        ax.set_xticks(x, list(o.operator))
+        ax.set_title(label, fontsize=9)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(RUN_FIGURES["fig-operators"][1])
+    return fig
+
+
+def _timeline(table: pd.DataFrame, column: str, ylabel: str, title: str) -> Any:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    keys = sorted(set(table[column]))
+    styles = ("-", "--", ":", "-.")
+    several = table.run.nunique() > 1
+    for i, (label, t) in enumerate(table.groupby("run", sort=False)):
+        for key, k in t.groupby(column, sort=True):
+            name = f"{key} ({label})" if several else str(key)
+            ax.plot(k.evaluation, k["count"], styles[i % 4], color=_COLORS[keys.index(key) % 10], label=name)
+    ax.set(xlabel="evaluation", ylabel=ylabel, title=title)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def _skips(runs: list[RunData]) -> Any:
+    sk = data.skips_frame(runs)
+    fig, ax = plt.subplots(figsize=(8, 3))
+    if sk.empty:
+        note(ax, "nothing was skipped by a learned constraint or cut by the wall time")
+        return fig
+    labels = [f"{r.reason} ({r.run})" for r in sk.itertuples()]
+    ax.barh(labels, sk["count"], color=[_COLORS[i % 10] for i in pd.factorize(sk.run)[0]])
+    ax.set(xlabel="genomes skipped", title=RUN_FIGURES["fig-skips"][1])
+    return fig
+
+
+def _remeasure(runs: list[RunData]) -> Any:
+    fig, ax = plt.subplots(figsize=(6, 5))
+    lo, hi = math.inf, 0.0
+    for i, run in enumerate(runs):
+        el = data.elites_frame(run)
+        el = el[el.median_ms.map(math.isfinite) & el.first_ms.notna()]
+        if el.empty:
+            continue
+        lo, hi = min(lo, el.first_ms.min(), el.median_ms.min()), max(hi, el.first_ms.max(), el.median_ms.max())
+        err = [el.median_ms - el.ci_low_ms, el.ci_high_ms - el.median_ms]
+        ax.errorbar(el.first_ms, el.median_ms, yerr=err, fmt="o", color=_COLORS[i % 10], label=run.label, capsize=3)
+    if hi == 0.0:
+        note(ax, "no elite was re-measured")
+        return fig
+    ax.plot([lo, hi], [lo, hi], ":", color="grey", label="first = median")
+    ax.set(xlabel="first measurement (ms)", ylabel="re-measured median (ms)", title=RUN_FIGURES["fig-remeasure"][1])
+    ax.legend(fontsize=8)
+    return fig
+
+
+def _landscape(kind: str, runs: list[RunData]) -> Any:
+    study = data.landscape_study(runs)
+    trials = study.trials
+    if len(trials) < 2:
+        fig, ax = plt.subplots(figsize=(8, 3))
+        note(ax, "the landscape needs two ok evaluations")
+        return fig
+    names = list(trials[0].distributions)
+    values = np.array([t.value for t in trials])
+    if kind == "importance":
+        fig, ax = plt.subplots(figsize=(7, 0.45 * len(names) + 1.2))
+        try:
+            import optuna
+
+            imp = optuna.importance.get_param_importances(study)
+        except (ImportError, ValueError, RuntimeError) as exc:
+            note(ax, f"Optuna could not compute importances: {exc}")
+            return fig
+        ax.barh(list(imp)[::-1], list(imp.values())[::-1], color=_COLORS[0])
+        ax.set(xlabel="importance", title=RUN_FIGURES["fig-importance"][1])
+        return fig
+    coded = {n: _coded([t.params[n] for t in trials]) for n in names}
+    if kind == "slice":
+        cols = min(3, len(names))
+        rows = math.ceil(len(names) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False, sharey=True)
+        for ax, n in zip(axes.flat, names):
+            xs, ticks = coded[n]
+            ax.scatter(xs, values, c=np.arange(len(values)), cmap="Blues", s=12, edgecolors="none")
+            ax.set_xticks(range(len(ticks)), ticks, fontsize=7)
+            ax.set_title(n, fontsize=9)
+        for ax in list(axes.flat)[len(names) :]:
+            ax.set_axis_off()
+        axes[0, 0].set_ylabel("latency (ms)")
+        fig.suptitle(RUN_FIGURES["fig-slice"][1] + " (darker: later)")
+        return fig
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    norm = plt.Normalize(values.min(), values.max())
+    cmap = plt.get_cmap("viridis_r")
+    scaled = np.array([coded[n][0] / max(1, len(coded[n][1]) - 1) for n in names]).T
+    for row, v in sorted(zip(scaled, values), key=lambda rv: -rv[1]):
+        ax.plot(range(len(names)), row, color=cmap(norm(v)), alpha=0.5, linewidth=1)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yticks([])
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="latency (ms)")
+    ax.set_title(RUN_FIGURES["fig-parallel"][1])
+    return fig
+
+
+def _coded(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """Values as positions 0..k-1 in sorted order, and their tick labels."""
+    levels = sorted(set(values), key=lambda v: (isinstance(v, str), v))
+    index = {v: i for i, v in enumerate(levels)}
+    return np.array([index[v] for v in values], dtype=float), [str(v) for v in levels]
+
+
+def write_run_pngs(runs: list[RunData], folder: str | Path) -> list[Path]:
+    """Every figure of the run report as `<folder>/<figure id>.png`."""
+    makers: dict[str, Callable[[], Any]] = {
+        "fig-convergence-evaluations": lambda: _convergence(runs, "evaluation", "evaluation", "fig-convergence-evaluations"),
+        "fig-convergence-time": lambda: _convergence(runs, "t_s", "wall time (s)", "fig-convergence-time"),
+        "fig-operators": lambda: _operators(runs),
+        "fig-operator-timeline": lambda: _timeline(
+            data.operator_timeline(runs), "operator", "proposals so far", RUN_FIGURES["fig-operator-timeline"][1]
+        ),
+        "fig-statuses": lambda: _timeline(data.status_timeline(runs), "status", "results so far", RUN_FIGURES["fig-statuses"][1]),
+        "fig-skips": lambda: _skips(runs),
+        "fig-slice": lambda: _landscape("slice", runs),
+        "fig-parallel": lambda: _landscape("parallel", runs),
+        "fig-importance": lambda: _landscape("importance", runs),
+        "fig-remeasure": lambda: _remeasure(runs),
+    }
+    return [save(makers[fid](), folder, fid) for fid in RUN_FIGURES]
