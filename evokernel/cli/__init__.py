@@ -1,4 +1,4 @@
-"""The `evokernel` command: search, replay, show, check, sweep, kernels, profile, lessons,
+"""The `evokernel` command: search, replay, show, report, check, sweep, kernels, profile, lessons,
 export, plugins, landscapes; one small module per subcommand (`evokernel.cli.search`, ...),
 each with `add_parser(sub)` and `run(args)`. A search is built by `evokernel.engine.assemble`,
 as the Python API builds it.
@@ -24,6 +24,7 @@ from evokernel.cli import (
     plugins,
     profile,
     replay,
+    report,
     search,
     show,
     sweep,
@@ -39,6 +40,7 @@ COMMANDS = {
     "search": search,
     "replay": replay,
     "show": show,
+    "report": report,
     "check": check,
     "sweep": sweep,
     "kernels": kernels,

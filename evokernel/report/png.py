@@ -147,6 +147,7 @@ def _landscape(kind: str, runs: list[RunData]) -> Any:
         for ax in list(axes.flat)[len(names) :]:
             ax.set_axis_off()
         axes[0, 0].set_ylabel("latency (ms)")
+        axes[0, 0].set_yscale("log")
         fig.suptitle(RUN_FIGURES["fig-slice"][1] + " (darker: later)")
         return fig
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -186,3 +187,50 @@ def write_run_pngs(runs: list[RunData], folder: str | Path) -> list[Path]:
         "fig-remeasure": lambda: _remeasure(runs),
     }
     return [save(makers[fid](), folder, fid) for fid in RUN_FIGURES]
+
+
+def write_bench_pngs(rec: Any, folder: str | Path) -> list[Path]:
+    """The benchmark view's figures (`bench.bench_figures`' ids) as PNG files."""
+    from evokernel.report import bench
+
+    out = []
+    gm, rt, sp = bench.geomean_frame(rec), bench.rate_frame(rec), bench.speedup_frame(rec)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    if gm.empty:
+        note(ax, "no record holds a geomean")
+    else:
+        x = np.arange(len(gm))
+        ax.bar(x - 0.2, gm.geomean, 0.4, label="graph", color=_COLORS[0])
+        ax.bar(x + 0.2, gm.geomean_eager, 0.4, label="eager", color=_COLORS[1])
+        ax.axhline(1.0, ls=":", color="grey")
+        ax.set_xticks(x, list(gm.kind + ": " + gm.baseline), rotation=60, ha="right", fontsize=7)
+        ax.set(ylabel="geomean speedup", title="Geomean speedup of the winners per baseline")
+        ax.legend(fontsize=8)
+    out.append(save(fig, folder, "bench-geomean"))
+    fig, ax = plt.subplots(figsize=(11, 5))
+    if rt.empty:
+        note(ax, "no row says enough of its shape to compute a rate")
+    else:
+        labels = list(rt.kind + " " + rt["shape"] + " " + rt.metric)
+        ax.bar(range(len(rt)), rt.percent_of_peak, color=[_COLORS[i % 10] for i in pd.factorize(rt.kind + rt.metric)[0]])
+        ax.set_xticks(range(len(rt)), labels, rotation=90, fontsize=5)
+        ax.set(ylabel="% of the H200's peak", title="Winners against the H200's peaks (790 TFLOP/s bf16, 4.3 TB/s)")
+    out.append(save(fig, folder, "bench-rates"))
+    for kind in rec.rows:
+        s = sp[sp.kind == kind]
+        fig, ax = plt.subplots(figsize=(11, 4.8))
+        shapes = list(dict.fromkeys(s["shape"]))
+        bases = sorted(set(s.baseline))
+        width = 0.8 / max(1, len(bases))
+        for j, base in enumerate(bases):
+            b = s[s.baseline == base].set_index("shape").reindex(shapes)
+            x = np.arange(len(shapes)) + (j - (len(bases) - 1) / 2) * width
+            ax.bar(x, b.speedup, width, label=f"{base} (graph)", color=_COLORS[j % 10])
+            if b.speedup_eager.notna().any():
+                ax.scatter(x, b.speedup_eager, marker="D", facecolors="none", edgecolors=_COLORS[j % 10], label=f"{base} (eager)")
+        ax.axhline(1.0, ls=":", color="grey")
+        ax.set_xticks(range(len(shapes)), shapes, rotation=90, fontsize=6)
+        ax.set(ylabel="winner's speedup", title=f"{kind}: the winner against each baseline, per shape")
+        ax.legend(fontsize=7)
+        out.append(save(fig, folder, f"bench-speedup-{kind}"))
+    return out
