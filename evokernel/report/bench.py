@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 
 from evokernel.core._html import html_table
 from evokernel.judge.hardware import PEAKS
-from evokernel.report.figures import Figure, note_figure
+from evokernel.report.figures import Figure, color as _c, note_figure
 from evokernel.report.html import figure_block, page
 
 __all__ = ["Records", "load_records", "speedup_frame", "rate_frame", "geomean_frame", "bench_figures", "write_bench"]
@@ -64,7 +64,9 @@ def load_records(folder: str | Path) -> Records:
         if isinstance(doc, dict) and _flat(doc.get("geomean")):
             out.geomeans[kind] = {k: float(v) for k, v in doc["geomean"].items() if isinstance(v, (int, float))}
         if isinstance(doc, dict) and _flat(doc.get("geomean_eager")):
-            out.geomeans_eager[kind] = {k: float(v) for k, v in doc["geomean_eager"].items() if isinstance(v, (int, float))}
+            out.geomeans_eager[kind] = {
+                k: float(v) for k, v in doc["geomean_eager"].items() if isinstance(v, (int, float))
+            }
     return out
 
 
@@ -103,7 +105,9 @@ def speedup_frame(rec: Records) -> pd.DataFrame:
                         "speedup_eager": float(eager[base]) if isinstance(eager.get(base), (int, float)) else math.nan,
                     }
                 )
-    return pd.DataFrame(out, columns=["kind", "shape", "baseline", "winner_ms", "baseline_ms", "speedup", "speedup_eager"])
+    return pd.DataFrame(
+        out, columns=["kind", "shape", "baseline", "winner_ms", "baseline_ms", "speedup", "speedup_eager"]
+    )
 
 
 def _work(kind: str, r: dict[str, Any]) -> list[tuple[str, float]]:
@@ -229,11 +233,21 @@ def bench_page(rec: Records, figs: list[Figure]) -> str:
     for kind in rec.rows:
         table = sp[sp.kind == kind].drop(columns="kind")
         sections.append(
-            (kind, kind, "".join(by.get(kind, [])) + html_table(list(table.columns), table.itertuples(index=False, name=None)))
+            (
+                kind,
+                kind,
+                "".join(by.get(kind, [])) + html_table(list(table.columns), table.itertuples(index=False, name=None)),
+            )
         )
     if rec.skipped:
         items = "".join(f"<li><code>{html.escape(f)}</code>: {html.escape(why)}</li>" for f, why in rec.skipped)
-        sections.append(("skipped", "Not drawn", f'<p class="note">Files in the folder this view does not draw:</p><ul id="skipped">{items}</ul>'))
+        sections.append(
+            (
+                "skipped",
+                "Not drawn",
+                f'<p class="note">Files in the folder this view does not draw:</p><ul id="skipped">{items}</ul>',
+            )
+        )
     return page("evokernel benchmarks", sections, subtitle=f"{sum(len(r) for r in rec.rows.values())} shapes;")
 
 
@@ -249,10 +263,3 @@ def write_bench(folder: str | Path, out: str | Path, *, png: str | Path | None =
 
         write_bench_pngs(rec, png)
     return out
-
-
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-
-
-def _c(i: int) -> str:
-    return _PALETTE[i % len(_PALETTE)]

@@ -230,7 +230,9 @@ def operator_table(runs: list[RunData]) -> pd.DataFrame:
                     "device_s": float(g.elapsed_s.sum()),
                 }
             )
-    return pd.DataFrame(rows, columns=["run", "operator", "proposals", "accepted", "improvements", "dollars", "device_s"])
+    return pd.DataFrame(
+        rows, columns=["run", "operator", "proposals", "accepted", "improvements", "dollars", "device_s"]
+    )
 
 
 def operator_timeline(runs: list[RunData]) -> pd.DataFrame:

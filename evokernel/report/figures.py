@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from evokernel.report import data
 from evokernel.report.data import RunData
 
-__all__ = ["Figure", "RUN_FIGURES", "run_figures", "note_figure"]
+__all__ = ["Figure", "RUN_FIGURES", "run_figures", "note_figure", "color"]
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,13 @@ def _convergence(runs: list[RunData], x: str, xtitle: str) -> go.Figure:
     conv = data.convergence(runs)
     fig = go.Figure()
     for i, (label, c) in enumerate(conv.groupby("run", sort=False)):
-        color = _color(i)
+        col = color(i)
         fig.add_trace(
             go.Scatter(
                 x=list(c[x]) + list(c[x])[::-1],
                 y=list(c.band_high_ms) + list(c.band_low_ms)[::-1],
                 fill="toself",
-                fillcolor=_rgba(color, 0.15),
+                fillcolor=_rgba(col, 0.15),
                 line=dict(width=0),
                 hoverinfo="skip",
                 name=f"{label}: noise band",
@@ -73,14 +73,16 @@ def _convergence(runs: list[RunData], x: str, xtitle: str) -> go.Figure:
             )
         )
         fig.add_trace(
-            go.Scatter(x=c[x], y=c.best_ms, mode="lines", line=dict(color=color, shape="hv"), name=label, legendgroup=label)
+            go.Scatter(
+                x=c[x], y=c.best_ms, mode="lines", line=dict(color=col, shape="hv"), name=label, legendgroup=label
+            )
         )
         fig.add_trace(
             go.Scatter(
                 x=c[x],
                 y=c.latency_ms,
                 mode="markers",
-                marker=dict(color=color, size=4, opacity=0.35),
+                marker=dict(color=col, size=4, opacity=0.35),
                 name=f"{label}: each evaluation",
                 legendgroup=label,
                 showlegend=False,
@@ -102,11 +104,13 @@ def _operators(runs: list[RunData]) -> go.Figure:
                     x=o.operator,
                     y=o[metric],
                     name=metric,
-                    marker_color=_color(j),
+                    marker_color=color(j),
                     showlegend=r == 1,
                     legendgroup=metric,
                     customdata=o[["dollars", "device_s"]],
-                    hovertemplate="%{x}: %{y} " + metric + "<br>$%{customdata[0]:.2f}, %{customdata[1]:.1f} s<extra></extra>",
+                    hovertemplate="%{x}: %{y} "
+                    + metric
+                    + "<br>$%{customdata[0]:.2f}, %{customdata[1]:.1f} s<extra></extra>",
                 ),
                 row=r,
                 col=1,
@@ -127,7 +131,7 @@ def _timeline(table: Any, column: str, ytitle: str) -> go.Figure:
                     y=k["count"],
                     mode="lines",
                     name=f"{key} ({label})" if table.run.nunique() > 1 else str(key),
-                    line=dict(color=_color(keys.index(key)), dash=dashes[i % len(dashes)]),
+                    line=dict(color=color(keys.index(key)), dash=dashes[i % len(dashes)]),
                 )
             )
     fig.update_layout(**_LAYOUT, xaxis_title="evaluation", yaxis_title=ytitle)
@@ -140,7 +144,7 @@ def _skips(runs: list[RunData]) -> go.Figure:
         return note_figure("nothing was skipped by a learned constraint or cut by the wall time")
     fig = go.Figure()
     for i, (label, s) in enumerate(sk.groupby("run", sort=False)):
-        fig.add_trace(go.Bar(y=s.reason, x=s["count"], orientation="h", name=label, marker_color=_color(i)))
+        fig.add_trace(go.Bar(y=s.reason, x=s["count"], orientation="h", name=label, marker_color=color(i)))
     fig.update_layout(**{**_LAYOUT, "margin": dict(l=330, r=20, t=50, b=50)}, xaxis_title="genomes skipped")
     return fig
 
@@ -160,15 +164,22 @@ def _remeasure(runs: list[RunData]) -> go.Figure:
                 y=el.median_ms,
                 mode="markers",
                 name=run.label,
-                marker=dict(color=_color(i), size=9, symbol=["star" if e else "circle" for e in el.elite]),
-                error_y=dict(type="data", symmetric=False, array=el.ci_high_ms - el.median_ms, arrayminus=el.median_ms - el.ci_low_ms),
+                marker=dict(color=color(i), size=9, symbol=["star" if e else "circle" for e in el.elite]),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=el.ci_high_ms - el.median_ms,
+                    arrayminus=el.median_ms - el.ci_low_ms,
+                ),
                 text=el.genome_id + "<br>" + el.params + "<br>samples " + el.sample_ms,
                 hovertemplate="%{text}<br>first %{x:.5g} ms, median %{y:.5g} ms<extra></extra>",
             )
         )
     if hi == 0.0:
         return note_figure("no elite was re-measured (options.remeasure = 0, or the wall time ran out)")
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="grey", dash="dot"), name="first = median"))
+    fig.add_trace(
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="grey", dash="dot"), name="first = median")
+    )
     fig.update_layout(**_LAYOUT, xaxis_title="first measurement (ms)", yaxis_title="re-measured median (ms)")
     return fig
 
@@ -180,7 +191,11 @@ def _optuna(kind: str, runs: list[RunData]) -> go.Figure:
         study = data.landscape_study(runs)
         if len(study.trials) < 2:
             return note_figure(f"the landscape needs two ok evaluations; these runs have {len(study.trials)}")
-        plot = {"slice": ov.plot_slice, "parallel": ov.plot_parallel_coordinate, "importance": ov.plot_param_importances}
+        plot = {
+            "slice": ov.plot_slice,
+            "parallel": ov.plot_parallel_coordinate,
+            "importance": ov.plot_param_importances,
+        }
         fig = plot[kind](study, target_name="latency (ms)")
     except ImportError as exc:  # an importance evaluator that needs a package not installed
         return note_figure(f"Optuna could not draw this: it needs {exc.name or exc} (pip install it to see it)")
@@ -227,10 +242,22 @@ CAPTIONS = {
 }
 
 
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+_PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
-def _color(i: int) -> str:
+def color(i: int) -> str:
+    """The i-th colour of the report's palette (matplotlib's tab10, as the PNGs use)."""
     return _PALETTE[i % len(_PALETTE)]
 
 

@@ -47,7 +47,7 @@ def page(title: str, sections: Sequence[tuple[str, str, str]], *, subtitle: str 
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style>\n"
         f'<script type="text/javascript">{get_plotlyjs()}</script>\n</head>\n<body>\n'
-        f"<h1>{html.escape(title)}</h1><p class=\"muted\">{html.escape(subtitle)} made {made} by evokernel report</p>"
+        f'<h1>{html.escape(title)}</h1><p class="muted">{html.escape(subtitle)} made {made} by evokernel report</p>'
         f"<nav>{nav}</nav>\n{body}\n</body></html>\n"
     )
 
@@ -86,7 +86,19 @@ def _elites(run: RunData) -> str:
             [rank, e.genome_id, e.niche or "-", "yes" if e.elite else "", e.first_ms, e.median_ms,
              f"{100 * e.noise:.1f}%", interval, f"{e.samples}: {e.sample_ms}", e.params, lineage]
         )  # fmt: skip
-    heads = ["rank", "genome", "niche", "elite", "first ms", "median ms", "noise", "95% interval", "samples", "params", "lineage"]
+    heads = [
+        "rank",
+        "genome",
+        "niche",
+        "elite",
+        "first ms",
+        "median ms",
+        "noise",
+        "95% interval",
+        "samples",
+        "params",
+        "lineage",
+    ]
     table = html_table(heads, rows).replace("<table>", f'<table id="table-elites-{run.info.id}">', 1)
     diffs = "".join(
         f"<details><summary>source of {html.escape(e.genome_id)} against its parent</summary>"
@@ -137,4 +149,3 @@ def write_report(
 
         write_run_pngs(loaded, png)
     return out
-

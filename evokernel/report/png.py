@@ -173,13 +173,17 @@ def _coded(values: list[Any]) -> tuple[np.ndarray, list[str]]:
 def write_run_pngs(runs: list[RunData], folder: str | Path) -> list[Path]:
     """Every figure of the run report as `<folder>/<figure id>.png`."""
     makers: dict[str, Callable[[], Any]] = {
-        "fig-convergence-evaluations": lambda: _convergence(runs, "evaluation", "evaluation", "fig-convergence-evaluations"),
+        "fig-convergence-evaluations": lambda: _convergence(
+            runs, "evaluation", "evaluation", "fig-convergence-evaluations"
+        ),
         "fig-convergence-time": lambda: _convergence(runs, "t_s", "wall time (s)", "fig-convergence-time"),
         "fig-operators": lambda: _operators(runs),
         "fig-operator-timeline": lambda: _timeline(
             data.operator_timeline(runs), "operator", "proposals so far", RUN_FIGURES["fig-operator-timeline"][1]
         ),
-        "fig-statuses": lambda: _timeline(data.status_timeline(runs), "status", "results so far", RUN_FIGURES["fig-statuses"][1]),
+        "fig-statuses": lambda: _timeline(
+            data.status_timeline(runs), "status", "results so far", RUN_FIGURES["fig-statuses"][1]
+        ),
         "fig-skips": lambda: _skips(runs),
         "fig-slice": lambda: _landscape("slice", runs),
         "fig-parallel": lambda: _landscape("parallel", runs),
@@ -212,7 +216,9 @@ def write_bench_pngs(rec: Any, folder: str | Path) -> list[Path]:
         note(ax, "no row says enough of its shape to compute a rate")
     else:
         labels = list(rt.kind + " " + rt["shape"] + " " + rt.metric)
-        ax.bar(range(len(rt)), rt.percent_of_peak, color=[_COLORS[i % 10] for i in pd.factorize(rt.kind + rt.metric)[0]])
+        ax.bar(
+            range(len(rt)), rt.percent_of_peak, color=[_COLORS[i % 10] for i in pd.factorize(rt.kind + rt.metric)[0]]
+        )
         ax.set_xticks(range(len(rt)), labels, rotation=90, fontsize=5)
         ax.set(ylabel="% of the H200's peak", title="Winners against the H200's peaks (790 TFLOP/s bf16, 4.3 TB/s)")
     out.append(save(fig, folder, "bench-rates"))
@@ -227,7 +233,14 @@ def write_bench_pngs(rec: Any, folder: str | Path) -> list[Path]:
             x = np.arange(len(shapes)) + (j - (len(bases) - 1) / 2) * width
             ax.bar(x, b.speedup, width, label=f"{base} (graph)", color=_COLORS[j % 10])
             if b.speedup_eager.notna().any():
-                ax.scatter(x, b.speedup_eager, marker="D", facecolors="none", edgecolors=_COLORS[j % 10], label=f"{base} (eager)")
+                ax.scatter(
+                    x,
+                    b.speedup_eager,
+                    marker="D",
+                    facecolors="none",
+                    edgecolors=_COLORS[j % 10],
+                    label=f"{base} (eager)",
+                )
         ax.axhline(1.0, ls=":", color="grey")
         ax.set_xticks(range(len(shapes)), shapes, rotation=90, fontsize=6)
         ax.set(ylabel="winner's speedup", title=f"{kind}: the winner against each baseline, per shape")
