@@ -133,7 +133,9 @@ def test_the_default_is_every_run_of_the_latest_problem(recorded):
 @pytest.mark.slow
 def test_the_benchmark_view_renders_the_repository_results(tmp_path):
     out, png = tmp_path / "bench.html", tmp_path / "png"
-    assert main(["report", "--results", str(ROOT / "benchmarks" / "results"), "--out", str(out), "--png", str(png)]) == 0
+    assert (
+        main(["report", "--results", str(ROOT / "benchmarks" / "results"), "--out", str(out), "--png", str(png)]) == 0
+    )
     page = out.read_text()
     assert external_sources(page) == []
     for fid in BENCH_FIGURES:
