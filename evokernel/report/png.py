@@ -151,14 +151,14 @@ def _landscape(kind: str, runs: list[RunData]) -> Any:
         fig.suptitle(RUN_FIGURES["fig-slice"][1] + " (darker: later)")
         return fig
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    norm = plt.Normalize(values.min(), values.max())
+    norm = matplotlib.colors.LogNorm(values.min(), values.max())  # a few slow outliers must not wash out the rest
     cmap = plt.get_cmap("viridis_r")
     scaled = np.array([coded[n][0] / max(1, len(coded[n][1]) - 1) for n in names]).T
     for row, v in sorted(zip(scaled, values), key=lambda rv: -rv[1]):
         ax.plot(range(len(names)), row, color=cmap(norm(v)), alpha=0.5, linewidth=1)
     ax.set_xticks(range(len(names)), names)
     ax.set_yticks([])
-    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="latency (ms)")
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="latency (ms, log)")
     ax.set_title(RUN_FIGURES["fig-parallel"][1])
     return fig
 
