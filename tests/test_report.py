@@ -144,3 +144,30 @@ def test_the_benchmark_view_renders_the_repository_results(tmp_path):
     assert 'id="table-geomeans"' in page and "model_level" in page  # a geomean-only record joins the summary
     skipped = page[page.index('id="skipped"') :]
     assert "sandbox.json" in skipped and "unknown kind" in skipped  # not drawn, and said so
+
+
+def test_the_core_install_does_not_grow():
+    import subprocess
+    import sys
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = {"plotly", "pandas", "matplotlib"}
+    names = lambda reqs: {re.split(r"[<>=\[ ;]", r)[0].lower() for r in reqs}  # noqa: E731
+    assert not extra & names(project["dependencies"])
+    assert extra <= names(project["optional-dependencies"]["report"])
+    assert extra <= names(project["optional-dependencies"]["dev"])  # CI tests the report
+    code = "import sys, evokernel, evokernel.cli, evokernel.report; print(sorted({'pandas', 'plotly', 'matplotlib'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"  # the command line and the package load no plotting library until asked
+
+
+def test_without_the_extra_the_report_says_how_to_get_it(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "plotly" else real(name, *a))
+    db = tmp_path / "x.db"
+    db.write_bytes(b"")
+    assert main(["report", str(db), "--out", str(tmp_path / "r.html")]) == 2
+    assert "pip install 'evokernel[report]'" in capsys.readouterr().err
