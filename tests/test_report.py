@@ -171,3 +171,17 @@ def test_without_the_extra_the_report_says_how_to_get_it(monkeypatch, tmp_path, 
     db.write_bytes(b"")
     assert main(["report", str(db), "--out", str(tmp_path / "r.html")]) == 2
     assert "pip install 'evokernel[report]'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_run_that_stored_nothing_still_gets_a_page_that_says_so(tmp_path):
+    from evokernel.report import write_report
+    from evokernel.store import SQLiteStore
+
+    store = SQLiteStore(str(tmp_path / "empty.db"))
+    store.begin_run("r0", name="empty", archive_key="k", fingerprint="f", config={"seed": 3}, environment={})
+    store.finish_run("r0", "failed", {"error": "RuntimeError: GPU fell off the bus"})
+    page = write_report(store, tmp_path / "r.html", png=tmp_path / "png").read_text()
+    for fid in RUN_FIGURES:
+        assert f'id="{fid}"' in page and (tmp_path / "png" / f"{fid}.png").exists(), fid
+    assert "GPU fell off the bus" in page and "no evaluation is stored" in page

@@ -95,6 +95,8 @@ def _convergence(runs: list[RunData], x: str, xtitle: str) -> go.Figure:
 def _operators(runs: list[RunData]) -> go.Figure:
     ops = data.operator_table(runs)
     labels = list(dict.fromkeys(ops.run))
+    if not labels:
+        return note_figure("no evaluation is stored")
     fig = make_subplots(rows=len(labels), cols=1, subplot_titles=labels, shared_xaxes=False)
     for r, label in enumerate(labels, 1):
         o = ops[ops.run == label]
@@ -120,6 +122,8 @@ def _operators(runs: list[RunData]) -> go.Figure:
 
 
 def _timeline(table: Any, column: str, ytitle: str) -> go.Figure:
+    if table.empty:
+        return note_figure("no evaluation is stored")
     fig = go.Figure()
     dashes = ("solid", "dash", "dot", "dashdot", "longdash")
     keys = sorted(set(table[column]))
@@ -191,7 +195,7 @@ def _optuna(kind: str, runs: list[RunData]) -> go.Figure:
         study = data.landscape_study(runs)
         if len(study.trials) < 2:
             return note_figure(f"the landscape needs two ok evaluations; these runs have {len(study.trials)}")
-        plot = {
+        plot: dict[str, Any] = {
             "slice": ov.plot_slice,
             "parallel": ov.plot_parallel_coordinate,
             "importance": ov.plot_param_importances,

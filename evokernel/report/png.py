@@ -18,11 +18,9 @@ import pandas as pd  # noqa: E402
 
 from evokernel.report import data  # noqa: E402
 from evokernel.report.data import RunData  # noqa: E402
-from evokernel.report.figures import RUN_FIGURES  # noqa: E402
+from evokernel.report.figures import RUN_FIGURES, color  # noqa: E402
 
 __all__ = ["write_run_pngs", "save", "note"]
-
-_COLORS = plt.get_cmap("tab10").colors
 
 
 def save(fig: Any, folder: str | Path, fid: str) -> Path:
@@ -34,6 +32,11 @@ def save(fig: Any, folder: str | Path, fid: str) -> Path:
     return path
 
 
+def _legend(ax: Any, **kw: Any) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
 def note(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes)
     ax.set_axis_off()
@@ -42,12 +45,12 @@ def note(ax: Any, text: str) -> None:
 def _convergence(runs: list[RunData], x: str, xlabel: str, fid: str) -> Any:
     fig, ax = plt.subplots(figsize=(8, 4.2))
     for i, (label, c) in enumerate(data.convergence(runs).groupby("run", sort=False)):
-        color = _COLORS[i % 10]
-        ax.fill_between(c[x], c.band_low_ms, c.band_high_ms, step="post", color=color, alpha=0.15, linewidth=0)
-        ax.step(c[x], c.best_ms, where="post", color=color, label=label)
-        ax.scatter(c[x], c.latency_ms, s=6, color=color, alpha=0.35)
+        col = color(i)
+        ax.fill_between(c[x], c.band_low_ms, c.band_high_ms, step="post", color=col, alpha=0.15, linewidth=0)
+        ax.step(c[x], c.best_ms, where="post", color=col, label=label)
+        ax.scatter(c[x], c.latency_ms, s=6, color=col, alpha=0.35)
     ax.set(xlabel=xlabel, ylabel="latency (ms)", yscale="log", title=RUN_FIGURES[fid][1])
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return fig
 
 
@@ -59,25 +62,28 @@ def _operators(runs: list[RunData]) -> Any:
         o = ops[ops.run == label]
         x = np.arange(len(o))
         for j, metric in enumerate(("proposals", "accepted", "improvements")):
-            ax.bar(x + (j - 1) * 0.27, o[metric], width=0.27, label=metric, color=_COLORS[j])
+            ax.bar(x + (j - 1) * 0.27, o[metric], width=0.27, label=metric, color=color(j))
         ax.set_xticks(x, list(o.operator))
         ax.set_title(label, fontsize=9)
-    axes[0, 0].legend(fontsize=8)
+    _legend(axes[0, 0], fontsize=8)
     fig.suptitle(RUN_FIGURES["fig-operators"][1])
     return fig
 
 
 def _timeline(table: pd.DataFrame, column: str, ylabel: str, title: str) -> Any:
     fig, ax = plt.subplots(figsize=(8, 4))
+    if table.empty:
+        note(ax, "no evaluation is stored")
+        return fig
     keys = sorted(set(table[column]))
     styles = ("-", "--", ":", "-.")
     several = table.run.nunique() > 1
     for i, (label, t) in enumerate(table.groupby("run", sort=False)):
         for key, k in t.groupby(column, sort=True):
             name = f"{key} ({label})" if several else str(key)
-            ax.plot(k.evaluation, k["count"], styles[i % 4], color=_COLORS[keys.index(key) % 10], label=name)
+            ax.plot(k.evaluation, k["count"], styles[i % 4], color=color(keys.index(key)), label=name)
     ax.set(xlabel="evaluation", ylabel=ylabel, title=title)
-    ax.legend(fontsize=7, ncol=2)
+    _legend(ax, fontsize=7, ncol=2)
     return fig
 
 
@@ -88,7 +94,7 @@ def _skips(runs: list[RunData]) -> Any:
         note(ax, "nothing was skipped by a learned constraint or cut by the wall time")
         return fig
     labels = [f"{r.reason} ({r.run})" for r in sk.itertuples()]
-    ax.barh(labels, sk["count"], color=[_COLORS[i % 10] for i in pd.factorize(sk.run)[0]])
+    ax.barh(labels, sk["count"], color=[color(i) for i in pd.factorize(sk.run)[0]])
     ax.set(xlabel="genomes skipped", title=RUN_FIGURES["fig-skips"][1])
     return fig
 
@@ -103,13 +109,13 @@ def _remeasure(runs: list[RunData]) -> Any:
             continue
         lo, hi = min(lo, el.first_ms.min(), el.median_ms.min()), max(hi, el.first_ms.max(), el.median_ms.max())
         err = [el.median_ms - el.ci_low_ms, el.ci_high_ms - el.median_ms]
-        ax.errorbar(el.first_ms, el.median_ms, yerr=err, fmt="o", color=_COLORS[i % 10], label=run.label, capsize=3)
+        ax.errorbar(el.first_ms, el.median_ms, yerr=err, fmt="o", color=color(i), label=run.label, capsize=3)
     if hi == 0.0:
         note(ax, "no elite was re-measured")
         return fig
     ax.plot([lo, hi], [lo, hi], ":", color="grey", label="first = median")
     ax.set(xlabel="first measurement (ms)", ylabel="re-measured median (ms)", title=RUN_FIGURES["fig-remeasure"][1])
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return fig
 
 
@@ -131,7 +137,7 @@ def _landscape(kind: str, runs: list[RunData]) -> Any:
         except (ImportError, ValueError, RuntimeError) as exc:
             note(ax, f"Optuna could not compute importances: {exc}")
             return fig
-        ax.barh(list(imp)[::-1], list(imp.values())[::-1], color=_COLORS[0])
+        ax.barh(list(imp)[::-1], list(imp.values())[::-1], color=color(0))
         ax.set(xlabel="importance", title=RUN_FIGURES["fig-importance"][1])
         return fig
     coded = {n: _coded([t.params[n] for t in trials]) for n in names}
@@ -204,21 +210,19 @@ def write_bench_pngs(rec: Any, folder: str | Path) -> list[Path]:
         note(ax, "no record holds a geomean")
     else:
         x = np.arange(len(gm))
-        ax.bar(x - 0.2, gm.geomean, 0.4, label="graph", color=_COLORS[0])
-        ax.bar(x + 0.2, gm.geomean_eager, 0.4, label="eager", color=_COLORS[1])
+        ax.bar(x - 0.2, gm.geomean, 0.4, label="graph", color=color(0))
+        ax.bar(x + 0.2, gm.geomean_eager, 0.4, label="eager", color=color(1))
         ax.axhline(1.0, ls=":", color="grey")
         ax.set_xticks(x, list(gm.kind + ": " + gm.baseline), rotation=60, ha="right", fontsize=7)
         ax.set(ylabel="geomean speedup", title="Geomean speedup of the winners per baseline")
-        ax.legend(fontsize=8)
+        _legend(ax, fontsize=8)
     out.append(save(fig, folder, "bench-geomean"))
     fig, ax = plt.subplots(figsize=(11, 5))
     if rt.empty:
         note(ax, "no row says enough of its shape to compute a rate")
     else:
         labels = list(rt.kind + " " + rt["shape"] + " " + rt.metric)
-        ax.bar(
-            range(len(rt)), rt.percent_of_peak, color=[_COLORS[i % 10] for i in pd.factorize(rt.kind + rt.metric)[0]]
-        )
+        ax.bar(range(len(rt)), rt.percent_of_peak, color=[color(i) for i in pd.factorize(rt.kind + rt.metric)[0]])
         ax.set_xticks(range(len(rt)), labels, rotation=90, fontsize=5)
         ax.set(ylabel="% of the H200's peak", title="Winners against the H200's peaks (790 TFLOP/s bf16, 4.3 TB/s)")
     out.append(save(fig, folder, "bench-rates"))
@@ -230,20 +234,20 @@ def write_bench_pngs(rec: Any, folder: str | Path) -> list[Path]:
         width = 0.8 / max(1, len(bases))
         for j, base in enumerate(bases):
             b = s[s.baseline == base].set_index("shape").reindex(shapes)
-            x = np.arange(len(shapes)) + (j - (len(bases) - 1) / 2) * width
-            ax.bar(x, b.speedup, width, label=f"{base} (graph)", color=_COLORS[j % 10])
+            xs = np.arange(len(shapes)) + (j - (len(bases) - 1) / 2) * width
+            ax.bar(xs, b.speedup, width, label=f"{base} (graph)", color=color(j))
             if b.speedup_eager.notna().any():
                 ax.scatter(
-                    x,
+                    xs,
                     b.speedup_eager,
                     marker="D",
                     facecolors="none",
-                    edgecolors=_COLORS[j % 10],
+                    edgecolors=color(j),
                     label=f"{base} (eager)",
                 )
         ax.axhline(1.0, ls=":", color="grey")
         ax.set_xticks(range(len(shapes)), shapes, rotation=90, fontsize=6)
         ax.set(ylabel="winner's speedup", title=f"{kind}: the winner against each baseline, per shape")
-        ax.legend(fontsize=7)
+        _legend(ax, fontsize=7)
         out.append(save(fig, folder, f"bench-speedup-{kind}"))
     return out
