@@ -371,7 +371,8 @@ def header(run: RunData) -> list[tuple[str, str]]:
 def landscape_study(runs: list[RunData]) -> Any:
     """An in-memory Optuna study of the runs' ok evaluations (latency to minimize), one trial
     per genome, so Optuna's visualization functions draw the landscape. Parameters whose
-    values are all numbers get an int or float distribution; the others a categorical one."""
+    values are all numbers get an int or float distribution (on a log scale when they are
+    powers of two), the others a categorical one."""
     import optuna
 
     frames = [r.frame[(r.frame.kind == "eval") & (r.frame.status == "ok")] for r in runs]
@@ -384,7 +385,9 @@ def landscape_study(runs: list[RunData]) -> Any:
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             lo, hi = min(values), max(values)
             if all(float(v).is_integer() for v in values):
-                dists[name] = optuna.distributions.IntDistribution(int(lo), int(hi))
+                ints = {int(v) for v in values}
+                doubling = len(ints) > 2 and all(v > 0 and v & (v - 1) == 0 for v in ints)  # tile sizes: log axes
+                dists[name] = optuna.distributions.IntDistribution(int(lo), int(hi), log=doubling)
             else:
                 dists[name] = optuna.distributions.FloatDistribution(float(lo), float(hi))
         else:

@@ -205,7 +205,9 @@ def _optuna(kind: str, runs: list[RunData]) -> go.Figure:
         return note_figure(f"Optuna could not draw this: it needs {exc.name or exc} (pip install it to see it)")
     except (ValueError, RuntimeError, ZeroDivisionError) as exc:
         return note_figure(f"Optuna could not draw this: {type(exc).__name__}: {exc}")
-    fig.update_layout(template="plotly_white", title=None)
+    fig.update_layout(template="plotly_white", title=None, width=None)  # Optuna fixes a width; fit the page
+    if kind == "slice":
+        fig.update_yaxes(type="log")
     return fig
 
 
