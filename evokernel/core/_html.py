@@ -15,8 +15,8 @@ __all__ = ["html_table", "cell"]
 
 
 def cell(value: Any) -> str:
-    """A value as table text: floats to 6 significant digits, None as a dash."""
-    if value is None:
+    """A value as table text: floats to 6 significant digits, None and NaN as a dash."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if isinstance(value, float):
         return f"{value:.6g}" if math.isfinite(value) else str(value)

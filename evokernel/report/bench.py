@@ -191,11 +191,11 @@ def _rates(rt: pd.DataFrame) -> go.Figure:
     for i, ((kind, metric), r) in enumerate(rt.groupby(["kind", "metric"], sort=True)):
         fig.add_trace(
             go.Bar(
-                x=r["shape"], y=r.percent_of_peak, name=f"{kind} {metric}", marker_color=_c(i),
+                x=r["shape"] + " (" + metric + ")", y=r.percent_of_peak, name=f"{kind} {metric}", marker_color=_c(i),
                 customdata=r.value, hovertemplate="%{x}: %{customdata:.0f} " + metric + " (%{y:.1f}% of peak)<extra></extra>",
             )
         )  # fmt: skip
-    fig.update_layout(**_LAYOUT, height=520, yaxis_title="% of the H200's peak")
+    fig.update_layout(**_LAYOUT, height=560, barmode="overlay", yaxis_title="% of the H200's peak")
     return fig
 
 
