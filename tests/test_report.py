@@ -64,6 +64,14 @@ def test_search_report_to_dataframe_columns_and_dtypes(small):
     assert "param.BM" in frame.columns
 
 
+def test_a_finished_run_stores_the_bandit_and_what_it_skipped(small):
+    store, report = small
+    summary = store.runs()[0].summary
+    assert summary["operators"] == report.operators and summary["skipped"] == report.skipped
+    bandit = data.bandit_frame(data.load_runs(store))
+    assert dict(zip(bandit.operator, bandit.pulls)) == {k: v["pulls"] for k, v in report.operators.items()}
+
+
 def test_reports_and_elites_show_as_tables_in_a_notebook(small):
     _, report = small
     page = report._repr_html_()
@@ -112,11 +120,15 @@ def test_report_of_several_runs_is_self_contained_with_every_figure(recorded, ca
     assert "Plotly" in page  # the library itself, inlined
     for fid in RUN_FIGURES:
         assert f'id="{fid}"' in page, fid
-    for table in ("table-runs", "table-operators", *(f"table-elites-{r.run_id}" for r in reports)):
+    for table in ("table-runs", "table-operators", "table-bandit", *(f"table-elites-{r.run_id}" for r in reports)):
         assert f'id="{table}"' in page, table
     for (strategy, seed), r in zip(RUNS, reports):  # every run is overlaid, named by strategy and seed
         assert f"{strategy} seed {seed} ({r.run_id[:8]})" in page
     assert "budget: evaluations" in page  # why it stopped
+    skipped = data.skips_frame(data.load_runs(store, [r.run_id for r in reports]))
+    for r in reports:  # what each run skipped, by the reasons the search counted
+        label = next(x for x in skipped.run if r.run_id[:8] in x)
+        assert dict(zip(*skipped[skipped.run == label][["reason", "count"]].T.values)) == r.skipped
     for fid in RUN_FIGURES:
         head = (png / f"{fid}.png").read_bytes()[:8]
         assert head == b"\x89PNG\r\n\x1a\n", fid

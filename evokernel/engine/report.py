@@ -225,4 +225,6 @@ def run_summary(report: SearchReport) -> dict[str, Any]:
         "best_params": best.genome.params if best else None,
         "wall_s": report.wall_s,
         "cost": report.cost,
+        "operators": report.operators,  # the bandit's view: pulls, successes, posterior mean
+        "skipped": report.skipped,  # proposals never measured, by reason
     }

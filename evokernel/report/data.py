@@ -45,6 +45,7 @@ __all__ = [
     "operator_timeline",
     "status_timeline",
     "skips_frame",
+    "bandit_frame",
     "elites_frame",
     "header",
     "landscape_study",
@@ -259,18 +260,42 @@ def _cumulative(runs: list[RunData], column: str) -> pd.DataFrame:
 
 
 def skips_frame(runs: list[RunData]) -> pd.DataFrame:
-    """What the runs skipped without measuring, from their events: genomes a learned
-    constraint predicted to fail (`skip`), and evaluations the wall time cut (`wall_time_stop`)."""
+    """What the runs skipped without measuring, by reason: the run's stored count (its
+    summary's `skipped`: learned constraints, duplicates, invalid proposals, the wall time),
+    else what its events say (`skip`: a learned constraint; `wall_time_stop`)."""
     rows = []
     for run in runs:
+        stored = run.info.summary.get("skipped")
+        if isinstance(stored, dict):
+            rows += [{"run": run.label, "reason": str(k), "count": int(v)} for k, v in sorted(stored.items())]
+            continue
         for kind, payload, _ in run.events:
             if kind == "skip":
-                reason = str(payload.get("reason", "")).split(" like ")[0]
-                rows.append({"run": run.label, "reason": f"learned: {reason}", "genome": payload.get("genome", "")})
+                reason = "learned: " + str(payload.get("reason", "")).split(" like ")[0]
+                rows.append({"run": run.label, "reason": reason, "count": 1})
             elif kind == "wall_time_stop":
-                rows.append({"run": run.label, "reason": "cut by the wall time", "genome": payload.get("genome", "")})
-    f = pd.DataFrame(rows, columns=["run", "reason", "genome"])
-    return f.groupby(["run", "reason"], as_index=False).size().rename(columns={"size": "count"})
+                rows.append({"run": run.label, "reason": "stopped by the wall time", "count": 1})
+    f = pd.DataFrame(rows, columns=["run", "reason", "count"])
+    return f.groupby(["run", "reason"], as_index=False, sort=False)["count"].sum()
+
+
+def bandit_frame(runs: list[RunData]) -> pd.DataFrame:
+    """The operator bandit's state at the end of each run that stored it (its summary's
+    `operators`): pulls, credited successes, and the posterior mean of success."""
+    rows = []
+    for run in runs:
+        for op, st in (run.info.summary.get("operators") or {}).items():
+            if isinstance(st, dict):
+                rows.append(
+                    {
+                        "run": run.label,
+                        "operator": op,
+                        "pulls": int(st.get("pulls", 0)),
+                        "successes": int(st.get("successes", 0)),
+                        "mean": float(st.get("mean", math.nan)),
+                    }
+                )
+    return pd.DataFrame(rows, columns=["run", "operator", "pulls", "successes", "mean"])
 
 
 def elites_frame(run: RunData) -> pd.DataFrame:

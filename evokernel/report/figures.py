@@ -35,7 +35,7 @@ RUN_FIGURES: dict[str, tuple[str, str]] = {
     "fig-operators": ("operators", "Proposals, accepted and improvements per operator"),
     "fig-operator-timeline": ("operators", "Proposals per operator over the run"),
     "fig-statuses": ("statuses", "Statuses over the run"),
-    "fig-skips": ("statuses", "What learned constraints skipped"),
+    "fig-skips": ("statuses", "What was skipped without measuring (learned constraints, duplicates, ...)"),
     "fig-slice": ("landscape", "Latency against each parameter"),
     "fig-parallel": ("landscape", "Parallel coordinates"),
     "fig-importance": ("landscape", "Parameter importances"),
@@ -145,7 +145,7 @@ def _timeline(table: Any, column: str, ytitle: str) -> go.Figure:
 def _skips(runs: list[RunData]) -> go.Figure:
     sk = data.skips_frame(runs)
     if sk.empty:
-        return note_figure("nothing was skipped by a learned constraint or cut by the wall time")
+        return note_figure("nothing was skipped")
     fig = go.Figure()
     for i, (label, s) in enumerate(sk.groupby("run", sort=False)):
         fig.add_trace(go.Bar(y=s.reason, x=s["count"], orientation="h", name=label, marker_color=color(i)))
@@ -239,7 +239,8 @@ CAPTIONS = {
     "improvements of the run's best so far; hover for dollars and evaluator seconds.",
     "fig-operator-timeline": "How the proposals were split over the run (the bandit's choices, as evaluated).",
     "fig-statuses": "Results per status, counted over the run.",
-    "fig-skips": "Genomes never measured: predicted by a learned constraint to fail (`skip` events), or cut by the wall time.",
+    "fig-skips": "Proposals never measured, by reason: predicted by a learned constraint to fail ('learned: ...'), "
+    "already seen ('duplicate'), invalid, or cut by the wall time (the run's stored count; older runs: their events).",
     "fig-slice": "Optuna's slice plot of the ok evaluations of these runs (one trial per genome).",
     "fig-parallel": "Optuna's parallel-coordinates plot: every ok genome, coloured by latency.",
     "fig-importance": "Optuna's parameter importances (its default evaluator) of latency.",

@@ -117,9 +117,18 @@ def run_page(runs: list[RunData], figures: list[Figure] | None = None) -> str:
         by_section.setdefault(f.section, []).append(figure_block(f))
     ops = data.operator_table(runs)
     ops_note = (
-        '<p class="note">The bandit\'s own credit is not stored with a run; these counts come from each '
-        "evaluated genome's lineage (operator) and result.</p>"
+        "<p>Per operator, from each evaluated genome's lineage and result: proposals evaluated, accepted (ok), "
+        "improvements of the run's best so far, dollars and evaluator seconds.</p>"
     )
+    bandit = data.bandit_frame(runs)
+    if bandit.empty:
+        ops_note += '<p class="note">These runs did not store the bandit\'s state (runs before session 15).</p>'
+    else:
+        ops_note += (
+            "<p>The bandit at the end of each run: pulls, credited successes (the child beat its parent or the "
+            "elite by more than the noise), posterior mean of success.</p>"
+            + _frame_table(bandit, table_id="table-bandit")
+        )
     elites = "".join(_elites(r) for r in runs)
     skipped = data.skips_frame(runs)
     sections = [

@@ -91,7 +91,7 @@ def _skips(runs: list[RunData]) -> Any:
     sk = data.skips_frame(runs)
     fig, ax = plt.subplots(figsize=(8, 3))
     if sk.empty:
-        note(ax, "nothing was skipped by a learned constraint or cut by the wall time")
+        note(ax, "nothing was skipped")
         return fig
     labels = [f"{r.reason} ({r.run})" for r in sk.itertuples()]
     ax.barh(labels, sk["count"], color=[color(i) for i in pd.factorize(sk.run)[0]])
