@@ -244,8 +244,9 @@ CAPTIONS = {
     "fig-slice": "Optuna's slice plot of the ok evaluations of these runs (one trial per genome).",
     "fig-parallel": "Optuna's parallel-coordinates plot: every ok genome, coloured by latency.",
     "fig-importance": "Optuna's parameter importances (its default evaluator) of latency.",
-    "fig-remeasure": "Each finalist's first measurement against its re-measured median, with the 95% interval; "
-    "stars are the niches' elites. Points far from the diagonal are what the noise rule protected against.",
+    "fig-remeasure": "Each finalist's first measurement against the median of all its measurements (first and "
+    "re-measured), with the 95% interval; stars are the niches' elites. Points far from the diagonal are what the "
+    "noise rule protected against.",
 }
 
 
