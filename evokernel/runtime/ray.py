@@ -410,12 +410,11 @@ def _agreed_fingerprint(actors: list[_Actor]) -> dict[str, Any]:
         groups.setdefault(canonical_json(actor.info["fingerprint"]), []).append(actor)
     if len(groups) == 1:
         return dict(actors[0].info["fingerprint"])
-    base = actors[0].info["fingerprint"]
+    prints = [members[0].info["fingerprint"] for members in groups.values()]
+    keys = sorted({k for fp in prints for k in fp if any(fp.get(k) != other.get(k) for other in prints)})
     lines = []
-    for members in groups.values():
-        fp = members[0].info["fingerprint"]
-        differ = sorted(k for k in set(fp) | set(base) if fp.get(k) != base.get(k))
-        shown = ", ".join(f"{k}={fp.get(k)!r}" for k in differ) or "as actor 0"
+    for members, fp in zip(groups.values(), prints):
+        shown = ", ".join(f"{k}={fp.get(k)!r}" for k in keys)
         lines.append(f"{', '.join(a.where() for a in members)}: {shown}")
     raise ConfigError(
         "the Ray actors' evaluators differ (a search's results must all come from one kind of GPU and toolchain): "
@@ -424,9 +423,17 @@ def _agreed_fingerprint(actors: list[_Actor]) -> dict[str, Any]:
 
 
 def _cause(exc: BaseException) -> str:
-    """The first line of what went wrong, without Ray's traceback."""
+    """What went wrong, in one line, without Ray's traceback: the original exception where Ray
+    kept it, else the last line of a traceback Ray quotes (an actor's failed constructor), else
+    the message's first line."""
+    import re
+
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException) and cause is not exc:
-        return f"{type(cause).__name__}: {str(cause).strip().splitlines()[0] if str(cause).strip() else ''}"
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+        text = str(cause).strip()
+        return f"{type(cause).__name__}: {text.splitlines()[0] if text else ''}"
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", lines[-1]):
+        return lines[-1]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
