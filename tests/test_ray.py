@@ -325,13 +325,13 @@ def test_fan_out_from_the_command_line(ray_cluster: Any, tmp_path: Path, monkeyp
     from evokernel.cli import main
 
     db = tmp_path / "fan.db"
-    rc = main(["fan-out", LANDSCAPE, "matmul_bf16_h200_M2048_N6144_K4096", "--budget", "15", "--db", str(db), "--json"])
+    rc = main(["fan-out", LANDSCAPE, "moe_bf16_h200_qwen3-30b-a3b_M64", "--budget", "15", "--db", str(db), "--json"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rc == 0 and [x["status"] for x in lines] == ["finished", "finished"]
-    assert [x["name"] for x in lines] == [LANDSCAPE, "matmul_bf16_h200_M2048_N6144_K4096"]
+    assert [x["name"] for x in lines] == [LANDSCAPE, "moe_bf16_h200_qwen3-30b-a3b_M64"]
     rc = main(["fan-out", LANDSCAPE, "no_such_landscape", "--budget", "15", "--db", str(db), "--json"])
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert rc == 1 and out[0]["status"] == "finished" and out[1]["status"] == "failed"
+    assert rc == 1 and out[0]["status"] == "finished" and out[1]["status"] == "failed", [o["error"] for o in out]
     assert out[0]["run_id"] == lines[0]["run_id"]  # the same search again: resumed, not a new run
 
 
