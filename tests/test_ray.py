@@ -303,7 +303,11 @@ def test_fan_out_runs_each_search_as_a_task_into_one_store(ray_cluster: Any, tmp
     from evokernel.runtime import fan_out
 
     db = tmp_path / "fan.db"
-    names = ["matmul_bf16_h200_M16_N4096_K4096", "matmul_bf16_h200_M256_N4096_K14336", "moe_bf16_h200_qwen3-30b-a3b_M64"]
+    names = [
+        "matmul_bf16_h200_M16_N4096_K4096",
+        "matmul_bf16_h200_M256_N4096_K14336",
+        "moe_bf16_h200_qwen3-30b-a3b_M64",
+    ]
     specs: list[Any] = []
     for name in names:
         ev = ReplayEvaluator(builtin(name))
@@ -347,7 +351,9 @@ def _kernel_evaluator() -> Any:
     from evokernel.judge.gate import GateOptions
 
     quick = GateOptions(seeds=1, heldout_seeds=1, recheck_seeds=1, timing={"max_reps": 5, "min_reps": 3})
-    return KernelEvaluator(ROOT / "tests/corpus/problems/matmul_small.py", _render, device="cpu", options=quick, workers=1)
+    return KernelEvaluator(
+        ROOT / "tests/corpus/problems/matmul_small.py", _render, device="cpu", options=quick, workers=1
+    )
 
 
 @pytest.mark.slow
@@ -359,9 +365,9 @@ def test_kernel_evaluators_on_two_actors_share_the_racing_bar(ray_cluster: Any):
         assert ev.fingerprint() == serial.fingerprint()  # results cache as the serial run's
         assert ev.environment()["sandbox"] == serial.environment()["sandbox"]
         space = matmul_space()
-        genomes = [
-            space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=s) for s in (2, 3)
-        ] + [space.genome(BM=32, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)]
+        genomes = [space.genome(BM=16, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=s) for s in (2, 3)] + [
+            space.genome(BM=32, BN=32, BK=32, GROUP_M=1, num_warps=4, num_stages=2)
+        ]
         results = list(ev.evaluate(genomes))
         assert [r.status for r in results] == [Status.OK] * 3
         assert set(ev.best) == {"M=48,N=40,K=64", "M=33,N=70,K=32"}  # the driver's merged bar

@@ -45,9 +45,7 @@ class Target:
         spec = load_target(self.args, self.name)
         if spec.mutators is not None and self.args.strategy is not None:
             raise ConfigError("the search file sets its own mutators; drop --strategy")
-        return replace(
-            spec, strategy=self.args.strategy, population=self.args.population, patience=self.args.patience
-        )
+        return replace(spec, strategy=self.args.strategy, population=self.args.population, patience=self.args.patience)
 
 
 def run(args: argparse.Namespace) -> int:

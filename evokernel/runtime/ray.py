@@ -67,7 +67,9 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ConfigError(f"running on several GPUs needs Ray, which is not installed here ({exc}): {INSTALL}") from None
+        raise ConfigError(
+            f"running on several GPUs needs Ray, which is not installed here ({exc}): {INSTALL}"
+        ) from None
     return ray
 
 
@@ -104,18 +106,15 @@ class _Worker:
     def evaluate(self, genomes: Sequence[Genome], best: dict[str, float]) -> Iterator[Any]:
         """Streamed (Ray `num_returns="streaming"`): None once the chunk has begun, then
         `(result, best updates)` per genome, in order. `best` is the driver's merged bar."""
-        own = getattr(self.evaluator, "best", None)
-        shares = isinstance(own, dict)
-        if shares:
-            for shape, ms in best.items():
-                own[shape] = min(own.get(shape, math.inf), ms)  # type: ignore[union-attr]
-        sent = dict(own) if shares else {}  # type: ignore[call-overload]
+        found = getattr(self.evaluator, "best", None)
+        own: dict[str, float] = found if isinstance(found, dict) else {}
+        for shape, ms in best.items():
+            own[shape] = min(own.get(shape, math.inf), ms)
+        sent = dict(own)
         yield None
         for result in self.evaluator.evaluate(genomes):
-            delta: dict[str, float] = {}
-            if shares:
-                delta = {k: v for k, v in own.items() if v < sent.get(k, math.inf)}  # type: ignore[union-attr]
-                sent.update(delta)
+            delta = {k: v for k, v in own.items() if v < sent.get(k, math.inf)}
+            sent.update(delta)
             yield result, delta
 
 
@@ -219,7 +218,9 @@ class RayEvaluator:
         try:
             infos = ray.get([h.info.remote() for h in handles], timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise ConfigError(f"{n} Ray actors did not start within {timeout_s:.0f} s (cluster {self.address})") from None
+            raise ConfigError(
+                f"{n} Ray actors did not start within {timeout_s:.0f} s (cluster {self.address})"
+            ) from None
         except ray.exceptions.RayError as exc:
             raise ConfigError(f"the evaluator factory failed in a Ray actor: {_cause(exc)}") from None
         for actor, info in zip(self._actors, infos):
@@ -312,7 +313,9 @@ class RayEvaluator:
                 except Exception:  # finished meanwhile, or its actor is gone
                     pass
 
-    def _receive(self, stream: Any, flights: dict[Any, _Flight], todo: deque[list[int]], done: dict[int, Result]) -> None:
+    def _receive(
+        self, stream: Any, flights: dict[Any, _Flight], todo: deque[list[int]], done: dict[int, Result]
+    ) -> None:
         """Take the next item of a stream that is ready: a result, its end, or its actor's death."""
         ray = self._ray
         flight = flights[stream]
