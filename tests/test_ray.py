@@ -233,6 +233,7 @@ def test_an_actor_killed_mid_run_is_restarted_and_its_genome_is_a_crash(ray_clus
         assert crash.genome.id == stalled_genome
         assert f"Ray actor {killed[0].index} (GPU " in crash.result.error and "died while judging" in crash.result.error
         # Ray restarted it: the same actor answers, from a new process
+        assert all(a.live for a in rev._actors)  # and it is back in the pool
         info = ray_cluster.get(killed[0].handle.info.remote(), timeout=120)
         assert info["pid"] != int(marker.read_text().split()[0])
     finally:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -58,8 +59,12 @@ INSTALL = "pip install 'evokernel[ray]'"
 # the capabilities that pass through when the wrapped evaluator has them (evokernel.core.evaluator)
 _PASSED = ("remeasure", "transfer_key", "sandbox", "restored")
 
-# an actor whose chunks fail this many times in a row before it starts one is taken out of the pool
+# an actor found dead (not restarting) by this many chunks in a row leaves the pool
 _UNSTARTED_LIMIT = 3
+# a restarting actor refuses calls (ActorUnavailableError); it is sent none for this long, doubled
+# each time in a row, up to _BACKOFF_MAX_S
+_BACKOFF_S = 0.25
+_BACKOFF_MAX_S = 8.0
 
 
 def import_ray() -> Any:
@@ -127,6 +132,7 @@ class _Actor:
     info: dict[str, Any]
     unstarted: int = 0  # chunks in a row that failed before they began
     live: bool = True
+    resting_until: float = 0.0  # restarting: sent nothing before this (time.monotonic())
 
     def where(self) -> str:
         gpus = ",".join(self.info.get("gpus", [])) or "?"
@@ -291,16 +297,24 @@ class RayEvaluator:
         try:
             while next_out < n:
                 busy = {id(f.actor) for f in flights.values()}
+                now = time.monotonic()
                 for actor in self._live():
-                    if todo and id(actor) not in busy:
+                    if todo and id(actor) not in busy and actor.resting_until <= now:
                         indices = todo.popleft()
                         stream = actor.handle.evaluate.options(num_returns="streaming").remote(
                             [genomes[i] for i in indices], dict(self.best)
                         )
                         flights[stream] = _Flight(actor, indices)
-                if not flights:
+                live = self._live()
+                if not live:
                     raise EvaluatorError(f"every Ray actor is gone ({len(self._actors)} started); none can judge")
-                ready, _ = ray.wait(list(flights), num_returns=1)
+                # waits for a stream, or for a restarting actor to be sent its chunk
+                wake = min((a.resting_until for a in live if a.resting_until > now), default=None)
+                timeout = None if wake is None or not todo else max(0.0, wake - now)
+                if not flights:
+                    time.sleep(timeout or 0.0)
+                    continue
+                ready, _ = ray.wait(list(flights), num_returns=1, timeout=timeout)
                 for stream in ready:
                     self._receive(stream, flights, todo, done)
                 while next_out in done:
@@ -348,8 +362,8 @@ class RayEvaluator:
 
     def _died(self, flight: _Flight, exc: BaseException, todo: deque[list[int]], done: dict[int, Result]) -> None:
         """An actor died mid-chunk: the genome it was judging is a crash, the rest go back to
-        the queue (Ray restarts the actor). One that keeps dying before it begins a chunk
-        leaves the pool."""
+        the queue (Ray restarts the actor). One that is restarting is sent nothing for a while;
+        one that is dead for good leaves the pool."""
         actor = flight.actor
         rest = flight.indices[flight.got :]
         if flight.started and rest:
@@ -359,8 +373,10 @@ class RayEvaluator:
             )
         else:
             actor.unstarted += 1
-            if actor.unstarted >= _UNSTARTED_LIMIT:
-                actor.live = False
+            if not isinstance(exc, self._ray.exceptions.ActorUnavailableError):  # dead, not restarting
+                actor.live = actor.unstarted < _UNSTARTED_LIMIT
+        # restarting, most likely: a call sent to it now would fail at once
+        actor.resting_until = time.monotonic() + min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** max(0, actor.unstarted - 1))
         if rest:
             todo.appendleft(rest)
 
