@@ -113,6 +113,15 @@ def test_without_ray_the_error_says_how_to_install_it(monkeypatch: pytest.Monkey
         assemble(SearchSpec(ev.space, ev, ray="local"))
 
 
+def test_gpus_without_ray_is_refused_in_one_line(capsys):
+    from evokernel.cli import main
+
+    assert main(["search", LANDSCAPE, "--gpus", "2", "--db", ":memory:"]) == 2
+    assert "--gpus picks GPUs of a Ray cluster: add --ray" in capsys.readouterr().err
+    assert main(["fan-out", LANDSCAPE, "--db", ":memory:"]) == 2
+    assert "fan-out searches share a store" in capsys.readouterr().err
+
+
 def test_importing_the_runtime_imports_no_ray():
     code = "import sys, evokernel, evokernel.runtime, evokernel.cli; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

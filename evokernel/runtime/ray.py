@@ -404,8 +404,10 @@ class RayEvaluator:
             return [Result.failed(Status.CRASH, str(exc)) for _ in genomes]
 
     def _transfer_key(self) -> dict[str, Any] | None:
-        key: dict[str, Any] | None = self._on_one_actor("transfer_key", ())
-        return key
+        """The wrapped evaluator's (asked once: it is part of the run's identity, read often)."""
+        if not hasattr(self, "_key"):
+            self._key: dict[str, Any] | None = self._on_one_actor("transfer_key", ())
+        return self._key
 
     def _sandbox(self) -> Any:
         return self._on_one_actor("sandbox", ())
