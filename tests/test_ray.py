@@ -122,6 +122,16 @@ def test_gpus_without_ray_is_refused_in_one_line(capsys):
     assert "fan-out searches share a store" in capsys.readouterr().err
 
 
+def test_chunks_fill_each_actors_compile_pipeline_and_leave_room_to_balance():
+    from evokernel.runtime.ray import RayEvaluator, _Actor
+
+    ev = object.__new__(RayEvaluator)  # (no actors needed to size chunks)
+    ev._actors = [_Actor(i, None, {"pipeline": 1}) for i in range(2)]
+    assert ev._chunk_size(40) == 10  # two chunks per actor
+    ev._actors = [_Actor(i, None, {"pipeline": 14}) for i in range(2)]
+    assert ev._chunk_size(40) == 14 and ev._chunk_size(16) == 8 and ev._chunk_size(1) == 1
+
+
 def test_importing_the_runtime_imports_no_ray():
     code = "import sys, evokernel, evokernel.runtime, evokernel.cli; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

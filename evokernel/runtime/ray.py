@@ -99,6 +99,9 @@ class _Worker:
             "gpus": [str(g) for g in ray.get_gpu_ids()],
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             "name": getattr(ev, "name", type(ev).__name__),
+            # how many candidates it compiles at once (a KernelEvaluator's workers): a chunk of
+            # at least this many keeps its pipeline full
+            "pipeline": workers if isinstance(workers := getattr(ev, "workers", None), int) else 1,
             "capabilities": [c for c in (*_PASSED, "environment") if callable(getattr(ev, c, None))],
             "fingerprint": ev.fingerprint(),
         }
@@ -156,9 +159,9 @@ class RayEvaluator:
     (and again when Ray restarts one). gpus: how many actors (one GPU each; default every GPU
     of the cluster). address: a Ray cluster to join (`ray.init(address=...)`, "auto" for the
     one this machine belongs to); default: a local cluster, started here unless one is
-    running already. chunk: genomes sent to an actor at a time (default: a batch split so
-    each actor gets about two chunks, so a free actor takes over from a slow one while each
-    keeps several compiles in flight). max_restarts: Ray's restarts of a dead actor (-1:
+    running already. chunk: genomes sent to an actor at a time (default: about two chunks
+    per actor, so that a free actor takes over from a slow one, but no fewer genomes than the
+    wrapped evaluator compiles at once, its `workers`, where the batch has enough). max_restarts: Ray's restarts of a dead actor (-1:
     always). init: more keyword arguments for `ray.init` (e.g. `num_gpus` for a local
     cluster). start_timeout_s: how long the actors may take to start and build their
     evaluators.
@@ -288,8 +291,7 @@ class RayEvaluator:
         n = len(genomes)
         if not n:
             return
-        live = self._live()
-        size = self.chunk or max(1, math.ceil(n / (2 * max(1, len(live)))))
+        size = self.chunk or self._chunk_size(n)
         todo: deque[list[int]] = deque(list(range(i, min(n, i + size))) for i in range(0, n, size))
         flights: dict[Any, _Flight] = {}
         done: dict[int, Result] = {}
@@ -326,6 +328,13 @@ class RayEvaluator:
                     ray.cancel(stream)
                 except Exception:  # finished meanwhile, or its actor is gone
                     pass
+
+    def _chunk_size(self, n: int) -> int:
+        """Genomes per chunk: about two chunks per actor (a free actor takes over from a slow
+        one), but enough to fill an actor's compile pipeline where the batch allows."""
+        actors = max(1, len(self._live()))
+        pipeline = max((int(a.info.get("pipeline", 1)) for a in self._live()), default=1)
+        return max(1, min(math.ceil(n / actors), max(math.ceil(n / (2 * actors)), pipeline)))
 
     def _receive(
         self, stream: Any, flights: dict[Any, _Flight], todo: deque[list[int]], done: dict[int, Result]
