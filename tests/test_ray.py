@@ -87,7 +87,8 @@ def _broken() -> ReplayEvaluator:
 def ray_cluster() -> Any:
     import ray
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    # two logical GPUs; a small object store (results are small), so that CI machines can hold it
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield ray
     ray.shutdown()
