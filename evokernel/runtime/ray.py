@@ -22,6 +22,10 @@ actor must report the same one: the same GPU model and toolchain), `transfer_key
 `restored` (sent to every actor), and `remeasure`, which goes to one actor only: elites are
 re-measured side by side on one GPU, never compared across GPUs.
 
+What an evaluator counts is counted per actor: a replay with noise draws its noise by how
+often it measured a genome, so a noisy replay on Ray is not the serial run (without noise it
+is, result for result).
+
 Ray is imported only here, when a `RayEvaluator` is built; without it the error says
 `pip install 'evokernel[ray]'`.
 
