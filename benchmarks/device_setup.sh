@@ -4,6 +4,9 @@
 # greenlet, alembic, mako, colorlog: see the device tool's README), and
 # installs the package by copying it with its package-dir mapping into /tmp/pkg.
 # (`benchmarks/device.sh pair` sets up once; its two jobs find EVOKERNEL_SETUP_DONE set)
+# Optional: Ray, for `--ray` and `evokernel fan-out` on a machine of several GPUs. When the call
+# carries .whl/ray-stripped-cp312.tar.xz (made here by benchmarks/ray_wheel.sh, with jsonschema's
+# wheels beside it), it is unpacked to /tmp/ray-stripped and put on PYTHONPATH.
 if [ -z "${EVOKERNEL_SETUP_DONE:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || return 1
   rm -rf /tmp/pkg && mkdir -p /tmp/pkg/evokernel && cp -r evokernel/. /tmp/pkg/evokernel/
@@ -21,6 +24,11 @@ for group, entries in groups.items():
         print(f"{name} = {target}")
     print()
 PY
+  if [ -f .whl/ray-stripped-cp312.tar.xz ]; then
+    rm -rf /tmp/ray-stripped && mkdir -p /tmp/ray-stripped && tar -xJf .whl/ray-stripped-cp312.tar.xz -C /tmp/ray-stripped || return 1
+  fi
   export EVOKERNEL_SETUP_DONE=1
 fi
 export PYTHONPATH=/tmp/pkg:/tmp/site PYTHONUNBUFFERED=1
+# (Ray's actors inherit PYTHONPATH, so they import evokernel and Ray as the driver does)
+if [ -d /tmp/ray-stripped/ray ]; then export PYTHONPATH=$PYTHONPATH:/tmp/ray-stripped; fi

@@ -403,3 +403,17 @@ def test_seeds_open_the_first_generation_and_invalid_ones_are_left_out(small: La
     assert [e.genome.params for e in first] == [ev.space.canonical(v) for v in valid]
     assert all(e.genome.lineage.operator == "seed" for e in first)
     assert search.run_id(0) != Search(ev.space, ev).run_id(0)  # the seeds are part of what defines the run
+
+
+def test_a_run_resumed_after_another_shape_of_its_family_ran_retraces_its_start():
+    """Transfer seeds a run from the runs begun before it, with what they had measured then:
+    resuming it after a nearer shape's run (a fan-out of shapes, at once) does not change its
+    first generation, which the store already holds."""
+    store = SQLiteStore(":memory:")
+    small, large = (
+        ReplayEvaluator(builtin(n)) for n in ("matmul_bf16_h200_M16_N4096_K4096", "matmul_bf16_h200_M2048_N6144_K4096")
+    )
+    first = Search(small.space, small, store=store).run(Budget(evaluations=15), seed=0)
+    Search(large.space, large, store=store).run(Budget(evaluations=15), seed=0)
+    again = Search(small.space, small, store=store).run(Budget(evaluations=15), seed=0)
+    assert again.resumed and again.best_ids == first.best_ids and again.measured == 0

@@ -1,5 +1,5 @@
-"""The `evokernel` command: search, replay, show, report, check, sweep, kernels, profile, lessons,
-export, plugins, landscapes; one small module per subcommand (`evokernel.cli.search`, ...),
+"""The `evokernel` command: search, replay, show, report, check, sweep, fan-out, kernels, profile,
+lessons, export, plugins, landscapes; one small module per subcommand (`evokernel.cli.search`, ...),
 each with `add_parser(sub)` and `run(args)`. A search is built by `evokernel.engine.assemble`,
 as the Python API builds it.
 
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from evokernel.cli import (
     check,
     export,
+    fanout,
     kernels,
     landscapes,
     lessons,
@@ -43,6 +44,7 @@ COMMANDS = {
     "report": report,
     "check": check,
     "sweep": sweep,
+    "fan-out": fanout,
     "kernels": kernels,
     "profile": profile,
     "lessons": lessons,

@@ -15,7 +15,15 @@ from typing import Any
 
 import msgspec
 
-from evokernel.cli._common import add_run_options, load_target, plural, positive_float, say_sandbox, stdout_console
+from evokernel.cli._common import (
+    add_run_options,
+    load_target,
+    plural,
+    positive_float,
+    positive_int,
+    say_sandbox,
+    stdout_console,
+)
 from evokernel.cli._progress import SearchProgress
 from evokernel.core.errors import ConfigError
 from evokernel.engine.assemble import SearchSpec, assemble
@@ -51,7 +59,24 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="refuse to judge candidates unless every sandbox protection holds on this machine",
     )
+    add_ray_options(s)
     add_run_options(s, db_default="evokernel.db")
+
+
+def add_ray_options(s: Any) -> None:
+    """`--ray [ADDRESS]` and `--gpus N`: evaluate on the GPUs of a Ray cluster."""
+    s.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="evaluate on the GPUs of a Ray cluster, one actor per GPU: its address (auto: the cluster this "
+        "machine belongs to); without one, a local cluster (needs pip install 'evokernel[ray]')",
+    )
+    s.add_argument(
+        "--gpus", type=positive_int, default=None, help="with --ray: how many GPUs (default: every GPU of the cluster)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,18 +85,31 @@ def run(args: argparse.Namespace) -> int:
     if args.require_sandbox:  # read by every sandbox the search file's evaluator starts
         os.environ["EVOKERNEL_SANDBOX"] = "require"
     spec = load_target(args, args.target)
-    sandbox = getattr(spec.evaluator, "sandbox", None)
-    if callable(sandbox):
-        say_sandbox(sandbox())
+    if args.gpus is not None and args.ray is None:
+        raise ConfigError("--gpus picks GPUs of a Ray cluster: add --ray (or --ray ADDRESS)")
+    if args.ray is None:
+        _say_sandbox(spec.evaluator)
     store = open_store(args.db)
     progress = None if (args.quiet or args.json) else SearchProgress(args.budget)
     search = make_search(args, spec, store, [progress] if progress else [])
-    report = run_search(search, args, progress)
+    try:
+        if args.ray is not None:  # where candidates run: in the actors
+            _say_sandbox(search.evaluator)
+        report = run_search(search, args, progress)
+    finally:
+        if args.ray is not None:  # the actors, and the local cluster this run started
+            search.evaluator.close()  # type: ignore[attr-defined]
     if args.json:
         print(json.dumps({**msgspec.to_builtins(report), "db": args.db}))
     else:
         print_report(report, args.db)
     return 0
+
+
+def _say_sandbox(evaluator: Any) -> None:
+    sandbox = getattr(evaluator, "sandbox", None)
+    if callable(sandbox):
+        say_sandbox(sandbox())
 
 
 def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observers: list[Observer]) -> Search:
@@ -95,6 +133,8 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         patience=args.patience,
         name=getattr(args, "name", None) or spec.name,
         llm=llm,
+        ray=getattr(args, "ray", None),
+        gpus=getattr(args, "gpus", None),
     )
     return assemble(
         spec, store=store, observers=observers, say=lambda line: print(f"evokernel: {line}", file=sys.stderr)

@@ -7,7 +7,9 @@ accepted kernels, in the store) when the evaluator judges a problem, the LLM rew
 with the store's lessons for the problem when `llm` names a model, and the strategy's options
 with the population and patience asked for. `SearchSpec.from_file` reads a search file, so
 `assemble(SearchSpec.from_file("examples/matmul_kernel.py"), store=open_store("evokernel.db"))`
-is the search that `evokernel search examples/matmul_kernel.py` runs.
+is the search that `evokernel search examples/matmul_kernel.py` runs. With `ray` set (a Ray
+cluster's address, or "local"), the evaluator is built on every GPU of that cluster by a
+`evokernel.runtime.RayEvaluator` (`gpus`: how many; default all), as `--ray` does.
 
 >>> from evokernel import Budget, SearchSpec, assemble
 >>> from evokernel.evaluators import ReplayEvaluator
@@ -26,6 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,7 @@ from evokernel.engine.search import Search
 from evokernel.engine.strategies import get_strategy
 from evokernel.store import Store
 
-__all__ = ["SearchSpec", "assemble"]
+__all__ = ["SearchSpec", "assemble", "evaluator_of_file"]
 
 log = logging.getLogger("evokernel.assemble")
 
@@ -55,7 +58,12 @@ class SearchSpec:
     the elites carried over too); seeds: known-good points of the first generation; llm: a
     model name (Anthropic) or a provider object for the LLM rewrite operator, added to the
     mutators when the evaluator judges a problem; knowledge: record lessons and accepted
-    kernels in the store when the evaluator judges a problem."""
+    kernels in the store when the evaluator judges a problem. ray: evaluate on the GPUs of a
+    Ray cluster, one actor per GPU: its address ("auto": the cluster this machine belongs to),
+    or "local" (a local cluster, started unless one runs); gpus: how many (default: all);
+    evaluator_factory: what each actor calls to build its evaluator (a picklable zero-argument
+    callable; default: the spec's evaluator, sent as it is; `from_file` sets it to load the
+    search file again in the actor)."""
 
     space: SearchSpace
     evaluator: Evaluator
@@ -69,6 +77,9 @@ class SearchSpec:
     seeds: Iterable[Genome | Mapping[str, Any]] = ()
     llm: Any = None
     knowledge: bool = True
+    ray: str | None = None
+    gpus: int | None = None
+    evaluator_factory: Callable[[], Evaluator] | None = None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> SearchSpec:
@@ -98,7 +109,13 @@ class SearchSpec:
             options=getattr(mod, "options", None),
             name=getattr(mod, "name", None),
             seeds=getattr(mod, "seeds", None) or (),
+            evaluator_factory=partial(evaluator_of_file, str(Path(path).resolve())),
         )
+
+
+def evaluator_of_file(path: str) -> Evaluator:
+    """The evaluator a search file defines, built afresh (in a Ray actor, on its own GPU)."""
+    return SearchSpec.from_file(path).evaluator
 
 
 def assemble(
@@ -145,7 +162,7 @@ def assemble(
         strategy = None
     return Search(
         spec.space,
-        spec.evaluator,
+        _evaluator(spec),
         mutators,
         strategy=None if mutators is not None else (strategy or "default"),
         options=options,
@@ -155,6 +172,24 @@ def assemble(
         observers=observers,
         seeds=spec.seeds or (),
     )
+
+
+def _evaluator(spec: SearchSpec) -> Evaluator:
+    """The spec's evaluator, or with `ray` set, a RayEvaluator building it on every GPU asked for."""
+    if spec.ray is None:
+        return spec.evaluator
+    if spec.gpus is not None and spec.gpus < 1:
+        raise ConfigError(f"gpus must be at least 1, got {spec.gpus}")
+    from evokernel.runtime.ray import RayEvaluator
+
+    factory = spec.evaluator_factory or partial(_given, spec.evaluator)
+    address = None if spec.ray in ("", "local") else spec.ray
+    return RayEvaluator(factory, gpus=spec.gpus, address=address)
+
+
+def _given(evaluator: Evaluator) -> Evaluator:
+    """The evaluator itself (a factory for an evaluator sent to each actor as it is)."""
+    return evaluator
 
 
 def _llm_operator(spec: SearchSpec, store: Store, knowledge: Any, say: Callable[[str], None]) -> Any:

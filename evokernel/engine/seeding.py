@@ -90,7 +90,13 @@ def first_generation(run: _Run) -> list[Genome]:
         # the nearest shapes' best genomes: the first few open the run, the rest are offered
         # by a "transfer" operator that the bandit keeps calling while they pay off
         seeds = transfer_seeds(
-            s.store, key, s.space, fingerprint=run.fingerprint, limit=opt.transfer + opt.transfer_operator
+            s.store,
+            key,
+            s.space,
+            fingerprint=run.fingerprint,
+            limit=opt.transfer + opt.transfer_operator,
+            before_seq=run.run.seq,
+            created_before=run.run.created,
         )
         head, rest = seeds[: min(opt.transfer, run._left() - len(first))], seeds[opt.transfer :]
         for g, run_id, dist in head:

@@ -67,11 +67,23 @@ def shape_distance(a: Mapping[str, float], b: Mapping[str, float]) -> float:
 
 
 def transfer_seeds(
-    store: Store, key: dict[str, Any], space: SearchSpace, *, fingerprint: str, limit: int, runs: int = 3
+    store: Store,
+    key: dict[str, Any],
+    space: SearchSpace,
+    *,
+    fingerprint: str,
+    limit: int,
+    runs: int = 3,
+    before_seq: int | None = None,
+    created_before: float | None = None,
 ) -> list[tuple[Genome, str, float]]:
     """Up to `limit` genomes from the `runs` nearest stored runs of the same family and space
     on other shapes, best first within each run, taken in turn from the nearest run first.
-    Returns (genome, run id, distance)."""
+    Returns (genome, run id, distance).
+
+    before_seq and created_before: only runs begun before the run being seeded, and only
+    what they had measured when it began; a resumed run is then seeded as it was at its
+    start, whatever ran since (searches fanned out at once, over shapes of one family)."""
     if limit <= 0:
         return []
     params = space.describe()["params"]  # the same parameters and domains (names of spaces may differ)
@@ -82,6 +94,8 @@ def transfer_seeds(
             continue
         if (info.config.get("space") or {}).get("params") != params:
             continue
+        if before_seq is not None and info.seq >= before_seq:
+            continue
         found.append((shape_distance(key["shape"], other.get("shape", {})), info.seq, info))
     found.sort(key=lambda x: (x[0], -x[1]))
     ranked: list[tuple[float, list[Genome], str]] = []
@@ -91,7 +105,11 @@ def transfer_seeds(
         if shape_id in seen_shapes:  # the latest run of each shape stands for it
             continue
         seen_shapes.add(shape_id)
-        history = [e for e in store.history(info.id) if e.kind == "eval" and e.result.is_ok]
+        history = [
+            e
+            for e in store.history(info.id)
+            if e.kind == "eval" and e.result.is_ok and (created_before is None or e.created < created_before)
+        ]
         history.sort(key=lambda e: (e.result.fitness, e.seq))
         genomes, ids = [], set()
         for e in history:
