@@ -35,6 +35,10 @@
 #                   [device_profile.sh]  PROFILE_MODELS, SGL_BATCHES ("1 64"), PROFILE_DB
 #   sweep-attention record the attention landscapes with `evokernel sweep` [device_attention.sh]
 #   sweep-moe WALL MODEL:M ...   record fused-MoE landscapes [record_moe_landscapes.sh]
+#   ray             GPU tests of the devices (cuda:N) and of the Ray path, then the same matmul search
+#                   in process and through one Ray actor, alternating windows (ray_overhead.py;
+#                   carry .whl with ray-stripped-cp312.tar.xz, see ray_wheel.sh)
+#                   TESTS, SKIP_TESTS, TEST_TIMEOUT (150), WINDOW (50), PAIRS (2), DEADLINE (420)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -44,7 +48,7 @@ set -u
 step=${1:-}
 [ -n "$step" ] && shift
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|pair) ;;
+  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|pair|ray) ;;
   *) sed -n '2,/^set -u$/{/^#/p}' "$0"; echo "unknown step: '$step'" >&2; exit 2 ;;
 esac
 source benchmarks/device_setup.sh || exit 1
@@ -152,6 +156,21 @@ launch() {
       ${EXTRA:-} > "$D/bench.log" 2>&1
   tail -3 "$D/bench.log"
   cat "$D/launch_overhead.md"
+}
+
+ray() {
+  local D=$OUT/ray
+  mkdir -p "$D"
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    cp -rL tests /tmp/pkg/ 2>/dev/null; cp -rL examples /tmp/pkg/ 2>/dev/null
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu \
+        ${TESTS:-tests/test_device.py tests/test_kernel_evaluator.py} > "$D/tests.log" 2>&1; echo "rc=$?" >> "$D/tests.log")
+    grep -E "passed|failed|rc=" "$D/tests.log" | tail -4
+  fi
+  python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tail -1
+  timeout $(( ${DEADLINE:-420} + 30 )) python3 benchmarks/ray_overhead.py --out "$D" --window ${WINDOW:-50} \
+      --pairs ${PAIRS:-2} --deadline ${DEADLINE:-420} > "$D/bench.log" 2>&1
+  tail -4 "$D/bench.log"
 }
 
 sandbox() {
@@ -365,7 +384,7 @@ print(*(",".join(map(str, x)) for x in (c[:h], c[h:2 * h])) if h >= 2 else "")')
 }
 
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|coop|sglang|profile|pair) "$step" "$@" ;;
+  gemm|moe|attention|gate|footing|launch|coop|sglang|profile|pair|ray) "$step" "$@" ;;
   sandbox) sandbox "$@" ;;
   model-level) model_level ;;
   sweep-attention) sweep_attention ;;
