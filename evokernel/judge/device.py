@@ -33,6 +33,7 @@ __all__ = [
     "is_cuda",
     "on_device",
     "parse_device",
+    "use_device",
 ]
 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
@@ -139,3 +140,15 @@ def on_device(device: str) -> Iterator[Any]:
 
     with torch.cuda.device(cuda_index(device)):
         yield None
+
+
+def use_device(device: str, who: str | None = None) -> str:
+    """For a script that works on one device: `device`, checked (`check_device`), and on CUDA
+    made the process's current device, so its plain "cuda" tensors, streams, events and graphs
+    (and torch.cuda.get_device_name()) are that GPU's."""
+    check_device(device, who)
+    if is_cuda(device):
+        import torch
+
+        torch.cuda.set_device(cuda_index(device))
+    return device
