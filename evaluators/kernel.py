@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from evokernel.judge.candidate import bind_config
-from evokernel.judge.device import check_device, default_device, device_kind, is_cuda
+from evokernel.judge.device import check_device, cuda_index, default_device, device_kind, gpu_name, is_cuda
 from evokernel.judge.env import interpreter_problem, toolchain
 from evokernel.core.errors import EvaluatorError
 from evokernel.judge.gate import GateOptions, Judge, Verdict
@@ -197,9 +197,14 @@ class KernelEvaluator:
         return isolation_report(self.options.sandbox, self.device)
 
     def environment(self) -> dict[str, Any]:
-        """Recorded with each run: the sandbox's protections, on and off."""
+        """Recorded with each run: the sandbox's protections, on and off, and the device that
+        judges ("cuda:N", its index fixed; "gpu": its name, over the host's first GPU's)."""
         report = self.sandbox()
-        return {"sandbox": {"on": sorted(report.on), "off": report.off}}
+        where: dict[str, Any] = {"device": "cpu"}
+        if is_cuda(self.device):
+            index = self._judge.index if self._judge is not None else cuda_index(self.device)
+            where = {"device": f"cuda:{index}", "gpu": gpu_name(f"cuda:{index}")}
+        return {"sandbox": {"on": sorted(report.on), "off": report.off}, **where}
 
     def transfer_key(self) -> dict[str, Any]:
         """The problem's family (its FAMILY, else its name) on this device, and its first tuning

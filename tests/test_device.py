@@ -134,6 +134,18 @@ def test_kernel_fingerprints_name_the_gpu_not_its_index(two_gpus):
     assert {k: v for k, v in g1.items() if k != "gpu"} == {k: v for k, v in g0.items() if k != "gpu"}
 
 
+def test_a_runs_environment_names_the_gpu_that_judged_and_its_index(two_gpus):
+    from evokernel.evaluators import KernelEvaluator
+
+    names, current = two_gpus
+    names[1] = A100
+    env = KernelEvaluator(MATMUL, _render, device="cuda:1", template="t").environment()
+    assert env["device"] == "cuda:1" and env["gpu"] == A100 and "sandbox" in env
+    current[0] = 1
+    assert KernelEvaluator(MATMUL, _render, device="cuda", template="t").environment()["device"] == "cuda:1"
+    assert KernelEvaluator(MATMUL, _render, device="cpu", template="t").environment()["device"] == "cpu"
+
+
 def test_model_fingerprint_names_the_devices_gpu(two_gpus):
     from evaluators.model import _device_name
 

@@ -1,7 +1,8 @@
 """The environment a result was measured in: GPU, driver, CUDA, torch and triton versions.
 
 Read without importing torch (versions come from package metadata, the GPU from
-nvidia-smi), so recording it costs milliseconds.
+nvidia-smi), so recording it costs milliseconds; `toolchain(device)` names that device's GPU
+instead, through torch (the GPU a result was measured on, on a host of several).
 
 >>> {'gpu', 'driver', 'cuda', 'torch', 'triton'} <= set(environment())
 True
