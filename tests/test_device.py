@@ -113,12 +113,15 @@ def test_toolchain_names_the_devices_gpu_and_the_host_keeps_nvidia_smis(two_gpus
     assert peaks_for("cuda:0") is PEAKS[H200] and peaks_for("cuda:1") is None and peaks_for("cpu") is None
 
 
-def test_kernel_fingerprints_name_the_gpu_not_its_index(two_gpus):
+def test_kernel_fingerprints_name_the_gpu_not_its_index(two_gpus, monkeypatch):
     """Two H200s share results (same fingerprint and transfer key, the same as "cuda"'s);
-    an H200 and an A100 do not. The device is recorded as its kind, "cuda"."""
+    an H200 and an A100 do not. The device is recorded as its kind, "cuda"; where torch and
+    nvidia-smi name the GPU alike, a "cuda" fingerprint is what it was (nvidia-smi's toolchain)."""
+    import evokernel.judge.env as env
     from evokernel.evaluators import KernelEvaluator
 
     names, _ = two_gpus
+    monkeypatch.setattr(env, "_gpus", lambda: ([H200, H200], "570.1"))
 
     def of(device):
         ev = KernelEvaluator(MATMUL, _render, device=device, template="t")
@@ -127,6 +130,7 @@ def test_kernel_fingerprints_name_the_gpu_not_its_index(two_gpus):
     (f0, k0), (f1, k1), (fc, kc) = of("cuda:0"), of("cuda:1"), of("cuda")
     assert f0 == f1 == fc and k0 == k1 == kc
     assert f0["device"] == "cuda" and f0["gpu"] == H200 and k0["family"].endswith(f"@{H200}")
+    assert {k: fc[k] for k in toolchain()} == toolchain()  # as before: toolchain() was nvidia-smi's first GPU
     names[1] = A100
     (g0, _), (g1, j1) = of("cuda:0"), of("cuda:1")
     assert g0 == f0 and g1 != g0
