@@ -60,7 +60,9 @@ def test_device_strings_parse(text, parsed):
     assert dev.device_kind(text) == parsed[0]
 
 
-@pytest.mark.parametrize("text", ["gpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "CUDA", "cuda1", ""])
+@pytest.mark.parametrize(
+    "text", ["gpu", "cuda:", "cuda:-1", "cuda:x", "cpu:0", "CUDA", "cuda1", "", "cuda:1\n", " cpu"]
+)
 def test_malformed_devices_are_config_errors(text):
     with pytest.raises(ConfigError, match="expected cpu, cuda or cuda:N"):
         dev.parse_device(text)

@@ -36,7 +36,7 @@ __all__ = [
     "use_device",
 ]
 
-_DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
+_DEVICE = re.compile(r"(cpu|cuda)(?::(\d+))?")
 
 
 def parse_device(device: str) -> tuple[str, int | None]:
@@ -51,7 +51,7 @@ def parse_device(device: str) -> tuple[str, int | None]:
     ...
     evokernel.core.errors.ConfigError: device 'gpu': expected cpu, cuda or cuda:N (N = 0, 1, ...)
     """
-    m = _DEVICE.match(device.strip()) if isinstance(device, str) else None
+    m = _DEVICE.fullmatch(device) if isinstance(device, str) else None
     if m is None or (m.group(1) == "cpu" and m.group(2) is not None):
         raise ConfigError(f"device {device!r}: expected cpu, cuda or cuda:N (N = 0, 1, ...)")
     return m.group(1), (int(m.group(2)) if m.group(2) is not None else None)
@@ -63,8 +63,8 @@ def is_cuda(device: str | None) -> bool:
 
 
 def device_kind(device: str) -> str:
-    """The kind of device: "cuda" for any CUDA device, else "cpu"; what a fingerprint records (results on two GPUs
-    of the same model are shareable; which one ran is the GPU's name, not its index)."""
+    """The kind of device: "cuda" for any CUDA device, else "cpu". A fingerprint records it
+    (results on two GPUs of one model are shareable: the GPU is named, not its index)."""
     return "cuda" if is_cuda(device) else "cpu"
 
 
