@@ -155,7 +155,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=25, help="evaluations per search")
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds for the whole script")
     ap.add_argument("--no-seeds", action="store_true", help="start the searches unseeded (not from the landscapes)")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cpu (Triton's interpreter), cuda or cuda:N")
     ap.add_argument("--dtype", default=None, help="bfloat16 (default on cuda), float16 (default on cpu)")
     args = ap.parse_args()
     args.dtype = args.dtype or ("float16" if args.device == "cpu" else "bfloat16")  # no bf16 dots in the interpreter
@@ -167,6 +167,7 @@ def main() -> None:
 
     from evokernel import Genome
     from evokernel.evaluators import KernelEvaluator
+    from evokernel.judge.device import gpu_name, use_device
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
     from evokernel.search_spaces.attention import template_prefill as prefill_t
@@ -174,7 +175,7 @@ def main() -> None:
     from evokernel.store import SQLiteStore
 
     doc: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "device": gpu_name(use_device(args.device, f"--device {args.device}")) or "cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "torch": torch.__version__,

@@ -177,7 +177,7 @@ def main() -> None:
         action="store_true",
         help="do not seed each search with the tile cuBLAS runs at its shape (read with torch.profiler)",
     )
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cpu (Triton's interpreter), cuda or cuda:N")
     args = ap.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
@@ -188,6 +188,7 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.core.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
+    from evokernel.judge.device import gpu_name, is_cuda, use_device
     from evokernel.search_spaces import (
         gemm_class,
         gemm_seeds,
@@ -211,7 +212,7 @@ def main() -> None:
         problem_path = ROOT / "examples" / "problems" / "gemm_fp8.py"
 
     doc: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "device": gpu_name(use_device(args.device, f"--device {args.device}")) or "cpu",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "torch": torch.__version__,
@@ -226,7 +227,7 @@ def main() -> None:
     tstore = not args.no_tma_store and not args.fp8
     tail = not args.no_bn_tail and not args.fp8
     areg = args.a_reg and not args.fp8
-    glu = not args.no_gluon and tstore and args.device == "cuda" and gluon_available()  # (not on the CPU)
+    glu = not args.no_gluon and tstore and is_cuda(args.device) and gluon_available()  # (not on the CPU)
     space = (
         gemm_fp8_space(blockwise=args.fp8 == "block")
         if args.fp8
@@ -295,7 +296,7 @@ def main() -> None:
             # we lost, cuBLAS ran tiles the seeds had never proposed)
             cublas_kernels, from_cublas = (
                 cublas_seeds(m, problem.shapes[0], space, off, tma_store=tstore)
-                if args.device == "cuda" and not args.no_cublas_seed
+                if is_cuda(args.device) and not args.no_cublas_seed
                 else ([], [])
             )
             # and the Gluon kernel's form of the earlier winners, of cuBLAS's tile and of the

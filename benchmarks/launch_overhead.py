@@ -120,7 +120,9 @@ def measure_row(row: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
         "winner": winner,
         "winner_short": _short(winner),
     }
-    cuda = args.device == "cuda"
+    from evokernel.judge.device import is_cuda
+
+    cuda = is_cuda(args.device)
     dtype = torch.bfloat16 if cuda else torch.float16  # (the interpreter's bf16 dots are wrong)
     g = torch.Generator(device=args.device).manual_seed(m * 1_000_003 + n * 1009 + k)
     a = torch.randn(m, k, device=args.device, dtype=dtype, generator=g)
@@ -307,8 +309,7 @@ def main() -> None:
     ap.add_argument(
         "--device",
         default="cuda",
-        choices=["cuda", "cpu"],
-        help="cpu: a check of the script in Triton's interpreter (TRITON_INTERPRET=1), fp16",
+        help="cuda, cuda:N, or cpu: a check of the script in Triton's interpreter (TRITON_INTERPRET=1), fp16",
     )
     ap.add_argument("--clip", type=int, default=0, help="clip M, N and K to this (the CPU check)")
     args = ap.parse_args()
@@ -318,8 +319,13 @@ def main() -> None:
     import torch
     import triton
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("launch_overhead.py: no CUDA device (use --device cpu with TRITON_INTERPRET=1 for a check)")
+    from evokernel.core.errors import ConfigError
+    from evokernel.judge.device import gpu_name, is_cuda, use_device
+
+    try:
+        use_device(args.device, f"--device {args.device}")
+    except ConfigError as exc:
+        sys.exit(f"launch_overhead.py: {exc} (use --device cpu with TRITON_INTERPRET=1 for a check)")
     rows = json.loads(Path(args.results).read_text())["rows"]
     if args.rows:
         wanted = {tuple(r.split(":")) for r in args.rows}
@@ -329,7 +335,7 @@ def main() -> None:
         compile_only(rows, args)
         return
     doc: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu (interpreter)",
+        "device": gpu_name(args.device) or "cpu (interpreter)",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "torch": torch.__version__,
@@ -342,7 +348,7 @@ def main() -> None:
         "skipped": [],
     }
     write(out, doc)
-    if args.precompile and args.device == "cuda" and rows:
+    if args.precompile and is_cuda(args.device) and rows:
         doc["precompile"] = precompile(rows, args, timeout=min(150.0, args.deadline / 2))
         print(f"precompiled in {doc['precompile']}", flush=True)
     slowest = 0.0

@@ -42,7 +42,7 @@ MODELS = {
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="flux,qwen", help="comma-separated: flux, qwen")
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     p.add_argument("--tiny", action="store_true", help="the models' tiny sizes (fp32)")
     p.add_argument("--blocks", type=int, default=None, help="blocks/layers per model (default: the model's)")
     p.add_argument("--budget", type=int, default=24, help="evaluations per model")
@@ -144,8 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from evokernel.engine.tuning import geomean
 
-    if not cpu and not torch.cuda.is_available():
-        print("no CUDA GPU here: use --device cpu --tiny", file=sys.stderr)
+    from evokernel.core.errors import ConfigError
+    from evokernel.judge.device import use_device
+
+    try:
+        use_device(args.device, f"--device {args.device}")
+    except ConfigError as exc:
+        print(f"{exc}: use --device cpu --tiny where there is no GPU", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     if not cpu:

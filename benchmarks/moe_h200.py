@@ -115,7 +115,7 @@ def main() -> None:
         default=None,
         help="fp8 w8a8 experts with per-tensor or 128x128 block scales (moe_fp8.py)",
     )
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cpu (Triton's interpreter), cuda or cuda:N")
     args = ap.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
@@ -126,6 +126,7 @@ def main() -> None:
     from evokernel import Genome
     from evokernel.core.errors import EvaluatorError
     from evokernel.evaluators import KernelEvaluator
+    from evokernel.judge.device import gpu_name, is_cuda, use_device
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import moe_space, shared_params
     from evokernel.search_spaces.moe.sglang import (
@@ -138,7 +139,7 @@ def main() -> None:
     from evokernel.search_spaces.moe.template import candidate_source, split_config
     from evokernel.store import SQLiteStore
 
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    device_name = gpu_name(use_device(args.device, f"--device {args.device}")) or "cpu"
     stem = f"moe_fp8_{args.fp8}" if args.fp8 else "moe"
     problem_path = PROBLEM_FP8 if args.fp8 else PROBLEM
     store = SQLiteStore(out / f"{stem}.db")
@@ -268,7 +269,7 @@ def main() -> None:
         }
         doc["rows"].append(row)
         write(out, doc, stem)
-        if args.device == "cuda":  # the parent's GPU memory, job by job (call Z4 ran out of it: it must stay flat)
+        if is_cuda(args.device):  # the parent's GPU memory, job by job (call Z4 ran out of it: it must stay flat)
             row["gpu_reserved_gib"] = round(torch.cuda.memory_reserved() / 2**30, 2)
         print(
             json.dumps(

@@ -25,7 +25,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--deadline", type=float, default=150.0)
     ap.add_argument("--model", default="qwen3-30b-a3b", help="a row of search_spaces.moe.MOE_MODELS")
-    ap.add_argument("--device", default="cuda", help="cpu: Triton's interpreter (TRITON_INTERPRET=1), for tests")
+    ap.add_argument(
+        "--device", default="cuda", help="cuda, cuda:N, or cpu: Triton's interpreter (TRITON_INTERPRET=1), for tests"
+    )
     args = ap.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
@@ -34,15 +36,16 @@ def main() -> None:
     import torch
     import triton
 
+    from evokernel.judge.device import gpu_name, is_cuda, use_device
     from evokernel.search_spaces.moe import MOE_MODELS
     from evokernel.search_spaces.moe.sglang import default_config, shipped_config
     from evokernel.search_spaces.moe.template import _gemv_up_kernel, fused_moe
 
     shape = MOE_MODELS[args.model]
     E, H, inter, k = shape["E"], shape["H"], shape["I"], shape["topk"]
-    dev = args.device
-    dtype = torch.bfloat16 if dev == "cuda" else torch.float16  # the interpreter cannot do bf16 dots
-    gpu = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
+    dev = use_device(args.device, f"--device {args.device}")
+    dtype = torch.bfloat16 if is_cuda(dev) else torch.float16  # the interpreter cannot do bf16 dots
+    gpu = gpu_name(dev) or "cpu"
     g = torch.Generator(device=dev).manual_seed(0)
     w1 = (torch.randn(E, 2 * inter, H, generator=g, device=dev) / H**0.5).to(dtype)
     w2 = (torch.randn(E, H, inter, generator=g, device=dev) / inter**0.5).to(dtype)

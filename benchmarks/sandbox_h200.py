@@ -92,7 +92,7 @@ def judge_variant(out: Path, name: str, fields: dict, device: str) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="cuda or cuda:N")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,8 +28,9 @@ from typing import Any
 import msgspec
 
 from evokernel.judge.candidate import bind_config
+from evokernel.judge.device import check_device, cuda_index, default_device, device_kind, gpu_name, is_cuda
 from evokernel.judge.env import interpreter_problem, toolchain
-from evokernel.core.errors import ConfigError, EvaluatorError
+from evokernel.core.errors import EvaluatorError
 from evokernel.judge.gate import GateOptions, Judge, Verdict
 from evokernel.core.genome import Genome
 from evokernel.judge.problem import Problem
@@ -105,7 +106,10 @@ class KernelEvaluator:
     """Evaluator protocol over the gate. `render` turns a genome into candidate source text
     (a genome carrying its own source that defines `kernel` is used as it is).
 
-    The fingerprint covers the problem (its source, parameters and shapes), the device and
+    `device` is "cpu", "cuda" (the current CUDA device) or "cuda:N" (ConfigError at once if
+    torch sees no such GPU). The fingerprint covers the problem (its source, parameters and
+    shapes), the kind of device ("cuda" or "cpu") and the GPU's model by name (not which of the
+    host's GPUs: results on two H200s are shared, an H200's and an A100's are not), the
     toolchain, the gate's options and the template: a hash of render's code and of the
     template modules it uses (`evokernel.core.template.template_hash`), or `template`, a name the
     caller gives it (e.g. for a render whose output depends on data it closes over)."""
@@ -126,13 +130,11 @@ class KernelEvaluator:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         self.render = render
         self._template = template
-        import torch
-
         if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        elif device.startswith("cuda") and not torch.cuda.is_available():
+            device = default_device()
+        else:
             # at once, in one line: not a run that every candidate fails and that can never resume
-            raise ConfigError(f"needs a CUDA GPU (KernelEvaluator(device={device!r})) and torch sees none here")
+            check_device(device, f"KernelEvaluator(device={device!r})")
         if device == "cpu" and (why := interpreter_problem()):
             raise EvaluatorError(why)  # at once, not as every candidate's runtime error
         self.device = device
@@ -174,11 +176,15 @@ class KernelEvaluator:
         return self._template
 
     def fingerprint(self) -> dict[str, Any]:
-        where = toolchain() if self.device == "cuda" else {"cpu": platform.processor() or platform.machine()}
+        # the kind of device and the GPU's name, not its index: two GPUs of one model share results
+        if is_cuda(self.device):
+            where = toolchain(self.device)
+        else:
+            where = {"cpu": platform.processor() or platform.machine()}
         return {
             "evaluator": "kernel",
             **self.problem.fingerprint(),
-            "device": self.device,
+            "device": device_kind(self.device),
             "shapes": self.problem.shapes,  # the tuning shapes themselves (exports read them)
             **where,
             "gate": _gate_identity(self.options),
@@ -191,14 +197,19 @@ class KernelEvaluator:
         return isolation_report(self.options.sandbox, self.device)
 
     def environment(self) -> dict[str, Any]:
-        """Recorded with each run: the sandbox's protections, on and off."""
+        """Recorded with each run: the sandbox's protections, on and off, and the device that
+        judges ("cuda:N", its index fixed; "gpu": its name, over the host's first GPU's)."""
         report = self.sandbox()
-        return {"sandbox": {"on": sorted(report.on), "off": report.off}}
+        where: dict[str, Any] = {"device": "cpu"}
+        if is_cuda(self.device):
+            index = self._judge.index if self._judge is not None else cuda_index(self.device)
+            where = {"device": f"cuda:{index}", "gpu": gpu_name(f"cuda:{index}")}
+        return {"sandbox": {"on": sorted(report.on), "off": report.off}, **where}
 
     def transfer_key(self) -> dict[str, Any]:
         """The problem's family (its FAMILY, else its name) on this device, and its first tuning
         shape's numeric dimensions: searches on other shapes of the family seed this one."""
-        where = (toolchain().get("gpu") or "cuda") if self.device == "cuda" else "cpu"
+        where = (toolchain(self.device).get("gpu") or "cuda") if is_cuda(self.device) else "cpu"
         shape = self.problem.shapes[0] if self.problem.shapes else {}
         dims = {k: float(v) for k, v in shape.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return {"family": f"{self.problem.family}@{where}", "shape": dims}

@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 import torch
 
+from evokernel.judge.device import check_device, default_device, gpu_name, is_cuda, on_device
 from evokernel.judge.timing import relative_ci
 from evokernel.core.genome import Genome
 from evokernel.model.model_level import SiteCheck, apply, changed_sites, judge, model_space, noise_floor
@@ -85,9 +86,16 @@ def time_interleaved(
     captured in a CUDA graph and replayed (those in `uncaptured` are called: they bring
     their own graphs), timed with CUDA events around a round's calls; on the CPU by the
     wall clock. A function that fails raises (the caller turns it into a failure value)."""
+    with on_device(device):  # graphs, streams and events on that GPU ("cuda": the current one)
+        return _time_interleaved(fns, device, options, uncaptured)
+
+
+def _time_interleaved(
+    fns: Mapping[str, Callable[[], Any]], device: str, options: TimingOptions, uncaptured: Iterable[str]
+) -> dict[str, Timing]:
     labels = list(fns)
     keep = set(uncaptured)
-    on_cuda = device.startswith("cuda")
+    on_cuda = is_cuda(device)
     runners: dict[str, Callable[[], Any]] = {}
     method: dict[str, str] = {}
     for label in labels:
@@ -128,8 +136,9 @@ def time_interleaved(
 
 
 def _device_name(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
+    """The GPU's name (not its index: two GPUs of one model share results), or the CPU's."""
+    if is_cuda(device) and (name := gpu_name(device)):
+        return name
     import platform
 
     return f"cpu:{platform.processor() or platform.machine()}"
@@ -166,7 +175,7 @@ class ModelEvaluator:
         compile_mode: str | None = None,
         reference32: bool = True,
     ) -> None:
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = check_device(device, f"ModelEvaluator(device={device!r})") if device else default_device()
         dtype = dtype or next(iter(model.parameters())).dtype
         self.model = model.to(device=device, dtype=dtype).eval()
         # inputs as given (the activations in the model's dtype, tables such as RoPE's in theirs), moved to the device
@@ -174,7 +183,7 @@ class ModelEvaluator:
         self.name, self.device, self.dtype, self.timing = name, device, dtype, timing
         self.space = space or model_space(self.model)
         self.checker = SiteCheck(self.model, seeds=seeds, dtype=dtype, device=device)
-        self.compile_mode = compile_mode or ("max-autotune" if device.startswith("cuda") else "default")
+        self.compile_mode = compile_mode or ("max-autotune" if is_cuda(device) else "default")
         _allow_recompiles()
         with torch.inference_mode():
             self.base_out = self.model(*self.inputs)
@@ -265,8 +274,8 @@ class ModelEvaluator:
         try:
             with torch.inference_mode():
                 out = applied.module(*self.inputs)
-            if self.device.startswith("cuda"):
-                torch.cuda.synchronize()
+            if is_cuda(self.device):
+                torch.cuda.synchronize(self.device)
         except Exception as exc:
             return None, Result.failed(Status.RUNTIME_ERROR, f"forward: {type(exc).__name__}: {exc}", meta=meta), meta
         reason, err, tol = judge(self.base_out, out, self.dtype, floor=self.floor)
@@ -290,7 +299,7 @@ class ModelEvaluator:
                 return time_interleaved(fns, device=self.device, options=self.timing, uncaptured=uncaptured)
         finally:
             gc.collect()
-            if self.device.startswith("cuda"):
+            if is_cuda(self.device):
                 torch.cuda.empty_cache()
 
     def _one(self, genome: Genome) -> Result:
@@ -322,21 +331,21 @@ class ModelEvaluator:
         """torch.compile of the unchanged model (mode `compile_mode`), warmed; a zero-argument call."""
         if self._compiled is None:
             compiled = torch.compile(self.model, mode=self.compile_mode)
-            graphs = self.device.startswith("cuda") and "max-autotune" == self.compile_mode
+            graphs = is_cuda(self.device) and "max-autotune" == self.compile_mode
 
             def call() -> Any:
                 if graphs:
                     torch.compiler.cudagraph_mark_step_begin()
                 return compiled(*self.inputs)
 
-            with torch.inference_mode():
+            with torch.inference_mode(), on_device(self.device):
                 call()
             self._compiled = call
         return self._compiled
 
     @property
     def compile_label(self) -> str:
-        note = "" if self.device.startswith("cuda") else " (CPU: max-autotune's GEMM autotuning is for GPUs)"
+        note = "" if is_cuda(self.device) else " (CPU: max-autotune's GEMM autotuning is for GPUs)"
         return f"torch.compile(mode={self.compile_mode!r}){note}"
 
     def measure(
@@ -357,7 +366,7 @@ class ModelEvaluator:
         if compiled:
             try:
                 modules["torch_compile"] = self.compiled()
-                if self.device.startswith("cuda") and self.compile_mode == "max-autotune":
+                if is_cuda(self.device) and self.compile_mode == "max-autotune":
                     uncaptured.append("torch_compile")
             except Exception as exc:
                 first = next((line for line in str(exc).splitlines() if line.strip()), "")

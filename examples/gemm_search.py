@@ -80,7 +80,9 @@ def tune(shapes: list[str], ms: list[int], *, budget: int, epilogue: str, out: P
 
     out.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(out / "gemm.db")
-    gluon = device == "cuda" and _gluon()
+    from evokernel.judge.device import is_cuda
+
+    gluon = is_cuda(device) and _gluon()
     space = gemm_space(swap_ab=True, tma_store=True, bn_tail=True, gluon=gluon)
     off = {"SWAP_AB": 0, "TMA_STORE": 0, "BN_TAIL": 0, **({"GLUON": 0} if gluon else {})}  # genes a seed may lack
     print("| model | layer | M | winner | winner ms | cuBLAS ms | speedup | Triton default ms | speedup |")
@@ -149,14 +151,18 @@ def main() -> None:
     ap.add_argument("--out", default="gemm-out", help="the search database goes here")
     ap.add_argument(
         "--device",
-        choices=["cuda", "cpu"],
         default=None,
-        help="where to search (default: the GPU if there is one, else replay the recorded landscapes)",
+        help="where to search: cuda, cuda:N or cpu (default: the GPU if there is one, else replay the recorded "
+        "landscapes)",
     )
     args = ap.parse_args()
     import torch
 
+    from evokernel.judge.device import use_device
+
     device = args.device or ("cuda" if torch.cuda.is_available() else None)
+    if device is not None:
+        use_device(device, f"--device {device}")  # (a ConfigError: no such GPU here, and how many there are)
     if device is None:
         replay(max(args.budget, 60))
         return

@@ -61,8 +61,6 @@ def _short(cfg: dict[str, int]) -> str:
 def tune(model: str, ms: list[int], *, budget: int, out: Path, device: str) -> None:
     """A search per batch size M, each winner re-measured against SGLang's default and shipped
     configs; prints the table."""
-    import torch
-
     import evokernel.search_spaces.moe as moe
     from evokernel import Genome
     from evokernel.engine.tuning import geomean, search_against
@@ -76,7 +74,9 @@ def tune(model: str, ms: list[int], *, budget: int, out: Path, device: str) -> N
     out.mkdir(parents=True, exist_ok=True)
     store = SQLiteStore(out / "moe.db")
     # SGLang's configs are looked up by GPU name; the interpreter's check takes the H200's
-    gpu = torch.cuda.get_device_name() if device == "cuda" else "NVIDIA H200"
+    from evokernel.judge.device import gpu_name
+
+    gpu = gpu_name(device) or "NVIDIA H200"
     space = moe_space(gemv=True, fuse_silu=True)
     plain = {"GEMV": 0, "FUSE_SILU": 0}  # SGLang's configs run neither structure
     print("| M | winner (up / down) | winner ms | SGLang default ms | speedup | SGLang shipped ms | speedup |")
@@ -144,14 +144,18 @@ def main() -> None:
     ap.add_argument("--out", default="moe-out", help="the search database goes here")
     ap.add_argument(
         "--device",
-        choices=["cuda", "cpu"],
         default=None,
-        help="where to search (default: the GPU if there is one, else replay the recorded landscapes)",
+        help="where to search: cuda, cuda:N or cpu (default: the GPU if there is one, else replay the recorded "
+        "landscapes)",
     )
     args = ap.parse_args()
     import torch
 
+    from evokernel.judge.device import use_device
+
     device = args.device or ("cuda" if torch.cuda.is_available() else None)
+    if device is not None:
+        use_device(device, f"--device {device}")  # (a ConfigError: no such GPU here, and how many there are)
     if device is None:
         replay(args.budget, [m for m in args.ms if m in (64, 1024)] or [64, 1024])
         return

@@ -48,6 +48,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def device_arg(text: str) -> str:
+    """A --device value: cpu, cuda or cuda:N (whether that GPU is there is checked later, with torch)."""
+    from evokernel.judge.device import parse_device
+
+    try:
+        parse_device(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("device ")) from None
+    return text.strip()
+
+
 # the strategies evokernel ships (evokernel.engine.strategies), named in --strategy's help without
 # loading every plugin to build the parser; tests check it against strategy_names()
 BUILTIN_STRATEGIES = (

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.cli._common import positive_float, positive_int, say_sandbox
+from evokernel.cli._common import device_arg, positive_float, positive_int, say_sandbox
 from evokernel.core.errors import ConfigError, EvokernelError
 
 
@@ -21,9 +21,11 @@ def add_parser(sub: Any) -> None:
     c.add_argument("candidate", help="candidate module (.py) defining kernel(*inputs)")
     c.add_argument(
         "--device",
-        choices=["cpu", "cuda"],
+        type=device_arg,
         default=None,
-        help="default: cuda when a GPU is present, else cpu (Triton through its interpreter)",
+        metavar="{cpu,cuda,cuda:N}",
+        help="cpu, cuda (the current GPU) or cuda:N (torch's N-th visible GPU); "
+        "default: cuda when a GPU is present, else cpu (Triton through its interpreter)",
     )
     c.add_argument("--no-time", action="store_true", help="check correctness only")
     c.add_argument("--seeds", type=positive_int, default=1, help="checks per tuning shape before timing")
@@ -57,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from evokernel.judge.problem import Problem
     from evokernel.judge.sandbox import SandboxOptions, isolation_report
 
-    device = args.device
-    import torch
+    from evokernel.judge.device import check_device, default_device, is_cuda
 
+    device = args.device
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    elif device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: no CUDA GPU is available here")
+        device = default_device()
+    else:
+        check_device(device, f"--device {device}")
     problem = Problem.load(args.problem, param_text=param_text(args.param) if args.param else None)
     full = problem
     if device == "cpu":
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"rejected: {verdict.reason.splitlines()[0]}", file=sys.stderr)
     code = 0 if verdict.accepted else 1
-    if device == "cuda":
+    if is_cuda(device):
         # torch warns at interpreter exit about CUDA memory still shared with candidate
         # processes the judge killed; leave before that noise reaches the verdict's stderr
         sys.stdout.flush()

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evokernel.cli._common import positive_int, stdout_console
+from evokernel.cli._common import device_arg, positive_int, stdout_console
 from evokernel.core.errors import ConfigError, EvokernelError
 
 
@@ -46,7 +46,13 @@ def add_parser(sub: Any) -> None:
         help="with --sglang: one more SGLang server argument (repeatable), e.g. "
         "--server-arg=--attention-backend=triton",
     )
-    pr.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when a GPU is present")
+    pr.add_argument(
+        "--device",
+        type=device_arg,
+        default=None,
+        metavar="{cpu,cuda,cuda:N}",
+        help="cpu, cuda (the current GPU) or cuda:N; default: cuda when a GPU is present",
+    )
     pr.add_argument("--iters", type=positive_int, default=10, help="profiled calls (default 10)")
     pr.add_argument("--warmup", type=int, default=3, help="calls before profiling (default 3)")
     pr.add_argument("--save-trace", default=None, metavar="PATH", help="keep the Chrome trace here")
@@ -103,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:  # the model itself failed
             raise ConfigError(f"{args.target}: running the model failed: {type(exc).__name__}: {exc}") from None
     record = prof.to_dict()
-    record.update(name=name, toolchain={**toolchain(), "device_name": prof.device_name})
+    # a model profiled here: the toolchain names the GPU it ran on (on a host of several)
+    where = (args.device or "cuda") if args.target is not None and prof.device == "cuda" else None
+    record.update(name=name, toolchain={**toolchain(where), "device_name": prof.device_name})
     with SQLiteStore(args.db) as store:
         profile_id = store.save_profile(record)
     if args.json:

@@ -32,6 +32,8 @@ from typing import Any
 import msgspec
 import torch
 
+from evokernel.judge.device import cuda_index, device_kind
+
 __all__ = ["main", "Sandboxed", "Ready", "Done", "Timing", "Failed", "WorkerMessage", "VALUE_PREFIX"]
 
 _type = builtins.type
@@ -207,7 +209,7 @@ def _is_cuda_error(text: str) -> bool:
 # -- setup ---------------------------------------------------------------------------------
 class Setup(msgspec.Struct):
     source: str  # the candidate module's text
-    device: str  # "cpu" or "cuda"
+    device: str  # "cpu" or "cuda:N" (the judge's GPU, by index: this process's "cuda" would be GPU 0)
     log_path: str
     work_dir: str  # candidate file, triton cache
     input_specs: list[list[tuple[list[int], list[int], str]]]  # per shape: (shape, stride, dtype) per input
@@ -659,6 +661,13 @@ _STATE = {"ready": False}
 
 def _main(conn: Any, setup: Setup, arena: Any = None) -> None:
     stamps = {"entered": time.time()}
+    kind = device_kind(setup.device)  # "cuda" or "cpu": what the steps below branch on
+    if kind == "cuda":
+        try:  # the judge's GPU, before anything touches CUDA: streams, events, graphs and "cuda" tensors go there
+            torch.cuda.set_device(cuda_index(setup.device))
+        except Exception as exc:
+            _send(conn, Failed(kind="setup", error=f"cannot select {setup.device}: {_error_text(exc)}"))
+            return
     try:  # as the judge's user: the driver refuses the IPC mapping once privileges are dropped
         arena = _map_block(arena)
     except Exception as exc:
@@ -682,15 +691,15 @@ def _main(conn: Any, setup: Setup, arena: Any = None) -> None:
     if setup.seed_cache:
         _seed_cache(setup.seed_cache, cache_dir)
     stamps["set_up"] = time.time()
-    if setup.device == "cpu":
+    if kind == "cpu":
         torch.set_num_threads(1)
-    if (os.environ.get("TRITON_INTERPRET") == "1") != (setup.device == "cpu"):
+    if (os.environ.get("TRITON_INTERPRET") == "1") != (kind == "cpu"):
         _send(conn, Failed(kind="setup", error="sandbox server runs triton in the wrong mode for this device"))
         return
     try:
-        if setup.device == "cuda":
+        if kind == "cuda":
             torch.cuda.init()
-            torch.empty(1, device="cuda")
+            torch.empty(1, device=setup.device)
     except Exception as exc:
         _send(conn, Failed(kind="setup", error=_error_text(exc)))
         return
@@ -706,11 +715,11 @@ def _main(conn: Any, setup: Setup, arena: Any = None) -> None:
         if kernel is None:
             if not setup.reusable:
                 return  # it said why; the judge replaces the process
-            source = _serve(conn, None, view, setup.device)  # only "load" or "exit" come now
+            source = _serve(conn, None, view, kind)  # only "load" or "exit" come now
             continue
         prewarmed = True
         _STATE["ready"] = True
-        source = _serve(conn, kernel, view, setup.device)
+        source = _serve(conn, kernel, view, kind)
 
 
 def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float], *, prewarm: bool) -> Any:
@@ -729,7 +738,8 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
     import_s = _perf_counter() - t0
     t1 = _perf_counter()
     compiled = 0
-    if setup.device == "cuda":
+    cuda = device_kind(setup.device) == "cuda"
+    if cuda:
         try:
             compiled, compile_error = _compile_only(kernel, setup.input_specs, setup.device)
         except BaseException as exc:
@@ -739,7 +749,7 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
             _send(conn, Failed(kind="compile", error=compile_error))
             return None
     compile_s = _perf_counter() - t1
-    if setup.device == "cuda" and prewarm:
+    if cuda and prewarm:
         from evokernel.judge.timing import prewarm_cuda
 
         try:
@@ -756,7 +766,8 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
 
 
 def _serve(conn: Any, kernel: Any, view: Any, device: str) -> str | None:
-    """Answer the judge's calls and timings for one candidate. Returns the next candidate's
+    """Answer the judge's calls and timings for one candidate (`device`: "cuda", the current
+    device, which `_main` made the judge's GPU, or "cpu"). Returns the next candidate's
     source when the judge hands this process another one (a trusted template candidate
     after a trusted one), None when it is done."""
     while True:

@@ -1,7 +1,8 @@
 """The environment a result was measured in: GPU, driver, CUDA, torch and triton versions.
 
 Read without importing torch (versions come from package metadata, the GPU from
-nvidia-smi), so recording it costs milliseconds.
+nvidia-smi), so recording it costs milliseconds; `toolchain(device)` names that device's GPU
+instead, through torch (the GPU a result was measured on, on a host of several).
 
 >>> {'gpu', 'driver', 'cuda', 'torch', 'triton'} <= set(environment())
 True
@@ -46,15 +47,25 @@ def _gpus() -> tuple[list[str], str | None]:
     return [r[0] for r in rows], (rows[0][1] if rows and len(rows[0]) > 1 else None)
 
 
-def toolchain() -> dict[str, Any]:
-    """What a kernel's speed depends on besides its code: GPU, driver, CUDA, compilers."""
+def toolchain(device: str | None = None) -> dict[str, Any]:
+    """What a kernel's speed depends on besides its code: GPU, driver, CUDA, compilers.
+
+    "gpu" is the name of `device`'s GPU ("cuda" or "cuda:N": torch's name for it, which
+    follows CUDA_VISIBLE_DEVICES; nvidia-smi's first GPU where torch cannot say), so a result
+    records the GPU that ran it; None for "cpu". With no device (the host's environment, read
+    without importing torch) it is nvidia-smi's first GPU."""
     gpus, driver = _gpus()
+    gpu = gpus[0] if gpus else None
+    if device is not None:
+        from evokernel.judge.device import gpu_name, is_cuda
+
+        gpu = (gpu_name(device) or gpu) if is_cuda(device) else None
     torch_version = _version("torch")
     cuda = None
     if torch_version and "+cu" in torch_version:
         cuda = torch_version.split("+cu", 1)[1]
     return {
-        "gpu": gpus[0] if gpus else None,
+        "gpu": gpu,
         "driver": driver,
         "cuda": cuda,
         "torch": torch_version,

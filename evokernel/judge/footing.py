@@ -160,18 +160,29 @@ def speedup(candidate: Timed, baseline: Timed) -> float:
 
 def read_clocks(device: int = 0) -> dict[str, float]:
     """The GPU's current SM and memory clocks in MHz through NVML, {} where NVML is not
-    available (clocks drift with temperature: a figure says what they were)."""
+    available (clocks drift with temperature: a figure says what they were). `device` is
+    torch's index (CUDA_VISIBLE_DEVICES applies), turned into NVML's, which ignores it."""
     try:
         import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(device)
+        h = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(device))
         return {
             "sm_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
             "mem_mhz": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)),
         }
     except Exception:
         return {}
+
+
+def _nvml_index(device: int) -> int:
+    """NVML's index of torch's CUDA device `device` (they differ under CUDA_VISIBLE_DEVICES)."""
+    try:
+        import torch
+
+        return int(torch.cuda._get_nvml_device_index(device))
+    except Exception:  # a torch without the helper, or an unusual CUDA_VISIBLE_DEVICES: as given
+        return device
 
 
 def host_time_us(fn: Callable[[], Any], *, calls: int = 200, repeats: int = 5) -> float:

@@ -21,6 +21,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import statistics
@@ -33,6 +34,7 @@ import msgspec
 
 from evokernel.judge._worker import VALUE_PREFIX, Done, Timing
 from evokernel.judge.timing import median_ci, perturbable
+from evokernel.judge.device import check_device, cuda_index, is_cuda, on_device
 from evokernel.judge.footing import Footing
 from evokernel.judge.hardware import Peaks, peaks_for
 from evokernel.judge.problem import Problem, ProblemError, shape_key
@@ -448,7 +450,7 @@ class _Run:
             if isinstance(at, (int, float)) and prev and math.isfinite(at) and 0 <= at - prev < 3600:
                 self.steps[f"r_{name}"] = at - prev
                 prev = at
-        if judge.device == "cuda":
+        if judge.cuda:
             self.sandbox.prioritise()
         if judge.seed is not None and self.sandbox.trusted and not self.sandbox.uses:
             judge.seed.harvest(self.sandbox.work_dir)
@@ -539,17 +541,37 @@ def _compile_failure(text: str) -> bool:
 
 
 class Judge:
-    """Checks and times candidates for one problem on one device."""
+    """Checks and times candidates for one problem on one device: "cpu", "cuda" (the current
+    CUDA device when the judge is made) or "cuda:N". The judge's inputs live on that GPU, and
+    the candidates' processes run on it (they are handed its index)."""
 
     def __init__(self, problem: Problem, device: str = "cpu", options: GateOptions | None = None) -> None:
+        check_device(device, f"Judge(device={device!r})")
         self.problem = problem
-        self.device = device
+        self.device = device  # as given: what the problem's make_inputs is handed
         self.options = options or GateOptions()
         from evokernel.judge.sandbox import isolation_report
 
         # which protections candidates get here (SandboxUnavailable now, before any device
         # memory is taken, if they are required and one does not hold)
         self.isolation = isolation_report(self.options.sandbox, device)
+        self.cuda = is_cuda(device)
+        # the GPU itself, fixed now ("cuda" is whichever was current): candidates are sent there
+        self.index: int | None = cuda_index(device) if self.cuda else None
+        with self.on_device():
+            self._build(problem, device)
+
+    def on_device(self) -> contextlib.AbstractContextManager[Any]:
+        """The judge's GPU as the current CUDA device (nothing on the CPU)."""
+        return on_device(f"cuda:{self.index}" if self.cuda else "cpu")
+
+    @property
+    def worker_device(self) -> str:
+        """The device candidates' processes are told: "cuda:N" with the judge's GPU's index
+        (a new process's "cuda" would be its GPU 0), or "cpu"."""
+        return f"cuda:{self.index}" if self.cuda else "cpu"
+
+    def _build(self, problem: Problem, device: str) -> None:
         self.peaks: Peaks | None = peaks_for(device)
         arena = _Arena(device)
         opt = self.options
@@ -567,7 +589,7 @@ class Judge:
         self._timing_seeds: dict[str, list[list[int]]] = {}
         self.degenerate = self._canary()
         # Triton's host-side helpers, built once by trusted candidates and copied into the rest
-        self.seed = SeedCache() if device == "cuda" and self.options.seed_cache else None
+        self.seed = SeedCache() if self.cuda and self.options.seed_cache else None
 
     def timing_seeds(self, shape: _Shape, block: int) -> list[int]:
         """The input sets of every candidate's `block`-th timing block on `shape`: drawn once
@@ -589,7 +611,7 @@ class Judge:
         for shape in self.tuning + self.heldout:
             shape.inputs, shape.slots, shape.rotation, shape.samples, shape.refs = [], [], [], [], {}
         self.tuning, self.heldout = [], []
-        if self.device == "cuda":
+        if self.cuda:
             import gc
 
             import torch
@@ -607,8 +629,9 @@ class Judge:
                 )
             self.arena.base = None
             gc.collect()
-            torch.cuda.ipc_collect()
-            torch.cuda.empty_cache()
+            with self.on_device():
+                torch.cuda.ipc_collect()
+                torch.cuda.empty_cache()
         else:
             self.arena.base = None
 
@@ -619,9 +642,9 @@ class Judge:
         helpers Triton builds for it may be shared with later candidates."""
         specs = [s.specs for s in self.tuning + self.heldout]
         outs = sorted({str(t.dtype).removeprefix("torch.") for s in self.tuning for t in s.slots})
-        return Sandbox(
+        sandbox = Sandbox(
             source,
-            device=self.device,
+            device=self.worker_device,
             input_specs=specs,
             arena=self.arena.base,
             output_dtypes=outs,
@@ -629,7 +652,9 @@ class Judge:
             label=label,
             trusted=trusted,
             seed_cache=self.seed.path if self.seed is not None else None,
-        ).start()
+        )
+        with self.on_device():  # (often on a thread of its own, whose current device is GPU 0)
+            return sandbox.start()
 
     def check(self, source: str, label: str = "candidate") -> Verdict:
         sandbox = self.sandbox(source, label)
@@ -641,6 +666,10 @@ class Judge:
     def judge(self, sandbox: Sandbox, best: Mapping[str, float] | None = None) -> Verdict:
         """Check, time and re-check a started sandbox. `best`: the best median so far per
         shape key, for racing (see GateOptions.race)."""
+        with self.on_device():
+            return self._judge(sandbox, best)
+
+    def _judge(self, sandbox: Sandbox, best: Mapping[str, float] | None) -> Verdict:
         run = _Run(self, sandbox)
         bad = run.prepare() or run.check()
         if bad is not None:
@@ -671,6 +700,10 @@ class Judge:
         rotates each round), so all of them are measured under the same conditions and, in a
         round, on the same inputs (new ones each round). This is
         how elites are re-measured against each other before they are reported."""
+        with self.on_device():
+            return self._judge_together(sandboxes, rounds)
+
+    def _judge_together(self, sandboxes: Sequence[Sandbox], rounds: int) -> list[Verdict]:
         runs = [_Run(self, sb) for sb in sandboxes]
         verdicts: list[Verdict | None] = [run.prepare() or run.check() for run in runs]
         block = dict(self.options.timing)
@@ -801,7 +834,7 @@ class Judge:
                 accepted=False, reason=f"timing returned no valid samples ({shape.key})", status=Status.RUNTIME_ERROR
             )
         med = statistics.median(samples)
-        if self.device == "cuda" and got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
+        if self.cuda and got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
             return Verdict(
                 accepted=False,
                 status=Status.INCORRECT,
@@ -810,7 +843,7 @@ class Judge:
                     f"the device synchronised, {med:.4f} ms timed ({shape.key})"
                 ),
             )
-        if self.device == "cuda":
+        if self.cuda:
             mode = "graph" if got.graph else "held" if got.phases.get("held") else "eager"
             flush = int(spec.get("flush_mb", 256))
         else:
@@ -834,10 +867,10 @@ class Judge:
     def _settle(self) -> None:
         """Finish the judge's own writes (new inputs, poisoned slots) before the candidate's
         process, which does not share the judge's stream, reads or writes them."""
-        if self.device == "cuda":
+        if self.cuda:
             import torch
 
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.index)  # the judge's GPU, whichever is current
 
     def _roofline(self, shape: _Shape, t: ShapeTiming) -> ShapeTiming | Verdict:
         flops, nbytes = self.problem.flops(shape.shape), self.problem.bytes(shape.shape)
@@ -868,7 +901,7 @@ class Judge:
         status = _STATUS.get(kind, Status.CRASH)
         if kind == "raised" and _compile_failure(error):
             status = Status.COMPILE_ERROR
-        fault = self.device == "cuda" and kind in ("crash", "cuda_error")
+        fault = self.cuda and kind in ("crash", "cuda_error")
         return Verdict(
             accepted=False, reason=f"{kind}: {error}", status=status, label=label, log_tail=log_tail, fault=fault
         )

@@ -60,9 +60,9 @@ PEAKS: dict[str, Peaks] = {
 
 
 def peaks_for(device: str) -> Peaks | None:
-    """The peaks of the current CUDA device, or None on the CPU or an unknown GPU."""
-    if device != "cuda":
-        return None
-    import torch
+    """The peaks of `device`'s GPU ("cuda": the current one; "cuda:N"), or None on the CPU or
+    an unknown GPU."""
+    from evokernel.judge.device import gpu_name
 
-    return PEAKS.get(torch.cuda.get_device_name())
+    name = gpu_name(device)
+    return PEAKS.get(name) if name else None

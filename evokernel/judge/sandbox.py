@@ -48,6 +48,7 @@ from typing import Any
 import msgspec
 
 from evokernel.judge._isolation import PROTECTIONS, Report, probe
+from evokernel.judge.device import is_cuda
 from evokernel.judge._worker import Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
 from evokernel.core.errors import EvokernelError
 
@@ -247,7 +248,7 @@ def isolation_report(options: SandboxOptions | None = None, device: str | None =
     frozenset()
     """
     mode, wanted = _isolation_wanted(options or SandboxOptions())
-    cuda = device is not None and device.startswith("cuda")
+    cuda = is_cuda(device)
     report = _probe(wanted - {"shm"} if cuda else wanted)
     if cuda and "shm" in wanted:
         report = Report(report.on, {**report.off, "shm": CUDA_SHM})
@@ -539,7 +540,9 @@ def _pidfd(pid: int) -> int | None:
 
 class Sandbox:
     """One candidate's process. `start()` returns at once: the candidate imports and
-    compiles in the background while the judge works with other sandboxes."""
+    compiles in the background while the judge works with other sandboxes. `device`: "cpu" or
+    "cuda:N", the GPU the process selects before it maps the judge's block (a bare "cuda" is
+    the new process's current device, its GPU 0; the Judge always sends an index)."""
 
     def __init__(
         self,

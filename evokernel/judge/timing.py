@@ -290,18 +290,33 @@ def prewarm_cuda(
     loading of every kernel `time_cuda` and the Perturber launch (fill, random draws, index
     reads and writes, copies, events), each launched once on a handful of elements. Meant
     for the candidate's compile phase, where it runs in parallel with other candidates'
-    timings: it touches the GPU for microseconds only. (`device="cpu"` runs the same steps
-    where there is no GPU, for tests.)"""
+    timings: it touches the GPU for microseconds only. `device`: "cuda" (the current device)
+    or "cuda:N"; `device="cpu"` runs the same steps where there is no GPU, for tests."""
     import torch
 
+    from evokernel.judge.device import is_cuda, on_device
+
+    with on_device(device):
+        _prewarm(torch, input_dtypes, output_dtypes, flush_mb, hold_timeout_s, device, is_cuda(device))
+
+
+def _prewarm(
+    torch: Any,
+    input_dtypes: Sequence[Any],
+    output_dtypes: Sequence[Any],
+    flush_mb: int,
+    hold_timeout_s: float,
+    device: str,
+    cuda: bool,
+) -> None:
     flush = torch.empty(flush_mb * 2**20, dtype=torch.int8, device=device)
     del flush
-    if device == "cuda":
+    if cuda:
         StreamHold.shared(torch, hold_timeout_s)
     small = torch.empty(4096, dtype=torch.int8, device=device)
     small.zero_()
     start = end = None
-    if device == "cuda":
+    if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
     recs = []
@@ -436,7 +451,8 @@ def time_cuda(
 ) -> tuple[list[float], bool, float]:
     """Per-call device times in ms (one input set per call, rotating), whether graphs were
     replayed, and the wall time per call of a device-synchronised loop (no flush), which
-    exposes work that escaped the timed stream. `sample` sees every timed call's outputs
+    exposes work that escaped the timed stream. It runs on the current CUDA device (the
+    candidate's process made it the judge's GPU: `_worker._main`). `sample` sees every timed call's outputs
     right after its end event (outside the timed region). `phases`, if given, receives the
     wall seconds of each step (setup, warmup, probe, graph, measure, escape).
 

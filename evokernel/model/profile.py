@@ -69,6 +69,7 @@ from typing import Any
 import msgspec
 
 from evokernel.core.errors import ConfigError
+from evokernel.judge.device import check_device, default_device, is_cuda, on_device
 from evokernel.judge.hardware import PEAKS, Peaks, peaks_for
 
 __all__ = ["Kernel", "Opportunity", "Profile", "profile_module", "parse_trace", "load_target", "SCOPE"]
@@ -650,8 +651,11 @@ def parse_trace(
     ext_ids = {s.args.get("External id"): s for s in ops if s.args.get("External id") is not None}
 
     notes: list[str] = []
-    props = data.get("deviceProperties") or []
-    device_name = str(props[0].get("name", "")) if props and isinstance(props[0], dict) else ""
+    props = [p for p in data.get("deviceProperties") or [] if isinstance(p, dict)]
+    # the GPU the kernels ran on (a trace lists every GPU of the host; the first may be another)
+    ran_on = next((d for e in gpu if (d := (e.get("args") or {}).get("device")) is not None), None)
+    named = [p for p in props if ran_on is not None and str(p.get("id")) == str(ran_on)] or props
+    device_name = str(named[0].get("name", "")) if named else ""
     records: list[dict[str, Any]] = []  # kernel fields, and the op whose work they share
     launch_us = 0.0
     if gpu:
@@ -825,14 +829,28 @@ def profile_module(
 ) -> Profile:
     """Profile `model(*example_inputs)` on `device` (default: cuda when present): `warmup` calls,
     then `iters` calls under torch.profiler, in eval mode and inference_mode. The model and
-    tensor inputs are moved to the device; `trace_path` keeps the Chrome trace."""
+    tensor inputs are moved to the device ("cpu", "cuda" or "cuda:N"); `trace_path` keeps the
+    Chrome trace."""
+    device = check_device(device, f"profile on device {device!r}") if device else default_device()
+    on_gpu = is_cuda(device)
+    with on_device(device):  # (the profiler's CUDA activity and the synchronisations: that GPU)
+        return _profile_module(model, example_inputs, device, on_gpu, warmup, iters, target, trace_path, peaks)
+
+
+def _profile_module(
+    model: Any,
+    example_inputs: Any,
+    device: str,
+    on_gpu: bool,
+    warmup: int,
+    iters: int,
+    target: str,
+    trace_path: str | os.PathLike[str] | None,
+    peaks: Peaks | None,
+) -> Profile:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    on_gpu = device.startswith("cuda")
-    if on_gpu and not torch.cuda.is_available():
-        raise ConfigError("device cuda: no CUDA GPU is available here")
     inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
     model = model.to(device).eval()
@@ -852,7 +870,7 @@ def profile_module(
         for h in handles:
             h.remove()
     if peaks is None and on_gpu:
-        peaks = peaks_for("cuda")
+        peaks = peaks_for(device)
     if trace_path is not None:
         prof.export_chrome_trace(str(trace_path))
         return parse_trace(trace_path, peaks=peaks, iterations=iters, target=target)
