@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
         "sglang-plugin: a package for evokernel's SGLang plugin (EVOKERNEL_SGLANG_PACKAGE): those "
         "configs plus evokernel's fused-MoE kernel at its tuned configs",
     )
-    ex.add_argument("db", help="the search database (SQLite)")
+    ex.add_argument("db", help="the search database: an SQLite file or a postgresql:// URL")
     ex.add_argument("--out", required=True, help="folder to write (files in it are merged, not replaced)")
     ex.add_argument("--device-name", default=None, help="GPU name for the file names (default: what the run recorded)")
     ex.add_argument("--triton-version", default=None, help="Triton version for the folder (default: the run's)")

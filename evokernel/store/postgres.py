@@ -33,14 +33,14 @@ _CLAIMS_LOCK = -0x636C61696D73  # "claims": claim transactions, in one order
 
 def psycopg_url(url: str) -> sa.URL:
     """`postgresql://` or `postgres://` as SQLAlchemy's psycopg (3) URL; ConfigError without psycopg."""
+    if url.startswith("postgres://"):  # (what Heroku and others write)
+        url = "postgresql://" + url[len("postgres://") :]
     try:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError as exc:
         raise ConfigError(f"not a database URL: {url!r} ({exc})") from None
-    if parsed.get_backend_name() not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {url!r}")
-    if parsed.get_driver_name() not in ("psycopg", "postgresql", "postgres", ""):
-        raise ConfigError(f"the PostgreSQL store talks through psycopg (3), not {parsed.get_driver_name()!r}: {url!r}")
+    if parsed.drivername not in ("postgresql", "postgresql+psycopg"):
+        raise ConfigError(f"the PostgreSQL store takes postgresql:// or postgresql+psycopg:// URLs, not {url!r}")
     try:
         import psycopg  # noqa: F401
     except ImportError:
@@ -57,7 +57,8 @@ class PostgresStore(SQLStore):
     def __init__(self, url: str, *, create: bool = True) -> None:
         super().__init__()
         parsed = psycopg_url(url)
-        self.path = parsed.set(password=None).render_as_string(hide_password=False).replace("+psycopg", "", 1)
+        shown = parsed._replace(password=None)  # (URL.set cannot unset a field)
+        self.path = shown.render_as_string(hide_password=False).replace("+psycopg", "", 1)
         engine = sa.create_engine(parsed, poolclass=NullPool)
         try:
             self._conn = engine.connect()

@@ -3,7 +3,8 @@
 `CompleteStore` (evokernel.store) is what the engine and the tools call on a store: runs,
 results, re-measurements, elites, events, and the capabilities the tools use (forgetting a
 batch, finding runs, the knowledge base, the kernel database, workload profiles). The suite
-runs once per back end of `_components.STORES` (SQLite in a file and in memory).
+runs once per back end of `_components.STORES` (SQLite in a file and in memory) and on a
+real PostgreSQL (tests/_postgres.py).
 """
 
 from __future__ import annotations
