@@ -122,21 +122,26 @@ def test_not_a_store(tmp_path: Path):
 
 
 # -- both back ends: claims, run locks, URLs, schema revisions ------------------------------
-def test_claims_hold_one_owner_at_a_time_until_released_stored_or_expired(store: CompleteStore):
-    _run(store)
-    assert store.claim(["a", "b"], "fp", "me", 60) == {"a", "b"}
-    assert store.claim(["b", "c"], "fp", "you", 60) == {"c"}  # b is mine
-    assert store.claim(["b"], "other-fp", "you", 60) == {"b"}  # a claim is per fingerprint
-    assert store.claim(["a", "b"], "fp", "me", 60) == {"a", "b"}  # renewed
-    store.release("me", ["a"])
-    assert store.claim(["a"], "fp", "you", 60) == {"a"}
+def test_claims_hold_one_live_owner_at_a_time_until_released_stored_expired_or_dead(store_url: str):
+    mine, yours = open_store(store_url), open_store(store_url)  # two drivers
+    _run(mine, "rA")
+    _run(yours, "rB")
+    assert mine.claim("rA", ["a", "b"], "fp", "me", 60) == {"a", "b"}
+    assert yours.claim("rB", ["b", "c"], "fp", "you", 60) == {"c"}  # b is mine
+    assert yours.claim("rB", ["b"], "other-fp", "you", 60) == {"b"}  # a claim is per fingerprint
+    assert mine.claim("rA", ["a", "b"], "fp", "me", 60) == {"a", "b"}  # renewed
+    mine.release("me", ["a"])
+    assert yours.claim("rB", ["a"], "fp", "you", 60) == {"a"}
     g = Genome.of({"x": 1})
-    store.record("r1", 0, g, "fp", Result.ok(0.5))
-    assert store.claim([g.id], "fp", "you", 60) == set()  # measured already: nothing to claim
-    assert store.claim(["d"], "fp", "ghost", -1.0) == {"d"}  # a lease that has run out ...
-    assert store.claim(["d"], "fp", "me", 60) == {"d"}  # ... is taken over
-    store.release("me")
-    assert store.claim(["b"], "fp", "you", 60) == {"b"}
+    mine.record("rA", 0, g, "fp", Result.ok(0.5))
+    assert yours.claim("rB", [g.id], "fp", "you", 60) == set()  # measured already: nothing to claim
+    assert yours.claim("rB", ["d"], "fp", "you", -1.0) == {"d"}  # a lease that has run out ...
+    assert mine.claim("rA", ["d"], "fp", "me", 60) == {"d"}  # ... is taken over
+    mine.release("me")
+    assert yours.claim("rB", ["b"], "fp", "you", 60) == {"b"}
+    yours.close()  # its driver dies: its run lock goes with it ...
+    assert mine.claim("rA", ["b", "c"], "fp", "me", 60) == {"b", "c"}  # ... and so do its claims
+    mine.close()
 
 
 def test_a_second_store_starting_a_running_run_is_refused_until_the_first_finishes(store_url: str):

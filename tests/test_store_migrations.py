@@ -57,7 +57,7 @@ def _still_writable(store: CompleteStore) -> None:
     g = Genome.of({"BM": 999})
     store.record("run-ccc3", 0, g, "fp", Result.ok(0.1))
     assert store.lookup("run-ccc3", g.id, "fp").result_id > EXPECTED["counts"]["results"]
-    assert store.claim(["new"], "fp", "me", 60) == {"new"}
+    assert store.claim("run-ccc3", ["new"], "fp", "me", 60) == {"new"}
     assert store.run("run-c").id == "run-ccc3" and store.run("run-a").id == "run-aaa1"
 
 

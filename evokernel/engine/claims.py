@@ -5,13 +5,14 @@ Before a run measures genomes that no stored result covers, it claims them in th
 again: the run measures its own first, then waits for the other's result (polling the
 store) and records it as reused. A claim whose lease ran out (its owner died or hangs) is
 taken over and measured. With one driver every claim succeeds and the run is what it would
-be without claims (deterministic for a seed).
+be without claims (deterministic for a seed). A claim of a driver that died is taken over at
+once: its run's lock (which the OS or the database server drops with the process) is gone.
 
 >>> from evokernel.store import SQLiteStore
 >>> store = SQLiteStore(":memory:")
->>> mine, theirs = Claimer(store, "run-a", "fp"), Claimer(store, "run-b", "fp")
->>> mine.claim(["g1", "g2"]), theirs.claim(["g2", "g3"])
-(set(), {'g2'})
+>>> claims = Claimer(store, "run-a", "fp")
+>>> claims.claim(["g1", "g2"]), sorted(claims.held)  # none to leave to another driver
+(set(), ['g1', 'g2'])
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from evokernel.store import Claims, Hit, Store
 __all__ = ["Claimer", "LEASE_S", "POLL_S"]
 
 #: How long a claim holds without renewal: a driver renews its claims while it measures
-#: (every third of this), so only a dead or hung owner's claim runs out
+#: (every third of this), so only a hung owner's claim runs out (a dead one's run lock is gone)
 LEASE_S = 120.0
 #: How often a waiting driver looks for another's result
 POLL_S = 0.05
@@ -39,6 +40,7 @@ class Claimer:
 
     def __init__(self, store: Store, run_id: str, fingerprint: str, *, lease_s: float = LEASE_S) -> None:
         self.store = store if isinstance(store, Claims) else None
+        self.run_id = run_id
         self.fingerprint = fingerprint
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{run_id}"
         self.lease_s = lease_s
@@ -50,7 +52,7 @@ class Claimer:
         result was stored since they were looked up)."""
         if self.store is None or not genome_ids:
             return set()
-        got = self.store.claim(genome_ids, self.fingerprint, self.owner, self.lease_s)
+        got = self.store.claim(self.run_id, genome_ids, self.fingerprint, self.owner, self.lease_s)
         self.held |= got
         self.renewed = time.monotonic()
         return set(genome_ids) - got
@@ -71,8 +73,9 @@ class Claimer:
 
     def wait(self, genome_id: str, lookup: Callable[[str], Hit | None], out_of_time: Callable[[], bool]) -> Hit | None:
         """The stored result another driver measured for the genome, once it is there; None
-        when the genome is this run's to measure after all (the other's claim ran out or was
-        given up without a result, and this run holds it now) or the run is out of time."""
+        when the genome is this run's to measure after all (the other's driver died, its claim
+        ran out or was given up without a result, and this run holds it now) or the run is out
+        of time."""
         while True:
             hit = lookup(genome_id)
             if hit is not None:

@@ -230,11 +230,13 @@ class Claims(Protocol):
 
     Called by the engine (evokernel.engine.claims) before it measures genomes no stored result
     covers: it measures those it holds and waits for the others' results (taking a claim over
-    once its lease has run out: its owner died). A store without it lets every driver measure."""
+    once its owner's run is no longer running, or its lease has run out). A store without it
+    lets every driver measure."""
 
-    def claim(self, genome_ids: list[str], fingerprint: str, owner: str, lease_s: float) -> set[str]:
-        """Claim the genomes under the fingerprint for `owner` for `lease_s` seconds; the ids
-        `owner` holds now (not those with a stored result, nor those another owner holds)."""
+    def claim(self, run_id: str, genome_ids: list[str], fingerprint: str, owner: str, lease_s: float) -> set[str]:
+        """Claim the genomes under the fingerprint for `owner` (of run `run_id`) for `lease_s`
+        seconds; the ids `owner` holds now (not those with a stored result, nor those another
+        live owner holds)."""
         ...
 
     def release(self, owner: str, genome_ids: list[str] | None = None) -> None:

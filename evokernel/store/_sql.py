@@ -401,16 +401,18 @@ class SQLStore:
         return [(k, json.loads(p), c) for k, p, c in rows]
 
     # -- claims: drivers sharing a store measure each genome once ---------------------------
-    def claim(self, genome_ids: list[str], fingerprint: str, owner: str, lease_s: float) -> set[str]:
-        """Claim the genomes for `owner` until `lease_s` from now; the ids it holds now.
+    def claim(self, run_id: str, genome_ids: list[str], fingerprint: str, owner: str, lease_s: float) -> set[str]:
+        """Claim the genomes for `owner` (of run `run_id`) until `lease_s` from now; the ids it holds now.
 
         A genome with a stored result under the fingerprint is not claimed (there is nothing
-        to measure); one claimed by another owner whose lease has run out is taken over; one
-        `owner` holds already has its lease renewed."""
+        to measure); one `owner` holds already has its lease renewed; one claimed by another
+        owner is taken over when its lease has run out, or when its run is not running (its
+        driver died: the run lock is gone) so that a killed driver holds nothing up."""
         if not genome_ids:
             return set()
         cl, r = s.claims, s.results
         now = time.time()
+        row = {"fingerprint": fingerprint, "owner": owner, "run_id": run_id, "expires": now + lease_s, "created": now}
         with self._tx() as c:
             self._lock_claims(c)
             stored = set(
@@ -421,18 +423,25 @@ class SQLStore:
             want = sorted(set(genome_ids) - stored)  # one order for every driver's row locks
             if not want:
                 return set()
-            rows = [
-                {"genome_id": g, "fingerprint": fingerprint, "owner": owner, "expires": now + lease_s, "created": now}
-                for g in want
-            ]
-            c.execute(self._insert(cl).on_conflict_do_nothing(), rows)
-            mine = (cl.c.fingerprint == fingerprint, cl.c.genome_id.in_(want))
+            c.execute(self._insert(cl).on_conflict_do_nothing(), [{**row, "genome_id": g} for g in want])
+            these = (cl.c.fingerprint == fingerprint, cl.c.genome_id.in_(want))
             c.execute(
                 cl.update()
-                .where(*mine, sa.or_(cl.c.owner == owner, cl.c.expires < now))
-                .values(owner=owner, expires=now + lease_s)
+                .where(*these, sa.or_(cl.c.owner == owner, cl.c.expires < now))
+                .values(owner=owner, run_id=run_id, expires=now + lease_s)
             )
-            return set(c.execute(sa.select(cl.c.genome_id).where(*mine, cl.c.owner == owner)).scalars())
+            holders = c.execute(sa.select(cl.c.genome_id, cl.c.owner, cl.c.run_id).where(*these)).all()
+        others = {(o, rid) for _, o, rid in holders if o != owner}
+        dead = [o for o, rid in others if rid in self._held or not self.running_elsewhere(rid)]
+        if dead:
+            with self._tx() as c:
+                self._lock_claims(c)
+                c.execute(
+                    cl.update()
+                    .where(*these, cl.c.owner.in_(dead))
+                    .values(owner=owner, run_id=run_id, expires=now + lease_s)
+                )
+        return {g for g, o, _ in holders if o == owner or o in dead}
 
     def _lock_claims(self, conn: sa.Connection) -> None:
         """Serialise claim transactions where the back end does not already (SQLite's write

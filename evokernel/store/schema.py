@@ -191,14 +191,16 @@ profiles = sa.Table(
 
 # -- revision 0002 ---------------------------------------------------------------------
 # who is measuring a genome under a fingerprint now: drivers sharing a store measure each
-# genome once (evokernel.engine.claims). owner: host:pid:run; expires: a time.time() after
-# which another driver takes the claim over (its owner died or hung)
+# genome once (evokernel.engine.claims). owner: host:pid:run; run_id: the owner's run, whose
+# run lock says whether the owner is alive; expires: a time.time() after which another driver
+# takes the claim over (its owner hung)
 claims = sa.Table(
     "claims",
     METADATA,
     sa.Column("genome_id", sa.Text, primary_key=True),
     sa.Column("fingerprint", sa.Text, primary_key=True),
     sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Text, nullable=False),
     sa.Column("expires", sa.Float, nullable=False),
     sa.Column("created", sa.Float, nullable=False),
 )

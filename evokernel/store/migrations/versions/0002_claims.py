@@ -3,8 +3,8 @@
 Revision ID: 0002
 Revises: 0001
 
-`claims` holds who is measuring a genome under an evaluator fingerprint now, until when
-(evokernel.engine.claims). `meta.schema_version` becomes 2, which the first release
+`claims` holds who is measuring a genome under an evaluator fingerprint now (an owner, its
+run: alive while the run's lock is held), until when (evokernel.engine.claims). `meta.schema_version` becomes 2, which the first release
 refuses with its own clear message ("has store schema 2, this evokernel reads 1") instead
 of writing results without claiming them.
 """
@@ -26,6 +26,7 @@ def upgrade() -> None:
         sa.Column("genome_id", sa.Text, primary_key=True),
         sa.Column("fingerprint", sa.Text, primary_key=True),
         sa.Column("owner", sa.Text, nullable=False),
+        sa.Column("run_id", sa.Text, nullable=False),
         sa.Column("expires", sa.Float, nullable=False),
         sa.Column("created", sa.Float, nullable=False),
     )
