@@ -166,7 +166,9 @@ def test_a_schema_newer_than_this_code_is_refused(store_url: str):
     store = open_store(store_url)
     store.close()
     engine = sa.create_engine(
-        "sqlite:///" + store_url if "://" not in store_url else store_url.replace("postgresql://", "postgresql+psycopg://")
+        "sqlite:///" + store_url
+        if "://" not in store_url
+        else store_url.replace("postgresql://", "postgresql+psycopg://")
     )
     with engine.begin() as c:
         c.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))

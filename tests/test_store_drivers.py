@@ -41,7 +41,9 @@ space = evaluator.space
 
 
 def _engine(url: str) -> sa.Engine:
-    return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://") if "://" in url else f"sqlite:///{url}")
+    return sa.create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://") if "://" in url else f"sqlite:///{url}"
+    )
 
 
 def _measured_twice(url: str) -> list:

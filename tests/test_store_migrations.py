@@ -113,14 +113,26 @@ def test_a_postgres_store_at_revision_0001_is_upgraded_on_open_and_reads_back_wh
         tables = set(sa.inspect(c).get_table_names())
         assert "claims" not in tables and "runs" in tables
         # the first release's rows, as a 0001 store on PostgreSQL would hold them
-        for table in ("runs", "genomes", "results", "evaluations", "elites", "events", "lessons", "kernels", "profiles"):
+        for table in (
+            "runs",
+            "genomes",
+            "results",
+            "evaluations",
+            "elites",
+            "events",
+            "lessons",
+            "kernels",
+            "profiles",
+        ):
             cursor = old.execute(f"SELECT * FROM {table}")
             columns = [d[0] for d in cursor.description]
             rows = [dict(zip(columns, row)) for row in cursor]
             if rows:
                 c.execute(sa.table(table, *(sa.column(n) for n in columns)).insert(), rows)
         for table, column in (("runs", "seq"), ("results", "id"), ("events", "id"), ("profiles", "id")):
-            c.execute(sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), max({column})) FROM {table}"))
+            c.execute(
+                sa.text(f"SELECT setval(pg_get_serial_sequence('{table}', '{column}'), max({column})) FROM {table}")
+            )
         assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "0001"
     old.close()
 

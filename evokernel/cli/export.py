@@ -28,11 +28,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evokernel.integrations.sglang.export import sglang_moe, sglang_plugin_package
+
     store = existing_store(args.db)
     write = sglang_plugin_package if args.format == "sglang-plugin" else sglang_moe
-    report = write(
-        store, args.out, device_name=args.device_name, triton_version=args.triton_version
-    )
+    report = write(store, args.out, device_name=args.device_name, triton_version=args.triton_version)
     for line in report.skipped:
         print(f"skipped run {line}", file=sys.stderr)
     for line in getattr(report, "notes", ()):

@@ -23,6 +23,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evokernel.store.knowledge import kernels
+
     store = existing_store(args.db)
     shape = None
     if args.shape:

@@ -56,7 +56,7 @@ class SQLStore:
         with self._conn.begin():
             yield self._conn
 
-    def _rows(self, query: Any, *args: Any) -> list[sa.Row[Any]]:
+    def _rows(self, query: Any, *args: Any) -> list[Any]:
         with self._read() as c:
             return list(c.execute(query, *args))
 
@@ -269,7 +269,7 @@ class SQLStore:
                 created=time.time(),
             )
         )
-        return int(got.inserted_primary_key[0])
+        return _new_id(got)
 
     def _put_evaluation(
         self, c: sa.Connection, run_id: str, kind: str, seq: int, genome: Genome, result_id: int, *, cached: bool
@@ -294,9 +294,17 @@ class SQLStore:
         e, g, r = s.evaluations, s.genomes, s.results
         rows = self._rows(
             sa.select(
-                e.c.kind, e.c.seq, e.c.cached, e.c.parents, e.c.operator, e.c.generation, e.c.created,
-                g.c.params, g.c.source, r.c.record,
-            )  # fmt: skip
+                e.c.kind,
+                e.c.seq,
+                e.c.cached,
+                e.c.parents,
+                e.c.operator,
+                e.c.generation,
+                e.c.created,
+                g.c.params,
+                g.c.source,
+                r.c.record,
+            )
             .join(g, g.c.id == e.c.genome_id)
             .join(r, r.c.id == e.c.result_id)
             .where(e.c.run_id == run_id)
@@ -526,7 +534,7 @@ class SQLStore:
                     summary=_json(summary),
                 )
             )
-        return int(got.inserted_primary_key[0])
+        return _new_id(got)
 
     def profiles(self, *, name: str | None = None) -> list[dict[str, Any]]:
         """Stored profiles, oldest first: id, created, name, device, toolchain, rows, summary."""
@@ -577,6 +585,13 @@ def _run_info(row: Any) -> RunInfo:
         updated=updated,
         summary=json.loads(summary),
     )
+
+
+def _new_id(got: sa.CursorResult[Any]) -> int:
+    """The id the database gave the row an INSERT just wrote."""
+    key = got.inserted_primary_key
+    assert key is not None
+    return int(key[0])
 
 
 def _filtered(q: Any, table: sa.Table, **equal: str | None) -> Any:

@@ -18,6 +18,7 @@ import hashlib
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.pool import NullPool
 
 from evokernel.core.errors import ConfigError, StoreError
@@ -66,7 +67,7 @@ class PostgresStore(SQLStore):
             engine.dispose()
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             raise StoreError(f"cannot connect to PostgreSQL at {self.path}: {reason}") from None
-        self._insert = sa.dialects.postgresql.insert
+        self._insert = postgresql.insert
         try:
             with self._read() as c:
                 now = _migrate.state(c)

@@ -146,9 +146,7 @@ events = sa.Table(
     sqlite_autoincrement=True,
 )
 _KEYED = sa.text("key IS NOT NULL")
-sa.Index(
-    "one_event_per_key", events.c.run_id, events.c.key, unique=True, sqlite_where=_KEYED, postgresql_where=_KEYED
-)
+sa.Index("one_event_per_key", events.c.run_id, events.c.key, unique=True, sqlite_where=_KEYED, postgresql_where=_KEYED)
 
 # -- knowledge (evokernel.store.knowledge) and workload profiles (evokernel.model.profile) --
 lessons = sa.Table(

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.pool import StaticPool
 
 from evokernel.core.errors import StoreError
@@ -187,7 +188,7 @@ class SQLiteStore(SQLStore):
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         self._conn = engine.connect()
-        self._insert = sa.dialects.sqlite.insert
+        self._insert = sqlite_dialect.insert
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:

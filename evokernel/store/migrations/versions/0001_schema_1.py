@@ -33,7 +33,10 @@ def _schema_1() -> sa.MetaData:
         md,
         C("seq", _ID, primary_key=True, autoincrement=True),
         C("id", Text, nullable=False, unique=True),
-        *(C(c, Text, nullable=False) for c in ("name", "archive_key", "fingerprint", "config", "environment", "status")),
+        *(
+            C(c, Text, nullable=False)
+            for c in ("name", "archive_key", "fingerprint", "config", "environment", "status")
+        ),
         C("created", Float, nullable=False),
         C("updated", Float, nullable=False),
         C("summary", Text, nullable=False, server_default="{}"),
@@ -104,7 +107,9 @@ def _schema_1() -> sa.MetaData:
         C("created", Float, nullable=False),
         sqlite_autoincrement=True,
     )
-    sa.Index("one_event_per_key", events.c.run_id, events.c.key, unique=True, sqlite_where=_KEYED, postgresql_where=_KEYED)
+    sa.Index(
+        "one_event_per_key", events.c.run_id, events.c.key, unique=True, sqlite_where=_KEYED, postgresql_where=_KEYED
+    )
     T(
         "lessons",
         md,
