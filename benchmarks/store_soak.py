@@ -122,7 +122,9 @@ def main() -> int:
         open_store(url).close()  # the schema, before the drivers race for it
         ctx = mp.get_context("spawn")
         barrier, out = ctx.Barrier(args.drivers), ctx.Queue()
-        procs = [ctx.Process(target=_driver, args=(i, url, args.evaluations, barrier, out)) for i in range(args.drivers)]
+        procs = [
+            ctx.Process(target=_driver, args=(i, url, args.evaluations, barrier, out)) for i in range(args.drivers)
+        ]
         for p in procs:
             p.start()
         drivers = [out.get(timeout=1800) for _ in procs]

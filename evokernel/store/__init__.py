@@ -23,6 +23,7 @@ from evokernel.store._base import (
     RunInfo,
     Store,
 )
+from evokernel.store.postgres import PostgresStore
 from evokernel.store.sqlite import SQLiteStore
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Hit",
     "Evaluation",
     "SQLiteStore",
+    "PostgresStore",
     "open_store",
 ]
 
@@ -47,8 +49,6 @@ def open_store(url: str | os.PathLike[str], *, create: bool = True) -> CompleteS
     `postgres://`, `postgresql+psycopg://`) URL; `create=False` refuses one that does not exist."""
     text = str(url)
     if text.startswith(("postgresql://", "postgres://", "postgresql+")):
-        from evokernel.store.postgres import PostgresStore
-
         return PostgresStore(text, create=create)
     if "://" in text and not text.startswith("sqlite:///"):
         raise ConfigError(f"no store for {text!r}: give a file path, sqlite:///path, :memory: or postgresql://...")
