@@ -183,6 +183,19 @@ def test_profiles_are_kept_and_found_by_name(store: CompleteStore):
     assert [q["name"] for q in store.profiles()] == ["qwen", "flux"]
 
 
+def test_claims_are_held_renewed_released_and_never_of_a_measured_genome(store: CompleteStore):
+    begin(store, "r1")
+    assert store.claim("r1", ["a", "b"], "fp", "me", 60) == {"a", "b"}
+    assert store.claim("r1", ["a"], "fp", "me", 60) == {"a"}  # renewed
+    assert store.claim("r1", [], "fp", "me", 60) == set()
+    store.release("me", ["a"])
+    store.release("me")
+    g = Genome.of({"x": 1})
+    store.record("r1", 0, g, "fp", Result.ok(1.0))
+    assert store.claim("r1", [g.id, "c"], "fp", "me", 60) == {"c"}  # g has a result: nothing to measure
+    store.release("me")
+
+
 def test_a_search_resumes_from_it(store: CompleteStore):
     from evokernel.engine.landscape import builtin
     from evokernel.evaluators import ReplayEvaluator
