@@ -68,7 +68,10 @@ class SQLStore:
             now.check(self.path)
             if now.current or (not now.tables and not create):
                 return
-            _migrate.upgrade(c)
+            if not now.tables:
+                _migrate.create(c)
+            else:
+                _migrate.upgrade(c)
 
     def _lock_schema(self, conn: sa.Connection) -> None:
         """Serialise schema upgrades (SQLite's write transaction already does)."""
