@@ -4,7 +4,9 @@ Starts a throwaway PostgreSQL server (evokernel.store._pgserver, as the tests do
 unless --no-durable), then `--drivers` processes, each a replay search of `--evaluations`
 evaluations on the shipped matmul landscapes (four shapes, the seeds differing between
 drivers of one shape, so drivers of one shape propose some of the same genomes and claim or
-wait for them). They start together (a barrier). Then, from the database: every evaluation
+wait for them), under `--strategy` (default `random`: the cheapest proposals, so that the
+store, not the search's own CPU time, is what is measured; `default` runs Optuna's TPE in
+every driver). They start together (a barrier). Then, from the database: every evaluation
 a driver reported is stored (none lost), no genome was measured twice under one fingerprint
 (claims), no result is orphaned; and results written per second.
 
@@ -31,7 +33,7 @@ SHAPES = [
 ]
 
 
-def _driver(i: int, url: str, evaluations: int, barrier: Any, out: Any) -> None:
+def _driver(i: int, url: str, evaluations: int, strategy: str, barrier: Any, out: Any) -> None:
     """One search process: a replay search of one shape, started with the others."""
     from evokernel import Budget, Search
     from evokernel.engine.landscape import builtin
@@ -43,7 +45,8 @@ def _driver(i: int, url: str, evaluations: int, barrier: Any, out: Any) -> None:
     store = open_store(url)
     barrier.wait()
     t0 = time.time()
-    report = Search(ev.space, ev, store=store, name=f"soak-{i}").run(Budget(evaluations=evaluations), seed=seed)
+    search = Search(ev.space, ev, store=store, name=f"soak-{i}", strategy=strategy)
+    report = search.run(Budget(evaluations=evaluations), seed=seed)
     t1 = time.time()
     store.close()
     out.put(
@@ -109,6 +112,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--drivers", type=int, default=8)
     ap.add_argument("--evaluations", type=int, default=500, help="evaluations per driver")
+    ap.add_argument("--strategy", default="random", help="the drivers' search strategy (default: random)")
     ap.add_argument("--no-durable", action="store_true", help="fsync off (the tests' setting)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/store_soak.json"))
     args = ap.parse_args()
@@ -123,7 +127,8 @@ def main() -> int:
         ctx = mp.get_context("spawn")
         barrier, out = ctx.Barrier(args.drivers), ctx.Queue()
         procs = [
-            ctx.Process(target=_driver, args=(i, url, args.evaluations, barrier, out)) for i in range(args.drivers)
+            ctx.Process(target=_driver, args=(i, url, args.evaluations, args.strategy, barrier, out))
+            for i in range(args.drivers)
         ]
         for p in procs:
             p.start()
@@ -141,6 +146,7 @@ def main() -> int:
         "durable": not args.no_durable,
         "drivers": args.drivers,
         "evaluations_per_driver": args.evaluations,
+        "strategy": args.strategy,
         "wall_s": round(wall, 3),
         "evaluations": sum(d["evaluations"] for d in drivers),
         "measured": sum(d["measured"] for d in drivers),
