@@ -1,4 +1,5 @@
-"""Shared fixtures: a small synthetic landscape with a known optimum, and stores."""
+"""Shared fixtures: a small synthetic landscape with a known optimum, and stores (SQLite and
+a real PostgreSQL: `store_url` gives a fresh one of each)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from evokernel.engine.landscape import Landscape
+
+from ._postgres import pg_server, pg_url  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,3 +66,11 @@ def cli_env_session() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     return env
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a fresh store lives: an SQLite file, or a fresh database on the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "e.db")
+    return request.getfixturevalue("pg_url")

@@ -1,5 +1,6 @@
 """Kill a real search process with SIGKILL mid-run, re-run the same command, and prove
-from the database that nothing was evaluated twice and nothing was lost."""
+from the database that nothing was evaluated twice and nothing was lost: on an SQLite file
+and on PostgreSQL (`store_url`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.store import SQLiteStore
+from evokernel.store import open_store
 
 BUDGET = 120
 
@@ -38,7 +39,7 @@ name = "resume-test"
 '''
 
 
-def _cmd(evokernel: list[str], target: Path, db: Path) -> list[str]:
+def _cmd(evokernel: list[str], target: Path, db: Path | str) -> list[str]:
     return [*evokernel, "search", str(target), "--db", str(db), "--budget", str(BUDGET), "--seed", "11", "--json"]
 
 
@@ -50,8 +51,8 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def _eval_ids(db: Path, run_id: str) -> list[str]:
-    store = SQLiteStore(db, create=False)
+def _eval_ids(db: Path | str, run_id: str) -> list[str]:
+    store = open_store(db, create=False)
     try:
         return [e.genome.id for e in store.history(run_id) if e.kind == "eval"]
     finally:
@@ -86,8 +87,9 @@ def test_sigkill_then_rerun_resumes_without_repeats_or_losses(
     evokernel_cmd: list[str],
     reference: dict,
     kill_after: int,
+    store_url: str,
 ):
-    db, log = tmp_path / "run.db", tmp_path / "run.log"
+    db, log = store_url, tmp_path / "run.log"
     env = _env(cli_env, log)
     proc = subprocess.Popen(
         _cmd(evokernel_cmd, target, db), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
@@ -101,11 +103,16 @@ def test_sigkill_then_rerun_resumes_without_repeats_or_losses(
     killed = _lines(log)
 
     # the database is intact and holds what was measured before the kill
-    con = sqlite3.connect(db)
-    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    [(run_id, status)] = con.execute("SELECT id, status FROM runs").fetchall()
-    stored_before = {r[0] for r in con.execute("SELECT genome_id FROM results")}
-    con.close()
+    if not db.startswith("postgresql://"):
+        con = sqlite3.connect(db)
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        con.close()
+    store = open_store(db, create=False)
+    [run] = store.runs()
+    run_id, status = run.id, run.status
+    stored_before = {e.genome.id for e in store.history(run_id)}  # (every result is this run's)
+    assert store.count()["results"] == store.count(run_id)["measured"]
+    store.close()
     assert status == "running" and run_id == reference["run_id"]
     assert len(set(killed) - stored_before) <= 1  # at most the evaluation in flight is lost
 
@@ -114,7 +121,7 @@ def test_sigkill_then_rerun_resumes_without_repeats_or_losses(
     report = json.loads(out.stdout)
     after = _lines(log)[len(killed) :]
 
-    store = SQLiteStore(db, create=False)
+    store = open_store(db, create=False)
     counts = store.count(run_id)
     assert counts["evaluations"] == counts["distinct_genomes"] == counts["measured"] - counts["remeasurements"]
     assert counts["evaluations"] == BUDGET and report["resumed"] and report["evaluations"] == BUDGET

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from evokernel.evaluators import ReplayEvaluator
 from evokernel.engine.landscape import Landscape, builtin
 from evokernel.core.result import Result
 from evokernel.engine.search import SearchOptions
-from evokernel.store import SQLiteStore
+from evokernel.store import SQLiteStore, open_store
 
 LANDSCAPE = "matmul_bf16_h200_M16_N4096_K4096"
 
@@ -61,8 +62,8 @@ def _env(cli_env: dict[str, str], log: Path, **extra: str) -> dict[str, str]:
     return {**cli_env, "EVOKERNEL_TEST_LOG": str(log), **{f"EVOKERNEL_TEST_{k.upper()}": v for k, v in extra.items()}}
 
 
-def _runs(db: Path) -> list:
-    store = SQLiteStore(db, create=False)
+def _runs(db: Path | str) -> list:
+    store = open_store(db, create=False)
     try:
         return store.runs()
     finally:
@@ -72,9 +73,9 @@ def _runs(db: Path) -> list:
 # -- data and state ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_the_same_search_started_twice_runs_once_and_the_second_is_refused_in_one_line(
-    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str], store_url: str
 ):
-    db, log = tmp_path / "twice.db", tmp_path / "twice.log"
+    db, log = store_url, tmp_path / "twice.log"
     cmd = [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "60", "--json"]
     env = _env(cli_env, log, delay="0.1")
     first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -92,7 +93,7 @@ def test_the_same_search_started_twice_runs_once_and_the_second_is_refused_in_on
     assert "Traceback" not in second.stderr
     [run] = _runs(db)
     assert run.status == "finished"
-    store = SQLiteStore(db, create=False)
+    store = open_store(db, create=False)
     counts = store.count(run.id)
     # no genome measured twice: every measurement the evaluator made is the first run's own
     # (60 evaluations, each of a distinct genome, plus its re-measurements of the elites)
@@ -125,9 +126,9 @@ class TooMany:
 
 @pytest.mark.parametrize("as_list", [True, False])
 def test_an_evaluator_that_returns_more_results_than_genomes_fails_and_stores_none_of_them(
-    tmp_path: Path, small: Landscape, as_list: bool
+    small: Landscape, as_list: bool, store_url: str
 ):
-    store = SQLiteStore(tmp_path / "many.db")
+    store = open_store(store_url)
     ev = TooMany(ReplayEvaluator(small), as_list=as_list)
     with pytest.raises(EvaluatorError, match="more results than genomes"):
         Search(small.space, ev, options=SearchOptions(population=4), store=store).run(Budget(evaluations=20))
@@ -172,9 +173,9 @@ def test_a_closed_pipe_never_changes_a_run(
 
 @pytest.mark.slow
 def test_show_reports_best_so_far_of_a_failed_run_killed_runs_and_the_replayed_gpu(
-    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+    tmp_path: Path, target: Path, cli_env: dict[str, str], evokernel_cmd: list[str], store_url: str
 ):
-    db, log = tmp_path / "show.db", tmp_path / "show.log"
+    db, log = store_url, tmp_path / "show.log"
     # a run whose evaluator breaks after 20 measurements: failed, with its best so far
     broken = subprocess.run(
         [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "40", "--json"],
@@ -265,8 +266,8 @@ class _Killed(ReplayEvaluator):
 
 
 @pytest.mark.slow
-def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: Path):
-    def search(store: SQLiteStore, kill_at: int = 0):  # a fresh evaluator: as a fresh process has
+def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: Path, store_url: str):
+    def search(store: Any, kill_at: int = 0):  # a fresh evaluator: as a fresh process has
         ev = (
             _Killed(builtin(LANDSCAPE), noise=0.05, seed=3, at=kill_at)
             if kill_at
@@ -275,7 +276,7 @@ def test_a_resumed_noisy_replay_ends_where_the_uninterrupted_run_does(tmp_path: 
         return Search(ev.space, ev, store=store).run(Budget(evaluations=120), seed=3)
 
     whole = search(SQLiteStore(tmp_path / "whole.db"))
-    parts = SQLiteStore(tmp_path / "parts.db")
+    parts = open_store(store_url)
     with pytest.raises(KeyboardInterrupt):
         search(parts, kill_at=101)  # killed after 100 evaluations, before re-measuring its elites ...
     resumed = search(parts)  # ... and resumed by another process

@@ -107,7 +107,11 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         default=None,
         help="individuals kept per generation, and elites carried over (default: the strategy's)",
     )
-    sp.add_argument("--db", default=db_default, help=f"SQLite database (default: {db_default or 'in memory'})")
+    sp.add_argument(
+        "--db",
+        default=db_default,
+        help=f"the store: an SQLite file or a postgresql:// URL (default: {db_default or 'in memory'})",
+    )
     sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sp.add_argument("--quiet", action="store_true", help="no progress display")
 
@@ -178,3 +182,13 @@ def say_sandbox(report: Any) -> None:
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def existing_store(db: str) -> Any:
+    """The store at `db` (a path, sqlite:///path, or a postgresql:// URL), which must exist:
+    what `show`, `kernels`, `lessons` and `export` read."""
+    from evokernel.store import open_store
+
+    if "://" not in db and not os.path.exists(db):
+        raise ConfigError(f"no such database: {db}")
+    return open_store(db, create=False)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from evokernel.cli._common import existing_store
 from evokernel.core.errors import ConfigError
 
 
@@ -20,7 +20,7 @@ def add_parser(sub: Any) -> None:
         "sglang-plugin: a package for evokernel's SGLang plugin (EVOKERNEL_SGLANG_PACKAGE): those "
         "configs plus evokernel's fused-MoE kernel at its tuned configs",
     )
-    ex.add_argument("db", help="the search database (SQLite)")
+    ex.add_argument("db", help="the search database: an SQLite file or a postgresql:// URL")
     ex.add_argument("--out", required=True, help="folder to write (files in it are merged, not replaced)")
     ex.add_argument("--device-name", default=None, help="GPU name for the file names (default: what the run recorded)")
     ex.add_argument("--triton-version", default=None, help="Triton version for the folder (default: the run's)")
@@ -28,14 +28,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evokernel.integrations.sglang.export import sglang_moe, sglang_plugin_package
-    from evokernel.store import SQLiteStore
 
-    if not os.path.exists(args.db):
-        raise ConfigError(f"no such database: {args.db}")
+    store = existing_store(args.db)
     write = sglang_plugin_package if args.format == "sglang-plugin" else sglang_moe
-    report = write(
-        SQLiteStore(args.db, create=False), args.out, device_name=args.device_name, triton_version=args.triton_version
-    )
+    report = write(store, args.out, device_name=args.device_name, triton_version=args.triton_version)
     for line in report.skipped:
         print(f"skipped run {line}", file=sys.stderr)
     for line in getattr(report, "notes", ()):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
+from evokernel.cli._common import existing_store
 from evokernel.core.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
     kd = sub.add_parser("kernels", help="query the kernel database: accepted kernels with their own source")
-    kd.add_argument("db", help="the search database (SQLite)")
+    kd.add_argument("db", help="the search database: an SQLite file or a postgresql:// URL")
     kd.add_argument("--op", default=None, help="the problem's family (FAMILY) or name")
     kd.add_argument("--gpu", default=None, help="GPU name as recorded")
     kd.add_argument("--shape", default=None, help="e.g. M=64,N=4096: kernels tested on that shape")
@@ -23,17 +23,15 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evokernel.store.knowledge import kernels
-    from evokernel.store import SQLiteStore
 
-    if not os.path.exists(args.db):
-        raise ConfigError(f"no such database: {args.db}")
+    store = existing_store(args.db)
     shape = None
     if args.shape:
         try:
             shape = {k.strip(): int(v) for k, v in (part.split("=") for part in args.shape.split(","))}
         except ValueError:
             raise ConfigError(f"--shape takes NAME=INT,NAME=INT..., got {args.shape!r}") from None
-    rows = kernels(SQLiteStore(args.db, create=False), op=args.op, gpu=args.gpu, shape=shape)
+    rows = kernels(store, op=args.op, gpu=args.gpu, shape=shape)
     if args.source:
         row = next((r for r in rows if r["genome_id"].startswith(args.source)), None)
         if row is None:

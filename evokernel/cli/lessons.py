@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
+from evokernel.cli._common import existing_store
 from evokernel.core.errors import ConfigError
 
 
@@ -14,7 +14,7 @@ def add_parser(sub: Any) -> None:
     ls = sub.add_parser(
         "lessons", help="print the knowledge base: lessons of earlier runs (patterns, caveats, summaries)"
     )
-    ls.add_argument("db", help="the search database (SQLite)")
+    ls.add_argument("db", help="the search database: an SQLite file or a postgresql:// URL")
     ls.add_argument("--op", default=None, help="the problem's family (FAMILY) or name")
     ls.add_argument("--gpu", default=None, help="GPU name as recorded")
     ls.add_argument(
@@ -30,11 +30,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evokernel.store import SQLiteStore
-
-    if not os.path.exists(args.db):
-        raise ConfigError(f"no such database: {args.db}")
-    store = SQLiteStore(args.db, create=False)
+    store = existing_store(args.db)
     if args.summarize:
         if not (args.op and args.gpu):
             raise ConfigError("--summarize needs --op and --gpu (the lessons of one operation on one GPU)")

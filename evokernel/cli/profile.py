@@ -64,7 +64,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from evokernel.judge.env import toolchain
     from evokernel.model.profile import load_target, parse_trace, profile_module
-    from evokernel.store import SQLiteStore
+    from evokernel.store import open_store
 
     if sum(x is not None for x in (args.target, args.trace, args.sglang)) != 1:
         raise ConfigError("profile takes a target file, --trace TRACE.json or --sglang MODEL (one of them)")
@@ -112,8 +112,11 @@ def run(args: argparse.Namespace) -> int:
     # a model profiled here: the toolchain names the GPU it ran on (on a host of several)
     where = (args.device or "cuda") if args.target is not None and prof.device == "cuda" else None
     record.update(name=name, toolchain={**toolchain(where), "device_name": prof.device_name})
-    with SQLiteStore(args.db) as store:
+    store = open_store(args.db)
+    try:
         profile_id = store.save_profile(record)
+    finally:
+        store.close()
     if args.json:
         print(json.dumps({**prof.to_dict(top=args.top), "profile_id": profile_id, "db": args.db}))
         return 0

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import time
 from typing import Any
 
 import msgspec
 
-from evokernel.cli._common import stdout_console
+from evokernel.cli._common import existing_store, stdout_console
 from evokernel.core.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
     sh = sub.add_parser("show", help="print the runs, elites and history in a database")
-    sh.add_argument("db", help="the search database (SQLite), e.g. evokernel.db")
+    sh.add_argument("db", help="the search database: an SQLite file (e.g. evokernel.db) or a postgresql:// URL")
     sh.add_argument("--run", default=None, help="run id (or prefix); default: the latest run")
     sh.add_argument("--json", action="store_true", help="print JSON on stdout")
 
@@ -25,11 +24,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from evokernel.store import SQLiteStore
-
-    if not os.path.exists(args.db):
-        raise ConfigError(f"no such database: {args.db}")
-    store = SQLiteStore(args.db, create=False)
+    store = existing_store(args.db)
     runs = store.runs()
     if not runs:
         raise ConfigError(f"{args.db} holds no runs")
@@ -53,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     console = stdout_console()
-    t = Table(title=f"runs in {args.db}")
+    t = Table(title=f"runs in {store.path}")
     for col in ("run", "name", "status", "evaluations", "best ms", "gpu", "started"):
         t.add_column(col)
     for r in runs:

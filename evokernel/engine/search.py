@@ -22,6 +22,7 @@ This module is the loop; its steps live beside it: `options` (Budget, SearchOpti
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -42,6 +43,7 @@ from evokernel.core.result import Result
 from evokernel.core.space import SearchSpace
 from evokernel.engine._stream import ResultStream, TooManyResults
 from evokernel.engine.bandit import OperatorBandit
+from evokernel.engine.claims import Claimer
 from evokernel.engine.learned import FailureModel
 from evokernel.engine.propose import propose
 from evokernel.engine.options import Budget, SearchOptions
@@ -181,18 +183,23 @@ class _Run:
     def evaluate(self, genomes: list[Genome]) -> list[Individual]:
         """Results for `genomes`, in order: from the store when known, else measured.
 
-        Genomes the store does not know go to the evaluator as one batch; each result is
-        stored the moment it arrives. Stops early (returning fewer individuals) when the
-        wall-time budget runs out mid-batch, abandoning an evaluation still in flight (logged
-        as a `wall_time_stop` event, not stored as a result: a later run with more time
-        measures it)."""
+        Genomes the store does not know are claimed (evokernel.engine.claims) and go to the
+        evaluator as one batch; each result is stored the moment it arrives. Genomes another
+        driver sharing the store is measuring come last: their results are waited for and
+        reused. Stops early (returning fewer individuals) when the wall-time budget runs out
+        mid-batch, abandoning an evaluation still in flight (logged as a `wall_time_stop`
+        event, not stored as a result: a later run with more time measures it)."""
         store, run_id = self.s.store, self.run.id
         out: list[Individual] = []
         hits = {g.id: store.lookup(run_id, g.id, self.fingerprint) for g in genomes}
         todo = [g for g in genomes if hits[g.id] is None]
+        elsewhere = self.claims.claim([g.id for g in todo])  # being measured by another driver
+        todo = [g for g in todo if g.id not in elsewhere]
         self._restored([g for g in genomes if (hit := hits[g.id]) is not None and hit.in_run])
         results = ResultStream(self.s.evaluator, todo, self._deadline())
         measured: list[str] = []
+        waiting: list[Genome] = []
+        done = False
         try:
             for g in genomes:
                 if self._out_of_budget() == "budget: wall time":
@@ -205,6 +212,9 @@ class _Run:
                         store.record(run_id, len(self.history), g, self.fingerprint, hit.result, reuse=hit.result_id)
                     self._accept(g, hit.result, "resumed" if hit.in_run else "reused", out)
                     continue
+                if g.id in elsewhere:
+                    waiting.append(g)
+                    continue
                 result = results.next()
                 if result is None:  # the wall time ran out while `g` was being measured
                     self._stopped(g)
@@ -213,8 +223,10 @@ class _Run:
                 measured.append(g.id)
                 self.cost += result.cost
                 self._accept(g, result, "measured", out)
+                self.claims.renew()
             else:
                 results.expect_end()
+                done = True
         except TooManyResults:
             # which result belongs to which genome is unknown: none of the batch's is kept
             if isinstance(store, ForgetsMeasured):
@@ -222,6 +234,24 @@ class _Run:
             raise
         finally:
             results.close()
+            self.claims.release([g.id for g in todo])
+        return out + self._await(waiting) if done else out
+
+    def _await(self, genomes: list[Genome]) -> list[Individual]:
+        """Results of genomes other drivers were measuring, reused once stored; measured here
+        where their claim ran out (the other driver died) or was given up without a result."""
+        out: list[Individual] = []
+        out_of_time = lambda: self._out_of_budget() == "budget: wall time"  # noqa: E731
+        lookup = lambda gid: self.s.store.lookup(self.run.id, gid, self.fingerprint)  # noqa: E731
+        for g in genomes:
+            hit = self.claims.wait(g.id, lookup, out_of_time)
+            if hit is None:
+                if out_of_time():
+                    break
+                out += self.evaluate([g])  # this run holds its claim now
+                continue
+            self.s.store.record(self.run.id, len(self.history), g, self.fingerprint, hit.result, reuse=hit.result_id)
+            self._accept(g, hit.result, "reused", out)
         return out
 
     def _stopped(self, genome: Genome) -> None:
@@ -302,6 +332,7 @@ class _Run:
             config={**s.config(self.seed), "budget": asdict(self.budget)},
             environment={**environment(), **_evaluator_environment(s.evaluator), "pid": os.getpid()},
         )
+        self.claims = Claimer(s.store, self.run.id, self.fingerprint)
         try:
             for o in s.observers:
                 o.on_start(self.run.id, self.budget, self.run.resumed)
@@ -310,8 +341,11 @@ class _Run:
             # stopped from outside (Ctrl-C, a signal, sys.exit) is "interrupted"; the evaluator
             # or the search itself breaking is "failed"; either way with what it had found
             status = "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "failed"
+            with contextlib.suppress(Exception):  # (the store may be what failed)
+                self.claims.release()
             s.store.finish_run(self.run.id, status, {**self._partial(), "error": f"{type(exc).__name__}: {exc}"})
             raise
+        self.claims.release()
         s.store.finish_run(self.run.id, "finished", msgspec.to_builtins(run_summary(report)))
         for o in s.observers:
             o.on_finish(report)

@@ -1,4 +1,4 @@
-"""Where results, lineage, elites and runs are kept. SQLite by default.
+"""Where results, lineage, elites and runs are kept. SQLite by default, PostgreSQL for many drivers.
 
 >>> store = open_store(":memory:")
 >>> isinstance(store, Store), isinstance(store, CompleteStore)
@@ -11,6 +11,7 @@ import os
 
 from evokernel.core.errors import ConfigError
 from evokernel.store._base import (
+    Claims,
     CompleteStore,
     Evaluation,
     FindsRuns,
@@ -22,11 +23,13 @@ from evokernel.store._base import (
     RunInfo,
     Store,
 )
+from evokernel.store.postgres import PostgresStore
 from evokernel.store.sqlite import SQLiteStore
 
 __all__ = [
     "Store",
     "CompleteStore",
+    "Claims",
     "ForgetsMeasured",
     "FindsRuns",
     "KeepsKnowledge",
@@ -36,15 +39,19 @@ __all__ = [
     "Hit",
     "Evaluation",
     "SQLiteStore",
+    "PostgresStore",
     "open_store",
 ]
 
 
-def open_store(url: str | os.PathLike[str], *, create: bool = True) -> Store:
-    """A store from a path, `sqlite:///path`, or `:memory:`."""
+def open_store(url: str | os.PathLike[str], *, create: bool = True) -> CompleteStore:
+    """A store from a path, `sqlite:///path`, `:memory:`, or a `postgresql://` (also
+    `postgres://`, `postgresql+psycopg://`) URL; `create=False` refuses one that does not exist."""
     text = str(url)
-    if text.startswith(("postgresql://", "postgres://")):
-        raise ConfigError("the PostgreSQL store is not available yet; use an SQLite file (the default)")
+    if text.startswith(("postgresql://", "postgres://", "postgresql+")):
+        return PostgresStore(text, create=create)
+    if "://" in text and not text.startswith("sqlite:///"):
+        raise ConfigError(f"no store for {text!r}: give a file path, sqlite:///path, :memory: or postgresql://...")
     if text.startswith("sqlite:///"):
         text = text[len("sqlite:///") :]
     return SQLiteStore(text, create=create)

@@ -2,12 +2,14 @@
 
 Every write is one transaction (a result, its genome and its place in the run together),
 so a process killed at any moment leaves a consistent database, and a re-run resumes.
-SQLite is the default back end; a PostgreSQL one implements the same protocol.
+SQLite is the default back end; PostgreSQL (evokernel.store.postgres) implements the same
+protocol, with the same queries (evokernel.store._sql).
 
 `Store` is what a search needs. What tools need besides is declared as capabilities, small
 protocols of their own (`ForgetsMeasured`, `FindsRuns`, `KeepsKnowledge`, `KeepsProfiles`,
-`Located`);
-`CompleteStore` is all of them together, what `SQLiteStore` is and what the CLI expects.
+`Located`, `Claims`);
+`CompleteStore` is all of them together, what `SQLiteStore` and `PostgresStore` are and what
+the CLI expects.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "KeepsKnowledge",
     "KeepsProfiles",
     "Located",
+    "Claims",
     "CompleteStore",
     "CAPABILITIES",
     "RunInfo",
@@ -222,9 +225,29 @@ class Located(Protocol):
 
 
 @runtime_checkable
-class CompleteStore(Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Protocol):
-    """Everything the engine and the tools call on a store (SQLiteStore is one)."""
+class Claims(Protocol):
+    """Says who is measuring a genome now, so that drivers sharing a store measure it once.
+
+    Called by the engine (evokernel.engine.claims) before it measures genomes no stored result
+    covers: it measures those it holds and waits for the others' results (taking a claim over
+    once its owner's run is no longer running, or its lease has run out). A store without it
+    lets every driver measure."""
+
+    def claim(self, run_id: str, genome_ids: list[str], fingerprint: str, owner: str, lease_s: float) -> set[str]:
+        """Claim the genomes under the fingerprint for `owner` (of run `run_id`) for `lease_s`
+        seconds; the ids `owner` holds now (not those with a stored result, nor those another
+        live owner holds)."""
+        ...
+
+    def release(self, owner: str, genome_ids: list[str] | None = None) -> None:
+        """Drop `owner`'s claims: all of them, or those of these genomes."""
+        ...
+
+
+@runtime_checkable
+class CompleteStore(Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims, Protocol):
+    """Everything the engine and the tools call on a store (SQLiteStore and PostgresStore are)."""
 
 
 #: The optional capabilities, for tools and the contract suite (tests/contracts).
-CAPABILITIES: tuple[type, ...] = (ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located)
+CAPABILITIES: tuple[type, ...] = (ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims)

@@ -29,9 +29,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize(arg, names(group))
 
 
-@pytest.fixture(params=sorted(STORES))
+@pytest.fixture(params=sorted([*STORES, "postgres"]))
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a store of each back end lives (`_components.STORES`)."""
+    """Where a store of each back end lives (`_components.STORES`, and a fresh database on the
+    tests' PostgreSQL server)."""
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_url")
     return STORES[request.param](tmp_path)
 
 

@@ -3,7 +3,8 @@
 `CompleteStore` (evokernel.store) is what the engine and the tools call on a store: runs,
 results, re-measurements, elites, events, and the capabilities the tools use (forgetting a
 batch, finding runs, the knowledge base, the kernel database, workload profiles). The suite
-runs once per back end of `_components.STORES` (SQLite in a file and in memory).
+runs once per back end of `_components.STORES` (SQLite in a file and in memory) and on a
+real PostgreSQL (tests/_postgres.py).
 """
 
 from __future__ import annotations
@@ -180,6 +181,19 @@ def test_profiles_are_kept_and_found_by_name(store: CompleteStore):
     assert p["id"] == first and p["rows"] == rows and p["device"] == "cpu" and p["toolchain"] == {"torch": "2"}
     assert p["summary"]["total_ms"] == 1.0
     assert [q["name"] for q in store.profiles()] == ["qwen", "flux"]
+
+
+def test_claims_are_held_renewed_released_and_never_of_a_measured_genome(store: CompleteStore):
+    begin(store, "r1")
+    assert store.claim("r1", ["a", "b"], "fp", "me", 60) == {"a", "b"}
+    assert store.claim("r1", ["a"], "fp", "me", 60) == {"a"}  # renewed
+    assert store.claim("r1", [], "fp", "me", 60) == set()
+    store.release("me", ["a"])
+    store.release("me")
+    g = Genome.of({"x": 1})
+    store.record("r1", 0, g, "fp", Result.ok(1.0))
+    assert store.claim("r1", [g.id, "c"], "fp", "me", 60) == {"c"}  # g has a result: nothing to measure
+    store.release("me")
 
 
 def test_a_search_resumes_from_it(store: CompleteStore):

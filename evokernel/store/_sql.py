@@ -1,0 +1,608 @@
+"""The store's queries, once, over SQLAlchemy Core: what SQLite and PostgreSQL share.
+
+`SQLStore` implements the whole Store protocol and its capabilities (claims included) on
+one connection, one transaction per write. A back end (`SQLiteStore`, `PostgresStore`)
+opens the connection, says how a write transaction begins and how a run is locked (an OS
+lock on SQLite, an advisory lock on PostgreSQL: both dropped when the process dies), and
+keeps its own checks and messages.
+"""
+
+# One module on purpose, though over 400 lines: the query implementation of the whole Store protocol over one schema
+# (evokernel.store.schema); split by capability, its helpers (genome, result and evaluation rows) would be shared anyway.
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+import sqlalchemy as sa
+
+from evokernel.core.archive import Elite
+from evokernel.core.errors import RunBusyError, StoreError
+from evokernel.core.genome import Genome
+from evokernel.core.result import Result
+from evokernel.store import _migrate
+from evokernel.store import schema as s
+from evokernel.store._base import Evaluation, Hit, RunInfo
+
+__all__ = ["SQLStore"]
+
+
+class SQLStore:
+    """A store on one SQLAlchemy connection. Subclasses set `path`, `_conn`, `_insert` (the
+    dialect's INSERT, which has ON CONFLICT) and implement `_try_lock` / `_unlock`."""
+
+    path: str
+    _conn: sa.Connection
+    _insert: Callable[[sa.Table], Any]
+
+    def __init__(self) -> None:
+        self._held: set[str] = set()  # runs this store is running (locked)
+
+    # -- the connection ------------------------------------------------------------------
+    @contextmanager
+    def _tx(self) -> Iterator[sa.Connection]:
+        """One write transaction; rolled back on any error."""
+        with self._conn.begin():
+            yield self._conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sa.Connection]:
+        """Reads, ended at once (no transaction left open to hold back other writers' changes)."""
+        with self._conn.begin():
+            yield self._conn
+
+    def _rows(self, query: Any, *args: Any) -> list[Any]:
+        with self._read() as c:
+            return list(c.execute(query, *args))
+
+    def _migrate(self, create: bool) -> None:
+        """Upgrade the schema to HEAD in one write transaction under the back end's schema lock."""
+        with self._tx() as c:
+            self._lock_schema(c)
+            now = _migrate.state(c)
+            now.check(self.path)
+            if now.current or (not now.tables and not create):
+                return
+            if not now.tables:
+                _migrate.create(c)
+            else:
+                _migrate.upgrade(c)
+
+    def _lock_schema(self, conn: sa.Connection) -> None:
+        """Serialise schema upgrades (SQLite's write transaction already does)."""
+
+    def close(self) -> None:
+        self._conn.close()
+        self._conn.engine.dispose()
+        self._held.clear()
+
+    def __enter__(self) -> SQLStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- which runs are going on ---------------------------------------------------------
+    def _try_lock(self, run_id: str) -> bool:
+        """Take the lock of `run_id` without waiting; False if another process holds it."""
+        raise NotImplementedError
+
+    def _unlock(self, run_id: str) -> None:
+        raise NotImplementedError
+
+    def running_elsewhere(self, run_id: str) -> bool:
+        """Whether another process is running `run_id` now (a run marked running that no
+        process holds was killed)."""
+        if run_id in self._held:
+            return False
+        if not self._try_lock(run_id):
+            return True
+        self._unlock(run_id)
+        return False
+
+    # -- runs --------------------------------------------------------------------------
+    def begin_run(
+        self,
+        run_id: str,
+        *,
+        name: str,
+        archive_key: str,
+        fingerprint: str,
+        config: dict[str, Any],
+        environment: dict[str, Any],
+    ) -> RunInfo:
+        if run_id not in self._held:
+            if not self._try_lock(run_id):
+                rows = self._rows(sa.select(s.runs.c.environment).where(s.runs.c.id == run_id))
+                pid = json.loads(rows[0][0]).get("pid") if rows else None
+                raise RunBusyError(
+                    f"run {run_id} is already running in another process{f' (pid {pid})' if pid else ''} on "
+                    f"{self.path}; wait for it to finish (re-running then reads its results back), or change "
+                    "--seed or --db"
+                )
+            self._held.add(run_id)
+        now = time.time()
+        with self._tx() as c:
+            resumed = c.execute(sa.select(s.runs.c.seq).where(s.runs.c.id == run_id)).first() is not None
+            if resumed:
+                c.execute(
+                    s.runs.update()
+                    .where(s.runs.c.id == run_id)
+                    .values(status="running", updated=now, config=_json(config), environment=_json(environment))
+                )
+            else:
+                c.execute(
+                    s.runs.insert().values(
+                        id=run_id,
+                        name=name,
+                        archive_key=archive_key,
+                        fingerprint=fingerprint,
+                        config=_json(config),
+                        environment=_json(environment),
+                        status="running",
+                        created=now,
+                        updated=now,
+                        summary="{}",
+                    )
+                )
+        info = self._run(run_id)
+        info.resumed = resumed
+        return info
+
+    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
+        with self._tx() as c:
+            c.execute(
+                s.runs.update()
+                .where(s.runs.c.id == run_id)
+                .values(status=status, summary=_json(summary), updated=time.time())
+            )
+        if run_id in self._held:
+            self._held.discard(run_id)
+            self._unlock(run_id)
+
+    def _run(self, run_id: str) -> RunInfo:
+        rows = self._rows(_RUNS.where(s.runs.c.id == run_id))
+        if not rows:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        return _run_info(rows[0])
+
+    def runs(self) -> list[RunInfo]:
+        return [_run_info(r) for r in self._rows(_RUNS.order_by(s.runs.c.seq))]
+
+    def run(self, run_id: str) -> RunInfo:
+        """A run by id or unique id prefix."""
+        rows = self._rows(_RUNS.where(s.runs.c.id.startswith(run_id, autoescape=True)).limit(2))
+        if len(rows) != 1:
+            raise StoreError(f"{'no' if not rows else 'more than one'} run matches {run_id!r} in {self.path}")
+        return _run_info(rows[0])
+
+    # -- results -----------------------------------------------------------------------
+    def lookup(self, run_id: str, genome_id: str, fingerprint: str) -> Hit | None:
+        ev, r = s.evaluations, s.results
+        with self._read() as c:
+            row = c.execute(
+                sa.select(r.c.id, r.c.record)
+                .join(ev, ev.c.result_id == r.c.id)
+                .where(ev.c.run_id == run_id, ev.c.genome_id == genome_id, ev.c.kind == "eval")
+            ).first()
+            if row is not None:
+                return Hit(result=Result.decode(row[1]), result_id=row[0], in_run=True)
+            row = c.execute(
+                sa.select(r.c.id, r.c.record)
+                .where(r.c.genome_id == genome_id, r.c.fingerprint == fingerprint)
+                .order_by(r.c.id)
+                .limit(1)
+            ).first()
+        if row is not None:
+            return Hit(result=Result.decode(row[1]), result_id=row[0], in_run=False)
+        return None
+
+    def record(
+        self,
+        run_id: str,
+        seq: int,
+        genome: Genome,
+        fingerprint: str,
+        result: Result,
+        *,
+        reuse: int | None = None,
+    ) -> None:
+        with self._tx() as c:
+            self._put_genome(c, genome)
+            result_id = reuse if reuse is not None else self._put_result(c, run_id, genome, fingerprint, result)
+            self._put_evaluation(c, run_id, "eval", seq, genome, result_id, cached=reuse is not None)
+
+    def forget_measured(self, run_id: str, genome_ids: list[str]) -> None:
+        """Drop the run's evaluations of these genomes and the results measured for them: a
+        batch whose results cannot be matched to its genomes (an evaluator that returned more
+        results than genomes)."""
+        ev = s.evaluations
+        with self._tx() as c:
+            for gid in genome_ids:
+                this = (ev.c.run_id == run_id, ev.c.genome_id == gid, ev.c.kind == "eval")
+                row = c.execute(sa.select(ev.c.result_id).where(*this, ev.c.cached == 0)).first()
+                c.execute(ev.delete().where(*this))
+                if row is not None:
+                    c.execute(s.results.delete().where(s.results.c.id == row[0], s.results.c.run_id == run_id))
+
+    def remeasurement(self, run_id: str, genome_id: str, rep: int) -> Result | None:
+        ev, r = s.evaluations, s.results
+        rows = self._rows(
+            sa.select(r.c.record)
+            .join(ev, ev.c.result_id == r.c.id)
+            .where(ev.c.run_id == run_id, ev.c.genome_id == genome_id, ev.c.kind == "remeasure", ev.c.seq == rep)
+        )
+        return Result.decode(rows[0][0]) if rows else None
+
+    def record_remeasurement(self, run_id: str, rep: int, genome: Genome, fingerprint: str, result: Result) -> None:
+        with self._tx() as c:
+            self._put_genome(c, genome)
+            result_id = self._put_result(c, run_id, genome, fingerprint, result)
+            self._put_evaluation(c, run_id, "remeasure", rep, genome, result_id, cached=False)
+
+    def _put_genome(self, c: sa.Connection, genome: Genome) -> None:
+        c.execute(
+            self._insert(s.genomes)
+            .values(
+                id=genome.id,
+                params=_json(genome.params),
+                source=genome.source,
+                lineage=msgspec.json.encode(genome.lineage).decode(),
+                created=time.time(),
+            )
+            .on_conflict_do_nothing()
+        )
+
+    def _put_result(self, c: sa.Connection, run_id: str, genome: Genome, fingerprint: str, result: Result) -> int:
+        got = c.execute(
+            s.results.insert().values(
+                genome_id=genome.id,
+                fingerprint=fingerprint,
+                run_id=run_id,
+                status=result.status.value,
+                latency_ms=result.latency_ms,
+                noise=result.noise,
+                error=result.error,
+                record=result.encode().decode(),
+                created=time.time(),
+            )
+        )
+        return _new_id(got)
+
+    def _put_evaluation(
+        self, c: sa.Connection, run_id: str, kind: str, seq: int, genome: Genome, result_id: int, *, cached: bool
+    ) -> None:
+        lin = genome.lineage
+        c.execute(
+            s.evaluations.insert().values(
+                run_id=run_id,
+                kind=kind,
+                seq=seq,
+                genome_id=genome.id,
+                result_id=result_id,
+                cached=int(cached),
+                parents=_json(list(lin.parents)),
+                operator=lin.operator,
+                generation=lin.generation,
+                created=time.time(),
+            )
+        )
+
+    def history(self, run_id: str) -> list[Evaluation]:
+        e, g, r = s.evaluations, s.genomes, s.results
+        rows = self._rows(
+            sa.select(
+                e.c.kind,
+                e.c.seq,
+                e.c.cached,
+                e.c.parents,
+                e.c.operator,
+                e.c.generation,
+                e.c.created,
+                g.c.params,
+                g.c.source,
+                r.c.record,
+            )
+            .join(g, g.c.id == e.c.genome_id)
+            .join(r, r.c.id == e.c.result_id)
+            .where(e.c.run_id == run_id)
+            .order_by(e.c.kind, e.c.seq, e.c.created)
+        )
+        out = []
+        for kind, seq, cached, parents, op, gen, created, params, source, record in rows:
+            genome = Genome.of(
+                json.loads(params), source, parents=tuple(json.loads(parents)), operator=op, generation=gen
+            )
+            out.append(
+                Evaluation(
+                    run_id=run_id,
+                    seq=seq,
+                    kind=kind,
+                    genome=genome,
+                    result=Result.decode(record),
+                    cached=bool(cached),
+                    created=created,
+                )
+            )
+        return out
+
+    def count(self, run_id: str | None = None) -> dict[str, int]:
+        n = sa.func.count()
+        ev, r = s.evaluations, s.results
+        with self._read() as c:
+            if run_id is None:
+                return {
+                    t.name: int(c.execute(sa.select(n).select_from(t)).scalar_one())
+                    for t in (s.genomes, s.results, s.evaluations, s.runs)
+                }
+            evals = (ev.c.run_id == run_id, ev.c.kind == "eval")
+            queries = {
+                "evaluations": sa.select(n).select_from(ev).where(*evals),
+                "distinct_genomes": sa.select(sa.func.count(sa.distinct(ev.c.genome_id))).where(*evals),
+                "measured": sa.select(n).select_from(r).where(r.c.run_id == run_id),
+                "cached": sa.select(n).select_from(ev).where(ev.c.run_id == run_id, ev.c.cached == 1),
+                "remeasurements": sa.select(n).select_from(ev).where(ev.c.run_id == run_id, ev.c.kind == "remeasure"),
+            }
+            return {k: int(c.execute(q).scalar_one()) for k, q in queries.items()}
+
+    # -- archive and events ------------------------------------------------------------
+    def save_elites(self, run_id: str, archive_key: str, elites: list[Elite]) -> None:
+        if not elites:
+            return
+        now = time.time()
+        with self._tx() as c:
+            for e in elites:
+                self._put_genome(c, e.genome)
+                row = dict(
+                    run_id=run_id,
+                    archive_key=archive_key,
+                    niche=e.niche,
+                    genome_id=e.genome.id,
+                    latency_ms=e.latency_ms,
+                    noise=e.noise,
+                    updated=now,
+                )
+                c.execute(self._upsert(s.elites, row, ("run_id", "niche")))
+
+    def elites(
+        self,
+        *,
+        run_id: str | None = None,
+        archive_key: str | None = None,
+        before_seq: int | None = None,
+    ) -> list[Elite]:
+        el, g, r = s.elites, s.genomes, s.runs
+        q = (
+            sa.select(el.c.niche, el.c.latency_ms, el.c.noise, el.c.run_id, g.c.params, g.c.source)
+            .join(g, g.c.id == el.c.genome_id)
+            .join(r, r.c.id == el.c.run_id)
+        )
+        if run_id is not None:
+            q = q.where(el.c.run_id == run_id)
+        if archive_key is not None:
+            q = q.where(el.c.archive_key == archive_key)
+        if before_seq is not None:
+            q = q.where(r.c.seq < before_seq)
+        best: dict[str, Elite] = {}
+        for niche, lat, noise, rid, params, source in self._rows(q.order_by(r.c.seq)):
+            if niche not in best or lat < best[niche].latency_ms:
+                best[niche] = Elite(
+                    niche=niche, genome=Genome.of(json.loads(params), source), latency_ms=lat, noise=noise, run_id=rid
+                )
+        return sorted(best.values(), key=lambda e: (e.latency_ms, e.genome.id))
+
+    def log_event(self, run_id: str, kind: str, payload: dict[str, Any], *, key: str | None = None) -> None:
+        with self._tx() as c:
+            c.execute(
+                self._insert(s.events)
+                .values(run_id=run_id, kind=kind, key=key, payload=_json(payload), created=time.time())
+                .on_conflict_do_nothing()
+            )
+
+    def events(self, run_id: str) -> list[tuple[str, dict[str, Any], float]]:
+        ev = s.events
+        rows = self._rows(
+            sa.select(ev.c.kind, ev.c.payload, ev.c.created).where(ev.c.run_id == run_id).order_by(ev.c.id)
+        )
+        return [(k, json.loads(p), c) for k, p, c in rows]
+
+    # -- claims: drivers sharing a store measure each genome once ---------------------------
+    def claim(self, run_id: str, genome_ids: list[str], fingerprint: str, owner: str, lease_s: float) -> set[str]:
+        """Claim the genomes for `owner` (of run `run_id`) until `lease_s` from now; the ids it holds now.
+
+        A genome with a stored result under the fingerprint is not claimed (there is nothing
+        to measure); one `owner` holds already has its lease renewed; one claimed by another
+        owner is taken over when its lease has run out, or when its run is not running (its
+        driver died: the run lock is gone) so that a killed driver holds nothing up."""
+        if not genome_ids:
+            return set()
+        cl, r = s.claims, s.results
+        now = time.time()
+        row = {"fingerprint": fingerprint, "owner": owner, "run_id": run_id, "expires": now + lease_s, "created": now}
+        with self._tx() as c:
+            self._lock_claims(c)
+            stored = set(
+                c.execute(
+                    sa.select(r.c.genome_id).where(r.c.fingerprint == fingerprint, r.c.genome_id.in_(genome_ids))
+                ).scalars()
+            )
+            want = sorted(set(genome_ids) - stored)  # one order for every driver's row locks
+            if not want:
+                return set()
+            c.execute(self._insert(cl).on_conflict_do_nothing(), [{**row, "genome_id": g} for g in want])
+            these = (cl.c.fingerprint == fingerprint, cl.c.genome_id.in_(want))
+            c.execute(
+                cl.update()
+                .where(*these, sa.or_(cl.c.owner == owner, cl.c.expires < now))
+                .values(owner=owner, run_id=run_id, expires=now + lease_s)
+            )
+            holders = c.execute(sa.select(cl.c.genome_id, cl.c.owner, cl.c.run_id).where(*these)).all()
+        others = {(o, rid) for _, o, rid in holders if o != owner}
+        dead = [o for o, rid in others if rid in self._held or not self.running_elsewhere(rid)]
+        if dead:
+            with self._tx() as c:
+                self._lock_claims(c)
+                c.execute(
+                    cl.update()
+                    .where(*these, cl.c.owner.in_(dead))
+                    .values(owner=owner, run_id=run_id, expires=now + lease_s)
+                )
+        return {g for g, o, _ in holders if o == owner or o in dead}
+
+    def _lock_claims(self, conn: sa.Connection) -> None:
+        """Serialise claim transactions where the back end does not already (SQLite's write
+        transaction does)."""
+
+    def release(self, owner: str, genome_ids: list[str] | None = None) -> None:
+        """Drop `owner`'s claims (all of them, or those of these genomes)."""
+        cl = s.claims
+        q = cl.delete().where(cl.c.owner == owner)
+        if genome_ids is not None:
+            if not genome_ids:
+                return
+            q = q.where(cl.c.genome_id.in_(genome_ids))
+        with self._tx() as c:
+            self._lock_claims(c)
+            c.execute(q)
+
+    # -- knowledge base and kernel database (evokernel.store.knowledge) ---------------------------
+    def save_lessons(self, lessons: list[Any]) -> None:
+        if not lessons:
+            return
+        rows = [
+            dict(
+                id=le.id,
+                kind=le.kind,
+                op=le.op,
+                gpu=le.gpu,
+                toolchain=_json(le.toolchain),
+                text=le.text,
+                evidence=_json(le.evidence),
+                run_id=le.run_id,
+                created=le.created,
+            )
+            for le in lessons
+        ]
+        with self._tx() as c:
+            for row in rows:
+                c.execute(self._upsert(s.lessons, row, ("id",)))
+
+    def lessons(self, *, op: str | None = None, gpu: str | None = None) -> list[Any]:
+        from evokernel.store.knowledge import Lesson
+
+        t = s.lessons
+        q = sa.select(t.c.id, t.c.kind, t.c.op, t.c.gpu, t.c.toolchain, t.c.text, t.c.evidence, t.c.run_id, t.c.created)
+        q = _filtered(q, t, op=op, gpu=gpu)
+        return [
+            Lesson(
+                id=i, kind=k, op=o, gpu=g, toolchain=json.loads(tc), text=x, evidence=json.loads(e), run_id=r, created=c
+            )
+            for i, k, o, g, tc, x, e, r, c in self._rows(q.order_by(t.c.created, t.c.id))
+        ]
+
+    def save_kernel(self, record: dict[str, Any]) -> None:
+        row = dict(
+            genome_id=record["genome_id"],
+            op=record["op"],
+            gpu=record["gpu"],
+            record=_json(record),
+            latency_ms=record["latency_ms"],
+            created=time.time(),
+        )
+        with self._tx() as c:
+            c.execute(self._upsert(s.kernels, row, ("genome_id",)))
+
+    def kernels(self, *, op: str | None = None, gpu: str | None = None) -> list[dict[str, Any]]:
+        t = s.kernels
+        q = _filtered(sa.select(t.c.record), t, op=op, gpu=gpu).order_by(t.c.latency_ms)
+        return [json.loads(r) for (r,) in self._rows(q)]
+
+    # -- workload profiles (evokernel.model.profile) ------------------------------------------------
+    def save_profile(self, record: dict[str, Any]) -> int:
+        """Store a profile (`Profile.to_dict()` plus `name` and `toolchain`); returns its id."""
+        summary = {k: v for k, v in record.items() if k not in ("name", "device_name", "toolchain", "rows")}
+        with self._tx() as c:
+            got = c.execute(
+                s.profiles.insert().values(
+                    created=time.time(),
+                    name=record["name"],
+                    device=record.get("device_name") or record.get("device", ""),
+                    toolchain=_json(record.get("toolchain", {})),
+                    rows=_json(record["rows"]),
+                    summary=_json(summary),
+                )
+            )
+        return _new_id(got)
+
+    def profiles(self, *, name: str | None = None) -> list[dict[str, Any]]:
+        """Stored profiles, oldest first: id, created, name, device, toolchain, rows, summary."""
+        t = s.profiles
+        q = sa.select(t.c.id, t.c.created, t.c.name, t.c.device, t.c.toolchain, t.c.rows, t.c.summary)
+        if name is not None:
+            q = q.where(t.c.name == name)
+        return [
+            {
+                "id": i,
+                "created": c,
+                "name": n,
+                "device": d,
+                "toolchain": json.loads(tc),
+                "rows": json.loads(r),
+                "summary": json.loads(sm),
+            }
+            for i, c, n, d, tc, r, sm in self._rows(q.order_by(t.c.id))
+        ]
+
+    # -- helpers -------------------------------------------------------------------------
+    def _upsert(self, table: sa.Table, row: dict[str, Any], keys: tuple[str, ...]) -> Any:
+        """INSERT ... ON CONFLICT (keys) DO UPDATE: SQLite's INSERT OR REPLACE, in both dialects."""
+        ins = self._insert(table).values(**row)
+        return ins.on_conflict_do_update(
+            index_elements=list(keys), set_={k: ins.excluded[k] for k in row if k not in keys}
+        )
+
+
+_RUNS = sa.select(
+    s.runs.c.id, s.runs.c.seq, s.runs.c.name, s.runs.c.archive_key, s.runs.c.fingerprint, s.runs.c.config,
+    s.runs.c.environment, s.runs.c.status, s.runs.c.created, s.runs.c.updated, s.runs.c.summary,
+)  # fmt: skip
+
+
+def _run_info(row: Any) -> RunInfo:
+    rid, seq, name, key, fp, config, env, status, created, updated, summary = row
+    return RunInfo(
+        id=rid,
+        seq=seq,
+        name=name,
+        archive_key=key,
+        fingerprint=fp,
+        config=json.loads(config),
+        environment=json.loads(env),
+        status=status,
+        created=created,
+        updated=updated,
+        summary=json.loads(summary),
+    )
+
+
+def _new_id(got: sa.CursorResult[Any]) -> int:
+    """The id the database gave the row an INSERT just wrote."""
+    key = got.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _filtered(q: Any, table: sa.Table, **equal: str | None) -> Any:
+    for column, value in equal.items():
+        if value is not None:
+            q = q.where(table.c[column] == value)
+    return q
+
+
+def _json(obj: Any) -> str:
+    return msgspec.json.encode(obj, order="sorted").decode()
