@@ -38,7 +38,7 @@
 #   ray             GPU tests of the devices (cuda:N) and of the Ray path, then the same matmul search
 #                   in process and through one Ray actor, alternating windows (ray_overhead.py;
 #                   carry .whl with ray-stripped-cp312.tar.xz, see ray_wheel.sh)
-#                   TESTS, SKIP_TESTS, TEST_TIMEOUT (150), WINDOW (50), PAIRS (2), DEADLINE (420)
+#                   TESTS, SKIP_TESTS, TEST_TIMEOUT (150), WINDOW (50), PAIRS (2), EVALUATIONS, DEADLINE (420)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -168,8 +168,11 @@ ray() {
     grep -E "passed|failed|rc=" "$D/tests.log" | tail -4
   fi
   python3 -c "import ray; print('ray', ray.__version__)" 2>&1 | tail -1
-  timeout $(( ${DEADLINE:-420} + 30 )) python3 benchmarks/ray_overhead.py --out "$D" --window ${WINDOW:-50} \
-      --pairs ${PAIRS:-2} --deadline ${DEADLINE:-420} > "$D/bench.log" 2>&1
+  # from the installed copy: Ray puts the driver's cwd first on its workers' sys.path, and the
+  # checkout's evokernel/ lacks the mapped subpackages (evaluators, search_spaces, mutators)
+  (cd /tmp/pkg && timeout $(( ${DEADLINE:-420} + 30 )) python3 "$HERE/benchmarks/ray_overhead.py" --out "$D" \
+      --window ${WINDOW:-50} --pairs ${PAIRS:-2} --deadline ${DEADLINE:-420} ${EVALUATIONS:+--evaluations $EVALUATIONS} \
+      > "$D/bench.log" 2>&1)
   tail -4 "$D/bench.log"
 }
 

@@ -280,7 +280,7 @@ def test_kernel_evaluator_on_cuda_0_judges_a_matmul_on_that_gpu():
         assert ev.judge.index == 0 and ev.judge.worker_device == "cuda:0"
         assert all(t.device == torch.device("cuda", 0) for t in ev.judge.tuning[0].inputs if torch.is_tensor(t))
         assert torch.cuda.current_device() == 0  # (so "cuda" is GPU 0 here, and shares cuda:0's results)
-        assert ev.fingerprint() == KernelEvaluator(MATMUL, _render, device="cuda").fingerprint()
+        assert ev.fingerprint() == KernelEvaluator(MATMUL, _render, device="cuda", options=quick).fingerprint()
         assert ev.fingerprint()["gpu"] == torch.cuda.get_device_name(0)
         verdict = ev.judge.check(_ON_THE_GPU.format(index=0), label="where")
         assert verdict.accepted, verdict.reason
