@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from evokernel.cli import main
@@ -51,6 +52,8 @@ def test_results_frame_columns_and_dtypes(small):
     assert evals.latency_ms.min() == pytest.approx(min(x for x in report.trace if x is not None))
     assert (evals.latency_ms.isna() == (evals.status != "ok")).all()
     assert len(results_frame(store, run=report.run_id[:6])) == len(frame)
+    # the store's own view is the same frame
+    pd.testing.assert_frame_equal(store.results_frame(run=report.run_id), frame)
 
 
 def test_search_report_to_dataframe_columns_and_dtypes(small):

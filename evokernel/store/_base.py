@@ -213,6 +213,13 @@ class KeepsProfiles(Protocol):
         """Stored profiles, oldest first: id, created, name, device, toolchain, rows, summary."""
         ...
 
+    # -- views ---------------------------------------------------------------------------
+    def results_frame(self, run: str | list[str] | None = None) -> Any:
+        """Every stored evaluation of the runs (ids or prefixes; None: all) as a pandas
+        DataFrame, the columns pinned by `evokernel.report.data.RESULT_COLUMNS` (needs
+        `evokernel[report]`)."""
+        ...
+
 
 @runtime_checkable
 class Located(Protocol):

@@ -559,6 +559,14 @@ class SQLStore:
         ]
 
     # -- helpers -------------------------------------------------------------------------
+    # -- views ---------------------------------------------------------------------------
+    def results_frame(self, run: str | list[str] | None = None) -> Any:
+        """Every stored evaluation of the runs as a pandas DataFrame (`evokernel.report`;
+        a ConfigError naming the `report` extra when pandas is missing)."""
+        from evokernel.report import results_frame
+
+        return results_frame(self, run)
+
     def _upsert(self, table: sa.Table, row: dict[str, Any], keys: tuple[str, ...]) -> Any:
         """INSERT ... ON CONFLICT (keys) DO UPDATE: SQLite's INSERT OR REPLACE, in both dialects."""
         ins = self._insert(table).values(**row)
