@@ -56,6 +56,23 @@ def test_results_frame_columns_and_dtypes(small):
     pd.testing.assert_frame_equal(store.results_frame(run=report.run_id), frame)
 
 
+def test_dollars_per_operator_over_the_run_add_up_to_what_each_spent(small):
+    import dataclasses
+
+    store, _ = small
+    run = data.load_runs(store)[0]
+    assert data.dollars_timeline([run]).empty  # replay operators cost nothing
+    f = run.frame.copy()
+    evals = f.index[f.kind == "eval"]
+    f.loc[evals, "operator"] = ["llm" if i % 3 == 0 else "tpe" for i in range(len(evals))]
+    f.loc[evals, "cost"] = [0.02 if i % 3 == 0 else 0.0 for i in range(len(evals))]
+    dollars = data.dollars_timeline([dataclasses.replace(run, frame=f)])
+    assert set(dollars.operator) == {"llm"}  # an operator that cost nothing has no line
+    assert list(dollars.evaluation) == list(range(1, len(evals) + 1))
+    assert dollars["count"].is_monotonic_increasing
+    assert dollars["count"].iloc[-1] == pytest.approx(0.02 * len(range(0, len(evals), 3)))
+
+
 def test_search_report_to_dataframe_columns_and_dtypes(small):
     _, report = small
     frame = report.to_dataframe()

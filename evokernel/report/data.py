@@ -241,18 +241,30 @@ def operator_timeline(runs: list[RunData]) -> pd.DataFrame:
     return _cumulative(runs, "operator")
 
 
+def dollars_timeline(runs: list[RunData]) -> pd.DataFrame:
+    """Per run, evaluation and operator: the dollars that operator has spent so far (the
+    costs of the evaluated genomes it proposed); operators that cost nothing are left out."""
+    return _cumulative(runs, "operator", value="cost")
+
+
 def status_timeline(runs: list[RunData]) -> pd.DataFrame:
     """Per run, evaluation and status: how many results had that status so far."""
     return _cumulative(runs, "status")
 
 
-def _cumulative(runs: list[RunData], column: str) -> pd.DataFrame:
+def _cumulative(runs: list[RunData], column: str, value: str | None = None) -> pd.DataFrame:
     parts = []
     for run in runs:
         f = _evals(run)
         if f.empty:
             continue
-        counts = pd.crosstab(f.evaluation, f[column]).cumsum()
+        if value is None:
+            counts = pd.crosstab(f.evaluation, f[column]).cumsum()
+        else:  # summed over every evaluation; the keys that summed to nothing are left out
+            counts = pd.crosstab(f.evaluation, f[column], values=f[value].fillna(0.0), aggfunc="sum").fillna(0.0)
+            counts = counts.loc[:, counts.sum() > 0].cumsum()
+            if counts.empty:
+                continue
         long = counts.reset_index().melt(id_vars="evaluation", var_name=column, value_name="count")
         parts.append(long.assign(run=run.label))
     cols = ["run", "evaluation", column, "count"]

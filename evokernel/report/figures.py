@@ -34,6 +34,7 @@ RUN_FIGURES: dict[str, tuple[str, str]] = {
     "fig-convergence-time": ("convergence", "Best latency against wall time"),
     "fig-operators": ("operators", "Proposals, accepted and improvements per operator"),
     "fig-operator-timeline": ("operators", "Proposals per operator over the run"),
+    "fig-operator-dollars": ("operators", "Dollars per operator over the run"),
     "fig-statuses": ("statuses", "Statuses over the run"),
     "fig-skips": ("statuses", "What was skipped without measuring (learned constraints, duplicates, ...)"),
     "fig-slice": ("landscape", "Latency against each parameter"),
@@ -121,9 +122,9 @@ def _operators(runs: list[RunData]) -> go.Figure:
     return fig
 
 
-def _timeline(table: Any, column: str, ytitle: str) -> go.Figure:
+def _timeline(table: Any, column: str, ytitle: str, empty: str = "no evaluation is stored") -> go.Figure:
     if table.empty:
-        return note_figure("no evaluation is stored")
+        return note_figure(empty)
     fig = go.Figure()
     dashes = ("solid", "dash", "dot", "dashdot", "longdash")
     keys = sorted(set(table[column]))
@@ -218,6 +219,9 @@ def run_figures(runs: list[RunData]) -> list[Figure]:
         "fig-convergence-time": lambda: _convergence(runs, "t_s", "wall time (s)"),
         "fig-operators": lambda: _operators(runs),
         "fig-operator-timeline": lambda: _timeline(data.operator_timeline(runs), "operator", "proposals so far"),
+        "fig-operator-dollars": lambda: _timeline(
+            data.dollars_timeline(runs), "operator", "dollars so far", empty="no operator of these runs cost money"
+        ),
         "fig-statuses": lambda: _timeline(data.status_timeline(runs), "status", "results so far"),
         "fig-skips": lambda: _skips(runs),
         "fig-slice": lambda: _optuna("slice", runs),
@@ -238,6 +242,8 @@ CAPTIONS = {
     "fig-operators": "Per operator (the lineage of each evaluated genome): proposals evaluated, accepted (ok results), "
     "improvements of the run's best so far; hover for dollars and evaluator seconds.",
     "fig-operator-timeline": "How the proposals were split over the run (the bandit's choices, as evaluated).",
+    "fig-operator-dollars": "What each costly operator (an LLM rewrite) has spent so far, from the cost recorded with "
+    "each evaluated genome it proposed.",
     "fig-statuses": "Results per status, counted over the run.",
     "fig-skips": "Proposals never measured, by reason: predicted by a learned constraint to fail ('learned: ...'), "
     "already seen ('duplicate'), invalid, or cut by the wall time (the run's stored count; older runs: their events).",

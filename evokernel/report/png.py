@@ -70,10 +70,10 @@ def _operators(runs: list[RunData]) -> Any:
     return fig
 
 
-def _timeline(table: pd.DataFrame, column: str, ylabel: str, title: str) -> Any:
+def _timeline(table: pd.DataFrame, column: str, ylabel: str, title: str, empty: str = "no evaluation is stored") -> Any:
     fig, ax = plt.subplots(figsize=(8, 4))
     if table.empty:
-        note(ax, "no evaluation is stored")
+        note(ax, empty)
         return fig
     keys = sorted(set(table[column]))
     styles = ("-", "--", ":", "-.")
@@ -186,6 +186,13 @@ def write_run_pngs(runs: list[RunData], folder: str | Path) -> list[Path]:
         "fig-operators": lambda: _operators(runs),
         "fig-operator-timeline": lambda: _timeline(
             data.operator_timeline(runs), "operator", "proposals so far", RUN_FIGURES["fig-operator-timeline"][1]
+        ),
+        "fig-operator-dollars": lambda: _timeline(
+            data.dollars_timeline(runs),
+            "operator",
+            "dollars so far",
+            RUN_FIGURES["fig-operator-dollars"][1],
+            empty="no operator of these runs cost money",
         ),
         "fig-statuses": lambda: _timeline(
             data.status_timeline(runs), "status", "results so far", RUN_FIGURES["fig-statuses"][1]
