@@ -14,13 +14,22 @@ True
 
 from typing import Any
 
+from .cost_model import CostModel
 from .crossover import UniformCrossover
 from .local import LocalSearch
 from .optuna_sampler import SAMPLERS, OptunaSampler
 from .point import PointMutation
 from .restart import RandomRestart
 
-__all__ = ["PointMutation", "UniformCrossover", "RandomRestart", "LocalSearch", "OptunaSampler", "SAMPLERS"]
+__all__ = [
+    "PointMutation",
+    "UniformCrossover",
+    "RandomRestart",
+    "LocalSearch",
+    "OptunaSampler",
+    "CostModel",
+    "SAMPLERS",
+]
 
 
 def __getattr__(name: str) -> Any:

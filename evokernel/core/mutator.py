@@ -4,8 +4,9 @@ A mutator has a `name`, an `arity` (how many parents it wants: 0, 1 or 2) and `p
 Optional capabilities are protocols of their own, checked with `isinstance` by the engine:
 `Learns` (it `observe`s every evaluated genome of the run: samplers that learn, such as
 Optuna's), `Resets` (it forgets what it learned when a new run starts), `Costly` (it charges
-money, LLM operators: the operators a cost cap switches off) and `Exhaustible` (it knows
-when it has nothing left to offer).
+money, LLM operators: the operators a cost cap switches off), `Exhaustible` (it knows
+when it has nothing left to offer) and `Primed` (it learns from earlier measurements of the
+kernel family before the run starts: the cost model).
 
 >>> class Flip:
 ...     name, arity = "flip", 1
@@ -20,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,7 +32,18 @@ from evokernel.core.space import SearchSpace
 if TYPE_CHECKING:
     from evokernel.core.archive import Archive
 
-__all__ = ["Mutator", "Learns", "Resets", "Costly", "Exhaustible", "CAPABILITIES", "Context", "observe", "reset"]
+__all__ = [
+    "Mutator",
+    "Learns",
+    "Resets",
+    "Costly",
+    "Exhaustible",
+    "Primed",
+    "CAPABILITIES",
+    "Context",
+    "observe",
+    "reset",
+]
 
 
 @dataclass
@@ -105,8 +117,21 @@ class Exhaustible(Protocol):
     exhausted: bool
 
 
+@runtime_checkable
+class Primed(Protocol):
+    """Learns from what was measured before the run (the cost model).
+
+    Called by the engine when a run starts, after `reset` and before the first generation,
+    with an `evokernel.engine.priors.PriorSource`: the run's kernel family and shape, and
+    `rows()`, every earlier measurement of that family in the store and in the shipped
+    landscapes. A primed mutator may then fill the first generation's open places (before
+    random points) by proposing with no parents."""
+
+    def prime(self, source: Any) -> None: ...
+
+
 #: The optional capabilities, for tools and the contract suite (tests/contracts).
-CAPABILITIES: tuple[type, ...] = (Learns, Resets, Costly, Exhaustible)
+CAPABILITIES: tuple[type, ...] = (Learns, Resets, Costly, Exhaustible, Primed)
 
 
 def reset(mutator: Mutator) -> None:

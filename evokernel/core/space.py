@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from evokernel.core.errors import SpaceError
+from evokernel.core.geometry import Geometry
 from evokernel.core.genome import Genome, Value
 
 __all__ = [
@@ -281,8 +282,12 @@ class SearchSpace:
         constraints: Iterable[Constraint | ConstraintFn] = (),
         *,
         name: str = "space",
+        geometry: Geometry | None = None,
     ) -> None:
         self.params: tuple[Param, ...] = tuple(params)
+        #: how the parameters map to tiles of the problem (optional; the cost model's analytic
+        #: features, `evokernel.core.geometry`)
+        self.geometry = geometry
         if not self.params:
             raise SpaceError("a search space needs at least one parameter")
         names = [p.name for p in self.params]

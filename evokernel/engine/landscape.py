@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.core.errors import LandscapeError
+from evokernel.core.geometry import Geometry
 from evokernel.core.genome import Value
 from evokernel.core.space import Boolean, Choice, Constraint, Ordinal, Param, SearchSpace
 
@@ -101,7 +102,7 @@ class Landscape:
                 return None if tuple(point[n] for n in names) in rows else f"not recorded in landscape {name}"
 
             constraints.append(Constraint(recorded, "recorded"))
-        self.space = SearchSpace(params, constraints, name=name)
+        self.space = SearchSpace(params, constraints, name=name, geometry=Geometry.infer(names))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Landscape:

@@ -57,6 +57,11 @@ class SearchOptions:
     # at 25 / 50 / 100, 8 gave 0.928 / 0.973 / 0.983, none 0.943 / 0.976 / 0.985: far shapes'
     # genomes beat a young population's median, earn credit, and crowd out the search
     transfer_operator: int = 0
+    # what a primed mutator (the cost model) learns from before the run: the store's earlier
+    # runs of the kernel family always, the landscapes that ship with evokernel when true;
+    # prior_holdout leaves out a shipped landscape of the run's own shape (benchmarks)
+    shipped_priors: bool = True
+    prior_holdout: bool = False
 
     def __post_init__(self) -> None:
         if self.population < 1:

@@ -3,8 +3,9 @@
 The first generation is, in order and within the budget: the elites of earlier runs of the
 same space and evaluator, the user's seeds (known-good points: a library's defaults, a
 serving engine's tuned config), the best genomes of the nearest other shapes' runs
-(transfer; more of them offered later by a "transfer" operator), then random unseen points
-up to the population. Before it, the failures of those earlier runs teach the failure model
+(transfer; more of them offered later by a "transfer" operator), then the best-ranked points
+of a mutator primed with the family's earlier measurements (the cost model), then random
+unseen points up to the population. Before it, the failures of those earlier runs teach the failure model
 which points would run out of resources.
 """
 
@@ -15,14 +16,17 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from evokernel.core.genome import Genome
+from evokernel.core.mutator import Context, Primed
 from evokernel.core.space import SearchSpace
+from evokernel.engine.priors import PriorSource
+from evokernel.engine.priors import describe as describe_priors
 from evokernel.engine.propose import unseen_random
 from evokernel.engine.transfer import TransferOperator, transfer_key, transfer_seeds
 
 if TYPE_CHECKING:
     from evokernel.engine.search import _Run
 
-__all__ = ["valid_seeds", "learn_prior_failures", "first_generation"]
+__all__ = ["valid_seeds", "learn_prior_failures", "first_generation", "primed_picks"]
 
 log = logging.getLogger("evokernel.search")
 
@@ -66,6 +70,52 @@ def learn_prior_failures(run: _Run) -> None:
         store.log_event(
             run.run.id, "prior_failures", {"learned": taught, "model": len(run.failures)}, key="prior_failures"
         )
+
+
+def primed_picks(run: _Run, key: dict[str, Any] | None, taken: set[str], room: int) -> list[Genome]:
+    """Prime the mutators that learn from earlier measurements (`Primed`: the cost model)
+    with the family's data, and let the first of them with data fill up to `room` places of
+    the first generation (its best-ranked points, before any random one)."""
+    primed = [m for m in run.mutators if isinstance(m, Primed)]
+    if not primed:
+        return []
+    s = run.s
+    source = PriorSource(
+        family=key["family"] if key else "",
+        shape=dict(key["shape"]) if key else {},
+        space=s.space,
+        store=s.store if key else None,
+        run_id=run.run.id,
+        before_seq=run.run.seq,
+        shipped=bool(key) and run.opt.shipped_priors,
+        holdout=run.opt.prior_holdout,
+    )
+    for m in primed:
+        m.prime(source)
+    rows = source.rows()
+    if rows:
+        s.store.log_event(run.run.id, "priors", describe_priors(rows), key="priors")
+    out: list[Genome] = []
+    maker = next((m for m in primed if getattr(m, "has_data", True)), None)
+    if maker is None or room <= 0:
+        return out
+    ctx = Context(s.space, run.rng, 0, run.archive, run.charge, deadline=run._deadline())
+    for _ in range(room * 2):
+        if len(out) >= room:
+            break
+        try:
+            g = maker.propose([], ctx)
+        except Exception as exc:  # a broken model costs its picks, not the run
+            log.warning("mutator %s raised %s: %s", maker.name, type(exc).__name__, exc)
+            break
+        if g is None:
+            break
+        g = Genome.of(s.space.canonical(g.params), g.source)
+        if g.id in taken or g.id in run.seen or not s.space.is_valid(g.params):
+            continue
+        out.append(g.with_lineage((), maker.name, 0))
+        taken.add(g.id)
+    return out
 
 
 def first_generation(run: _Run) -> list[Genome]:
@@ -118,6 +168,7 @@ def first_generation(run: _Run) -> list[Genome]:
                 },
                 key="transfer",
             )
+    first += primed_picks(run, key, taken, min(opt.population, run._left()) - len(first))
     while len(first) < min(opt.population, run._left()):
         fresh = unseen_random(run, taken)
         if fresh is None:

@@ -69,6 +69,12 @@ def _default(space: SearchSpace | None) -> list[Mutator]:
     return [OptunaSampler("tpe"), LocalSearch(), PointMutation()]
 
 
+def _model(space: SearchSpace | None) -> list[Mutator]:
+    from evokernel.mutators import CostModel, LocalSearch, OptunaSampler, PointMutation
+
+    return [CostModel(), OptunaSampler("tpe"), LocalSearch(), PointMutation()]
+
+
 DEFAULT = Strategy(
     "default",
     _default,
@@ -85,6 +91,14 @@ EVOLUTION = Strategy(
 )
 LOCAL = Strategy(
     "local", _local, SearchOptions(), "greedy iterated local search on the Hamming neighbourhood of the elites"
+)
+MODEL = Strategy(
+    "model",
+    _model,
+    SearchOptions(),
+    "the default's operators plus a cost model (trees trained on every earlier measurement of "
+    "the kernel family: the store and the shipped landscapes) that ranks the first generation "
+    "and proposes by expected improvement",
 )
 RANDOM = Strategy("random", _random, SearchOptions(), "uniform random sampling without repeats")
 

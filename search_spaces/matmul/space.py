@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from evokernel.core.genome import Genome
+from evokernel.core.geometry import Geometry
 from evokernel.core.space import (
     H200_SHARED_MEMORY_BYTES,
     Choice,
@@ -36,6 +37,13 @@ def matmul_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_
         ],
         constraints=[shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes), thread_limit()],
         name="matmul",
+        geometry=Geometry(
+            tiles={"M": "BM", "N": "BN", "K": "BK"},
+            warps="num_warps",
+            stages="num_stages",
+            elem_bytes=elem_bytes,
+            shared_kib=shared_memory_bytes / 1024,
+        ),
     )
 
 

@@ -1,0 +1,102 @@
+"""What the hardware says before anything runs: how a space's parameters map to tiles.
+
+A space that declares its `Geometry` (which parameter tiles which problem dimension, which
+are warps and pipeline stages) gets analytic features for any shape: tiles and waves over
+the GPU's SMs, the padding a tile wastes, shared memory per CTA, a tile's arithmetic
+intensity, output elements per thread. The cost model (`evokernel.mutators.cost_model`)
+learns from them across shapes, and ranks a first generation with them before anything
+was measured on the new shape.
+
+>>> g = Geometry(tiles={"M": "BM", "N": "BN", "K": "BK"}, warps="num_warps", stages="num_stages")
+>>> f = g.features({"BM": 128, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 3}, {"M": 2048, "N": 6144, "K": 4096})
+>>> f["tiles"], round(f["waves"], 2), f["k_iters"], f["smem_kib"]
+(384.0, 2.91, 64.0, 144.0)
+>>> Geometry.infer(["BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "num_warps"]).tiles["K"]
+'BLOCK_SIZE_K'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Geometry", "H200_SMS", "H200_SHARED_KIB"]
+
+H200_SMS = 132
+H200_SHARED_KIB = 228.0
+
+#: Parameter names of the shipped kernel templates, tile per problem dimension.
+_KNOWN: tuple[dict[str, str], ...] = (
+    {"M": "BM", "N": "BN", "K": "BK"},  # search_spaces/matmul, the matmul landscapes
+    {"M": "BLOCK_SIZE_M", "N": "BLOCK_SIZE_N", "K": "BLOCK_SIZE_K"},  # fused MoE (SGLang's config names)
+    {"M": "BLOCK_M", "N": "BLOCK_N"},  # attention: query rows and key columns per tile
+)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Which parameter tiles which dimension of the problem's shape (`tiles`: dimension ->
+    parameter); the output dimensions (their tiles make the grid) and the reduction ones;
+    the warps and stages parameters; bytes per element; the GPU's SMs and shared memory."""
+
+    tiles: Mapping[str, str]
+    output: tuple[str, ...] = ("M", "N")
+    reduction: tuple[str, ...] = ("K",)
+    warps: str | None = None
+    stages: str | None = None
+    elem_bytes: int = 2
+    sms: int = H200_SMS
+    shared_kib: float = H200_SHARED_KIB
+
+    @classmethod
+    def infer(cls, names: Iterable[str]) -> Geometry | None:
+        """The geometry of a space whose parameters use one of the shipped templates' names
+        (a recorded landscape's columns), or None."""
+        have = set(names)
+        for tiles in _KNOWN:
+            if set(tiles.values()) <= have:
+                return cls(
+                    tiles=dict(tiles),
+                    warps="num_warps" if "num_warps" in have else None,
+                    stages="num_stages" if "num_stages" in have else None,
+                )
+        return None
+
+    def features(self, params: Mapping[str, Any], shape: Mapping[str, float]) -> dict[str, float]:
+        """Analytic features of one point on one shape; the shape's missing dimensions leave
+        out what needs them (every key is always present, NaN where unknown)."""
+        nan = float("nan")
+        tile = {d: float(params[p]) for d, p in self.tiles.items() if _number(params.get(p))}
+        size = {d: float(shape[d]) for d in self.tiles if _number(shape.get(d)) and float(shape[d]) > 0}
+        count = {d: math.ceil(size[d] / tile[d]) for d in tile if d in size and tile[d] > 0}
+        out: dict[str, float] = {}
+        grid = [count[d] for d in self.output if d in count]
+        tiles = float(math.prod(grid)) if len(grid) == len([d for d in self.output if d in self.tiles]) else nan
+        out["tiles"] = tiles
+        out["waves"] = tiles / self.sms if tiles == tiles else nan
+        out["wave_efficiency"] = tiles / (math.ceil(tiles / self.sms) * self.sms) if tiles == tiles else nan
+        waste = [count[d] * tile[d] / size[d] for d in count]
+        out["padding"] = float(math.prod(waste)) if waste else nan
+        red = [count[d] for d in self.reduction if d in count]
+        out["k_iters"] = float(math.prod(red)) if red else nan
+        outs = [tile[d] for d in self.output if d in tile]
+        out["tile_elems"] = float(math.prod(outs)) if outs else nan
+        out["intensity"] = (math.prod(outs) / sum(outs)) if len(outs) >= 2 else nan
+        stages = float(params[self.stages]) if self.stages and _number(params.get(self.stages)) else 1.0
+        if all(d in tile for d in self.output[:2]) and self.reduction and self.reduction[0] in tile:
+            m, n, k = tile[self.output[0]], tile[self.output[1]], tile[self.reduction[0]]
+            out["smem_kib"] = (m * k + k * n) * self.elem_bytes * stages / 1024
+        else:
+            out["smem_kib"] = nan
+        out["smem_fraction"] = out["smem_kib"] / self.shared_kib
+        warps = float(params[self.warps]) if self.warps and _number(params.get(self.warps)) else nan
+        out["elems_per_thread"] = out["tile_elems"] / (32 * warps) if warps == warps else nan
+        dims = [size[d] for d in self.tiles if d in size]
+        out["log2_work"] = math.log2(math.prod(dims)) if dims else nan
+        return out
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
