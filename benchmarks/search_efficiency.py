@@ -9,12 +9,17 @@ log-normal multiplicative noise (0.03 is about 3%), and the search only sees noi
     python benchmarks/search_efficiency.py --seeds 20 --budget 200 --noise 0 0.03 --jobs 2 \\
         --out benchmarks/results/search_efficiency.json
 
+A strategy with a primed mutator (`model`: the cost model) learns from the shipped landscapes
+of the other shapes only: the landscape under test is left out of its training data unless
+`--no-holdout` (leave one shape out).
+
 Writes one JSON record per (landscape, strategy, noise) and prints a Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -29,7 +34,8 @@ from evokernel import Budget, Search
 from evokernel.evaluators import ReplayEvaluator
 from evokernel.core.genome import Genome
 from evokernel.engine.landscape import Landscape, builtin, builtin_names
-from evokernel.engine.strategies import strategy_names
+from evokernel.engine.options import SearchOptions
+from evokernel.engine.strategies import get_strategy, strategy_names
 
 DEFAULT_STRATEGIES = [
     "random",
@@ -41,6 +47,7 @@ DEFAULT_STRATEGIES = [
     "optuna-nsga2",
     "optuna-qmc",
     "default",
+    "model",
 ]
 
 
@@ -79,6 +86,7 @@ def one_run(
     checkpoints: list[int],
     transfer_from: tuple[str, ...] = (),
     prior_budget: int = 100,
+    holdout: bool = True,
 ) -> dict[str, Any]:
     """One search; with `transfer_from`, searches of `prior_budget` evaluations on those
     landscapes (same seed, same noise) go into the store first, so this one is seeded from
@@ -96,12 +104,16 @@ def one_run(
         )
     ev = ReplayEvaluator(L, noise=noise, seed=seed)
     t0 = time.process_time()
+    # leave one shape out: a primed mutator (the cost model) never sees a shipped landscape
+    # of the shape under test
     if strategy.startswith("mutators:"):
-        search = Search(L.space, ev, _mutators(strategy), store=store)
+        search = Search(L.space, ev, _mutators(strategy), store=store, options=SearchOptions(prior_holdout=holdout))
     else:
-        search = Search(L.space, ev, strategy=strategy, store=store)
+        options = dataclasses.replace(get_strategy(strategy).options, prior_holdout=holdout)
+        search = Search(L.space, ev, strategy=strategy, store=store, options=options)
     report = search.run(Budget(evaluations=budget), seed=seed)
     cpu = time.process_time() - t0
+    fits = [t for m in search.mutators for t in getattr(m, "fit_seconds", [])]
     trace = [optimum / truth.get(g, math.inf) if g else 0.0 for g in report.best_ids]
     fractions = [trace[min(n, len(trace)) - 1] if trace else 0.0 for n in checkpoints]
     within = next((i + 1 for i, f in enumerate(trace) if f >= 1 / 1.01), None)
@@ -112,6 +124,8 @@ def one_run(
         "final": final,
         "cpu_s": cpu,
         "evaluations": report.evaluations,
+        "model_fits": len(fits),
+        "model_fit_s": statistics.mean(fits) if fits else None,
     }
 
 
@@ -130,6 +144,12 @@ def main() -> None:
         action="store_true",
         help="leave one out: before each search, searches on the other landscapes fill the store",
     )
+    ap.add_argument(
+        "--no-holdout",
+        action="store_true",
+        help="let the cost model train on the shipped landscape of the shape under test too "
+        "(by default it is left out: leave one shape out)",
+    )
     args = ap.parse_args()
     unknown = [s for s in args.strategies if s not in strategy_names() and not s.startswith("mutators:")]
     if unknown:
@@ -144,6 +164,8 @@ def main() -> None:
             nz,
             checkpoints,
             tuple(o for o in args.landscapes if o != ls) if args.transfer else (),
+            100,
+            not args.no_holdout,
         )
         for nz in args.noise
         for ls in args.landscapes
@@ -174,6 +196,12 @@ def main() -> None:
                         "median_evals_to_1pct": statistics.median(within_sorted(within)) if reached else None,
                         "mean_final": statistics.fmean(r["final"] for r in runs),
                         "cpu_s_per_run": statistics.fmean(r["cpu_s"] for r in runs),
+                        "model_fit_s": (
+                            statistics.fmean(fit)
+                            if (fit := [r["model_fit_s"] for r in runs if r.get("model_fit_s")])
+                            else None
+                        ),
+                        "holdout": not args.no_holdout,
                     }
                 )
     if args.out:
@@ -200,8 +228,8 @@ def print_table(records: list[dict[str, Any]], checkpoints: list[int]) -> None:
         transfer = " (transfer: the other landscapes' runs in the store)" if records[0].get("transfer") else ""
         print(f"\n### noise {nz}{transfer}")
         head = " | ".join(f"@{c}" for c in checkpoints)
-        print(f"| strategy | landscape | {head} | reached 1% | median evals to 1% | cpu s/run |")
-        print("|---" * (5 + len(checkpoints)) + "|")
+        print(f"| strategy | landscape | {head} | reached 1% | median evals to 1% | cpu s/run | model fit s |")
+        print("|---" * (6 + len(checkpoints)) + "|")
         strategies = list(dict.fromkeys(r["strategy"] for r in records))
         for st in strategies:
             rows = [r for r in records if r["strategy"] == st and r["noise"] == nz]
@@ -211,12 +239,12 @@ def print_table(records: list[dict[str, Any]], checkpoints: list[int]) -> None:
                 print(
                     f"| {st} | {r['landscape'].replace('matmul_bf16_h200_', '')} | {cells} | "
                     f"{r['reached_1pct']}/{r['seeds']} | {'-' if med in (None, math.inf) else int(med)} | "
-                    f"{r['cpu_s_per_run']:.2f} |"
+                    f"{r['cpu_s_per_run']:.2f} | {'-' if not r.get('model_fit_s') else format(r['model_fit_s'], '.3f')} |"
                 )
             means = " | ".join(
                 f"**{statistics.fmean(r['mean_fraction'][str(c)] for r in rows):.3f}**" for c in checkpoints
             )
-            print(f"| {st} | **mean** | {means} | | | |")
+            print(f"| {st} | **mean** | {means} | | | | |")
 
 
 if __name__ == "__main__":

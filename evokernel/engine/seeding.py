@@ -76,7 +76,7 @@ def primed_picks(run: _Run, key: dict[str, Any] | None, taken: set[str], room: i
     """Prime the mutators that learn from earlier measurements (`Primed`: the cost model)
     with the family's data, and let the first of them with data fill up to `room` places of
     the first generation (its best-ranked points, before any random one)."""
-    primed = [m for m in run.mutators if isinstance(m, Primed)]
+    primed: list[Any] = [m for m in run.mutators if isinstance(m, Primed)]
     if not primed:
         return []
     s = run.s

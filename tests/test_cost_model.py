@@ -1,0 +1,130 @@
+"""The cost model (issue 30): priors from the store and the shipped landscapes, analytic
+features, a first generation ranked before anything is measured, failures avoided."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evokernel import Budget, Search
+from evokernel.core.geometry import Geometry
+from evokernel.core.mutator import CAPABILITIES, Context, Primed
+from evokernel.engine.landscape import Landscape, builtin
+from evokernel.engine.options import SearchOptions
+from evokernel.engine.priors import PriorSource, family_tokens, shipped_rows
+from evokernel.engine.transfer import family_of_name
+from evokernel.evaluators import ReplayEvaluator
+from evokernel.mutators import CostModel
+from evokernel.search_spaces import matmul_space
+from evokernel.store import SQLiteStore
+
+M2048 = "matmul_bf16_h200_M2048_N6144_K4096"
+M8192 = "matmul_bf16_h200_M8192_N8192_K1024"
+
+
+def _landscape(name: str) -> Landscape:
+    return Landscape.load(builtin(name))
+
+
+def _latency(L: Landscape, params: dict) -> float | None:
+    row = L.rows.get(tuple(params[n] for n in L.space.names))
+    return None if row is None else row.latency_ms
+
+
+def test_geometry_features_follow_the_shape():
+    g = matmul_space().geometry
+    assert g is not None and g.tiles == {"M": "BM", "N": "BN", "K": "BK"}
+    p = {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4}
+    small, big = g.features(p, {"M": 16, "N": 4096, "K": 4096}), g.features(p, {"M": 8192, "N": 8192, "K": 1024})
+    assert small["tiles"] == 32 and big["tiles"] == 64 * 64
+    assert small["padding"] == pytest.approx(8.0)  # a 128-row tile over 16 rows computes 8x the work
+    assert big["padding"] == 1.0 and big["wave_efficiency"] == pytest.approx(4096 / (32 * 132))
+    assert small["smem_kib"] == big["smem_kib"] == (128 * 64 + 64 * 128) * 2 * 4 / 1024
+    assert math.isnan(g.features(p, {})["tiles"])  # no shape, no grid: NaN, never a guess
+    assert Geometry.infer(["BLOCK_M", "BLOCK_N", "num_warps"]).tiles == {"M": "BLOCK_M", "N": "BLOCK_N"}
+    assert Geometry.infer(["x", "y"]) is None
+
+
+def test_shipped_priors_are_the_familys_other_shapes_under_holdout():
+    space = _landscape(M2048).space
+    assert family_tokens("matmul_bf16@NVIDIA H200") >= family_tokens("matmul_bf16_h200")
+    every = shipped_rows("replay:matmul_bf16_h200", space)
+    held = shipped_rows("replay:matmul_bf16_h200", space, exclude_shape={"M": 2048, "N": 6144, "K": 4096})
+    assert {r.group for r in every} - {r.group for r in held} == {M2048}
+    assert len(held) == 3 * 960 and any(r.latency_ms is None for r in held)  # failures are data too
+    # another GPU, another template's parameters: nothing
+    assert shipped_rows("replay:matmul_bf16_a100", space) == []
+    assert shipped_rows("replay:matmul_bf16_h200", _landscape("moe_bf16_h200_qwen3-30b-a3b_M64").space) == []
+
+
+def test_store_priors_are_earlier_runs_of_the_family_on_other_shapes():
+    store = SQLiteStore(":memory:")
+    L8 = _landscape(M8192)
+    Search(L8.space, ReplayEvaluator(L8), strategy="random", store=store).run(Budget(evaluations=12), seed=0)
+    L = _landscape(M2048)
+    family, shape = family_of_name(M2048)
+    source = PriorSource("replay:" + family, shape, L.space, store=store, shipped=False)
+    rows = source.rows()
+    assert len(rows) == 12 and {r.shape["M"] for r in rows} == {8192.0}
+    assert PriorSource("replay:moe_bf16_h200", shape, L.space, store=store, shipped=False).rows() == []
+
+
+def test_primed_model_ranks_a_held_out_shapes_first_generation():
+    """Trained on the other three matmul shapes only, its first eight points on M2048 hold one
+    within 5% of that landscape's optimum, and none that fails."""
+    L = _landscape(M2048)
+    family, shape = family_of_name(M2048)
+    optimum = L.optimum()[1]
+    model = CostModel()
+    assert isinstance(model, Primed) and Primed in CAPABILITIES
+    model.prime(PriorSource("replay:" + family, shape, L.space, holdout=True))
+    ctx = Context(L.space, np.random.default_rng(0), 0, None)  # type: ignore[arg-type]
+    picks = [model.propose([], ctx) for _ in range(8)]
+    assert len({g.id for g in picks}) == 8
+    lats = [_latency(L, g.params) for g in picks]
+    assert all(lat is not None for lat in lats)
+    assert optimum / min(lats) >= 0.95
+    assert len(model.fit_seconds) == 1  # one fit per generation, not per proposal
+
+
+def test_model_strategy_starts_from_the_model_and_is_reproducible():
+    L = _landscape(M2048)
+    store = SQLiteStore(":memory:")
+    opts = SearchOptions(prior_holdout=True)
+    a = Search(L.space, ReplayEvaluator(L), strategy="model", options=opts, store=store).run(
+        Budget(evaluations=24), seed=3
+    )
+    b = Search(L.space, ReplayEvaluator(L), strategy="model", options=opts).run(Budget(evaluations=24), seed=3)
+    assert a.best_ids == b.best_ids
+    first = [e for e in store.history(a.run_id) if e.kind == "eval"][:8]
+    assert [e.genome.lineage.operator for e in first] == ["cost-model"] * 8
+    (priors,) = [p for kind, p, _ in store.events(a.run_id) if kind == "priors"]
+    assert priors["rows"] == 3 * 960 and M2048 not in priors["groups"]
+    assert L.optimum()[1] / a.best.latency_ms >= 0.97
+
+
+def test_without_any_data_the_model_leaves_the_first_generation_to_random_points():
+    from evokernel.core.space import IntRange, SearchSpace
+
+    space = SearchSpace([IntRange("x", 0, 31), IntRange("y", 0, 31)], name="bowl")
+
+    class Bowl:
+        name = "bowl"
+
+        def fingerprint(self):
+            return {"evaluator": "bowl"}
+
+        def evaluate(self, genomes):
+            from evokernel.core.result import Result
+
+            for g in genomes:
+                yield Result.ok(1.0 + (g["x"] - 20) ** 2 + (g["y"] - 7) ** 2, samples=[1.0])
+
+    store = SQLiteStore(":memory:")
+    report = Search(space, Bowl(), strategy="model", store=store).run(Budget(evaluations=40), seed=0)
+    ops = [e.genome.lineage.operator for e in store.history(report.run_id) if e.kind == "eval"]
+    assert "cost-model" not in ops[:8]  # no family, no store, nothing measured: random
+    assert "cost-model" in ops[8:]  # then it learns from the run's own points
+    assert report.best.latency_ms <= 3.0
