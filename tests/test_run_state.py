@@ -233,7 +233,9 @@ def test_an_interrupted_run_keeps_its_best_so_far(
 ):
     db, log = tmp_path / "int.db", tmp_path / "int.log"
     proc = subprocess.Popen(
-        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "60", "--json"],
+        # a budget it cannot finish before the Ctrl-C, even when this process is starved of CPU
+        # for seconds on a loaded machine (CI: 60 evaluations of 0.05 s once finished first)
+        [*evokernel_cmd, "search", str(target), "--db", str(db), "--budget", "2000", "--json"],
         env=_env(cli_env, log, delay="0.05"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -4,7 +4,7 @@ Third-party strategies register in the entry-point group `evokernel.strategies` 
 `Strategy` object.
 
 >>> sorted(strategy_names())[:4]
-['default', 'evolution', 'local', 'optuna-cmaes']
+['default', 'evolution', 'local', 'model']
 >>> [m.name for m in get_strategy("evolution").mutators(None)]
 ['point', 'crossover', 'restart']
 >>> [m.name for m in get_strategy("default").mutators(None)]
