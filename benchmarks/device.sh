@@ -35,6 +35,8 @@
 #                   [device_profile.sh]  PROFILE_MODELS, SGL_BATCHES ("1 64"), PROFILE_DB
 #   sweep-attention record the attention landscapes with `evokernel sweep` [device_attention.sh]
 #   sweep-moe WALL MODEL:M ...   record fused-MoE landscapes [record_moe_landscapes.sh]
+#   sweep-matmul WALL M:N:K ...  record matmul landscapes of matmul_space() through the judge
+#                   (examples/matmul_landscape_h200.py), one CSV per shape under $OUT
 #   ray             GPU tests of the devices (cuda:N) and of the Ray path, then the same matmul search
 #                   in process and through one Ray actor, alternating windows (ray_overhead.py;
 #                   carry .whl with ray-stripped-cp312.tar.xz, see ray_wheel.sh)
@@ -48,7 +50,7 @@ set -u
 step=${1:-}
 [ -n "$step" ] && shift
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|pair|ray) ;;
+  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray) ;;
   *) sed -n '2,/^set -u$/{/^#/p}' "$0"; echo "unknown step: '$step'" >&2; exit 2 ;;
 esac
 source benchmarks/device_setup.sh || exit 1
@@ -354,6 +356,19 @@ sweep_moe() {
   done
 }
 
+sweep_matmul() {
+  # every valid point of matmul_space() for each M:N:K given, one CSV each under $OUT; each
+  # sweep stops at WALL seconds, and a run on the same CSVs finishes them
+  local wall=$1 spec m n k csv; shift
+  for spec in "$@"; do
+    IFS=: read -r m n k <<< "$spec"
+    csv="$OUT/matmul_bf16_h200_M${m}_N${n}_K${k}.csv"
+    (cd /tmp && EVOKERNEL_MATMUL_SHAPE=$m,$n,$k python3 -m evokernel.cli sweep \
+        "$HERE/examples/matmul_landscape_h200.py" --out "$csv" --wall-time "$wall" --quiet 2>&1 \
+        | grep -v -e '^\s*$' -e CudaIPCTypes | tail -5 | tee -a "$OUT/sweep.log")
+  done
+}
+
 pair() {
   # each job sees one GPU (CUDA_VISIBLE_DEVICES), writes under $OUT/g0 or $OUT/g1, runs on its
   # own half of the CPUs (a small model's decode step is host-bound) and is stopped at JOB_S
@@ -392,4 +407,5 @@ case "$step" in
   model-level) model_level ;;
   sweep-attention) sweep_attention ;;
   sweep-moe) sweep_moe "$@" ;;
+  sweep-matmul) sweep_matmul "$@" ;;
 esac
