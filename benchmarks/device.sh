@@ -363,6 +363,8 @@ sweep_matmul() {
   for spec in "$@"; do
     IFS=: read -r m n k <<< "$spec"
     csv="$OUT/matmul_bf16_h200_M${m}_N${n}_K${k}.csv"
+    # a partial landscape already recorded (benchmarks/landscapes/) is continued, not redone
+    [ -f "$HERE/benchmarks/landscapes/$(basename "$csv")" ] && cp "$HERE/benchmarks/landscapes/$(basename "$csv")" "$csv"
     (cd /tmp && EVOKERNEL_MATMUL_SHAPE=$m,$n,$k python3 -m evokernel.cli sweep \
         "$HERE/examples/matmul_landscape_h200.py" --out "$csv" --wall-time "$wall" --quiet 2>&1 \
         | grep -v -e '^\s*$' -e CudaIPCTypes | tail -5 | tee -a "$OUT/sweep.log")

@@ -56,12 +56,19 @@ def _landscape(name: str) -> Landscape:
 
 
 def _mutators(spec: str) -> list[Any]:
-    """`mutators:optuna-tpe+local+point`: a custom operator set under the default loop."""
+    """`mutators:optuna-tpe+local+point`: a custom operator set under the default loop
+    (`cost-model@0.5`: the cost model filling half of the first generation's open places)."""
     from evokernel.mutators import LocalSearch, OptunaSampler, PointMutation, RandomRestart, UniformCrossover
 
     make = {"local": LocalSearch, "point": PointMutation, "crossover": UniformCrossover, "restart": RandomRestart}
     out = []
     for name in spec.removeprefix("mutators:").split("+"):
+        if name.startswith("cost-model"):  # cost-model or cost-model@SHARE (of the first generation)
+            from evokernel.mutators import CostModel
+
+            share = name.partition("@")[2]
+            out.append(CostModel(first_share=float(share)) if share else CostModel())
+            continue
         out.append(OptunaSampler(name.removeprefix("optuna-")) if name.startswith("optuna-") else make[name]())
     return out
 

@@ -25,6 +25,7 @@ With no data at all (a new family, nothing measured yet), it has nothing to offe
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,6 +39,8 @@ from evokernel.core.space import SearchSpace
 __all__ = ["CostModel"]
 
 _MISSING = -1.0  # trees split it off; every real feature is a log or a ratio
+# the fit runs between generations, while the compile pool and the GPU wait for proposals
+_JOBS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
 
 
 class CostModel:
@@ -50,7 +53,7 @@ class CostModel:
     def __init__(
         self,
         *,
-        trees: int = 64,
+        trees: int = 32,
         pool: int = 4096,
         max_rows: int = 6000,
         own_weight: float = 4.0,
@@ -59,7 +62,9 @@ class CostModel:
         acquisition: str = "auto",
         greedy: int = 24,
         spread: float = 0.5,
+        first_share: float = 1.0,
     ) -> None:
+        self.first_share = first_share
         self.spread = spread
         self.acquisition, self.greedy = acquisition, greedy
         self.trees, self.pool, self.max_rows = trees, pool, max_rows
@@ -189,7 +194,7 @@ class CostModel:
             x, y, w = x[keep], y[keep], w[keep]
         good = ~np.isnan(y)
         model = RandomForestRegressor(
-            n_estimators=self.trees, min_samples_leaf=self.min_leaf, max_features=0.5, random_state=seed, n_jobs=1
+            n_estimators=self.trees, min_samples_leaf=self.min_leaf, max_features=0.5, random_state=seed, n_jobs=_JOBS
         )
         model.fit(x[good], y[good], sample_weight=w[good])
         self._model = model
@@ -200,7 +205,7 @@ class CostModel:
                 min_samples_leaf=self.min_leaf,
                 max_features=0.5,
                 random_state=seed,
-                n_jobs=1,
+                n_jobs=_JOBS,
             )
             fail.fit(x, good.astype(int), sample_weight=w)
             self._fail = fail

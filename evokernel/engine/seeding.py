@@ -12,6 +12,7 @@ which points would run out of resources.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,9 @@ def primed_picks(run: _Run, key: dict[str, Any] | None, taken: set[str], room: i
     maker = next((m for m in primed if getattr(m, "has_data", True)), None)
     if maker is None or room <= 0:
         return out
+    # a mutator may keep part of the first generation random (`first_share`: its share of the
+    # open places), so the run also sees points its priors would not pick
+    room = math.ceil(room * float(getattr(maker, "first_share", 1.0)))
     ctx = Context(s.space, run.rng, 0, run.archive, run.charge, deadline=run._deadline())
     for _ in range(room * 2):
         if len(out) >= room:
