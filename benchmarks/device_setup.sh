@@ -4,6 +4,9 @@
 # greenlet, alembic, mako, colorlog: see the device tool's README), and
 # installs the package by copying it with its package-dir mapping into /tmp/pkg.
 # (`benchmarks/device.sh pair` sets up once; its two jobs find EVOKERNEL_SETUP_DONE set)
+# The cost model (`--strategy model`) needs scikit-learn (its cp312 wheel, joblib and
+# threadpoolctl in .whl) and scipy, which the image may lack: scipy's wheel (35 MB) does not fit
+# one carry beside Ray's tarball, so carry it in a call without Ray.
 # Optional: Ray, for `--ray` and `evokernel fan-out` on a machine of several GPUs. When the call
 # carries .whl/ray-stripped-cp312.tar.xz (made here by benchmarks/ray_wheel.sh, with jsonschema's
 # wheels beside it), it is unpacked to /tmp/ray-stripped and put on PYTHONPATH.
