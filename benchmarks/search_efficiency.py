@@ -66,8 +66,9 @@ def _mutators(spec: str) -> list[Any]:
         if name.startswith("cost-model"):  # cost-model or cost-model@SHARE (of the first generation)
             from evokernel.mutators import CostModel
 
-            share = name.partition("@")[2]
-            out.append(CostModel(first_share=float(share)) if share else CostModel())
+            # cost-model@SHARE or cost-model@SHARE@MIN_OWN
+            share, _, min_own = name.partition("@")[2].partition("@")
+            out.append(CostModel(first_share=float(share or 1.0), min_own=int(min_own or 2)))
             continue
         out.append(OptunaSampler(name.removeprefix("optuna-")) if name.startswith("optuna-") else make[name]())
     return out

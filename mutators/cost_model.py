@@ -63,7 +63,9 @@ class CostModel:
         greedy: int = 24,
         spread: float = 0.5,
         first_share: float = 1.0,
+        min_own: int = 2,
     ) -> None:
+        self.min_own = min_own
         self.first_share = first_share
         self.spread = spread
         self.acquisition, self.greedy = acquisition, greedy
@@ -104,7 +106,8 @@ class CostModel:
 
     @property
     def has_data(self) -> bool:
-        return bool(self.prior) or sum(lat is not None for _, lat in self.own) >= 2
+        """Earlier measurements of the family, or `min_own` of the run's own results."""
+        return bool(self.prior) or sum(lat is not None for _, lat in self.own) >= self.min_own
 
     # -- proposing -----------------------------------------------------------------------------
     def propose(self, parents: Sequence[Genome], ctx: Any) -> Genome | None:
