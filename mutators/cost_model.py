@@ -200,6 +200,9 @@ class CostModel:
             n_estimators=self.trees, min_samples_leaf=self.min_leaf, max_features=0.5, random_state=seed, n_jobs=_JOBS
         )
         model.fit(x[good], y[good], sample_weight=w[good])
+        # fitted on threads (each tree's seed is drawn first: deterministic); predicted on one,
+        # since a threaded predict sums the trees in whatever order they finish
+        model.n_jobs = 1
         self._model = model
         self._fail = None
         if (~good).any() and good.any():
@@ -211,6 +214,7 @@ class CostModel:
                 n_jobs=_JOBS,
             )
             fail.fit(x, good.astype(int), sample_weight=w)
+            fail.n_jobs = 1
             self._fail = fail
         # re-centre the run's own points on the new model (used by `_score`'s incumbent)
         if ok.any():

@@ -17,7 +17,7 @@ import pytest
 
 from evokernel import Budget, Genome, Mutator, Search
 from evokernel.core.archive import Archive
-from evokernel.core.mutator import Context, Costly, Exhaustible, Learns, Resets, observe, reset
+from evokernel.core.mutator import Context, Costly, Exhaustible, Learns, Primed, Resets, observe, reset
 from evokernel.core.result import Result, Status
 from evokernel.search_spaces import matmul_space
 from evokernel.store import SQLiteStore
@@ -52,6 +52,10 @@ def drive(mutator: Mutator, *, seed: int = 0, trials: int = TRIALS) -> Drive:
     archive = Archive()
     out = Drive()
     reset(mutator)
+    if isinstance(mutator, Primed):  # as the engine primes it: here a family with no earlier data
+        from evokernel.engine.priors import PriorSource
+
+        mutator.prime(PriorSource(family="contract", shape={}, space=space, shipped=False))
 
     def tell(genome: Genome) -> None:
         result = outcome(genome)
@@ -95,6 +99,7 @@ def test_it_is_a_mutator(mutator_name: str):
     assert not isinstance(mutator, Resets) or callable(mutator.reset)
     assert not isinstance(mutator, Costly) or isinstance(mutator.costly, bool)
     assert not isinstance(mutator, Exhaustible) or isinstance(mutator.exhausted, bool)
+    assert not isinstance(mutator, Primed) or callable(mutator.prime)
 
 
 def test_it_proposes_valid_children_and_leaves_its_parents_alone(mutator_name: str):
