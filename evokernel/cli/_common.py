@@ -72,6 +72,7 @@ BUILTIN_STRATEGIES = (
     "optuna-qmc",
     "optuna-random",
     "random",
+    "model",
 )
 
 

@@ -10,7 +10,7 @@ builds it by calling what the entry point names with no arguments, or, when that
 arguments, through its `example()` (see `HasExample`).
 
 >>> sorted(registered("evokernel.mutators"))[:2]
-['crossover', 'llm']
+['cost-model', 'crossover']
 """
 
 from __future__ import annotations
