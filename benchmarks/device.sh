@@ -41,6 +41,12 @@
 #                   in process and through one Ray actor, alternating windows (ray_overhead.py;
 #                   carry .whl with ray-stripped-cp312.tar.xz, see ray_wheel.sh)
 #                   TESTS, SKIP_TESTS, TEST_TIMEOUT (150), WINDOW (50), PAIRS (2), EVALUATIONS, DEADLINE (420)
+#   wallclock       issue 30's wall-clock view (search_wallclock_h200.py): PARTS "x": an exhaustive sweep
+#                   of matmul_space() on SHAPE_X (space order, SWEEP_S 150) and searches on it by
+#                   STRATEGIES (model optuna-tpe default) x SEEDS (0 1), SEARCH_S (40) each; "y": on
+#                   SHAPE_Y a second search (cold, shipped priors, warm from X's model store; BUDGET_Y 16)
+#                   and the fidelity cascade against full judging on the MoE problem (MOE_M, FID_S 100),
+#                   winners re-measured side by side. Carry .whl with scipy (not Ray's tarball)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -50,7 +56,7 @@ set -u
 step=${1:-}
 [ -n "$step" ] && shift
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray) ;;
+  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock) ;;
   *) sed -n '2,/^set -u$/{/^#/p}' "$0"; echo "unknown step: '$step'" >&2; exit 2 ;;
 esac
 source benchmarks/device_setup.sh || exit 1
@@ -371,6 +377,79 @@ sweep_matmul() {
   done
 }
 
+wallclock() {
+  local W="python3 $HERE/benchmarks/search_wallclock_h200.py" T=$HERE/examples/matmul_landscape_h200.py
+  local X=${SHAPE_X:-128,14336,4096} Y=${SHAPE_Y:-512,4096,14336} seed strat t0=$SECONDS
+  local quiet=(grep -v -e '^\s*$' -e CudaIPCTypes -e Warning)
+  cd /tmp
+  if [[ " ${PARTS:-x y} " == *" x "* ]]; then
+    EVOKERNEL_MATMUL_SHAPE=$X timeout -k 5 $(( ${SWEEP_S:-150} + 30 )) $W sweep $T --out "$OUT/sweep_X.csv" \
+      --times "$OUT/sweep_times.jsonl" --wall "${SWEEP_S:-150}" 2>&1 | "${quiet[@]}" | tail -3
+    echo "sweep done at $(( SECONDS - t0 )) s"
+    for seed in ${SEEDS:-0 1}; do
+      for strat in ${STRATEGIES:-model optuna-tpe default}; do
+        EVOKERNEL_MATMUL_SHAPE=$X timeout -k 5 $(( ${SEARCH_S:-40} + 40 )) $W search $T --strategy "$strat" \
+          --seed "$seed" --wall "${SEARCH_S:-40}" --db "$OUT/X_${strat}_${seed}.db" \
+          --log "$OUT/X_${strat}_${seed}.jsonl" 2>&1 | "${quiet[@]}" | tail -2
+        echo "X $strat $seed done at $(( SECONDS - t0 )) s"
+      done
+    done
+  fi
+  if [[ " ${PARTS:-x y} " == *" y "* ]]; then
+    # the second search on a new shape: no store and no shipped priors (cold), the shipped priors,
+    # the first search's store without shipped priors (warm)
+    local prev=${WARM_DB:-$OUT/X_model_0.db}
+    [ -f "$prev" ] && cp "$prev" "$OUT/Y_warm.db"
+    for v in cold shipped warm; do
+      local extra=(); [ "$v" != shipped ] && extra=(--no-shipped)
+      EVOKERNEL_MATMUL_SHAPE=$Y timeout -k 5 120 $W search $T --strategy model --seed 0 \
+        --budget "${BUDGET_Y:-16}" --db "$OUT/Y_$v.db" --log "$OUT/Y_$v.jsonl" "${extra[@]}" 2>&1 | "${quiet[@]}" | tail -2
+      echo "Y $v done at $(( SECONDS - t0 )) s"
+    done
+    python3 - "$OUT" Y second_genomes.json <<'PY'
+import json, sys, pathlib
+root, prefix, out = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+pick = {}
+for log in sorted(root.glob(f"{prefix}_*.jsonl")):
+    evals = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    evals = [e for e in evals if "n" in e and e.get("best")]
+    if evals:
+        first = [e for e in evals if e["n"] <= 8]
+        if first:
+            pick[f"{log.stem}:gen0"] = first[-1]["best"]
+        pick[f"{log.stem}:final"] = evals[-1]["best"]
+(root / out).write_text(json.dumps(pick))
+print(len(pick), "genomes to re-measure")
+PY
+    EVOKERNEL_MATMUL_SHAPE=$Y timeout -k 5 150 $W remeasure $T --genomes "$OUT/second_genomes.json" \
+      --out "$OUT/second_remeasure.json" 2>&1 | "${quiet[@]}" | tail -2
+    echo "Y remeasured at $(( SECONDS - t0 )) s"
+    local M=$HERE/examples/moe_h200.py
+    for v in full cascade; do
+      local extra=(); [ "$v" = cascade ] && extra=(--fidelity "${MARGIN:-0.1}")
+      EVOKERNEL_MOE_M=${MOE_M:-8,64,256,1024} timeout -k 5 $(( ${FID_S:-100} + 60 )) $W search $M --seed 0 \
+        --wall "${FID_S:-100}" --db "$OUT/F_$v.db" --log "$OUT/F_$v.jsonl" "${extra[@]}" 2>&1 | "${quiet[@]}" | tail -2
+      echo "F $v done at $(( SECONDS - t0 )) s"
+    done
+    python3 - "$OUT" <<'PY'
+import json, sys, pathlib
+root = pathlib.Path(sys.argv[1]); pick = {}
+for v in ("full", "cascade"):
+    log = root / f"F_{v}.jsonl"
+    if log.exists():
+        evals = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+        evals = [e for e in evals if "n" in e and e.get("best")]
+        if evals:
+            pick[f"F_{v}:final"] = evals[-1]["best"]
+(root / "fidelity_genomes.json").write_text(json.dumps(pick))
+PY
+    EVOKERNEL_MOE_M=${MOE_M:-8,64,256,1024} timeout -k 5 150 $W remeasure $M --genomes "$OUT/fidelity_genomes.json" \
+      --out "$OUT/fidelity_remeasure.json" 2>&1 | "${quiet[@]}" | tail -2
+    echo "F remeasured at $(( SECONDS - t0 )) s"
+  fi
+  find "$OUT" -name '*.db' -exec gzip -f {} \;
+}
+
 pair() {
   # each job sees one GPU (CUDA_VISIBLE_DEVICES), writes under $OUT/g0 or $OUT/g1, runs on its
   # own half of the CPUs (a small model's decode step is host-bound) and is stopped at JOB_S
@@ -410,4 +489,5 @@ case "$step" in
   sweep-attention) sweep_attention ;;
   sweep-moe) sweep_moe "$@" ;;
   sweep-matmul) sweep_matmul "$@" ;;
+  wallclock) wallclock ;;
 esac

@@ -2,7 +2,8 @@
 
 - `ReplayEvaluator` replays a recorded landscape (CPU, no GPU needed);
 - `KernelEvaluator` runs each candidate in a sandbox through the correctness gate and the
-  timing harness (CPU through the Triton interpreter, or CUDA).
+  timing harness (CPU through the Triton interpreter, or CUDA);
+- `Cascade` judges through fidelity levels, cheapest first, promoting the promising genomes.
 
 Any other evaluator this package registers (the `evokernel.evaluators` entry points:
 `ModelEvaluator`, `SGLangEvaluator`) is given by its class name, loaded on first use:
@@ -14,10 +15,11 @@ Any other evaluator this package registers (the `evokernel.evaluators` entry poi
 
 from typing import Any
 
+from .cascade import Cascade
 from .kernel import KernelEvaluator
 from .replay import ReplayEvaluator
 
-__all__ = ["KernelEvaluator", "ReplayEvaluator"]
+__all__ = ["Cascade", "KernelEvaluator", "ReplayEvaluator"]
 
 
 def __getattr__(name: str) -> Any:

@@ -214,6 +214,29 @@ class KernelEvaluator:
         dims = {k: float(v) for k, v in shape.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return {"family": f"{self.problem.family}@{where}", "shape": dims}
 
+    def fidelities(self) -> list[KernelEvaluator]:
+        """A cheap level, then this evaluator: the same template and gate on one tuning shape
+        (the heaviest by the problem's WEIGHTS, else the middle one of its list), no held-out
+        shapes, and short timing (10-60 calls, 0.3 s at most, a 2% interval), on the same
+        device. A genome promoted past it is judged in full here: every shape, held-out
+        checks, full timing."""
+        shapes = self.problem.shapes
+        weights = self.problem.weights
+        pick = max(range(len(shapes)), key=lambda i: (weights[i], -i)) if weights else (len(shapes) - 1) // 2
+        short = {"min_reps": 10, "max_reps": 60, "max_s": 0.3, "rel_ci": 0.02}
+        options = msgspec.structs.replace(self.options, timing={**self.options.timing, **short})
+        cheap = KernelEvaluator(
+            self.problem.restricted([pick]),
+            self.render,
+            device=self.device,
+            options=options,
+            workers=self.workers,
+            reuse=self.reuse,
+            template=self.template,
+        )
+        cheap.fidelity_name = f"short@{_shape_label(shapes[pick])}"
+        return [cheap, self]
+
     def evaluate(self, genomes: Sequence[Genome]) -> Iterator[Result]:
         judge = self.judge
         todo = iter(genomes)
@@ -330,6 +353,13 @@ class KernelEvaluator:
                 f"the GPU failed a health check after a candidate faulted ({after.reason.splitlines()[0]}): "
                 f"{verdict.reason.splitlines()[0]}"
             )
+
+
+def _shape_label(shape: Mapping[str, Any]) -> str:
+    """A short label of a shape for a level's name: its batch size where it has one."""
+    if "M" in shape:
+        return f"M{shape['M']}"
+    return ",".join(f"{k}{v}" for k, v in list(shape.items())[:3])
 
 
 def _gate_identity(options: GateOptions) -> dict[str, Any]:

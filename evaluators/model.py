@@ -228,6 +228,22 @@ class ModelEvaluator:
     def transfer_key(self) -> None:  # whole models do not transfer across shapes
         return None
 
+    def fidelities(self) -> list[Any]:
+        """A cheap level that shares this evaluator's model, inputs and checks but times
+        fewer interleaved rounds (3, or a quarter of this one's), then this evaluator."""
+        import copy
+
+        rounds = min(self.timing.rounds, max(3, self.timing.rounds // 4))
+        if rounds >= self.timing.rounds:
+            raise ValueError(f"timing of {self.timing.rounds} rounds has no cheaper level")
+        cheap = copy.copy(self)
+        cheap.timing = TimingOptions(
+            rounds=rounds, reps=self.timing.reps, warmup=min(self.timing.warmup, 1), graphs=self.timing.graphs
+        )
+        cheap._compiled = None
+        cheap.fidelity_name = f"{rounds}-rounds"
+        return [cheap, self]
+
     def evaluate(self, genomes: Sequence[Genome]) -> Iterable[Result]:
         for g in genomes:
             yield self._one(g)

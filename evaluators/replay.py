@@ -54,6 +54,7 @@ class ReplayEvaluator:
         self.seed = seed
         self.delay_s = delay_s
         self._draws: dict[str, int] = {}
+        self.fidelity_name = "replay"  # its label as a level of a cascade
 
     @property
     def space(self) -> SearchSpace:
@@ -69,6 +70,16 @@ class ReplayEvaluator:
 
     def fingerprint(self) -> dict[str, Any]:
         return {"evaluator": "replay", "landscape": self.landscape.sha256, "noise": self.noise}
+
+    def fidelities(self) -> list[ReplayEvaluator]:
+        """A cheap level standing in for a short measurement: the same landscape with the
+        noise of a few samples (log-sigma 0.1, or three times this one's) and a tenth of the
+        delay, then this evaluator."""
+        cheap = ReplayEvaluator(
+            self.landscape, noise=max(0.1, 3 * self.noise), seed=self.seed + 1, delay_s=self.delay_s / 10
+        )
+        cheap.fidelity_name = "short"
+        return [cheap, self]
 
     def evaluate(self, genomes: Sequence[Genome]) -> Iterator[Result]:
         for genome in genomes:

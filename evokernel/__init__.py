@@ -18,6 +18,7 @@ from evokernel.engine.landscape import Landscape
 from evokernel.core.mutator import Context, Mutator
 from evokernel.core.result import Result, Status
 from evokernel.engine.assemble import SearchSpec, assemble
+from evokernel.engine.options import Promotion
 from evokernel.engine.search import Budget, Individual, Observer, ReportedElite, Search, SearchOptions, SearchReport
 from evokernel.core.space import (
     Boolean,
@@ -65,6 +66,7 @@ __all__ = [
     "Search",
     "SearchOptions",
     "SearchReport",
+    "Promotion",
     "SearchSpec",
     "assemble",
     "Boolean",

@@ -103,6 +103,17 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         "--patience", type=positive_int, default=None, help="stop after this many generations without a better elite"
     )
     sp.add_argument(
+        "--fidelity",
+        nargs="?",
+        type=nonneg_float,
+        const=0.10,
+        default=None,
+        metavar="MARGIN",
+        help="judge every genome at the evaluator's cheap fidelity first (short timing, one shape) and "
+        "promote only the best of each batch and those within MARGIN (default 0.10) of the best figure "
+        "to the full judgement; the rest keep a calibrated estimate",
+    )
+    sp.add_argument(
         "--population",
         type=positive_int,
         default=None,

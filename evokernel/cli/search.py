@@ -27,6 +27,7 @@ from evokernel.cli._common import (
 from evokernel.cli._progress import SearchProgress
 from evokernel.core.errors import ConfigError
 from evokernel.engine.assemble import SearchSpec, assemble
+from evokernel.engine.options import Promotion
 from evokernel.engine.search import Budget, Observer, Search, SearchReport
 from evokernel.engine.strategies import get_strategy
 
@@ -131,6 +132,7 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         strategy=args.strategy,
         population=args.population,
         patience=args.patience,
+        promotion=None if getattr(args, "fidelity", None) is None else Promotion(margin=args.fidelity),
         name=getattr(args, "name", None) or spec.name,
         llm=llm,
         ray=getattr(args, "ray", None),

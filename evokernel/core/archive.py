@@ -58,6 +58,7 @@ class Verdict(str, enum.Enum):
     WITHIN_NOISE = "within_noise"  # faster, but not by more than the measured noise
     WORSE = "worse"
     FAILED = "failed"
+    ESTIMATED = "estimated"  # a figure estimated from a cheaper fidelity: never an elite
 
     @property
     def improved(self) -> bool:
@@ -85,6 +86,8 @@ class Archive:
     def consider(self, genome: Genome, result: Result, run_id: str = "") -> Verdict:
         if not result.is_ok:
             return Verdict.FAILED
+        if result.estimated:  # elites are measured at full fidelity, never estimated
+            return Verdict.ESTIMATED
         niche = self.niche(genome)
         incumbent = self._elites.get(niche)
         cand = Elite(niche=niche, genome=genome, latency_ms=result.fitness, noise=result.noise, run_id=run_id)

@@ -36,6 +36,8 @@ __all__ = [
     "DescribesEnvironment",
     "JudgesProblem",
     "Sandboxed",
+    "HasFidelities",
+    "Observes",
     "CAPABILITIES",
     "fingerprint_hash",
 ]
@@ -137,8 +139,43 @@ class Sandboxed(Protocol):
         ...
 
 
+@runtime_checkable
+class HasFidelities(Protocol):
+    """Can judge a genome more cheaply, less exactly: fewer timing samples, a subset of its
+    shapes, a microbenchmark standing in for a model.
+
+    Called when a search is asked to promote (`SearchOptions.promotion`, the CLI's
+    `--fidelity`): the engine then judges through an `evokernel.evaluators.Cascade` of these
+    levels, which promotes only the promising genomes to the expensive ones."""
+
+    def fidelities(self) -> Sequence[Evaluator]:
+        """The levels, cheapest first, ending with the evaluator itself (its full fidelity)."""
+        ...
+
+
+@runtime_checkable
+class Observes(Protocol):
+    """Keeps state that follows the run's results (a cascade's promotion bar and calibration).
+
+    Called by the engine for every result the run accepts, in order: measured by this
+    evaluator ("measured"), read back by a resumed run ("resumed") or reused from another
+    run or driver ("reused"); so its state is the same whether a run was measured straight
+    through, resumed or shared."""
+
+    def observed(self, genome: Genome, result: Result, origin: str) -> None: ...
+
+
 #: The optional capabilities, for tools and the contract suite (tests/contracts).
-CAPABILITIES: tuple[type, ...] = (Remeasures, HasTransferKey, Restores, DescribesEnvironment, JudgesProblem, Sandboxed)
+CAPABILITIES: tuple[type, ...] = (
+    Remeasures,
+    HasTransferKey,
+    Restores,
+    DescribesEnvironment,
+    JudgesProblem,
+    Sandboxed,
+    HasFidelities,
+    Observes,
+)
 
 
 def fingerprint_hash(fingerprint: dict[str, Any]) -> str:

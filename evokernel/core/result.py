@@ -58,6 +58,13 @@ class Result(msgspec.Struct, frozen=True, kw_only=True):
         return self.status is Status.OK and self.latency_ms is not None
 
     @property
+    def estimated(self) -> bool:
+        """Whether `latency_ms` is an estimate rather than a measurement at the evaluator's
+        full fidelity (a cascade's calibrated cheap figure for a genome it did not promote)."""
+        info = self.meta.get("fidelity") if isinstance(self.meta, dict) else None
+        return isinstance(info, dict) and bool(info.get("estimated"))
+
+    @property
     def fitness(self) -> float:
         """Latency in ms, infinite for anything that did not run correctly."""
         return self.latency_ms if self.is_ok else math.inf  # type: ignore[return-value]

@@ -38,7 +38,7 @@ from evokernel.core.evaluator import Evaluator
 from evokernel.core.genome import Genome
 from evokernel.core.mutator import Mutator
 from evokernel.core.space import SearchSpace
-from evokernel.engine.options import SearchOptions
+from evokernel.engine.options import Promotion, SearchOptions
 from evokernel.engine.report import Observer
 from evokernel.engine.search import Search
 from evokernel.engine.strategies import get_strategy
@@ -54,8 +54,9 @@ class SearchSpec:
     """What to search, as a search file (`evokernel search FILE.py`) says it.
 
     mutators or strategy (not both; default: the "default" strategy); options: the loop's
-    knobs (default: the strategy's); population and patience override them (population sets
-    the elites carried over too); seeds: known-good points of the first generation; llm: a
+    knobs (default: the strategy's); population, patience and promotion override them
+    (population sets the elites carried over too; promotion judges through the evaluator's
+    cheaper fidelity levels first, `evokernel.evaluators.Cascade`); seeds: known-good points of the first generation; llm: a
     model name (Anthropic) or a provider object for the LLM rewrite operator, added to the
     mutators when the evaluator judges a problem; knowledge: record lessons and accepted
     kernels in the store when the evaluator judges a problem. ray: evaluate on the GPUs of a
@@ -73,6 +74,7 @@ class SearchSpec:
     options: SearchOptions | None = None
     population: int | None = None
     patience: int | None = None
+    promotion: Promotion | None = None
     name: str | None = None
     seeds: Iterable[Genome | Mapping[str, Any]] = ()
     llm: Any = None
@@ -130,13 +132,14 @@ def assemble(
     (default: a logged warning); the search goes on without it."""
     say = say or log.warning
     options = spec.options
-    if spec.population is not None or spec.patience is not None:
+    if spec.population is not None or spec.patience is not None or spec.promotion is not None:
         base = options or get_strategy(spec.strategy or "default").options
         options = replace(
             base,
             population=spec.population or base.population,
             elitism=spec.population or base.elitism,
             patience=spec.patience if spec.patience is not None else base.patience,
+            promotion=spec.promotion if spec.promotion is not None else base.promotion,
         )
     mutators = spec.mutators
     strategy = spec.strategy

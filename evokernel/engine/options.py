@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from evokernel.core.errors import ConfigError
 
-__all__ = ["Budget", "SearchOptions"]
+__all__ = ["Budget", "SearchOptions", "Promotion"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,28 @@ class Budget:
                 raise ConfigError(f"budget {name} must be positive, got {value!r}")
         if self.evaluations is None and self.wall_s is None:
             raise ConfigError("a budget needs a number of evaluations or a wall time")
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """When a genome judged at a cheap fidelity goes on to the next, more expensive one
+    (`evokernel.evaluators.Cascade`).
+
+    A genome is promoted when it is among the `top` best of its batch at that level, when
+    its figure is within `margin` of the best figure seen at that level, or when its figure
+    calibrated to the full level (the median ratio of full to cheap figures of the genomes
+    promoted so far) is within `margin` of the best full figure. The rest keep their
+    calibrated figure, marked as estimated (never an elite; the ratio's spread in meta): by
+    the last rule none of them can claim to beat the best measured figure."""
+
+    margin: float = 0.10
+    top: int = 1
+
+    def __post_init__(self) -> None:
+        if not (self.margin >= 0 and self.margin < 10):
+            raise ConfigError(f"promotion margin must be in [0, 10), got {self.margin!r}")
+        if not (isinstance(self.top, int) and self.top >= 0):
+            raise ConfigError(f"promotion top must be an integer >= 0, got {self.top!r}")
 
 
 @dataclass(frozen=True)
@@ -62,6 +84,9 @@ class SearchOptions:
     # prior_holdout leaves out a shipped landscape of the run's own shape (benchmarks)
     shipped_priors: bool = True
     prior_holdout: bool = False
+    # judge cheaply first and promote the promising genomes to the evaluator's full fidelity,
+    # when the evaluator offers levels (`HasFidelities`; None: every genome at full fidelity)
+    promotion: Promotion | None = None
 
     def __post_init__(self) -> None:
         if self.population < 1:

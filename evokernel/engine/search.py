@@ -36,7 +36,7 @@ import numpy as np
 
 from evokernel.core.archive import Archive, Descriptor, significant_gain
 from evokernel.core.errors import ConfigError
-from evokernel.core.evaluator import DescribesEnvironment, Evaluator, Restores, fingerprint_hash
+from evokernel.core.evaluator import DescribesEnvironment, Evaluator, Observes, Restores, fingerprint_hash
 from evokernel.core.genome import Genome, canonical_json
 from evokernel.core.mutator import Mutator, observe, reset
 from evokernel.core.result import Result
@@ -93,6 +93,10 @@ class Search:
         if len(set(names)) != len(names):
             raise ConfigError(f"mutator names must be unique, got {names}")
         self.options = options or chosen.options
+        if self.options.promotion is not None:  # judge cheaply first, promote the promising
+            from evokernel.evaluators.cascade import cascade_of
+
+            evaluator = cascade_of(evaluator, self.options.promotion)
         self.space = space
         self.evaluator = evaluator
         self.store = store if store is not None else SQLiteStore(":memory:")
@@ -109,7 +113,7 @@ class Search:
             "evaluator": self.evaluator.fingerprint(),
             "strategy": self.strategy,
             "mutators": [m.name for m in self.mutators],
-            "options": asdict(self.options),
+            "options": _options_identity(self.options),
             "seed": seed,
         }
         key = transfer_key(self.evaluator)
@@ -285,6 +289,8 @@ class _Run:
         self.archive.consider(genome, result, self.run.id)
         if self.failures is not None:
             self.failures.learn(genome, result)
+        if isinstance(self.s.evaluator, Observes):
+            self.s.evaluator.observed(genome, result, origin)
         for m in self.mutators:
             observe(m, genome, result)
         best = self.archive.best()
@@ -436,6 +442,15 @@ class _Run:
         self.s.store.log_event(self.run.id, "generation", summary, key=f"generation:{self.generation}")
         for o in self.s.observers:
             o.on_generation(self.generation, summary)
+
+
+def _options_identity(options: SearchOptions) -> dict[str, Any]:
+    """The options as part of a run's identity; a knob added later is left out at its
+    off value, so runs configured before it existed keep their ids (and resume)."""
+    out = asdict(options)
+    if out.get("promotion") is None:
+        out.pop("promotion", None)
+    return out
 
 
 def _evaluator_environment(evaluator: Any) -> dict[str, Any]:

@@ -78,7 +78,7 @@ import importlib.util
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
@@ -357,6 +357,19 @@ class Problem:
         small = copy.copy(self)
         small.shapes, small.heldout, small.weights = self.cpu_shapes, self.cpu_heldout, None
         return small
+
+    def restricted(self, indices: Sequence[int], *, heldout: bool = False) -> Problem:
+        """This problem at some of its tuning shapes (by index, with their weights), and its
+        held-out shapes only if `heldout`: a cheaper fidelity of the same judgement."""
+        import copy
+
+        if not indices or any(not 0 <= i < len(self.shapes) for i in indices):
+            raise ConfigError(f"shape indices must be within 0..{len(self.shapes) - 1}, got {list(indices)}")
+        part = copy.copy(self)
+        part.shapes = [self.shapes[i] for i in indices]
+        part.weights = [self.weights[i] for i in indices] if self.weights is not None else None
+        part.heldout = list(self.heldout) if heldout else []
+        return part
 
     @staticmethod
     def _shapes(value: Any, attr: str, where: str, *, required: bool = False) -> list[dict[str, Any]]:
