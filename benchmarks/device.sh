@@ -46,7 +46,8 @@
 #                   STRATEGIES (model optuna-tpe default) x SEEDS (0 1), SEARCH_S (40) each; "y": on
 #                   SHAPE_Y a second search (cold, shipped priors, warm from X's model store; BUDGET_Y 16)
 #                   and the fidelity cascade against full judging on the MoE problem (MOE_M, FID_S 100),
-#                   winners re-measured side by side. Carry .whl with scipy (not Ray's tarball)
+#                   winners re-measured side by side ("f": the fidelity part alone). Carry .whl with
+#                   scipy (not Ray's tarball)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -381,18 +382,28 @@ wallclock() {
   local W="python3 $HERE/benchmarks/search_wallclock_h200.py" T=$HERE/examples/matmul_landscape_h200.py
   local X=${SHAPE_X:-128,14336,4096} Y=${SHAPE_Y:-512,4096,14336} seed strat t0=$SECONDS
   local quiet=(grep -v -e '^\s*$' -e CudaIPCTypes -e Warning)
+  # outputs gathered in one folder and packed into $OUT/wallclock.tgz after every stage (a call
+  # brings back 8 files; one killed at its limit brings back what was packed)
+  local OUT_DIR=$OUT OUT=/tmp/wallclock
+  mkdir -p "$OUT"
+  pack() { tar -czf "$OUT_DIR/wallclock.tgz" -C "$OUT" --exclude='*.db-lock' --exclude='*.db' . ; }
   cd /tmp
   if [[ " ${PARTS:-x y} " == *" x "* ]]; then
     EVOKERNEL_MATMUL_SHAPE=$X timeout -k 5 $(( ${SWEEP_S:-150} + 30 )) $W sweep $T --out "$OUT/sweep_X.csv" \
       --times "$OUT/sweep_times.jsonl" --wall "${SWEEP_S:-150}" 2>&1 | "${quiet[@]}" | tail -3
     echo "sweep done at $(( SECONDS - t0 )) s"
-    for seed in ${SEEDS:-0 1}; do
-      for strat in ${STRATEGIES:-model optuna-tpe default}; do
+    pack
+    local runs=${RUNS:-}
+    if [ -z "$runs" ]; then
+      for seed in ${SEEDS:-0 1}; do for strat in ${STRATEGIES:-model optuna-tpe default}; do runs="$runs $strat:$seed"; done; done
+    fi
+    for run in $runs; do
+        strat=${run%%:*} seed=${run##*:}
         EVOKERNEL_MATMUL_SHAPE=$X timeout -k 5 $(( ${SEARCH_S:-40} + 40 )) $W search $T --strategy "$strat" \
           --seed "$seed" --wall "${SEARCH_S:-40}" --db "$OUT/X_${strat}_${seed}.db" \
           --log "$OUT/X_${strat}_${seed}.jsonl" 2>&1 | "${quiet[@]}" | tail -2
         echo "X $strat $seed done at $(( SECONDS - t0 )) s"
-      done
+        pack
     done
   fi
   if [[ " ${PARTS:-x y} " == *" y "* ]]; then
@@ -405,6 +416,7 @@ wallclock() {
       EVOKERNEL_MATMUL_SHAPE=$Y timeout -k 5 120 $W search $T --strategy model --seed 0 \
         --budget "${BUDGET_Y:-16}" --db "$OUT/Y_$v.db" --log "$OUT/Y_$v.jsonl" "${extra[@]}" 2>&1 | "${quiet[@]}" | tail -2
       echo "Y $v done at $(( SECONDS - t0 )) s"
+      pack
     done
     python3 - "$OUT" Y second_genomes.json <<'PY'
 import json, sys, pathlib
@@ -424,16 +436,25 @@ PY
     EVOKERNEL_MATMUL_SHAPE=$Y timeout -k 5 150 $W remeasure $T --genomes "$OUT/second_genomes.json" \
       --out "$OUT/second_remeasure.json" 2>&1 | "${quiet[@]}" | tail -2
     echo "Y remeasured at $(( SECONDS - t0 )) s"
+    pack
+  fi
+  if [[ " ${PARTS:-x y} " == *" y "* || " ${PARTS:-x y} " == *" f "* ]]; then
+    # the fidelity cascade against full judging on the MoE problem (F_*; FID_MODES, FID_EXTRA:
+    # a JSON of an earlier call's winners, judged again beside these)
     local M=$HERE/examples/moe_h200.py
-    for v in full cascade; do
-      local extra=(); [ "$v" = cascade ] && extra=(--fidelity "${MARGIN:-0.1}")
+    for v in ${FID_MODES:-full cascade}; do
+      local extra=(); [ "$v" != full ] && extra=(--fidelity "${MARGIN:-0.1}")
       EVOKERNEL_MOE_M=${MOE_M:-8,64,256,1024} timeout -k 5 $(( ${FID_S:-100} + 60 )) $W search $M --seed 0 \
         --wall "${FID_S:-100}" --db "$OUT/F_$v.db" --log "$OUT/F_$v.jsonl" "${extra[@]}" 2>&1 | "${quiet[@]}" | tail -2
       echo "F $v done at $(( SECONDS - t0 )) s"
+      pack
     done
-    python3 - "$OUT" <<'PY'
+    python3 - "$OUT" "${FID_EXTRA:-}" <<'PY'
 import json, sys, pathlib
 root = pathlib.Path(sys.argv[1]); pick = {}
+extra = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[2] else None
+if extra and extra.is_file():  # winners of an earlier call, judged again beside these
+    pick.update({f"earlier:{k}": v for k, v in json.loads(extra.read_text()).items()})
 for v in ("full", "cascade"):
     log = root / f"F_{v}.jsonl"
     if log.exists():
@@ -448,6 +469,7 @@ PY
     echo "F remeasured at $(( SECONDS - t0 )) s"
   fi
   find "$OUT" -name '*.db' -exec gzip -f {} \;
+  pack
 }
 
 pair() {

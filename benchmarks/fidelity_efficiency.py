@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from evokernel import Budget, Promotion, Search, SearchOptions
-from evokernel.core.genome import Genome
-from evokernel.core.result import Result
 from evokernel.engine.landscape import builtin, builtin_names
 from evokernel.evaluators import ReplayEvaluator
 
@@ -121,7 +119,9 @@ def main() -> None:
         print(f"| mean | {mode} | " + " | ".join(f"{statistics.fmean(r[c] for r in rows):.3f}" for c in cols) + " | |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"records": records, "args": {k: str(v) for k, v in vars(args).items()}}, indent=1))
+        args.out.write_text(
+            json.dumps({"records": records, "args": {k: str(v) for k, v in vars(args).items()}}, indent=1)
+        )
 
 
 if __name__ == "__main__":

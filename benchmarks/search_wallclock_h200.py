@@ -118,7 +118,15 @@ def cmd_search(a: argparse.Namespace) -> None:
     search = Search(spec.space, spec.evaluator, strategy=a.strategy, options=options, store=store, observers=[log])
     report = search.run(Budget(evaluations=a.budget, wall_s=a.wall), seed=a.seed)
     split = search.evaluator.split() if hasattr(search.evaluator, "split") else None
-    print(json.dumps({"evaluations": report.evaluations, "best_ms": report.best.latency_ms if report.best else None, "split": split}))
+    print(
+        json.dumps(
+            {
+                "evaluations": report.evaluations,
+                "best_ms": report.best.latency_ms if report.best else None,
+                "split": split,
+            }
+        )
+    )
 
 
 def cmd_remeasure(a: argparse.Namespace) -> None:
@@ -129,7 +137,10 @@ def cmd_remeasure(a: argparse.Namespace) -> None:
     labels = list(wanted)
     genomes = [Genome.of(wanted[k]) for k in labels]
     results = spec.evaluator.remeasure(genomes)
-    out = {k: {"params": wanted[k], "status": r.status.value, "ms": r.latency_ms, "noise": r.noise} for k, r in zip(labels, results)}
+    out = {
+        k: {"params": wanted[k], "status": r.status.value, "ms": r.latency_ms, "noise": r.noise}
+        for k, r in zip(labels, results)
+    }
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(json.dumps({k: v["ms"] for k, v in out.items()}))
 
@@ -164,7 +175,13 @@ def cmd_summarise(a: argparse.Namespace) -> None:
     if sweep:
         t_full = max(e["t"] for e in sweep)
         t_best = next(e["t"] for e in sweep if e.get("ms") and e["ms"] <= best * 1.02)
-        out["sweep"] = {"points": len(sweep), "ok": len(truth), "best_ms": best, "wall_s": t_full, "t_within_2pct": t_best}
+        out["sweep"] = {
+            "points": len(sweep),
+            "ok": len(truth),
+            "best_ms": best,
+            "wall_s": t_full,
+            "t_within_2pct": t_best,
+        }
     for log in sorted(root.glob("X_*.jsonl")):
         _, strategy, seed = log.stem.split("_", 2)
         evals = [e for e in _lines(log) if "n" in e]
@@ -204,7 +221,9 @@ def cmd_summarise(a: argparse.Namespace) -> None:
         out.setdefault("by_strategy", {})[strategy] = {
             "runs": len(mine),
             "reached_2pct": sum(t is not None for t in ts),
-            "median_t_within_2pct": statistics.median(t for t in ts if t is not None) if any(t is not None for t in ts) else None,
+            "median_t_within_2pct": statistics.median(t for t in ts if t is not None)
+            if any(t is not None for t in ts)
+            else None,
             "mean_fraction": statistics.fmean(r["fraction_of_sweep_best"] for r in mine),
         }
     Path(a.out).write_text(json.dumps(out, indent=1))

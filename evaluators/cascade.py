@@ -5,18 +5,19 @@ evaluator on one shape with short timing before all shapes with full timing; a
 microbenchmark before a model's forward or an engine's A/B; a short timing before a long
 one. Each batch is judged at the first level; `Promotion` (the rule: the best of the
 batch, anything within a margin of the best figure seen at that level, anything whose
-calibrated figure is within the margin of the best full one) decides which genomes go on.
+calibrated figure is within the margin of the best full one; at most a share of the batch)
+decides which genomes go on.
 A promoted genome's result is its full-level result. The others keep their cheap figure
 calibrated to the full level (the median ratio of full to cheap figures so far), marked
 `estimated` (`Result.estimated`; the ratio's spread in `meta`): the search learns from them,
-but the elite archive takes measured figures only, by the rule none of them is within the
-margin of the best measured one, and the final re-measurement judges the elites at the
-full level.
+but the elite archive takes measured figures only, and the final re-measurement judges the
+elites at the full level.
 
 Each result's `meta["fidelity"]` records the level it stopped at, every level's figure
-and seconds, and whether it was promoted; `Cascade.split()` totals them (the budget's split
-between levels). The promotion state follows the run's results (`observed`), so a resumed
-run promotes exactly as the uninterrupted one did.
+and reported seconds, and whether it was promoted; `Cascade.split()` counts the genomes
+judged and the wall seconds spent at each level (the budget's split between levels). The
+promotion state follows the run's results (`observed`), so a resumed run promotes exactly as
+the uninterrupted one did.
 
 >>> from evokernel.engine.landscape import builtin
 >>> from evokernel.evaluators import ReplayEvaluator
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -91,7 +93,7 @@ class Cascade:
         return {
             "evaluator": "cascade",
             "levels": [{"name": n, **lv.fingerprint()} for n, lv in zip(self.names, self.levels)],
-            "promotion": {"margin": self.promotion.margin, "top": self.promotion.top},
+            "promotion": {"margin": self.promotion.margin, "top": self.promotion.top, "share": self.promotion.share},
         }
 
     def transfer_key(self) -> dict[str, Any] | None:
@@ -117,12 +119,15 @@ class Cascade:
         reached = [0] * len(genomes)  # the highest level each genome was judged at
         self._judge(0, list(range(len(genomes))), genomes, at, best)
         ranked_once = [False] * n  # the batch's best go up once per level, in the first pass
+        room = [max(self.promotion.top, math.ceil(self.promotion.share * len(genomes)))] * n  # per level
         changed = True
         while changed:  # until no figure of this batch promotes another genome
             changed = False
             for level in range(n - 1):
                 here = [i for i in range(len(genomes)) if reached[i] == level and at[i][level].is_ok]
                 up = self._promote(level, here, at, best, ratios, top=0 if ranked_once[level] else None)
+                up = sorted(up, key=lambda i: (at[i][level].fitness, i))[: room[level]]
+                room[level] -= len(up)
                 ranked_once[level] = True
                 if up:
                     self._judge(level + 1, up, genomes, at, best)
@@ -131,6 +136,8 @@ class Cascade:
                         if at[i][level + 1].is_ok:
                             ratios[level].append(math.log(at[i][level + 1].fitness / at[i][level].fitness))
                     changed = True
+        self._split["evaluations"] += len(genomes)
+        self._split["promoted"] += sum(r == n - 1 for r in reached)
         for i, results in enumerate(at):
             yield self._result(results, reached[i], ratios)
 
@@ -153,17 +160,10 @@ class Cascade:
             for level, name in enumerate(self.names):
                 if name in info.get("seconds", {}) and isinstance(self.levels[level], Restores):
                     self.levels[level].restored([genome])
-        if origin == "measured":
-            self._split["evaluations"] += 1
-            self._split["promoted"] += bool(info.get("promoted"))
-            for name, s in info.get("seconds", {}).items():
-                if name in self._split["seconds"]:
-                    self._split["seconds"][name] += float(s)
-                    self._split["judged"][name] += 1
 
     def split(self) -> dict[str, Any]:
-        """What this cascade measured so far: genomes, how many reached the full level, and
-        the genomes judged and seconds spent at each level."""
+        """What this cascade measured so far (in this process): genomes, how many reached
+        the full level, and the genomes judged and wall seconds spent at each level."""
         return {
             "evaluations": self._split["evaluations"],
             "promoted": self._split["promoted"],
@@ -175,11 +175,12 @@ class Cascade:
     def _judge(
         self, level: int, idx: list[int], genomes: list[Genome], at: list[dict[int, Result]], best: list[float]
     ) -> None:
+        t0 = time.monotonic()
         results = list(self.levels[level].evaluate([genomes[i] for i in idx]))
+        self._split["seconds"][self.names[level]] += time.monotonic() - t0  # wall time of the level
+        self._split["judged"][self.names[level]] += len(idx)
         if len(results) != len(idx):
-            raise ConfigError(
-                f"cascade level {self.names[level]} gave {len(results)} results for {len(idx)} genomes"
-            )
+            raise ConfigError(f"cascade level {self.names[level]} gave {len(results)} results for {len(idx)} genomes")
         for i, r in zip(idx, results):
             at[i][level] = r
             if r.is_ok:
@@ -215,7 +216,9 @@ class Cascade:
         full = len(self.levels) - 1
         if reached == full or not last.is_ok:
             out = self._mark(last, reached, figures, seconds, promoted=reached == full)
-            return _with(out, elapsed_s=sum(r.elapsed_s for r in results.values()), cost=sum(r.cost for r in results.values()))
+            return _with(
+                out, elapsed_s=sum(r.elapsed_s for r in results.values()), cost=sum(r.cost for r in results.values())
+            )
         factor = _calibration(ratios, reached)
         scale, spread = factor if factor is not None else (1.0, 1.0)
         estimate = Result.ok(

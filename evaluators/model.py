@@ -230,12 +230,15 @@ class ModelEvaluator:
 
     def fidelities(self) -> list[Any]:
         """A cheap level that shares this evaluator's model, inputs and checks but times
-        fewer interleaved rounds (3, or a quarter of this one's), then this evaluator."""
+        a quarter of the interleaved rounds (at least 3 when this one has 12 or more; 1 at
+        least), then this evaluator."""
         import copy
 
-        rounds = min(self.timing.rounds, max(3, self.timing.rounds // 4))
+        from evokernel.core.errors import ConfigError
+
+        rounds = max(1, self.timing.rounds // 4, min(3, self.timing.rounds - 1) if self.timing.rounds >= 12 else 1)
         if rounds >= self.timing.rounds:
-            raise ValueError(f"timing of {self.timing.rounds} rounds has no cheaper level")
+            raise ConfigError(f"timing of {self.timing.rounds} round(s) has no cheaper level")
         cheap = copy.copy(self)
         cheap.timing = TimingOptions(
             rounds=rounds, reps=self.timing.reps, warmup=min(self.timing.warmup, 1), graphs=self.timing.graphs

@@ -22,7 +22,7 @@ def test_the_readme_example_of_the_python_api_runs(capsys):
     section = readme[readme.index("## The Python API") : readme.index("## Concepts")]
     block = next(b for b in re.findall(r"```python\n(.*?)```", section, re.S) if "assemble(" in b)
     exec(compile(block, "README.md", "exec"), {})
-    assert capsys.readouterr().out.split() == ["40", "default"]
+    assert capsys.readouterr().out.split() == ["40", "model"]  # the matmul family's default
 
 
 def test_the_command_line_and_the_python_api_build_the_same_search(tmp_path: Path, capsys):
@@ -86,7 +86,7 @@ def test_a_kernel_evaluator_gets_the_knowledge_recorder_and_the_llm_operator(mon
     said: list[str] = []
     search = assemble(SearchSpec(space, evaluator, llm="claude-sonnet-5"), say=said.append)
     assert said == ["LLM operator off: no ANTHROPIC_API_KEY; searching without it"]
-    assert search.strategy == "default" and any(isinstance(o, KnowledgeRecorder) for o in search.observers)
+    assert search.strategy == "model" and any(isinstance(o, KnowledgeRecorder) for o in search.observers)
 
     provider = AnthropicProvider("claude-sonnet-5", api_key="sk-test")
     if provider.available() is not None:

@@ -329,12 +329,14 @@ def test_transfer_seeds_a_new_shape_from_the_nearest_stored_shapes(tmp_path):
         "matmul_bf16_h200_M8192_N8192_K1024",
         "matmul_bf16_h200_M16_N4096_K4096",
     ]
+    # the default strategy (the matmul family's own, `model`, fills part of the first
+    # generation from its cost model: tests/test_cost_model.py)
     for name in names:
         ev = ReplayEvaluator(builtin(name))
-        Search(ev.space, ev, store=store).run(Budget(evaluations=60), seed=0)
+        Search(ev.space, ev, store=store, strategy="default").run(Budget(evaluations=60), seed=0)
     target = ReplayEvaluator(builtin("matmul_bf16_h200_M256_N4096_K14336"))
     assert family_of_name(target.landscape.name)[0] == "matmul_bf16_h200"
-    report = Search(target.space, target, store=store).run(Budget(evaluations=16), seed=1)
+    report = Search(target.space, target, store=store, strategy="default").run(Budget(evaluations=16), seed=1)
     run = [r for r in store.runs() if r.id == report.run_id][0]
     events = [p for k, p, _ in store.events(run.id) if k == "transfer"]
     assert len(events) == 1 and len(events[0]["genomes"]) == 4  # half the first generation

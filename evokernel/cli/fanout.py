@@ -20,6 +20,7 @@ import msgspec
 from evokernel.cli._common import add_run_options, load_target, stdout_console
 from evokernel.core.errors import ConfigError
 from evokernel.engine.assemble import SearchSpec
+from evokernel.engine.options import Promotion
 
 
 def add_parser(sub: Any) -> None:
@@ -45,7 +46,14 @@ class Target:
         spec = load_target(self.args, self.name)
         if spec.mutators is not None and self.args.strategy is not None:
             raise ConfigError("the search file sets its own mutators; drop --strategy")
-        return replace(spec, strategy=self.args.strategy, population=self.args.population, patience=self.args.patience)
+        fidelity = getattr(self.args, "fidelity", None)
+        return replace(
+            spec,
+            strategy=self.args.strategy,
+            population=self.args.population,
+            patience=self.args.patience,
+            promotion=None if fidelity is None else Promotion(margin=fidelity),
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.db in (None, ":memory:"):
         raise ConfigError("fan-out searches share a store: give --db a file or a database URL")
-    fields = {k: getattr(args, k) for k in ("noise", "seed", "strategy", "population", "patience")}
+    fields = {k: getattr(args, k) for k in ("noise", "seed", "strategy", "population", "patience", "fidelity")}
     targets = [Target(t, argparse.Namespace(**fields)) for t in args.targets]
     budget = Budget(evaluations=args.budget, wall_s=args.wall_time)
     summaries = fan_out(targets, args.db, budget, seed=args.seed, address=args.ray)

@@ -28,10 +28,10 @@ H200_SMS = 132
 H200_SHARED_KIB = 228.0
 
 #: Parameter names of the shipped kernel templates, tile per problem dimension.
-_KNOWN: tuple[dict[str, str], ...] = (
-    {"M": "BM", "N": "BN", "K": "BK"},  # search_spaces/matmul, the matmul landscapes
-    {"M": "BLOCK_SIZE_M", "N": "BLOCK_SIZE_N", "K": "BLOCK_SIZE_K"},  # fused MoE (SGLang's config names)
-    {"M": "BLOCK_M", "N": "BLOCK_N"},  # attention: query rows and key columns per tile
+_KNOWN: tuple[tuple[str, dict[str, str]], ...] = (
+    ("matmul", {"M": "BM", "N": "BN", "K": "BK"}),  # search_spaces/matmul, the matmul landscapes
+    ("moe", {"M": "BLOCK_SIZE_M", "N": "BLOCK_SIZE_N", "K": "BLOCK_SIZE_K"}),  # fused MoE (SGLang's config names)
+    ("attention", {"M": "BLOCK_M", "N": "BLOCK_N"}),  # attention: query rows and key columns per tile
 )
 
 
@@ -39,7 +39,9 @@ _KNOWN: tuple[dict[str, str], ...] = (
 class Geometry:
     """Which parameter tiles which dimension of the problem's shape (`tiles`: dimension ->
     parameter); the output dimensions (their tiles make the grid) and the reduction ones;
-    the warps and stages parameters; bytes per element; the GPU's SMs and shared memory."""
+    the warps and stages parameters; bytes per element; the GPU's SMs and shared memory;
+    the template family (`kind`), which picks the default strategy
+    (`evokernel.engine.strategies.default_for`)."""
 
     tiles: Mapping[str, str]
     output: tuple[str, ...] = ("M", "N")
@@ -49,15 +51,17 @@ class Geometry:
     elem_bytes: int = 2
     sms: int = H200_SMS
     shared_kib: float = H200_SHARED_KIB
+    kind: str = ""  # the template family it describes ("matmul", "moe", "attention"; "" unknown)
 
     @classmethod
     def infer(cls, names: Iterable[str]) -> Geometry | None:
         """The geometry of a space whose parameters use one of the shipped templates' names
         (a recorded landscape's columns), or None."""
         have = set(names)
-        for tiles in _KNOWN:
+        for kind, tiles in _KNOWN:
             if set(tiles.values()) <= have:
                 return cls(
+                    kind=kind,
                     tiles=dict(tiles),
                     warps="num_warps" if "num_warps" in have else None,
                     stages="num_stages" if "num_stages" in have else None,

@@ -17,7 +17,7 @@ cluster's address, or "local"), the evaluator is built on every GPU of that clus
 >>> evaluator = ReplayEvaluator(builtin("matmul_bf16_h200_M16_N4096_K4096"))
 >>> search = assemble(SearchSpec(evaluator.space, evaluator, population=4, patience=10))
 >>> search.strategy, search.options.population, search.options.patience
-('default', 4, 10)
+('model', 4, 10)
 >>> search.run(Budget(evaluations=40), seed=0).evaluations
 40
 """
@@ -41,7 +41,7 @@ from evokernel.core.space import SearchSpace
 from evokernel.engine.options import Promotion, SearchOptions
 from evokernel.engine.report import Observer
 from evokernel.engine.search import Search
-from evokernel.engine.strategies import get_strategy
+from evokernel.engine.strategies import default_for, get_strategy
 from evokernel.store import Store
 
 __all__ = ["SearchSpec", "assemble", "evaluator_of_file"]
@@ -133,7 +133,7 @@ def assemble(
     say = say or log.warning
     options = spec.options
     if spec.population is not None or spec.patience is not None or spec.promotion is not None:
-        base = options or get_strategy(spec.strategy or "default").options
+        base = options or get_strategy(spec.strategy or default_for(spec.space)).options
         options = replace(
             base,
             population=spec.population or base.population,
@@ -159,7 +159,9 @@ def assemble(
     llm = _llm_operator(spec, store, knowledge, say)
     if llm is not None:
         base_mutators = (
-            list(mutators) if mutators is not None else get_strategy(strategy or "default").mutators(spec.space)
+            list(mutators)
+            if mutators is not None
+            else get_strategy(strategy or default_for(spec.space)).mutators(spec.space)
         )
         mutators = base_mutators + [llm]
         strategy = None
@@ -167,7 +169,7 @@ def assemble(
         spec.space,
         _evaluator(spec),
         mutators,
-        strategy=None if mutators is not None else (strategy or "default"),
+        strategy=None if mutators is not None else (strategy or default_for(spec.space)),
         options=options,
         store=store,
         descriptor=spec.descriptor,

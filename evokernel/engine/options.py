@@ -38,21 +38,26 @@ class Promotion:
     """When a genome judged at a cheap fidelity goes on to the next, more expensive one
     (`evokernel.evaluators.Cascade`).
 
-    A genome is promoted when it is among the `top` best of its batch at that level, when
-    its figure is within `margin` of the best figure seen at that level, or when its figure
-    calibrated to the full level (the median ratio of full to cheap figures of the genomes
-    promoted so far) is within `margin` of the best full figure. The rest keep their
-    calibrated figure, marked as estimated (never an elite; the ratio's spread in meta): by
-    the last rule none of them can claim to beat the best measured figure."""
+    A genome is a candidate for promotion when it is among the `top` best of its batch at
+    that level, when its figure is within `margin` of the best figure seen at that level, or
+    when its figure calibrated to the full level (the median ratio of full to cheap figures
+    of the genomes promoted so far) is within `margin` of the best full figure. Of a batch's
+    candidates at most `share` (rounded up; `top` at least) go on, the best first: once a
+    search has converged most of what it proposes is within the margin, and the cap keeps
+    the full judgements to that share of the batch. The rest keep their calibrated figure,
+    marked as estimated (never an elite; the ratio's spread in meta)."""
 
     margin: float = 0.10
     top: int = 1
+    share: float = 0.25
 
     def __post_init__(self) -> None:
         if not (self.margin >= 0 and self.margin < 10):
             raise ConfigError(f"promotion margin must be in [0, 10), got {self.margin!r}")
         if not (isinstance(self.top, int) and self.top >= 0):
             raise ConfigError(f"promotion top must be an integer >= 0, got {self.top!r}")
+        if not (0 < self.share <= 1):
+            raise ConfigError(f"promotion share must be in (0, 1], got {self.share!r}")
 
 
 @dataclass(frozen=True)

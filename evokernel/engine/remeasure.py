@@ -75,8 +75,11 @@ def remeasure(run: _Run) -> list[ReportedElite]:
                 ) from exc
             if len(got) != len(top) or not all(isinstance(r, Result) for r in got):
                 raise EvaluatorError(f"evaluator {evaluator.name!r} re-measured {len(got)} of {len(top)}")
-            for e, r in zip(top, got):
-                store.record_remeasurement(run_id, 0, e.genome, run.fingerprint, r)
+            for e, r, before in zip(top, got, stored):
+                # a run resumed with a larger budget re-measures its new finalists beside the
+                # earlier ones; the earlier ones' first re-measurement stays on record
+                if before is None:
+                    store.record_remeasurement(run_id, 0, e.genome, run.fingerprint, r)
                 run.cost += r.cost
         else:
             got = [r for r in stored if r is not None]

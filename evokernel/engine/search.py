@@ -50,7 +50,7 @@ from evokernel.engine.options import Budget, SearchOptions
 from evokernel.engine.remeasure import remeasure
 from evokernel.engine.report import Individual, Observer, ReportedElite, SearchReport, count_statuses, run_summary
 from evokernel.engine.seeding import first_generation, valid_seeds
-from evokernel.engine.strategies import get_strategy
+from evokernel.engine.strategies import default_for, get_strategy
 from evokernel.engine.transfer import transfer_key
 from evokernel.judge.env import environment
 from evokernel.store import ForgetsMeasured, SQLiteStore, Store
@@ -84,7 +84,7 @@ class Search:
     ) -> None:
         if mutators is not None and strategy is not None:
             raise ConfigError("give either mutators or a strategy, not both")
-        chosen = get_strategy(strategy or "default")
+        chosen = get_strategy(strategy or default_for(space))
         self.strategy = "custom" if mutators is not None else chosen.name
         self.mutators = list(mutators) if mutators is not None else chosen.mutators(space)
         if not self.mutators:

@@ -38,6 +38,7 @@ def matmul_space(*, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_
         constraints=[shared_memory_limit(shared_memory_bytes, elem_bytes=elem_bytes), thread_limit()],
         name="matmul",
         geometry=Geometry(
+            kind="matmul",
             tiles={"M": "BM", "N": "BN", "K": "BK"},
             warps="num_warps",
             stages="num_stages",

@@ -202,8 +202,16 @@ def _sglang() -> EvaluatorCase:
     )
 
 
+def _cascade() -> EvaluatorCase:
+    from evokernel.evaluators import Cascade
+
+    replay = _replay()
+    return EvaluatorCase(Cascade(replay.evaluator.fidelities()), replay.genomes, replay.failing)
+
+
 EVALUATOR_RECIPES: dict[str, Callable[[], EvaluatorCase]] = {
     "replay": _replay,
+    "cascade": _cascade,
     "kernel": _kernel,
     "model": _model,
     "sglang": _sglang,

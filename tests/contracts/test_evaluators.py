@@ -21,8 +21,10 @@ from evokernel import Budget, Evaluator, Result, Search, SearchOptions
 from evokernel.core.evaluator import (
     CAPABILITIES,
     DescribesEnvironment,
+    HasFidelities,
     HasTransferKey,
     JudgesProblem,
+    Observes,
     Remeasures,
     Restores,
     Sandboxed,
@@ -36,10 +38,11 @@ from ._components import EvaluatorCase, build_evaluator
 #: The capabilities each shipped evaluator has: the engine finds them by protocol, so one
 #: lost to a rename would silently change a search (no re-measurement, no transfer, ...).
 SHIPPED = {
-    "replay": {HasTransferKey, Restores},
-    "kernel": {Remeasures, HasTransferKey, DescribesEnvironment, JudgesProblem, Sandboxed},
-    "model": {Remeasures, HasTransferKey},
+    "replay": {HasTransferKey, Restores, HasFidelities},
+    "kernel": {Remeasures, HasTransferKey, DescribesEnvironment, JudgesProblem, Sandboxed, HasFidelities},
+    "model": {Remeasures, HasTransferKey, HasFidelities},
     "sglang": set(),
+    "cascade": {Remeasures, HasTransferKey, Observes},
 }
 
 
@@ -112,6 +115,12 @@ def test_its_capabilities_are_declared_and_well_formed(evaluator_name: str, case
     if isinstance(ev, Sandboxed):
         report = ev.sandbox()
         assert hasattr(report, "on") and hasattr(report, "off")
+    if isinstance(ev, HasFidelities):  # built, not run: cheaper levels first, the evaluator itself last
+        levels = list(ev.fidelities())
+        assert len(levels) >= 2 and levels[-1] is ev and all(isinstance(lv, Evaluator) for lv in levels)
+        assert len({canonical_json(lv.fingerprint()) for lv in levels}) == len(levels)
+    if isinstance(ev, Observes):
+        assert callable(ev.observed)
 
 
 @pytest.mark.slow
