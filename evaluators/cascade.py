@@ -17,7 +17,8 @@ Each result's `meta["fidelity"]` records the level it stopped at, every level's 
 and reported seconds, and whether it was promoted; `Cascade.split()` counts the genomes
 judged and the wall seconds spent at each level (the budget's split between levels). The
 promotion state follows the run's results (`observed`), so a resumed run promotes exactly as
-the uninterrupted one did.
+the uninterrupted one did. A batch's results come out once all its levels are judged (the
+promotions need the whole batch's cheap figures), so a kill loses the batch in flight.
 
 >>> from evokernel.engine.landscape import builtin
 >>> from evokernel.evaluators import ReplayEvaluator

@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
         best = r.summary.get("best_ms")
         if best is None:  # a run that did not finish (or an older one): its archive's best
             best = min((el.latency_ms for el in store.elites(run_id=r.id)), default=None)
+        if best is None:  # its elites are earlier runs' (it beat none of them): its own best figure
+            best = min(
+                (e.result.latency_ms for e in store.history(r.id) if e.result.is_ok and not e.result.estimated),
+                default=None,
+            )
         t.add_row(
             r.id,
             r.name,
