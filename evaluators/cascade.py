@@ -41,6 +41,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import msgspec
+
 from evokernel.core.errors import ConfigError
 from evokernel.core.evaluator import Evaluator, HasFidelities, HasTransferKey, Remeasures, Restores
 from evokernel.core.genome import Genome
@@ -78,8 +80,10 @@ class Cascade:
             raise ConfigError(f"cascade names must be {len(levels)} distinct labels, got {self.names}")
         self._best = [math.inf] * len(levels)  # best ok figure seen at each level
         self._ratios: list[list[float]] = [[] for _ in levels[:-1]]  # log(next / this), per level
-        self._split = {"evaluations": 0, "promoted": 0, "seconds": dict.fromkeys(self.names, 0.0)}
-        self._split["judged"] = dict.fromkeys(self.names, 0)
+        # what this process measured: genomes, those promoted to the full level, per level
+        self._evaluations = self._promoted = 0
+        self._judged = dict.fromkeys(self.names, 0)
+        self._seconds = dict.fromkeys(self.names, 0.0)
 
     # -- the evaluator protocol ------------------------------------------------------
     @property
@@ -137,8 +141,8 @@ class Cascade:
                         if at[i][level + 1].is_ok:
                             ratios[level].append(math.log(at[i][level + 1].fitness / at[i][level].fitness))
                     changed = True
-        self._split["evaluations"] += len(genomes)
-        self._split["promoted"] += sum(r == n - 1 for r in reached)
+        self._evaluations += len(genomes)
+        self._promoted += sum(r == n - 1 for r in reached)
         for i, results in enumerate(at):
             yield self._result(results, reached[i], ratios)
 
@@ -166,10 +170,10 @@ class Cascade:
         """What this cascade measured so far (in this process): genomes, how many reached
         the full level, and the genomes judged and wall seconds spent at each level."""
         return {
-            "evaluations": self._split["evaluations"],
-            "promoted": self._split["promoted"],
-            "judged": dict(self._split["judged"]),
-            "seconds": {k: round(v, 3) for k, v in self._split["seconds"].items()},
+            "evaluations": self._evaluations,
+            "promoted": self._promoted,
+            "judged": dict(self._judged),
+            "seconds": {k: round(v, 3) for k, v in self._seconds.items()},
         }
 
     # -- steps -------------------------------------------------------------------------
@@ -178,8 +182,8 @@ class Cascade:
     ) -> None:
         t0 = time.monotonic()
         results = list(self.levels[level].evaluate([genomes[i] for i in idx]))
-        self._split["seconds"][self.names[level]] += time.monotonic() - t0  # wall time of the level
-        self._split["judged"][self.names[level]] += len(idx)
+        self._seconds[self.names[level]] += time.monotonic() - t0  # wall time of the level
+        self._judged[self.names[level]] += len(idx)
         if len(results) != len(idx):
             raise ConfigError(f"cascade level {self.names[level]} gave {len(results)} results for {len(idx)} genomes")
         for i, r in zip(idx, results):
@@ -296,6 +300,4 @@ def _figure(result: Result) -> float | None:
 
 
 def _with(result: Result, **changes: Any) -> Result:
-    import msgspec
-
     return msgspec.structs.replace(result, **changes)
