@@ -54,7 +54,7 @@ DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
 #: recorded H200 sweeps (`benchmarks/device.sh sweep-attention`), shipped in evokernel/landscapes/,
 #: whose fastest points seed the searches
 LANDSCAPES = {
-    "prefill": "attention_prefill_bf16_h200_llama3-8b_4x2048_causal",
+    "prefill": "attention_prefill_bf16_h200_causal_Hq32_Hkv8_B4_S2048",
     "decode": "attention_decode_bf16_h200_llama3-8b_B1_C32768",
 }
 DEFAULT_PREFILL = ["llama3-8b", "qwen3-30b-a3b", "flux-dit", "d64", "llama3-8b:512,1800,3000,700"]

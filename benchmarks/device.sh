@@ -33,7 +33,8 @@
 #                   MODELS (flux,qwen), BUDGET (20), DEADLINE (90), OUT_PREV
 #   profile         `evokernel profile` of the example models and an SGLang engine (carry .sgl)
 #                   [device_profile.sh]  PROFILE_MODELS, SGL_BATCHES ("1 64"), PROFILE_DB
-#   sweep-attention record the attention landscapes with `evokernel sweep` [device_attention.sh]
+#   sweep-attention record attention landscapes with `evokernel sweep` [device_attention.sh]
+#                   DECODE ("1:32768"), DEC_S (210), PREFILL ("llama3-8b:2048:4"), PRE_S (270); $OUT/sweeps.tgz
 #   sweep-moe WALL MODEL:M ...   record fused-MoE landscapes [record_moe_landscapes.sh]
 #   sweep-matmul WALL M:N:K ...  record matmul landscapes of matmul_space() through the judge
 #                   (examples/matmul_landscape_h200.py), one CSV per shape under $OUT
@@ -331,21 +332,37 @@ PY
 }
 
 sweep_attention() {
-  # the paged decode space at batch 1 x 32768 (795 valid points), then as much of the prefill
-  # space at Llama-3-8B 4 x 2048 causal (3936 valid points) as fits; a sweep appends to its
-  # CSV and a re-run measures only what is missing (the CSVs are shipped in evokernel/landscapes/:
-  # copy a grown one back there)
-  local L=evokernel/landscapes
-  local DEC=attention_decode_bf16_h200_llama3-8b_B1_C32768.csv PRE=attention_prefill_bf16_h200_llama3-8b_4x2048_causal.csv
-  mkdir -p $L
-  cp $L/$DEC "$OUT/" 2>/dev/null; cp $L/$PRE "$OUT/" 2>/dev/null
-  # from /tmp: `python -m` puts the working folder first on sys.path, and the checkout's
-  # evokernel/ (without its package-dir mapping) would shadow the installed package
-  (cd /tmp && EVOKERNEL_DECODE_BATCH=1 EVOKERNEL_DECODE_CONTEXT=32768 timeout 230 python3 -m evokernel.cli sweep \
-      "$HERE/examples/attention_decode.py" --out "$OUT/$DEC" --wall-time 210 --quiet > "$OUT/sweep_decode.log" 2>&1)
-  (cd /tmp && timeout 290 python3 -m evokernel.cli sweep "$HERE/examples/attention_prefill.py" --out "$OUT/$PRE" \
-      --wall-time 270 --quiet > "$OUT/sweep_prefill.log" 2>&1)
-  wc -l "$OUT"/*.csv; tail -n 3 "$OUT/sweep_decode.log" "$OUT/sweep_prefill.log"
+  # recorded attention landscapes through `evokernel sweep` (shuffled order, so a sweep cut by
+  # its wall time is a uniform sample; a sweep appends to its CSV and a re-run measures only
+  # what is missing; the CSVs ship in evokernel/landscapes/: copy a grown one back there):
+  # DECODE "B:CONTEXT ..." of the paged decode space (Llama-3-8B; default "1:32768", DEC_S 210
+  # seconds each) and PREFILL "MODEL:SEQLEN:BATCH ..." of the causal prefill space (default
+  # "llama3-8b:2048:4", PRE_S 270 each); everything is packed into $OUT/sweeps.tgz after each
+  # sweep (a call brings back a few files only)
+  local L=evokernel/landscapes W=$OUT/sweeps spec b c model s n hq hkv csv
+  mkdir -p $L "$W"
+  pack() { tar -czf "$OUT/sweeps.tgz" -C "$W" . ; }
+  for spec in ${DECODE-1:32768}; do
+    b=${spec%%:*}; c=${spec##*:}
+    csv=attention_decode_bf16_h200_llama3-8b_B${b}_C${c}.csv
+    cp $L/$csv "$W/" 2>/dev/null
+    # from /tmp: `python -m` puts the working folder first on sys.path, and the checkout's
+    # evokernel/ (without its package-dir mapping) would shadow the installed package
+    (cd /tmp && EVOKERNEL_DECODE_BATCH=$b EVOKERNEL_DECODE_CONTEXT=$c timeout $(( ${DEC_S:-210} + 40 )) python3 -m evokernel.cli sweep \
+        "$HERE/examples/attention_decode.py" --out "$W/$csv" --wall-time ${DEC_S:-210} --quiet > "$W/${csv%.csv}.log" 2>&1)
+    echo "$csv: $(( $(wc -l < "$W/$csv") - 1 )) rows"; pack
+  done
+  for spec in ${PREFILL-llama3-8b:2048:4}; do
+    IFS=: read -r model s n <<< "$spec"
+    case $model in llama3-8b) hq=32; hkv=8 ;; qwen3-30b-a3b) hq=32; hkv=4 ;; *) echo "no heads for $model" >&2; continue ;; esac
+    csv=attention_prefill_bf16_h200_causal_Hq${hq}_Hkv${hkv}_B${n}_S${s}.csv
+    cp $L/$csv "$W/" 2>/dev/null
+    (cd /tmp && EVOKERNEL_ATTN_MODEL=$model EVOKERNEL_ATTN_SEQLENS=$s EVOKERNEL_ATTN_BATCH=$n EVOKERNEL_ATTN_CAUSAL=1 \
+        timeout $(( ${PRE_S:-270} + 40 )) python3 -m evokernel.cli sweep "$HERE/examples/attention_prefill.py" \
+        --out "$W/$csv" --wall-time ${PRE_S:-270} --quiet > "$W/${csv%.csv}.log" 2>&1)
+    echo "$csv: $(( $(wc -l < "$W/$csv") - 1 )) rows"; pack
+  done
+  for f in "$W"/*.log; do echo "== $f"; tail -n 2 "$f"; done
 }
 
 sweep_moe() {

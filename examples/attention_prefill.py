@@ -34,4 +34,4 @@ descriptor = attention_class
 name = f"attention-prefill-{problem.module.MODEL}-" + ("gpu" if GPU else "interpreter")
 # the first generation starts from the fastest points of the recorded H200 prefill landscape
 # (shipped with evokernel; points invalid in this shape's space are left out)
-seeds = landscape_seeds("attention_prefill_bf16_h200_llama3-8b_4x2048_causal", space) if GPU else []
+seeds = landscape_seeds("attention_prefill_bf16_h200_causal_Hq32_Hkv8_B4_S2048", space) if GPU else []

@@ -7,7 +7,7 @@ import pytest
 
 from evokernel import Genome, LandscapeError, Status
 from evokernel.evaluators import ReplayEvaluator
-from evokernel.engine.landscape import Landscape, builtin, builtin_names
+from evokernel.engine.landscape import Landscape, builtin, builtin_names, resolve_landscape
 
 
 def test_space_is_inferred_from_the_columns(small: Landscape):
@@ -45,7 +45,10 @@ def test_shipped_landscapes_load():
     decode = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768"))
     dspace = decode_space(head_dim=128, group=4)
     assert decode.space.names == dspace.names and len(decode) == len(dspace.valid_points()) == 795
-    prefill = Landscape.load(builtin("attention_prefill_bf16_h200_llama3-8b_4x2048_causal"))
+    prefill = Landscape.load(builtin("attention_prefill_bf16_h200_causal_Hq32_Hkv8_B4_S2048"))
+    # its earlier name (before the shape moved into `_<Dim><number>` tokens) still resolves
+    assert builtin("attention_prefill_bf16_h200_llama3-8b_4x2048_causal") == prefill.path
+    assert resolve_landscape("attention_prefill_bf16_h200_llama3-8b_4x2048_causal") == prefill.path
     pspace = attention_space(head_dim=128, causal=True)
     assert prefill.space.names == pspace.names and 700 <= len(prefill)
     # partial (the sweep is resumable): 2624 points in the space since WARP_SPEC left it

@@ -207,9 +207,18 @@ def builtin_names() -> list[str]:
     return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".csv"))
 
 
+#: earlier names of shipped landscapes -> their names now (the shape moved into trailing
+#: `_<Dim><number>` tokens, which the cost model reads as the shape)
+RENAMED = {
+    "attention_prefill_bf16_h200_llama3-8b_4x2048_causal": "attention_prefill_bf16_h200_causal_Hq32_Hkv8_B4_S2048",
+}
+
+
 def builtin(name: str) -> str:
-    """Path of a shipped landscape by name (with or without .csv)."""
+    """Path of a shipped landscape by name (with or without .csv; an earlier name in
+    `RENAMED` still works)."""
     stem = name[:-4] if name.endswith(".csv") else name
+    stem = RENAMED.get(stem, stem)
     if stem not in builtin_names():
         raise LandscapeError(f"no built-in landscape {name!r} (shipped: {', '.join(builtin_names())})")
     return str(resources.files("evokernel.landscapes") / f"{stem}.csv")
@@ -219,7 +228,8 @@ def resolve_landscape(target: str) -> str:
     """A path to an existing CSV, else a built-in landscape name."""
     if os.path.exists(target) or target.endswith(".csv") and os.sep in target:
         return target
-    if target in builtin_names() or target[:-4] in builtin_names():
+    stem = target[:-4] if target.endswith(".csv") else target
+    if RENAMED.get(stem, stem) in builtin_names():
         return builtin(target)
     return target
 
