@@ -49,6 +49,8 @@
 #                   and the fidelity cascade against full judging on the MoE problem (MOE_M, FID_S 100),
 #                   winners re-measured side by side ("f": the fidelity part alone). Carry .whl with
 #                   scipy (not Ray's tarball)
+#   prefill-gluon   issue 28: the Gluon FA3-style prefill kernel against the SDPA backends (prefill_gluon_h200.py)
+#                   SHAPES, CONFIGS, DEADLINE (520)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -58,7 +60,7 @@ set -u
 step=${1:-}
 [ -n "$step" ] && shift
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock) ;;
+  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock|prefill-gluon) ;;
   *) sed -n '2,/^set -u$/{/^#/p}' "$0"; echo "unknown step: '$step'" >&2; exit 2 ;;
 esac
 source benchmarks/device_setup.sh || exit 1
@@ -395,6 +397,14 @@ sweep_matmul() {
   done
 }
 
+prefill_gluon() {
+  # issue 28: the Gluon prefill kernel probed on small shapes (each configuration in its own
+  # process), screened per shape, its best against every SDPA backend on one footing
+  mkdir -p "$OUT/prefill"
+  timeout ${DEADLINE_HARD:-570} python3 benchmarks/prefill_gluon_h200.py --out "$OUT/prefill" --deadline ${DEADLINE:-520} \
+      ${SHAPES:+--shapes $SHAPES} ${CONFIGS:+--configs $CONFIGS} 2>&1 | grep -v -e '^\s*$' -e CudaIPCTypes | tee "$OUT/prefill.log" | tail -60
+}
+
 wallclock() {
   local W="python3 $HERE/benchmarks/search_wallclock_h200.py" T=$HERE/examples/matmul_landscape_h200.py
   local X=${SHAPE_X:-128,14336,4096} Y=${SHAPE_Y:-512,4096,14336} seed strat t0=$SECONDS
@@ -529,4 +539,5 @@ case "$step" in
   sweep-moe) sweep_moe "$@" ;;
   sweep-matmul) sweep_matmul "$@" ;;
   wallclock) wallclock ;;
+  prefill-gluon) prefill_gluon ;;
 esac

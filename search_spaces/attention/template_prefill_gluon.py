@@ -1,0 +1,471 @@
+"""A warp-specialised Hopper flash-attention forward (prefill) written in Gluon, over packed
+variable-length sequences: the prefill family's FA3-style form.
+
+Same contract as `template_prefill.attention` (q [T, H_q, D], k and v [T, H_kv, D], int32
+`cu_seqlens` [B + 1], the output [T, H_q, D]; query head h reads KV head h // (H_q / H_kv);
+the square causal mask), and the structures FlashAttention-3 builds on Hopper, as genes:
+
+- a producer partition of one warp (24 registers) issues the TMA loads: the program's Q tile
+  once, then each KV block's K and V into a ring of `num_stages` shared-memory slots, K and V
+  with barriers of their own (the scores can start as soon as K has landed);
+- the consumer (the default partition, one warpgroup per 64 query rows: BLOCK_M = 16 x
+  num_warps x rows per warp) runs S = Q K^T and O += P V as asynchronous warpgroup MMAs, P
+  from registers (the MMA's A operand, never through shared memory), the online softmax in
+  fp32 with exp2 and the scale folded into log2(e); it releases a slot as soon as its MMA is
+  done;
+- OVERLAP=1: FA3's intra-warpgroup overlap. The scores of block j+1 are issued before P_j V_j,
+  and the softmax of block j+1 runs while P_j V_j is still in the tensor cores; 0 waits for
+  each MMA before the next step;
+- causal-block skipping with the masked blocks separate: the KV blocks are walked from the
+  diagonal (and the sequence's end) down to the first key, so the blocks that need a mask
+  come first and the bulk of the loop runs unmasked;
+- the grid is (query blocks of the longest sequence, H_q, B), heaviest query blocks first
+  when causal; `max_seqlen` comes from the host (the problem hands it over), so nothing reads
+  lengths back from the GPU.
+
+Q, K and V are loaded through 2-D descriptors over [T, H x D] (rows past a sequence's end are
+the next sequence's or TMA's zero fill: masked in the scores, never stored); the output is
+stored through registers with a row mask. Gluon does not run in Triton's CPU interpreter:
+`attention_gluon` on CPU tensors raises a ValueError saying so (a failure value for a search);
+the kernel's sm_90 build is tested on the CPU (tests/test_gluon_attention.py), its results
+on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from evokernel.judge.candidate import check_params
+
+__all__ = ["GLUON_PARAMS", "GLUON_DEFAULTS", "attention_gluon", "gluon_candidate_source", "check_gluon_params"]
+
+# Triton 3.6 (the H200's) names the TMA load async_copy_global_to_shared; later Triton async_load
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+#: the genome of the Gluon form
+GLUON_PARAMS: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "OVERLAP")
+GLUON_DEFAULTS: dict[str, int] = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "OVERLAP": 1}
+
+_LOG2E = 1.4426950408889634
+#: the H200's shared memory per block (bytes), less the barriers' few bytes
+_SHARED = 232448 - 1024
+
+
+@gluon.jit
+def _plan(cu_ptr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
+    """This program's (sequence start, length, first query row, query head, KV blocks to walk,
+    of them the masked ones, walked first)."""
+    if CAUSAL:  # heaviest query blocks first
+        m_blk = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        m_blk = gl.program_id(0)
+    h = gl.program_id(1)
+    b = gl.program_id(2)
+    start = gl.load(cu_ptr + b)
+    length = gl.load(cu_ptr + b + 1) - start
+    m0 = m_blk * BM
+    if CAUSAL:
+        n_end = gl.cdiv(gl.minimum(m0 + BM, length), BN)
+        n_full = (m0 + 1) // BN  # blocks every row of the tile sees whole
+    else:
+        n_end = gl.cdiv(length, BN)
+        n_full = length // BN
+    return start, length, m0, h, n_end, n_end - n_full
+
+
+@gluon.jit
+def _producer(
+    q_desc,
+    k_desc,
+    v_desc,
+    q_smem,
+    k_bufs,
+    v_bufs,
+    q_bar,
+    k_ready,
+    k_empty,
+    v_ready,
+    v_empty,
+    cu_ptr,
+    GROUP: gl.constexpr,
+    D: gl.constexpr,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+):
+    """One warp: the TMA loads of Q once, then K and V of each KV block (diagonal first)."""
+    start, length, m0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM, BN)
+    if m0 < length:
+        hk = h // GROUP
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        _tma_load(q_desc, [start + m0, h * D], q_bar, q_smem)
+        for it in range(n_end):
+            j = n_end - 1 - it
+            s = it % STAGES
+            phase = ((it // STAGES) & 1) ^ 1  # a fresh barrier passes parity 1 at once
+            mbarrier.wait(k_empty.index(s), phase)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            _tma_load(k_desc, [start + j * BN, hk * D], k_ready.index(s), k_bufs.index(s))
+            mbarrier.wait(v_empty.index(s), phase)
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            _tma_load(v_desc, [start + j * BN, hk * D], v_ready.index(s), v_bufs.index(s))
+
+
+@gluon.jit
+def _scores(
+    sc,
+    it,
+    n_end,
+    n_masked,
+    m0,
+    length,
+    qk_scale,
+    m_i,
+    l_i,
+    s_layout: gl.constexpr,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    CAUSAL: gl.constexpr,
+):
+    """The online softmax of one block's scores: (P in fp32, the rescale factor of the
+    running sums, the new running max and sum). Only the first `n_masked` blocks walked are
+    masked (the diagonal and the sequence's end)."""
+    sc = sc * qk_scale
+    if it < n_masked:
+        j = n_end - 1 - it
+        cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+        ok = gl.expand_dims(cols, 0) < length
+        if CAUSAL:
+            rows = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+            ok = ok & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+        sc = gl.where(ok, sc, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(sc, axis=1))
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
+    p = gl.exp2(sc - gl.expand_dims(m_use, 1))
+    alpha = gl.exp2(m_i - m_use)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _consumer(
+    q_smem,
+    k_bufs,
+    v_bufs,
+    q_bar,
+    k_ready,
+    k_empty,
+    v_ready,
+    v_empty,
+    o_ptr,
+    cu_ptr,
+    qk_scale,
+    stride_ot,
+    GROUP: gl.constexpr,
+    D: gl.constexpr,
+    BM: gl.constexpr,
+    BN: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    OVERLAP: gl.constexpr,
+    WARPS: gl.constexpr,
+):
+    """The default partition: the MMAs, the online softmax and the output's store."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, D, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_smem.dtype
+    start, length, m0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM, BN)
+    if m0 < length:
+        m_i = gl.full([BM], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([BM], gl.float32, row_s)
+        acc = gl.zeros([BM, D], gl.float32, o_layout)
+        zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
+        mbarrier.wait(q_bar, 0)
+        if OVERLAP:
+            # block 0 (the first walked): its scores and softmax; P V waits for the next step
+            mbarrier.wait(k_ready.index(0), 0)
+            sc = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+            mbarrier.arrive(k_empty.index(0))
+            p, alpha, m_i, l_i = _scores(
+                sc, 0, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
+            )
+            pa = gl.convert_layout(p.to(dtype), p_layout)
+            for it in range(1, n_end):
+                s = it % STAGES
+                prev = (it - 1) % STAGES
+                mbarrier.wait(k_ready.index(s), (it // STAGES) & 1)
+                sc = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+                acc = warpgroup_mma(pa, v_bufs.index(prev), acc, is_async=True)
+                # groups complete in order: one outstanding means the scores are done
+                sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
+                mbarrier.arrive(k_empty.index(s))
+                p, alpha, m_i, l_i = _scores(
+                    sc, it, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
+                )
+                acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
+                mbarrier.arrive(v_empty.index(prev))
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                pa = gl.convert_layout(p.to(dtype), p_layout)
+            last = (n_end - 1) % STAGES
+            mbarrier.wait(v_ready.index(last), ((n_end - 1) // STAGES) & 1)
+            acc = warpgroup_mma(pa, v_bufs.index(last), acc, is_async=True)
+            acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
+            mbarrier.arrive(v_empty.index(last))
+        else:
+            for it in range(n_end):
+                s = it % STAGES
+                phase = (it // STAGES) & 1
+                mbarrier.wait(k_ready.index(s), phase)
+                sc = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+                mbarrier.arrive(k_empty.index(s))
+                p, alpha, m_i, l_i = _scores(
+                    sc, it, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
+                )
+                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                pa = gl.convert_layout(p.to(dtype), p_layout)
+                mbarrier.wait(v_ready.index(s), phase)
+                acc = warpgroup_mma(pa, v_bufs.index(s), acc, is_async=True)
+                acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
+                mbarrier.arrive(v_empty.index(s))
+        l_o = gl.convert_layout(l_i, row_o)
+        out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+        # registers -> a layout of 16-byte runs along D for the store
+        st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [WARPS, 1], [1, 0])
+        out = gl.convert_layout(out.to(dtype), st_layout)
+        rows = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
+        ptrs = o_ptr + gl.expand_dims((start + rows).to(gl.int64) * stride_ot, 1) + h * D + gl.expand_dims(cols, 0)
+        gl.store(ptrs, out, mask=gl.expand_dims(rows < length, 1))
+
+
+@gluon.jit
+def _attn_gluon_kernel(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_ptr,
+    cu_ptr,
+    qk_scale,
+    stride_ot,
+    GROUP: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    OVERLAP: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    D: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [BM, D], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=1)
+    gl.warp_specialize(
+        [
+            (
+                _consumer,
+                (
+                    q_smem,
+                    k_bufs,
+                    v_bufs,
+                    q_bar,
+                    k_ready,
+                    k_empty,
+                    v_ready,
+                    v_empty,
+                    o_ptr,
+                    cu_ptr,
+                    qk_scale,
+                    stride_ot,
+                    GROUP,
+                    D,
+                    BM,
+                    BN,
+                    STAGES,
+                    CAUSAL,
+                    OVERLAP,
+                    num_warps,
+                ),
+            ),
+            (
+                _producer,
+                (
+                    q_desc,
+                    k_desc,
+                    v_desc,
+                    q_smem,
+                    k_bufs,
+                    v_bufs,
+                    q_bar,
+                    k_ready,
+                    k_empty,
+                    v_ready,
+                    v_empty,
+                    cu_ptr,
+                    GROUP,
+                    D,
+                    BM,
+                    BN,
+                    STAGES,
+                    CAUSAL,
+                ),
+            ),
+        ],
+        [1],
+        [24],
+    )
+
+
+def gluon_shared_bytes(BLOCK_M: int, BLOCK_N: int, num_stages: int, head_dim: int = 128, elem: int = 2) -> int:
+    """Shared memory the kernel allocates: the Q tile, the K and V slots and the output's
+    layout conversion before its store (as much as Q; the barriers aside)."""
+    return (2 * BLOCK_M + 2 * num_stages * BLOCK_N) * head_dim * elem
+
+
+def check_gluon_params(params: Mapping[str, int], head_dim: int = 128) -> str | None:
+    """Why `params` cannot build (None: it can): the layouts' and the H200's limits."""
+    bm, bn, w, st = params["BLOCK_M"], params["BLOCK_N"], params["num_warps"], params["num_stages"]
+    if w not in (4, 8):
+        return f"num_warps is 4 (one consumer warpgroup) or 8 (two), got {w}"
+    if bm % (16 * w) or bm > 64 * w:
+        return f"BLOCK_M={bm} must be a multiple of 16 x num_warps ({16 * w}) and at most 64 rows a warpgroup"
+    if bn not in (64, 96, 128, 160, 176, 192, 256):
+        return f"BLOCK_N={bn} is not a warpgroup MMA width this kernel takes"
+    if st < 1 or (params.get("OVERLAP", 0) and st < 2):
+        return "OVERLAP needs at least 2 slots (block j+1's K lands while block j's V is read)"
+    if gluon_shared_bytes(bm, bn, st, head_dim) > _SHARED:
+        return f"shared memory {gluon_shared_bytes(bm, bn, st, head_dim)} B over the H200's {_SHARED}"
+    # fp32 registers a consumer thread holds: the O and S accumulators (and P) of its rows
+    regs = bm * (head_dim + bn + bn // 2) // (32 * w)
+    if regs > 200:
+        return f"{regs} accumulator registers a thread (BLOCK_M={bm} over {w} warps): spills"
+    return None
+
+
+def attention_gluon(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    *,
+    causal: bool,
+    sm_scale: float | None = None,
+    BLOCK_M: int,
+    BLOCK_N: int,
+    num_warps: int,
+    num_stages: int,
+    OVERLAP: int = 1,
+) -> torch.Tensor:
+    """Attention over packed sequences by the Gluon kernel at one configuration (see the
+    module's docstring); `max_seqlen` (a host int) sizes the grid."""
+    if not q.is_cuda:
+        raise ValueError(
+            "the Gluon attention kernel runs on a Hopper GPU only: Triton's CPU interpreter does not run Gluon kernels"
+        )
+    if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise ValueError(f"the Gluon attention kernel takes bf16 or fp16 q, k, v of one dtype, got {q.dtype}")
+    assert q.ndim == 3 and k.ndim == 3 and v.shape == k.shape, f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+    total, H, D = q.shape
+    Hkv = k.shape[1]
+    if H % Hkv or k.shape[0] != total or k.shape[2] != D:
+        raise ValueError("k/v must be [total, H_kv, D] with H_q % H_kv == 0")
+    if D not in (64, 128):
+        raise ValueError(f"the Gluon attention kernel takes head_dim 64 or 128, got {D}")
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        raise ValueError("the Gluon attention kernel loads by TMA: q, k and v must be contiguous")
+    why = check_gluon_params(
+        dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps, num_stages=num_stages, OVERLAP=OVERLAP), D
+    )
+    if why:
+        raise ValueError(why)
+    assert cu_seqlens.dtype == torch.int32 and cu_seqlens.ndim == 1, "cu_seqlens must be int32 [B + 1]"
+    B = cu_seqlens.shape[0] - 1
+    o = torch.empty_like(q)
+    if total == 0 or B == 0 or max_seqlen <= 0:
+        return o
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    elem = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+
+    def desc(t: torch.Tensor, heads: int, rows: int) -> TensorDescriptor:
+        return TensorDescriptor.from_tensor(
+            t.view(total, heads * D), [rows, D], gl.NVMMASharedLayout.get_default_for([rows, D], elem)
+        )
+
+    scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
+    grid = (triton.cdiv(max_seqlen, BLOCK_M), H, B)
+    cap = 65536 // (32 * (num_warps + 4)) // 8 * 8
+    _attn_gluon_kernel[grid](
+        desc(q, H, BLOCK_M),
+        desc(k, Hkv, BLOCK_N),
+        desc(v, Hkv, BLOCK_N),
+        o,
+        cu_seqlens,
+        scale * _LOG2E,
+        o.stride(0),
+        GROUP=H // Hkv,
+        STAGES=num_stages,
+        CAUSAL=bool(causal),
+        OVERLAP=bool(OVERLAP),
+        num_warps=num_warps,
+        **({"maxnreg": cap} if cap < 256 else {}),
+    )
+    return o
+
+
+_CANDIDATE = '''"""Candidate: the Gluon flash-attention prefill at one configuration (generated)."""
+
+from evokernel.search_spaces.attention.template_prefill_gluon import attention_gluon
+
+
+CONFIG = {config}
+
+
+def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):
+    return attention_gluon(q, k, v, cu_seqlens, max_seqlen, causal={causal}, **CONFIG)
+'''
+
+
+def gluon_candidate_source(params: Mapping[str, int], *, causal: bool) -> str:
+    """The text of a candidate module running `attention_gluon` at `params`.
+
+    >>> "attention_gluon(q, k, v, cu_seqlens, max_seqlen, causal=True" in gluon_candidate_source(GLUON_DEFAULTS, causal=True)
+    True
+    """
+    check_params(params, GLUON_PARAMS)
+    config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
+    return _CANDIDATE.format(config="{" + config + "}", causal=bool(causal))

@@ -1,0 +1,161 @@
+"""The warp-specialised Gluon flash-attention prefill (search_spaces/attention/template_prefill_gluon.py).
+
+On the CPU: the configuration rules, the refusal of CPU tensors (Gluon does not run in
+Triton's interpreter) as a clear error, the candidate's source, and the kernel's sm_90 build
+(Triton's NVIDIA backend compiles without a GPU): a producer partition giving its registers
+to the consumers, TMA loads, the scores' MMA issued before the previous block's P V with
+OVERLAP (one group left in flight), no spills, shared memory as predicted. On a GPU: results
+against the fp32 reference on ragged causal GQA batches and non-causal ones.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+
+from evokernel.search_spaces.attention.template_prefill_gluon import (
+    GLUON_DEFAULTS,
+    attention_gluon,
+    check_gluon_params,
+    gluon_candidate_source,
+    gluon_shared_bytes,
+)
+
+_CUDA = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+def test_the_configuration_rules_say_why():
+    assert check_gluon_params(GLUON_DEFAULTS) is None
+    assert "multiple of 16 x num_warps" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_M=64))
+    assert "num_warps is 4" in check_gluon_params(dict(GLUON_DEFAULTS, num_warps=2))
+    assert "shared memory" in check_gluon_params(dict(GLUON_DEFAULTS, num_stages=3))
+    assert "OVERLAP needs at least 2" in check_gluon_params(dict(GLUON_DEFAULTS, num_stages=1))
+    assert check_gluon_params(dict(GLUON_DEFAULTS, num_stages=1, OVERLAP=0)) is None
+    assert "spills" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_M=256, BLOCK_N=64, num_stages=2))
+    assert "MMA width" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_N=100))
+
+
+def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
+    q = torch.randn(10, 4, 128, dtype=torch.float16)
+    k = torch.randn(10, 2, 128, dtype=torch.float16)
+    cu = torch.tensor([0, 10], dtype=torch.int32)
+    with pytest.raises(ValueError, match="Hopper GPU only"):
+        attention_gluon(q, k, k, cu, 10, causal=True, **GLUON_DEFAULTS)
+    src = gluon_candidate_source(GLUON_DEFAULTS, causal=False)
+    assert "def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):" in src and "causal=False" in src
+    with pytest.raises(ValueError, match="exactly"):
+        gluon_candidate_source(dict(GLUON_DEFAULTS, EXTRA=1), causal=True)
+
+
+def _sm90(BM: int, BN: int, warps: int, stages: int, overlap: bool, causal: bool = True, D: int = 128):
+    """The kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon._runtime import GluonASTSource
+    except ImportError as exc:
+        pytest.skip(f"no Gluon ahead-of-time compiler here: {exc}")
+    try:
+        import triton.backends.nvidia  # noqa: F401
+    except ImportError:
+        pytest.skip("this Triton has no NVIDIA backend")
+    from evokernel.search_spaces.attention.template_prefill_gluon import _attn_gluon_kernel
+
+    def desc(shape: list[int]) -> str:
+        layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
+        return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
+
+    types = {
+        "q_desc": desc([BM, D]),
+        "k_desc": desc([BN, D]),
+        "v_desc": desc([BN, D]),
+        "o_ptr": "*bf16",
+        "cu_ptr": "*i32",
+        "qk_scale": "fp32",
+    }
+    consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps)
+    names = list(_attn_gluon_kernel.arg_names)
+    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
+    constants = {(names.index(n),): v for n, v in consts.items()}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_ptr", "cu_ptr", "stride_ot")}
+    cap = 65536 // (32 * (warps + 4)) // 8 * 8
+    return triton.compile(
+        GluonASTSource(_attn_gluon_kernel, signature, constants, attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": warps, "num_stages": 1, **({"maxnreg": cap} if cap < 256 else {})},
+    )
+
+
+@pytest.mark.slow
+def test_the_overlapped_kernel_builds_a_producer_and_keeps_the_scores_ahead_of_p_v_for_sm90():
+    kernel = _sm90(128, 128, 8, 2, True)
+    ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    assert "ttg.warp_specialize" in ttgir and kernel.metadata.num_warps == 12  # 8 consumers + the producer's group
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)  # the producer gives its registers away
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)  # the scores waited for, P V still in flight
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::(cta|cluster)\.global", ptx)  # Q, K, V by TMA
+    assert "st.local" not in ptx  # no spills
+    assert "ex2.approx" in ptx
+    predicted = gluon_shared_bytes(128, 128, 2)
+    assert predicted < kernel.metadata.shared <= predicted + 512
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_plain_kernel_waits_for_every_mma_and_one_warpgroup_builds_for_sm90(causal: bool):
+    kernel = _sm90(64, 128, 4, 2, False, causal=causal)
+    ptx = kernel.asm["ptx"]
+    assert kernel.metadata.num_warps == 8 and not re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)
+    assert "st.local" not in ptx
+
+
+def _reference(q, k, v, lens, causal):
+    out = torch.empty_like(q, dtype=torch.float32)
+    group = q.shape[1] // k.shape[1]
+    start = 0
+    for n in lens:
+        sl = slice(start, start + n)
+        qs = q[sl].float().transpose(0, 1)
+        ks = k[sl].float().repeat_interleave(group, 1).transpose(0, 1)
+        vs = v[sl].float().repeat_interleave(group, 1).transpose(0, 1)
+        s = qs @ ks.transpose(1, 2) / math.sqrt(q.shape[2])
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        out[sl] = (s.softmax(-1) @ vs).transpose(0, 1)
+        start += n
+    return out
+
+
+GPU_CASES = [
+    (dict(GLUON_DEFAULTS), True, [37, 200, 130], 32, 8),
+    (dict(GLUON_DEFAULTS, OVERLAP=0), True, [37, 200, 130], 32, 8),
+    (dict(GLUON_DEFAULTS, BLOCK_N=64, num_stages=3), True, [1, 129, 300], 8, 1),
+    (dict(GLUON_DEFAULTS, BLOCK_M=64, num_warps=4), False, [300, 77], 24, 24),
+    (dict(GLUON_DEFAULTS, BLOCK_N=96), False, [513], 8, 2),
+]
+
+
+def test_every_gpu_case_is_a_valid_configuration() -> None:
+    for params, *_ in GPU_CASES:
+        assert check_gluon_params(params) is None, params
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("params, causal, lens, hq, hkv", GPU_CASES)
+def test_the_gluon_kernel_matches_the_reference_on_the_gpu(params, causal, lens, hq, hkv) -> None:
+    torch.manual_seed(0)
+    T = sum(lens)
+    q = (1.5 * torch.randn(T, hq, 128, device="cuda")).to(torch.bfloat16)
+    k = (1.5 * torch.randn(T, hkv, 128, device="cuda")).to(torch.bfloat16)
+    v = torch.randn(T, hkv, 128, device="cuda").to(torch.bfloat16)
+    cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    for _ in range(2):
+        o = attention_gluon(q, k, v, cu, max(lens), causal=causal, **params)
+    ref = _reference(q, k, v, lens, causal)
+    err = (o.float() - ref).abs().max().item()
+    assert torch.isfinite(o).all() and err < 2e-2, err
