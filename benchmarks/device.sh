@@ -50,7 +50,7 @@
 #                   winners re-measured side by side ("f": the fidelity part alone). Carry .whl with
 #                   scipy (not Ray's tarball)
 #   prefill-gluon   issue 28: the Gluon FA3-style prefill kernel against the SDPA backends (prefill_gluon_h200.py)
-#                   SHAPES, CONFIGS, DEADLINE (520)
+#                   GPU tests first (tests/test_gluon_attention.py; SKIP_TESTS, TEST_TIMEOUT 150); SHAPES, CONFIGS, DEADLINE (520)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -401,6 +401,12 @@ prefill_gluon() {
   # issue 28: the Gluon prefill kernel probed on small shapes (each configuration in its own
   # process), screened per shape, its best against every SDPA backend on one footing
   mkdir -p "$OUT/prefill"
+  if [ -z "${SKIP_TESTS:-}" ]; then
+    cp -rL tests /tmp/pkg/ 2>/dev/null
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
+        tests/test_gluon_attention.py > "$OUT/prefill/tests.log" 2>&1; echo "rc=$?" >> "$OUT/prefill/tests.log")
+    grep -E "passed|failed|rc=|Error|^E " "$OUT/prefill/tests.log" | head -30
+  fi
   timeout ${DEADLINE_HARD:-570} python3 benchmarks/prefill_gluon_h200.py --out "$OUT/prefill" --deadline ${DEADLINE:-520} \
       ${SHAPES:+--shapes $SHAPES} ${CONFIGS:+--configs $CONFIGS} 2>&1 | grep -v -e '^\s*$' -e CudaIPCTypes | tee "$OUT/prefill.log" | tail -60
 }
