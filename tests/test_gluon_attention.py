@@ -36,6 +36,9 @@ def test_the_configuration_rules_say_why():
     assert check_gluon_params(dict(GLUON_DEFAULTS, num_stages=1, OVERLAP=0)) is None
     assert "spills" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_M=256, BLOCK_N=64, num_stages=2))
     assert "MMA width" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_N=100))
+    assert check_gluon_params(dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1)) is None
+    assert "PINGPONG: two consumer warpgroups" in check_gluon_params(dict(GLUON_DEFAULTS, PINGPONG=1))
+    assert "PINGPONG" in check_gluon_params(dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, OVERLAP=0))
 
 
 def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
@@ -50,7 +53,9 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
         gluon_candidate_source(dict(GLUON_DEFAULTS, EXTRA=1), causal=True)
 
 
-def _sm90(BM: int, BN: int, warps: int, stages: int, overlap: bool, causal: bool = True, D: int = 128):
+def _sm90(
+    BM: int, BN: int, warps: int, stages: int, overlap: bool, causal: bool = True, D: int = 128, pingpong: bool = False
+):
     """The kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
     triton = pytest.importorskip("triton")
     try:
@@ -70,19 +75,19 @@ def _sm90(BM: int, BN: int, warps: int, stages: int, overlap: bool, causal: bool
         return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
 
     types = {
-        "q_desc": desc([BM, D]),
+        "q_desc": desc([BM // (2 if pingpong else 1), D]),
         "k_desc": desc([BN, D]),
         "v_desc": desc([BN, D]),
         "o_ptr": "*bf16",
         "cu_ptr": "*i32",
         "qk_scale": "fp32",
     }
-    consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps)
+    consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps, PINGPONG=pingpong)
     names = list(_attn_gluon_kernel.arg_names)
     signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
     constants = {(names.index(n),): v for n, v in consts.items()}
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_ptr", "cu_ptr", "stride_ot")}
-    cap = 65536 // (32 * (warps + 4)) // 8 * 8
+    cap = 65536 // (32 * ((2 if pingpong else 1) * warps + 4)) // 8 * 8
     return triton.compile(
         GluonASTSource(_attn_gluon_kernel, signature, constants, attrs),
         target=GPUTarget("cuda", 90, 32),
@@ -113,6 +118,19 @@ def test_the_plain_kernel_waits_for_every_mma_and_one_warpgroup_builds_for_sm90(
     assert "st.local" not in ptx
 
 
+@pytest.mark.slow
+def test_the_ping_pong_kernel_builds_two_consumers_taking_turns_and_a_producer_for_sm90():
+    kernel = _sm90(128, 128, 4, 2, True, pingpong=True)
+    ttgir, ptx = kernel.asm["ttgir"], kernel.asm["ptx"]
+    assert "ttg.warp_specialize" in ttgir and kernel.metadata.num_warps == 12  # 4 + 4 consumers, the producer's group
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+232;", ptx)  # the second consumer's registers
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)
+    assert "st.local" not in ptx
+    # the consumers' 64-row halves of Q and the K/V slots as one 128-row tile's; the prediction
+    # (a whole tile's output conversion) bounds it
+    assert (128 + 2 * 2 * 128) * 128 * 2 < kernel.metadata.shared <= gluon_shared_bytes(128, 128, 2) + 512
+
+
 def _reference(q, k, v, lens, causal):
     out = torch.empty_like(q, dtype=torch.float32)
     group = q.shape[1] // k.shape[1]
@@ -136,6 +154,8 @@ GPU_CASES = [
     (dict(GLUON_DEFAULTS, BLOCK_N=64, num_stages=3), True, [1, 129, 300], 8, 1),
     (dict(GLUON_DEFAULTS, BLOCK_M=64, num_warps=4), False, [300, 77], 24, 24),
     (dict(GLUON_DEFAULTS, BLOCK_N=96), False, [513], 8, 2),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1), True, [37, 200, 130], 32, 8),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, BLOCK_N=64, num_stages=3), False, [300, 77], 24, 24),
 ]
 
 

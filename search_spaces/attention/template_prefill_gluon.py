@@ -55,8 +55,15 @@ __all__ = ["GLUON_PARAMS", "GLUON_DEFAULTS", "attention_gluon", "gluon_candidate
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 #: the genome of the Gluon form
-GLUON_PARAMS: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "OVERLAP")
-GLUON_DEFAULTS: dict[str, int] = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2, "OVERLAP": 1}
+GLUON_PARAMS: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "OVERLAP", "PINGPONG")
+GLUON_DEFAULTS: dict[str, int] = {
+    "BLOCK_M": 128,
+    "BLOCK_N": 128,
+    "num_warps": 8,
+    "num_stages": 2,
+    "OVERLAP": 1,
+    "PINGPONG": 0,
+}
 
 _LOG2E = 1.4426950408889634
 #: the H200's shared memory per block (bytes), less the barriers' few bytes
@@ -105,13 +112,16 @@ def _producer(
     BN: gl.constexpr,
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
+    PARTS: gl.constexpr,
 ):
-    """One warp: the TMA loads of Q once, then K and V of each KV block (diagonal first)."""
-    start, length, m0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM, BN)
+    """One warp: the TMA loads of Q once (one part per consumer), then K and V of each KV
+    block (diagonal first)."""
+    start, length, m0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM * PARTS, BN)
     if m0 < length:
         hk = h // GROUP
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        _tma_load(q_desc, [start + m0, h * D], q_bar, q_smem)
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes * PARTS)
+        for part in gl.static_range(PARTS):
+            _tma_load(q_desc, [start + m0 + part * BM, h * D], q_bar, q_smem.index(part))
         for it in range(n_end):
             j = n_end - 1 - it
             s = it % STAGES
@@ -170,6 +180,7 @@ def _consumer(
     k_empty,
     v_ready,
     v_empty,
+    turn,
     o_ptr,
     cu_ptr,
     qk_scale,
@@ -182,8 +193,15 @@ def _consumer(
     CAUSAL: gl.constexpr,
     OVERLAP: gl.constexpr,
     WARPS: gl.constexpr,
+    PARTS: gl.constexpr = 1,
+    ME: gl.constexpr = 0,
 ):
-    """The default partition: the MMAs, the online softmax and the output's store."""
+    """A consumer: the MMAs, the online softmax and the output's store of BM query rows, the
+    ME-th part of the program's tile. With two parts (ping-pong), the two consumers take
+    turns at issuing their MMAs (the `turn` barriers): one's softmax runs under the other's
+    MMAs. Issue events: the first block's scores (0), each later step's scores and the
+    previous P V (1 .. n-1), the last P V (n); consumer ME waits for its turn at event e on
+    parity (e & 1) ^ (1 - ME) (the first consumer's first wait passes at once)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 16]
     )
@@ -194,8 +212,10 @@ def _consumer(
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_smem.dtype
-    start, length, m0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM, BN)
-    if m0 < length:
+    start, length, tile0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM * PARTS, BN)
+    q_tile = q_smem.index(ME)
+    m0 = tile0 + ME * BM
+    if tile0 < length:
         m_i = gl.full([BM], float("-inf"), gl.float32, row_s)
         l_i = gl.zeros([BM], gl.float32, row_s)
         acc = gl.zeros([BM, D], gl.float32, o_layout)
@@ -204,7 +224,11 @@ def _consumer(
         if OVERLAP:
             # block 0 (the first walked): its scores and softmax; P V waits for the next step
             mbarrier.wait(k_ready.index(0), 0)
-            sc = warpgroup_mma(q_smem, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            if PARTS > 1:
+                mbarrier.wait(turn.index(ME), 1 - ME)
+            sc = warpgroup_mma(q_tile, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            if PARTS > 1:
+                mbarrier.arrive(turn.index(1 - ME))
             sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
             mbarrier.arrive(k_empty.index(0))
             p, alpha, m_i, l_i = _scores(
@@ -215,9 +239,13 @@ def _consumer(
                 s = it % STAGES
                 prev = (it - 1) % STAGES
                 mbarrier.wait(k_ready.index(s), (it // STAGES) & 1)
-                sc = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
+                if PARTS > 1:
+                    mbarrier.wait(turn.index(ME), (it & 1) ^ (1 - ME))
+                sc = warpgroup_mma(q_tile, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 acc = warpgroup_mma(pa, v_bufs.index(prev), acc, is_async=True)
+                if PARTS > 1:
+                    mbarrier.arrive(turn.index(1 - ME))
                 # groups complete in order: one outstanding means the scores are done
                 sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
                 mbarrier.arrive(k_empty.index(s))
@@ -230,7 +258,11 @@ def _consumer(
                 pa = gl.convert_layout(p.to(dtype), p_layout)
             last = (n_end - 1) % STAGES
             mbarrier.wait(v_ready.index(last), ((n_end - 1) // STAGES) & 1)
+            if PARTS > 1:
+                mbarrier.wait(turn.index(ME), (n_end & 1) ^ (1 - ME))
             acc = warpgroup_mma(pa, v_bufs.index(last), acc, is_async=True)
+            if PARTS > 1:
+                mbarrier.arrive(turn.index(1 - ME))
             acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
             mbarrier.arrive(v_empty.index(last))
         else:
@@ -238,7 +270,7 @@ def _consumer(
                 s = it % STAGES
                 phase = (it // STAGES) & 1
                 mbarrier.wait(k_ready.index(s), phase)
-                sc = warpgroup_mma(q_smem, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                sc = warpgroup_mma(q_tile, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
                 sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
                 mbarrier.arrive(k_empty.index(s))
                 p, alpha, m_i, l_i = _scores(
@@ -275,11 +307,13 @@ def _attn_gluon_kernel(
     CAUSAL: gl.constexpr,
     OVERLAP: gl.constexpr,
     num_warps: gl.constexpr,
+    PINGPONG: gl.constexpr = False,
 ):
-    BM: gl.constexpr = q_desc.block_type.shape[0]
+    PARTS: gl.constexpr = 2 if PINGPONG else 1
+    BM: gl.constexpr = q_desc.block_type.shape[0]  # rows of one consumer
     D: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [BM, D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [PARTS, BM, D], q_desc.layout)
     k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -287,12 +321,103 @@ def _attn_gluon_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=PARTS)  # every consumer releases the slot
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(v_empty.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=PARTS)
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    if PINGPONG:
+        gl.warp_specialize(
+            [
+                (
+                    _consumer,
+                    (
+                        q_smem,
+                        k_bufs,
+                        v_bufs,
+                        q_bar,
+                        k_ready,
+                        k_empty,
+                        v_ready,
+                        v_empty,
+                        turn,
+                        o_ptr,
+                        cu_ptr,
+                        qk_scale,
+                        stride_ot,
+                        GROUP,
+                        D,
+                        BM,
+                        BN,
+                        STAGES,
+                        CAUSAL,
+                        OVERLAP,
+                        num_warps,
+                        2,
+                        0,
+                    ),
+                ),
+                (
+                    _consumer,
+                    (
+                        q_smem,
+                        k_bufs,
+                        v_bufs,
+                        q_bar,
+                        k_ready,
+                        k_empty,
+                        v_ready,
+                        v_empty,
+                        turn,
+                        o_ptr,
+                        cu_ptr,
+                        qk_scale,
+                        stride_ot,
+                        GROUP,
+                        D,
+                        BM,
+                        BN,
+                        STAGES,
+                        CAUSAL,
+                        OVERLAP,
+                        num_warps,
+                        2,
+                        1,
+                    ),
+                ),
+                (
+                    _producer,
+                    (
+                        q_desc,
+                        k_desc,
+                        v_desc,
+                        q_smem,
+                        k_bufs,
+                        v_bufs,
+                        q_bar,
+                        k_ready,
+                        k_empty,
+                        v_ready,
+                        v_empty,
+                        cu_ptr,
+                        GROUP,
+                        D,
+                        BM,
+                        BN,
+                        STAGES,
+                        CAUSAL,
+                        2,
+                    ),
+                ),
+            ],
+            [num_warps, 1],
+            [232, 24],
+        )
+        return
     gl.warp_specialize(
         [
             (
@@ -306,6 +431,7 @@ def _attn_gluon_kernel(
                     k_empty,
                     v_ready,
                     v_empty,
+                    turn,
                     o_ptr,
                     cu_ptr,
                     qk_scale,
@@ -341,6 +467,7 @@ def _attn_gluon_kernel(
                     BN,
                     STAGES,
                     CAUSAL,
+                    1,
                 ),
             ),
         ],
@@ -358,6 +485,10 @@ def gluon_shared_bytes(BLOCK_M: int, BLOCK_N: int, num_stages: int, head_dim: in
 def check_gluon_params(params: Mapping[str, int], head_dim: int = 128) -> str | None:
     """Why `params` cannot build (None: it can): the layouts' and the H200's limits."""
     bm, bn, w, st = params["BLOCK_M"], params["BLOCK_N"], params["num_warps"], params["num_stages"]
+    if params.get("PINGPONG", 0):
+        if not (w == 4 and bm == 128 and params.get("OVERLAP", 0)):
+            return "PINGPONG: two consumer warpgroups of 4 warps, 64 rows each (BLOCK_M=128), with OVERLAP"
+        w = 8  # (the rules below see the program's two warpgroups)
     if w not in (4, 8):
         return f"num_warps is 4 (one consumer warpgroup) or 8 (two), got {w}"
     if bm % (16 * w) or bm > 64 * w:
@@ -389,6 +520,7 @@ def attention_gluon(
     num_warps: int,
     num_stages: int,
     OVERLAP: int = 1,
+    PINGPONG: int = 0,
 ) -> torch.Tensor:
     """Attention over packed sequences by the Gluon kernel at one configuration (see the
     module's docstring); `max_seqlen` (a host int) sizes the grid."""
@@ -408,7 +540,15 @@ def attention_gluon(
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
         raise ValueError("the Gluon attention kernel loads by TMA: q, k and v must be contiguous")
     why = check_gluon_params(
-        dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps, num_stages=num_stages, OVERLAP=OVERLAP), D
+        dict(
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=BLOCK_N,
+            num_warps=num_warps,
+            num_stages=num_stages,
+            OVERLAP=OVERLAP,
+            PINGPONG=PINGPONG,
+        ),
+        D,
     )
     if why:
         raise ValueError(why)
@@ -428,9 +568,9 @@ def attention_gluon(
 
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
     grid = (triton.cdiv(max_seqlen, BLOCK_M), H, B)
-    cap = 65536 // (32 * (num_warps + 4)) // 8 * 8
+    cap = 65536 // (32 * ((2 if PINGPONG else 1) * num_warps + 4)) // 8 * 8
     _attn_gluon_kernel[grid](
-        desc(q, H, BLOCK_M),
+        desc(q, H, BLOCK_M // (2 if PINGPONG else 1)),
         desc(k, Hkv, BLOCK_N),
         desc(v, Hkv, BLOCK_N),
         o,
@@ -441,6 +581,7 @@ def attention_gluon(
         STAGES=num_stages,
         CAUSAL=bool(causal),
         OVERLAP=bool(OVERLAP),
+        PINGPONG=bool(PINGPONG),
         num_warps=num_warps,
         **({"maxnreg": cap} if cap < 256 else {}),
     )
