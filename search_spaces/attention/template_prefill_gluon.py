@@ -16,6 +16,9 @@ the square causal mask), and the structures FlashAttention-3 builds on Hopper, a
 - OVERLAP=1: FA3's intra-warpgroup overlap. The scores of block j+1 are issued before P_j V_j,
   and the softmax of block j+1 runs while P_j V_j is still in the tensor cores; 0 waits for
   each MMA before the next step;
+- PINGPONG=1: FA3's inter-warpgroup overlap. Two consumer warpgroups of 4 warps (64 query
+  rows each, BLOCK_M=128) take turns at issuing their MMAs through a pair of barriers, so
+  one's softmax runs while the other's MMAs hold the tensor cores;
 - causal-block skipping with the masked blocks separate: the KV blocks are walked from the
   diagonal (and the sequence's end) down to the first key, so the blocks that need a mask
   come first and the bulk of the loop runs unmasked;
