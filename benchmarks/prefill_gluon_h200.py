@@ -45,16 +45,15 @@ SHAPES = (
     "flux-dit:4608x1",
     "flux-dit:4608x2",
 )
-#: BLOCK_M, BLOCK_N, num_warps, num_stages, OVERLAP, PINGPONG
+#: BLOCK_M, BLOCK_N, num_warps, num_stages, OVERLAP, PINGPONG, PERSISTENT
 CONFIGS = (
-    "128,128,8,2,1,0",
-    "128,128,8,2,0,0",
-    "128,64,8,3,1,0",
-    "128,64,8,4,1,0",
-    "64,128,4,2,1,0",
-    "128,96,8,2,1,0",
-    "128,128,4,2,1,1",
-    "128,64,4,4,1,1",
+    "128,128,4,2,1,1,0",
+    "128,128,4,2,1,1,1",
+    "128,64,4,4,1,1,1",
+    "128,128,8,2,1,0,0",
+    "128,128,8,2,1,0,1",
+    "64,128,4,2,1,0,1",
+    "128,64,8,4,1,0,1",
 )
 BASELINES = ("flash", "efficient", "cudnn", "varlen")
 
@@ -136,8 +135,10 @@ def job_for(spec: str, configs: list[dict[str, int]], winner: dict[str, int] | N
 
 
 def short(p: dict[str, int]) -> str:
-    return f"g{p['BLOCK_M']}x{p['BLOCK_N']}w{p['num_warps']}s{p['num_stages']}o{p['OVERLAP']}" + (
-        "pp" if p.get("PINGPONG") else ""
+    return (
+        f"g{p['BLOCK_M']}x{p['BLOCK_N']}w{p['num_warps']}s{p['num_stages']}o{p['OVERLAP']}"
+        + ("pp" if p.get("PINGPONG") else "")
+        + ("P" if p.get("PERSISTENT") else "")
     )
 
 
@@ -244,7 +245,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "prefill-out"))
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES))
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), help="BLOCK_M,BLOCK_N,warps,stages,OVERLAP,PINGPONG")
+    ap.add_argument(
+        "--configs", nargs="+", default=list(CONFIGS), help="BLOCK_M,BLOCK_N,warps,stages,OVERLAP,PINGPONG,PERSISTENT"
+    )
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--deadline", type=float, default=500.0)

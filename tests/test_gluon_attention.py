@@ -35,7 +35,7 @@ def test_the_configuration_rules_say_why():
     assert "OVERLAP needs at least 2" in check_gluon_params(dict(GLUON_DEFAULTS, num_stages=1))
     assert check_gluon_params(dict(GLUON_DEFAULTS, num_stages=1, OVERLAP=0)) is None
     assert "spills" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_M=256, BLOCK_N=64, num_stages=2))
-    assert "MMA width" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_N=100))
+    assert "power of two" in check_gluon_params(dict(GLUON_DEFAULTS, BLOCK_N=96))  # (Gluon's shapes: seen on the H200)
     assert check_gluon_params(dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1)) is None
     assert "PINGPONG: two consumer warpgroups" in check_gluon_params(dict(GLUON_DEFAULTS, PINGPONG=1))
     assert "PINGPONG" in check_gluon_params(dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, OVERLAP=0))
@@ -128,7 +128,7 @@ def test_the_ping_pong_kernel_builds_two_consumers_taking_turns_and_a_producer_f
     assert "st.local" not in ptx
     # the consumers' 64-row halves of Q and the K/V slots as one 128-row tile's; the prediction
     # (a whole tile's output conversion) bounds it
-    assert (128 + 2 * 2 * 128) * 128 * 2 < kernel.metadata.shared <= gluon_shared_bytes(128, 128, 2) + 512
+    assert (128 + 2 * 2 * 128) * 128 * 2 < kernel.metadata.shared <= gluon_shared_bytes(128, 128, 2, parts=2) + 512
 
 
 def _reference(q, k, v, lens, causal):
@@ -153,7 +153,10 @@ GPU_CASES = [
     (dict(GLUON_DEFAULTS, OVERLAP=0), True, [37, 200, 130], 32, 8),
     (dict(GLUON_DEFAULTS, BLOCK_N=64, num_stages=3), True, [1, 129, 300], 8, 1),
     (dict(GLUON_DEFAULTS, BLOCK_M=64, num_warps=4), False, [300, 77], 24, 24),
-    (dict(GLUON_DEFAULTS, BLOCK_N=96), False, [513], 8, 2),
+    (dict(GLUON_DEFAULTS, BLOCK_N=64, num_stages=4), False, [513], 8, 2),
+    (dict(GLUON_DEFAULTS, PERSISTENT=1), True, [37, 200, 130, 1000], 32, 8),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1), True, [512] * 16, 32, 8),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, OVERLAP=1), False, [300, 77, 1], 24, 24),
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1), True, [37, 200, 130], 32, 8),
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, BLOCK_N=64, num_stages=3), False, [300, 77], 24, 24),
 ]

@@ -51,6 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from evokernel.judge.candidate import check_params
+from evokernel.search_spaces.gemm.template import num_sms
 
 __all__ = ["GLUON_PARAMS", "GLUON_DEFAULTS", "attention_gluon", "gluon_candidate_source", "check_gluon_params"]
 
@@ -58,7 +59,7 @@ __all__ = ["GLUON_PARAMS", "GLUON_DEFAULTS", "attention_gluon", "gluon_candidate
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
 #: the genome of the Gluon form
-GLUON_PARAMS: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "OVERLAP", "PINGPONG")
+GLUON_PARAMS: tuple[str, ...] = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "OVERLAP", "PINGPONG", "PERSISTENT")
 GLUON_DEFAULTS: dict[str, int] = {
     "BLOCK_M": 128,
     "BLOCK_N": 128,
@@ -66,6 +67,7 @@ GLUON_DEFAULTS: dict[str, int] = {
     "num_stages": 2,
     "OVERLAP": 1,
     "PINGPONG": 0,
+    "PERSISTENT": 0,
 }
 
 _LOG2E = 1.4426950408889634
@@ -74,15 +76,21 @@ _SHARED = 232448 - 1024
 
 
 @gluon.jit
-def _plan(cu_ptr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
-    """This program's (sequence start, length, first query row, query head, KV blocks to walk,
-    of them the masked ones, walked first)."""
-    if CAUSAL:  # heaviest query blocks first
-        m_blk = gl.num_programs(0) - 1 - gl.program_id(0)
+def _tile(t, n_m, n_tiles, H, cu_ptr, CAUSAL: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
+    """Work item t's (sequence start, length, first query row, query head, KV blocks to walk,
+    of them the masked ones, walked first). Causal items go heaviest first (the last query
+    blocks of every head and sequence, then the ones before: longest processing time first);
+    the others query block fastest, then head, then sequence."""
+    if CAUSAL:
+        hb = n_tiles // n_m  # heads x sequences
+        m_blk = n_m - 1 - t // hb
+        r = t % hb
+        h = r % H
+        b = r // H
     else:
-        m_blk = gl.program_id(0)
-    h = gl.program_id(1)
-    b = gl.program_id(2)
+        m_blk = t % n_m
+        h = (t // n_m) % H
+        b = t // (n_m * H)
     start = gl.load(cu_ptr + b)
     length = gl.load(cu_ptr + b + 1) - start
     m0 = m_blk * BM
@@ -104,11 +112,15 @@ def _producer(
     k_bufs,
     v_bufs,
     q_bar,
+    q_empty,
     k_ready,
     k_empty,
     v_ready,
     v_empty,
     cu_ptr,
+    n_m,
+    n_tiles,
+    H,
     GROUP: gl.constexpr,
     D: gl.constexpr,
     BM: gl.constexpr,
@@ -117,30 +129,38 @@ def _producer(
     CAUSAL: gl.constexpr,
     PARTS: gl.constexpr,
 ):
-    """One warp: the TMA loads of Q once (one part per consumer), then K and V of each KV
-    block (diagonal first)."""
-    start, length, m0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM * PARTS, BN)
-    if m0 < length:
-        hk = h // GROUP
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes * PARTS)
-        for part in gl.static_range(PARTS):
-            _tma_load(q_desc, [start + m0 + part * BM, h * D], q_bar, q_smem.index(part))
-        for it in range(n_end):
-            j = n_end - 1 - it
-            s = it % STAGES
-            phase = ((it // STAGES) & 1) ^ 1  # a fresh barrier passes parity 1 at once
-            mbarrier.wait(k_empty.index(s), phase)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            _tma_load(k_desc, [start + j * BN, hk * D], k_ready.index(s), k_bufs.index(s))
-            mbarrier.wait(v_empty.index(s), phase)
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            _tma_load(v_desc, [start + j * BN, hk * D], v_ready.index(s), v_bufs.index(s))
+    """One warp: for each work item of the program, the TMA loads of Q (one part per
+    consumer, once the consumers' last scores of the previous item are done), then K and V
+    of each KV block (diagonal first) into the ring of slots; it runs ahead into the next
+    item while the consumers finish this one."""
+    it = 0  # slot uses so far (over all items): slot it % STAGES, round it // STAGES
+    n = 0  # items so far
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        start, length, m0, h, n_end, n_masked = _tile(t, n_m, n_tiles, H, cu_ptr, CAUSAL, BM * PARTS, BN)
+        if m0 < length:
+            hk = h // GROUP
+            mbarrier.wait(q_empty, (n & 1) ^ 1)  # a fresh barrier passes parity 1 at once
+            mbarrier.expect(q_bar, q_desc.block_type.nbytes * PARTS)
+            for part in gl.static_range(PARTS):
+                _tma_load(q_desc, [start + m0 + part * BM, h * D], q_bar, q_smem.index(part))
+            for i in range(n_end):
+                j = n_end - 1 - i
+                s = it % STAGES
+                phase = ((it // STAGES) & 1) ^ 1
+                mbarrier.wait(k_empty.index(s), phase)
+                mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+                _tma_load(k_desc, [start + j * BN, hk * D], k_ready.index(s), k_bufs.index(s))
+                mbarrier.wait(v_empty.index(s), phase)
+                mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+                _tma_load(v_desc, [start + j * BN, hk * D], v_ready.index(s), v_bufs.index(s))
+                it += 1
+            n += 1
 
 
 @gluon.jit
 def _scores(
     sc,
-    it,
+    i,
     n_end,
     n_masked,
     m0,
@@ -157,8 +177,8 @@ def _scores(
     running sums, the new running max and sum). Only the first `n_masked` blocks walked are
     masked (the diagonal and the sequence's end)."""
     sc = sc * qk_scale
-    if it < n_masked:
-        j = n_end - 1 - it
+    if i < n_masked:
+        j = n_end - 1 - i
         cols = j * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
         ok = gl.expand_dims(cols, 0) < length
         if CAUSAL:
@@ -174,11 +194,25 @@ def _scores(
 
 
 @gluon.jit
+def _take_turn(turn, ev, PARTS: gl.constexpr, ME: gl.constexpr):
+    """Wait for this consumer's turn at issue event `ev` (ping-pong only)."""
+    if PARTS > 1:
+        mbarrier.wait(turn.index(ME), (ev & 1) ^ (1 - ME))
+
+
+@gluon.jit
+def _give_turn(turn, PARTS: gl.constexpr, ME: gl.constexpr):
+    if PARTS > 1:
+        mbarrier.arrive(turn.index(1 - ME))
+
+
+@gluon.jit
 def _consumer(
     q_smem,
     k_bufs,
     v_bufs,
     q_bar,
+    q_empty,
     k_ready,
     k_empty,
     v_ready,
@@ -188,6 +222,9 @@ def _consumer(
     cu_ptr,
     qk_scale,
     stride_ot,
+    n_m,
+    n_tiles,
+    H,
     GROUP: gl.constexpr,
     D: gl.constexpr,
     BM: gl.constexpr,
@@ -199,12 +236,13 @@ def _consumer(
     PARTS: gl.constexpr = 1,
     ME: gl.constexpr = 0,
 ):
-    """A consumer: the MMAs, the online softmax and the output's store of BM query rows, the
-    ME-th part of the program's tile. With two parts (ping-pong), the two consumers take
-    turns at issuing their MMAs (the `turn` barriers): one's softmax runs under the other's
-    MMAs. Issue events: the first block's scores (0), each later step's scores and the
-    previous P V (1 .. n-1), the last P V (n); consumer ME waits for its turn at event e on
-    parity (e & 1) ^ (1 - ME) (the first consumer's first wait passes at once)."""
+    """A consumer: for each work item of the program, the MMAs, the online softmax and the
+    output's store of BM query rows, the ME-th part of the item's tile. With two parts
+    (ping-pong), the two consumers take turns at issuing their MMAs (the `turn` barriers):
+    one's softmax runs under the other's MMAs. Issue events of an item: the first block's
+    scores, each later step's scores and the previous P V, the last P V (n + 1 in all);
+    consumer ME waits for its turn at its ev-th event on parity (ev & 1) ^ (1 - ME) (the
+    first consumer's first wait passes at once)."""
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BN, 16]
     )
@@ -214,86 +252,90 @@ def _consumer(
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    # registers -> a layout of 16-byte runs along D for the store
+    st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [WARPS, 1], [1, 0])
     dtype: gl.constexpr = q_smem.dtype
-    start, length, tile0, h, n_end, n_masked = _plan(cu_ptr, CAUSAL, BM * PARTS, BN)
     q_tile = q_smem.index(ME)
-    m0 = tile0 + ME * BM
-    if tile0 < length:
-        m_i = gl.full([BM], float("-inf"), gl.float32, row_s)
-        l_i = gl.zeros([BM], gl.float32, row_s)
-        acc = gl.zeros([BM, D], gl.float32, o_layout)
-        zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
-        mbarrier.wait(q_bar, 0)
-        if OVERLAP:
-            # block 0 (the first walked): its scores and softmax; P V waits for the next step
-            mbarrier.wait(k_ready.index(0), 0)
-            if PARTS > 1:
-                mbarrier.wait(turn.index(ME), 1 - ME)
-            sc = warpgroup_mma(q_tile, k_bufs.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-            if PARTS > 1:
-                mbarrier.arrive(turn.index(1 - ME))
-            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-            mbarrier.arrive(k_empty.index(0))
-            p, alpha, m_i, l_i = _scores(
-                sc, 0, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
-            )
-            pa = gl.convert_layout(p.to(dtype), p_layout)
-            for it in range(1, n_end):
+    zero_s = gl.zeros([BM, BN], gl.float32, s_layout)
+    it = 0  # slot uses so far, as the producer counts them
+    n = 0  # items so far
+    ev = 0  # turn events so far
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        start, length, tile0, h, n_end, n_masked = _tile(t, n_m, n_tiles, H, cu_ptr, CAUSAL, BM * PARTS, BN)
+        m0 = tile0 + ME * BM
+        if tile0 < length:
+            m_i = gl.full([BM], float("-inf"), gl.float32, row_s)
+            l_i = gl.zeros([BM], gl.float32, row_s)
+            acc = gl.zeros([BM, D], gl.float32, o_layout)
+            mbarrier.wait(q_bar, n & 1)
+            if OVERLAP:
+                # the first block walked: its scores and softmax; its P V waits for the next step
                 s = it % STAGES
-                prev = (it - 1) % STAGES
                 mbarrier.wait(k_ready.index(s), (it // STAGES) & 1)
-                mbarrier.wait(v_ready.index(prev), ((it - 1) // STAGES) & 1)
-                if PARTS > 1:
-                    mbarrier.wait(turn.index(ME), (it & 1) ^ (1 - ME))
+                _take_turn(turn, ev, PARTS, ME)
                 sc = warpgroup_mma(q_tile, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-                acc = warpgroup_mma(pa, v_bufs.index(prev), acc, is_async=True)
-                if PARTS > 1:
-                    mbarrier.arrive(turn.index(1 - ME))
-                # groups complete in order: one outstanding means the scores are done
-                sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
-                mbarrier.arrive(k_empty.index(s))
-                p, alpha, m_i, l_i = _scores(
-                    sc, it, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
-                )
-                acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
-                mbarrier.arrive(v_empty.index(prev))
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
-                pa = gl.convert_layout(p.to(dtype), p_layout)
-            last = (n_end - 1) % STAGES
-            mbarrier.wait(v_ready.index(last), ((n_end - 1) // STAGES) & 1)
-            if PARTS > 1:
-                mbarrier.wait(turn.index(ME), (n_end & 1) ^ (1 - ME))
-            acc = warpgroup_mma(pa, v_bufs.index(last), acc, is_async=True)
-            if PARTS > 1:
-                mbarrier.arrive(turn.index(1 - ME))
-            acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
-            mbarrier.arrive(v_empty.index(last))
-        else:
-            for it in range(n_end):
-                s = it % STAGES
-                phase = (it // STAGES) & 1
-                mbarrier.wait(k_ready.index(s), phase)
-                sc = warpgroup_mma(q_tile, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                _give_turn(turn, PARTS, ME)
                 sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
                 mbarrier.arrive(k_empty.index(s))
                 p, alpha, m_i, l_i = _scores(
-                    sc, it, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
+                    sc, 0, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
                 )
-                acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
                 pa = gl.convert_layout(p.to(dtype), p_layout)
-                mbarrier.wait(v_ready.index(s), phase)
-                acc = warpgroup_mma(pa, v_bufs.index(s), acc, is_async=True)
+                for i in range(1, n_end):
+                    s = (it + i) % STAGES
+                    prev = (it + i - 1) % STAGES
+                    mbarrier.wait(k_ready.index(s), ((it + i) // STAGES) & 1)
+                    mbarrier.wait(v_ready.index(prev), ((it + i - 1) // STAGES) & 1)
+                    _take_turn(turn, ev + i, PARTS, ME)
+                    sc = warpgroup_mma(q_tile, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                    acc = warpgroup_mma(pa, v_bufs.index(prev), acc, is_async=True)
+                    _give_turn(turn, PARTS, ME)
+                    # groups complete in order: one outstanding means the scores are done
+                    sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
+                    mbarrier.arrive(k_empty.index(s))
+                    p, alpha, m_i, l_i = _scores(
+                        sc, i, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
+                    )
+                    acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
+                    mbarrier.arrive(v_empty.index(prev))
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                    pa = gl.convert_layout(p.to(dtype), p_layout)
+                mbarrier.arrive(q_empty)  # every score of the item is done: the next Q may land
+                last = (it + n_end - 1) % STAGES
+                mbarrier.wait(v_ready.index(last), ((it + n_end - 1) // STAGES) & 1)
+                _take_turn(turn, ev + n_end, PARTS, ME)
+                acc = warpgroup_mma(pa, v_bufs.index(last), acc, is_async=True)
+                _give_turn(turn, PARTS, ME)
                 acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
-                mbarrier.arrive(v_empty.index(s))
-        l_o = gl.convert_layout(l_i, row_o)
-        out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
-        # registers -> a layout of 16-byte runs along D for the store
-        st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (D // 8), D // 8], [WARPS, 1], [1, 0])
-        out = gl.convert_layout(out.to(dtype), st_layout)
-        rows = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
-        cols = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
-        ptrs = o_ptr + gl.expand_dims((start + rows).to(gl.int64) * stride_ot, 1) + h * D + gl.expand_dims(cols, 0)
-        gl.store(ptrs, out, mask=gl.expand_dims(rows < length, 1))
+                mbarrier.arrive(v_empty.index(last))
+                ev += n_end + 1
+            else:
+                for i in range(n_end):
+                    s = (it + i) % STAGES
+                    phase = ((it + i) // STAGES) & 1
+                    mbarrier.wait(k_ready.index(s), phase)
+                    sc = warpgroup_mma(q_tile, k_bufs.index(s).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+                    sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+                    mbarrier.arrive(k_empty.index(s))
+                    p, alpha, m_i, l_i = _scores(
+                        sc, i, n_end, n_masked, m0, length, qk_scale, m_i, l_i, s_layout, BM, BN, CAUSAL
+                    )
+                    acc = acc * gl.expand_dims(gl.convert_layout(alpha, row_o), 1)
+                    pa = gl.convert_layout(p.to(dtype), p_layout)
+                    mbarrier.wait(v_ready.index(s), phase)
+                    acc = warpgroup_mma(pa, v_bufs.index(s), acc, is_async=True)
+                    acc, pa = warpgroup_mma_wait(num_outstanding=0, deps=(acc, pa))  # P's registers live until done
+                    mbarrier.arrive(v_empty.index(s))
+                mbarrier.arrive(q_empty)
+            it += n_end
+            n += 1
+            l_o = gl.convert_layout(l_i, row_o)
+            out = acc / gl.expand_dims(gl.where(l_o == 0.0, 1.0, l_o), 1)
+            out = gl.convert_layout(out.to(dtype), st_layout)
+            rows = m0 + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
+            cols = gl.arange(0, D, layout=gl.SliceLayout(0, st_layout))
+            ptrs = o_ptr + gl.expand_dims((start + rows).to(gl.int64) * stride_ot, 1) + h * D + gl.expand_dims(cols, 0)
+            gl.store(ptrs, out, mask=gl.expand_dims(rows < length, 1))
 
 
 @gluon.jit
@@ -305,6 +347,9 @@ def _attn_gluon_kernel(
     cu_ptr,
     qk_scale,
     stride_ot,
+    n_m,
+    n_tiles,
+    H,
     GROUP: gl.constexpr,
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
@@ -320,12 +365,14 @@ def _attn_gluon_kernel(
     k_bufs = gl.allocate_shared_memory(k_desc.dtype, [STAGES, BN, D], k_desc.layout)
     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, D], v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=PARTS)  # every consumer is done with its part of Q
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=PARTS)  # every consumer releases the slot
@@ -338,151 +385,49 @@ def _attn_gluon_kernel(
             [
                 (
                     _consumer,
-                    (
-                        q_smem,
-                        k_bufs,
-                        v_bufs,
-                        q_bar,
-                        k_ready,
-                        k_empty,
-                        v_ready,
-                        v_empty,
-                        turn,
-                        o_ptr,
-                        cu_ptr,
-                        qk_scale,
-                        stride_ot,
-                        GROUP,
-                        D,
-                        BM,
-                        BN,
-                        STAGES,
-                        CAUSAL,
-                        OVERLAP,
-                        num_warps,
-                        2,
-                        0,
-                    ),
+                    (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_ptr, cu_ptr,
+                     qk_scale, stride_ot, n_m, n_tiles, H, GROUP, D, BM, BN, STAGES, CAUSAL, OVERLAP, num_warps, 2, 0),
                 ),
                 (
                     _consumer,
-                    (
-                        q_smem,
-                        k_bufs,
-                        v_bufs,
-                        q_bar,
-                        k_ready,
-                        k_empty,
-                        v_ready,
-                        v_empty,
-                        turn,
-                        o_ptr,
-                        cu_ptr,
-                        qk_scale,
-                        stride_ot,
-                        GROUP,
-                        D,
-                        BM,
-                        BN,
-                        STAGES,
-                        CAUSAL,
-                        OVERLAP,
-                        num_warps,
-                        2,
-                        1,
-                    ),
+                    (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_ptr, cu_ptr,
+                     qk_scale, stride_ot, n_m, n_tiles, H, GROUP, D, BM, BN, STAGES, CAUSAL, OVERLAP, num_warps, 2, 1),
                 ),
                 (
                     _producer,
-                    (
-                        q_desc,
-                        k_desc,
-                        v_desc,
-                        q_smem,
-                        k_bufs,
-                        v_bufs,
-                        q_bar,
-                        k_ready,
-                        k_empty,
-                        v_ready,
-                        v_empty,
-                        cu_ptr,
-                        GROUP,
-                        D,
-                        BM,
-                        BN,
-                        STAGES,
-                        CAUSAL,
-                        2,
-                    ),
+                    (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
+                     cu_ptr, n_m, n_tiles, H, GROUP, D, BM, BN, STAGES, CAUSAL, PARTS),
                 ),
             ],
             [num_warps, 1],
             [232, 24],
-        )
-        return
-    gl.warp_specialize(
-        [
-            (
-                _consumer,
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
                 (
-                    q_smem,
-                    k_bufs,
-                    v_bufs,
-                    q_bar,
-                    k_ready,
-                    k_empty,
-                    v_ready,
-                    v_empty,
-                    turn,
-                    o_ptr,
-                    cu_ptr,
-                    qk_scale,
-                    stride_ot,
-                    GROUP,
-                    D,
-                    BM,
-                    BN,
-                    STAGES,
-                    CAUSAL,
-                    OVERLAP,
-                    num_warps,
+                    _consumer,
+                    (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_ptr, cu_ptr,
+                     qk_scale, stride_ot, n_m, n_tiles, H, GROUP, D, BM, BN, STAGES, CAUSAL, OVERLAP, num_warps, 1, 0),
                 ),
-            ),
-            (
-                _producer,
                 (
-                    q_desc,
-                    k_desc,
-                    v_desc,
-                    q_smem,
-                    k_bufs,
-                    v_bufs,
-                    q_bar,
-                    k_ready,
-                    k_empty,
-                    v_ready,
-                    v_empty,
-                    cu_ptr,
-                    GROUP,
-                    D,
-                    BM,
-                    BN,
-                    STAGES,
-                    CAUSAL,
-                    1,
+                    _producer,
+                    (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
+                     cu_ptr, n_m, n_tiles, H, GROUP, D, BM, BN, STAGES, CAUSAL, PARTS),
                 ),
-            ),
-        ],
-        [1],
-        [24],
-    )
+            ],
+            [1],
+            [24],
+        )  # fmt: skip
 
 
-def gluon_shared_bytes(BLOCK_M: int, BLOCK_N: int, num_stages: int, head_dim: int = 128, elem: int = 2) -> int:
+def gluon_shared_bytes(
+    BLOCK_M: int, BLOCK_N: int, num_stages: int, head_dim: int = 128, elem: int = 2, parts: int = 1
+) -> int:
     """Shared memory the kernel allocates: the Q tile, the K and V slots and the output's
-    layout conversion before its store (as much as Q; the barriers aside)."""
-    return (2 * BLOCK_M + 2 * num_stages * BLOCK_N) * head_dim * elem
+    layout conversion before its store (one consumer's rows: BLOCK_M / parts; the barriers
+    aside)."""
+    return (BLOCK_M + BLOCK_M // parts + 2 * num_stages * BLOCK_N) * head_dim * elem
 
 
 def check_gluon_params(params: Mapping[str, int], head_dim: int = 128) -> str | None:
@@ -496,12 +441,13 @@ def check_gluon_params(params: Mapping[str, int], head_dim: int = 128) -> str | 
         return f"num_warps is 4 (one consumer warpgroup) or 8 (two), got {w}"
     if bm % (16 * w) or bm > 64 * w:
         return f"BLOCK_M={bm} must be a multiple of 16 x num_warps ({16 * w}) and at most 64 rows a warpgroup"
-    if bn not in (64, 96, 128, 160, 176, 192, 256):
-        return f"BLOCK_N={bn} is not a warpgroup MMA width this kernel takes"
+    if bn not in (64, 128, 256):
+        return f"BLOCK_N={bn}: a power of two the warpgroup MMA takes (64, 128, 256)"
     if st < 1 or (params.get("OVERLAP", 0) and st < 2):
         return "OVERLAP needs at least 2 slots (block j+1's K lands while block j's V is read)"
-    if gluon_shared_bytes(bm, bn, st, head_dim) > _SHARED:
-        return f"shared memory {gluon_shared_bytes(bm, bn, st, head_dim)} B over the H200's {_SHARED}"
+    parts = 2 if params.get("PINGPONG", 0) else 1
+    if gluon_shared_bytes(bm, bn, st, head_dim, parts=parts) > _SHARED:
+        return f"shared memory {gluon_shared_bytes(bm, bn, st, head_dim, parts=parts)} B over the H200's {_SHARED}"
     # fp32 registers a consumer thread holds: the O and S accumulators (and P) of its rows
     regs = bm * (head_dim + bn + bn // 2) // (32 * w)
     if regs > 200:
@@ -524,6 +470,7 @@ def attention_gluon(
     num_stages: int,
     OVERLAP: int = 1,
     PINGPONG: int = 0,
+    PERSISTENT: int = 0,
 ) -> torch.Tensor:
     """Attention over packed sequences by the Gluon kernel at one configuration (see the
     module's docstring); `max_seqlen` (a host int) sizes the grid."""
@@ -550,6 +497,7 @@ def attention_gluon(
             num_stages=num_stages,
             OVERLAP=OVERLAP,
             PINGPONG=PINGPONG,
+            PERSISTENT=PERSISTENT,
         ),
         D,
     )
@@ -570,7 +518,9 @@ def attention_gluon(
         )
 
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)
-    grid = (triton.cdiv(max_seqlen, BLOCK_M), H, B)
+    n_m = triton.cdiv(max_seqlen, BLOCK_M)
+    n_tiles = n_m * H * B
+    grid = (min(num_sms(q.device), n_tiles) if PERSISTENT else n_tiles,)
     cap = 65536 // (32 * ((2 if PINGPONG else 1) * num_warps + 4)) // 8 * 8
     _attn_gluon_kernel[grid](
         desc(q, H, BLOCK_M // (2 if PINGPONG else 1)),
@@ -580,6 +530,9 @@ def attention_gluon(
         cu_seqlens,
         scale * _LOG2E,
         o.stride(0),
+        n_m,
+        n_tiles,
+        H,
         GROUP=H // Hkv,
         STAGES=num_stages,
         CAUSAL=bool(causal),
