@@ -274,7 +274,7 @@ def main() -> None:
         "skipped": [],
     }
     path = out / "prefill_gluon.json"
-    doc["probe"] = probe_all(configs, 120.0)
+    doc["probe"] = probe_all(configs, 45.0)
     path.write_text(json.dumps(doc, indent=1))
     good = [
         c
