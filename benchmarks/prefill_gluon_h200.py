@@ -46,15 +46,7 @@ SHAPES = (
     "flux-dit:4608x2",
 )
 #: BLOCK_M, BLOCK_N, num_warps, num_stages, OVERLAP, PINGPONG, PERSISTENT
-CONFIGS = (
-    "128,128,4,2,1,1,0",
-    "128,128,4,2,1,1,1",
-    "128,64,4,4,1,1,1",
-    "128,128,8,2,1,0,0",
-    "128,128,8,2,1,0,1",
-    "64,128,4,2,1,0,1",
-    "128,64,8,4,1,0,1",
-)
+CONFIGS = ("128,128,4,2,1,1,1", "128,128,4,2,1,1,0", "128,64,4,4,1,1,1")
 BASELINES = ("flash", "efficient", "cudnn", "varlen")
 
 

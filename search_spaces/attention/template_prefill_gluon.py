@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import triton
@@ -51,6 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from evokernel.judge.candidate import check_params
+from evokernel.runtime.launch import KernelLaunch, quick_descriptor
 from evokernel.search_spaces.gemm.template import num_sms
 
 __all__ = ["GLUON_PARAMS", "GLUON_DEFAULTS", "attention_gluon", "gluon_candidate_source", "check_gluon_params"]
@@ -455,6 +457,13 @@ def check_gluon_params(params: Mapping[str, int], head_dim: int = 128) -> str | 
     return None
 
 
+#: (input signature, configuration) -> (the launch, its descriptors' templates): later calls
+#: of a signature skip the checks and the JIT (`evokernel.runtime.launch.KernelLaunch`)
+_PLANS: dict[tuple, tuple[KernelLaunch, tuple[Any, Any, Any]]] = {}
+_PLANS_MAX = 256
+_DYNAMIC = ("q_desc", "k_desc", "v_desc", "o_ptr", "cu_ptr")
+
+
 def attention_gluon(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -473,7 +482,48 @@ def attention_gluon(
     PERSISTENT: int = 0,
 ) -> torch.Tensor:
     """Attention over packed sequences by the Gluon kernel at one configuration (see the
-    module's docstring); `max_seqlen` (a host int) sizes the grid."""
+    module's docstring); `max_seqlen` (a host int) sizes the grid.
+
+    The first call of an input signature (shapes, dtype, device, the number of sequences,
+    max_seqlen, the configuration) checks everything and launches through Triton's JIT;
+    later calls of that signature launch the compiled kernel directly, the descriptors
+    copies of the first call's over this call's tensors (the signature fixes their shapes
+    and strides; contiguity and 16-byte alignment are checked on every call)."""
+    key = (
+        tuple(q.shape),
+        tuple(k.shape),
+        tuple(v.shape),
+        q.dtype,
+        k.dtype,
+        v.dtype,
+        q.device,
+        cu_seqlens.shape,
+        cu_seqlens.dtype,
+        int(max_seqlen),
+        bool(causal),
+        sm_scale,
+        BLOCK_M,
+        BLOCK_N,
+        num_warps,
+        num_stages,
+        OVERLAP,
+        PINGPONG,
+        PERSISTENT,
+    )
+    plan = _PLANS.get(key)
+    if plan is not None and _aligned(q, k, v, cu_seqlens):
+        launch, (tq, tk, tv) = plan
+        total, H, D = q.shape
+        Hkv = k.shape[1]
+        o = torch.empty_like(q)
+        launch(
+            quick_descriptor(tq, q.view(total, H * D)),
+            quick_descriptor(tk, k.view(total, Hkv * D)),
+            quick_descriptor(tv, v.view(total, Hkv * D)),
+            o,
+            cu_seqlens,
+        )
+        return o
     if not q.is_cuda:
         raise ValueError(
             "the Gluon attention kernel runs on a Hopper GPU only: Triton's CPU interpreter does not run Gluon kernels"
@@ -487,8 +537,11 @@ def attention_gluon(
         raise ValueError("k/v must be [total, H_kv, D] with H_q % H_kv == 0")
     if D not in (64, 128):
         raise ValueError(f"the Gluon attention kernel takes head_dim 64 or 128, got {D}")
-    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
-        raise ValueError("the Gluon attention kernel loads by TMA: q, k and v must be contiguous")
+    if not _aligned(q, k, v, cu_seqlens):
+        raise ValueError(
+            "the Gluon attention kernel loads by TMA: q, k and v must be contiguous with 16-byte aligned "
+            "base addresses, and cu_seqlens contiguous"
+        )
     why = check_gluon_params(
         dict(
             BLOCK_M=BLOCK_M,
@@ -522,17 +575,12 @@ def attention_gluon(
     n_tiles = n_m * H * B
     grid = (min(num_sms(q.device), n_tiles) if PERSISTENT else n_tiles,)
     cap = 65536 // (32 * ((2 if PINGPONG else 1) * num_warps + 4)) // 8 * 8
-    _attn_gluon_kernel[grid](
-        desc(q, H, BLOCK_M // (2 if PINGPONG else 1)),
-        desc(k, Hkv, BLOCK_N),
-        desc(v, Hkv, BLOCK_N),
-        o,
-        cu_seqlens,
-        scale * _LOG2E,
-        o.stride(0),
-        n_m,
-        n_tiles,
-        H,
+    static = dict(
+        qk_scale=scale * _LOG2E,
+        stride_ot=o.stride(0),
+        n_m=n_m,
+        n_tiles=n_tiles,
+        H=H,
         GROUP=H // Hkv,
         STAGES=num_stages,
         CAUSAL=bool(causal),
@@ -541,7 +589,23 @@ def attention_gluon(
         num_warps=num_warps,
         **({"maxnreg": cap} if cap < 256 else {}),
     )
+    launch = KernelLaunch(_attn_gluon_kernel, grid, static, _DYNAMIC)
+    descs = (desc(q, H, BLOCK_M // (2 if PINGPONG else 1)), desc(k, Hkv, BLOCK_N), desc(v, Hkv, BLOCK_N))
+    launch(*descs, o, cu_seqlens)
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[key] = (launch, tuple(quick_descriptor(d, None) for d in descs))  # (only once a call went through)
     return o
+
+
+def _aligned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor) -> bool:
+    return (
+        q.is_contiguous()
+        and k.is_contiguous()
+        and v.is_contiguous()
+        and cu.is_contiguous()
+        and not (q.data_ptr() % 16 or k.data_ptr() % 16 or v.data_ptr() % 16)
+    )
 
 
 _CANDIDATE = '''"""Candidate: the Gluon flash-attention prefill at one configuration (generated)."""
