@@ -8,7 +8,7 @@ search evaluates), where it has them its seed heuristics (`seeds.py`), and its p
 - `matmul/`: a plain Triton matmul (the shipped H200 landscapes);
 - `gemm/`: the Hopper GEMM with a fusable epilogue, its Gluon kernel and its fp8 form;
 - `moe/`: the fused MoE, with SGLang's own configs as baselines;
-- `attention/`: prefill and paged decode;
+- `attention/`: prefill (a Triton template and a warp-specialised Gluon kernel) and paged decode;
 - `rmsnorm/`: a fused RMSNorm (the README's guide to adding a family);
 - `fused/`: small fused kernels model-level rewrites use (no space of their own).
 
@@ -28,7 +28,14 @@ import, as the same module objects at their new names (`evokernel/_moved.py`):
 'gemm_hopper'
 """
 
-from evokernel.search_spaces.attention import attention_class, attention_space, decode_class, decode_space
+from evokernel.search_spaces.attention import (
+    attention_class,
+    attention_space,
+    decode_class,
+    decode_space,
+    prefill_gluon_class,
+    prefill_gluon_space,
+)
 from evokernel.search_spaces.gemm import (
     coop_variant,
     cublas_seed,
@@ -63,6 +70,8 @@ __all__ = [
     "sglang_config",
     "attention_space",
     "attention_class",
+    "prefill_gluon_space",
+    "prefill_gluon_class",
     "decode_space",
     "decode_class",
 ]

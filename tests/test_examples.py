@@ -66,7 +66,14 @@ def test_attention_search_files_run_through_the_gate_in_the_interpreter(script: 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these search files run")
 @pytest.mark.parametrize(
-    "script", ["matmul_h200.py", "moe_h200.py", "moe_landscape_h200.py", "matmul_landscape_h200.py"]
+    "script",
+    [
+        "matmul_h200.py",
+        "moe_h200.py",
+        "moe_landscape_h200.py",
+        "matmul_landscape_h200.py",
+        "attention_prefill_gluon.py",
+    ],
 )
 @pytest.mark.parametrize("command", ["search", "sweep"])
 def test_gpu_only_search_files_say_so_in_one_line_and_write_nothing(script: str, command: str, tmp_path: Path):

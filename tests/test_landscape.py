@@ -25,7 +25,7 @@ def test_shipped_landscapes_load():
     moe = [n for n in names if n.startswith("moe_")]
     assert len(matmul) == 4 and len(moe) == 2
     attention = [n for n in names if n.startswith("attention_")]
-    assert len(attention) == 2
+    assert len(attention) == 6  # decode at 3 batch x context shapes, causal prefill at 3
     for name in matmul:
         ls = Landscape.load(builtin(name))
         assert len(ls) == 960 and ls.space.size == 960
@@ -45,6 +45,14 @@ def test_shipped_landscapes_load():
     decode = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768"))
     dspace = decode_space(head_dim=128, group=4)
     assert decode.space.names == dspace.names and len(decode) == len(dspace.valid_points()) == 795
+    for name in attention:  # every attention landscape is a sample of its template's space
+        ls = Landscape.load(builtin(name))
+        space = decode_space(head_dim=128, group=4) if "decode" in name else attention_space(head_dim=128, causal=True)
+        assert ls.space.names == space.names and len(ls) >= 50, name
+        assert all(
+            space.is_valid(dict(zip(space.names, p), WARP_SPEC=0) if "prefill" in name else dict(zip(space.names, p)))
+            for p in ls.rows
+        ), name
     prefill = Landscape.load(builtin("attention_prefill_bf16_h200_causal_Hq32_Hkv8_B4_S2048"))
     # its earlier name (before the shape moved into `_<Dim><number>` tokens) still resolves
     assert builtin("attention_prefill_bf16_h200_llama3-8b_4x2048_causal") == prefill.path

@@ -13,6 +13,8 @@ from evokernel.search_spaces.attention.space import (
     attention_space,
     decode_class,
     decode_space,
+    prefill_gluon_class,
+    prefill_gluon_space,
 )
 
 __all__ = [
@@ -20,6 +22,8 @@ __all__ = [
     "attention_class",
     "decode_space",
     "decode_class",
+    "prefill_gluon_space",
+    "prefill_gluon_class",
     "ATTENTION_DEFAULTS",
     "DECODE_DEFAULTS",
     "TILE_REGISTERS",

@@ -41,6 +41,8 @@ from evokernel.core.space import (
 __all__ = [
     "attention_space",
     "attention_class",
+    "prefill_gluon_space",
+    "prefill_gluon_class",
     "decode_space",
     "decode_class",
     "ATTENTION_DEFAULTS",
@@ -156,6 +158,57 @@ def attention_class(genome: Genome) -> str:
     """Niche in the elite archive: the tile, how the work is scheduled, how K/V are loaded."""
     how = "persistent" if genome["PERSISTENT"] else "grid"
     return f"{genome['BLOCK_M']}x{genome['BLOCK_N']}/{how}" + ("/tma" if genome["TMA"] else "")
+
+
+def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
+    """The genes of the Gluon (FA3-style) prefill kernel
+    (`template_prefill_gluon.py`): tiles, warps and slots, and the structures it turns on and
+    off (OVERLAP: the scores of the next block under this block's P V; PINGPONG: two consumer
+    warpgroups taking turns; PERSISTENT: one program per SM). Its rules
+    (`check_gluon_params`: layouts, the H200's shared memory, registers) prune before any
+    compile.
+
+    >>> space = prefill_gluon_space()
+    >>> space.is_valid(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, OVERLAP=1, PINGPONG=1, PERSISTENT=1))
+    True
+    >>> len(space.valid_points())
+    52
+    """
+    from evokernel.search_spaces.attention.template_prefill_gluon import check_gluon_params
+
+    def rules(p: Point) -> str | None:
+        return check_gluon_params(
+            dict(
+                BLOCK_M=p.BLOCK_M,
+                BLOCK_N=p.BLOCK_N,
+                num_warps=p.num_warps,
+                num_stages=p.num_stages,
+                OVERLAP=p.OVERLAP,
+                PINGPONG=p.PINGPONG,
+                PERSISTENT=p.PERSISTENT,
+            ),
+            head_dim,
+        )
+
+    return SearchSpace(
+        [
+            PowerOfTwo("BLOCK_M", 64, 128),
+            PowerOfTwo("BLOCK_N", 64, 256),
+            PowerOfTwo("num_warps", 4, 8),
+            IntRange("num_stages", 1, 4),
+            _flag("OVERLAP"),
+            _flag("PINGPONG"),
+            _flag("PERSISTENT"),
+        ],
+        constraints=[Constraint(rules, "the Gluon kernel's layouts and the H200's limits")],
+        name=f"attention_prefill_gluon_d{head_dim}",
+    )
+
+
+def prefill_gluon_class(genome: Genome) -> str:
+    """Niche in the elite archive: the tile and the schedule."""
+    how = "pingpong" if genome["PINGPONG"] else ("overlap" if genome["OVERLAP"] else "serial")
+    return f"{genome['BLOCK_M']}x{genome['BLOCK_N']}/{how}" + ("/persistent" if genome["PERSISTENT"] else "")
 
 
 def decode_space(
