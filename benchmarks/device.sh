@@ -50,7 +50,8 @@
 #                   winners re-measured side by side ("f": the fidelity part alone). Carry .whl with
 #                   scipy (not Ray's tarball)
 #   prefill-gluon   issue 28: the Gluon FA3-style prefill kernel against the SDPA backends (prefill_gluon_h200.py)
-#                   GPU tests first (tests/test_gluon_attention.py; SKIP_TESTS, TEST_TIMEOUT 150); SHAPES, CONFIGS, DEADLINE (520)
+#                   GPU tests first (tests/test_gluon_attention.py; SKIP_TESTS, TEST_TIMEOUT 150); SHAPES, CONFIGS,
+#                   DEADLINE (520), GATE=1 (each winner also through the gate with the held-out shape)
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -408,7 +409,7 @@ prefill_gluon() {
     grep -E "passed|failed|rc=|Error|^E " "$OUT/prefill/tests.log" | head -30
   fi
   timeout ${DEADLINE_HARD:-570} python3 benchmarks/prefill_gluon_h200.py --out "$OUT/prefill" --deadline ${DEADLINE:-520} \
-      ${SHAPES:+--shapes $SHAPES} ${CONFIGS:+--configs $CONFIGS} 2>&1 | grep -v -e '^\s*$' -e CudaIPCTypes | tee "$OUT/prefill.log" | tail -60
+      ${SHAPES:+--shapes $SHAPES} ${CONFIGS:+--configs $CONFIGS} ${GATE:+--gate} 2>&1 | grep -v -e '^\s*$' -e CudaIPCTypes | tee "$OUT/prefill.log" | tail -60
 }
 
 wallclock() {
