@@ -175,6 +175,10 @@ def test_the_health_check_judges_the_same_problem(clean_env):
     try:
         verdict = judge.check(reference_source(problem.path, problem.params), label="health check")
         assert verdict.accepted, verdict.reason
+        # as KernelEvaluator's health check runs it: checked, not timed (a reference may read
+        # lengths back to the host, which the timing refuses)
+        checked = judge.check(reference_source(problem.path, problem.params), label="health check", timed=False)
+        assert checked.accepted and checked.timings == [] and checked.latency_ms is None, checked
         assert not judge.check(reference_source(problem.path), label="from the environment").accepted
     finally:
         judge.close()
