@@ -54,6 +54,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from evokernel.judge.candidate import check_params
 from evokernel.runtime.launch import KernelLaunch, quick_descriptor
 from evokernel.search_spaces.gemm.template import num_sms
+from evokernel.search_spaces.gemm.template_gluon import gluon_launch_maxnreg
 
 __all__ = ["GLUON_PARAMS", "GLUON_DEFAULTS", "attention_gluon", "gluon_candidate_source", "check_gluon_params"]
 
@@ -574,7 +575,7 @@ def attention_gluon(
     n_m = triton.cdiv(max_seqlen, BLOCK_M)
     n_tiles = n_m * H * B
     grid = (min(num_sms(q.device), n_tiles) if PERSISTENT else n_tiles,)
-    cap = 65536 // (32 * ((2 if PINGPONG else 1) * num_warps + 4)) // 8 * 8
+    maxnreg = gluon_launch_maxnreg((2 if PINGPONG else 1) * num_warps)
     static = dict(
         qk_scale=scale * _LOG2E,
         stride_ot=o.stride(0),
@@ -587,7 +588,7 @@ def attention_gluon(
         OVERLAP=bool(OVERLAP),
         PINGPONG=bool(PINGPONG),
         num_warps=num_warps,
-        **({"maxnreg": cap} if cap < 256 else {}),
+        **({"maxnreg": maxnreg} if maxnreg else {}),
     )
     launch = KernelLaunch(_attn_gluon_kernel, grid, static, _DYNAMIC)
     descs = (desc(q, H, BLOCK_M // (2 if PINGPONG else 1)), desc(k, Hkv, BLOCK_N), desc(v, Hkv, BLOCK_N))
