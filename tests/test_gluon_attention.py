@@ -16,6 +16,7 @@ import re
 import pytest
 import torch
 
+from tests._gluon import bf16_desc, compile_sm90, require_gluon_sm90
 from evokernel.search_spaces.attention.template_prefill_gluon import (
     GLUON_DEFAULTS,
     attention_gluon,
@@ -57,41 +58,26 @@ def _sm90(
     BM: int, BN: int, warps: int, stages: int, overlap: bool, causal: bool = True, D: int = 128, pingpong: bool = False
 ):
     """The kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
-    triton = pytest.importorskip("triton")
-    try:
-        from triton.backends.compiler import GPUTarget
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon._runtime import GluonASTSource
-    except ImportError as exc:
-        pytest.skip(f"no Gluon ahead-of-time compiler here: {exc}")
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
+    require_gluon_sm90()
     from evokernel.search_spaces.attention.template_prefill_gluon import _attn_gluon_kernel
-
-    def desc(shape: list[int]) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
-        return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
+    from evokernel.search_spaces.gemm.template_gluon import gluon_launch_maxnreg
 
     types = {
-        "q_desc": desc([BM // (2 if pingpong else 1), D]),
-        "k_desc": desc([BN, D]),
-        "v_desc": desc([BN, D]),
+        "q_desc": bf16_desc([BM // (2 if pingpong else 1), D]),
+        "k_desc": bf16_desc([BN, D]),
+        "v_desc": bf16_desc([BN, D]),
         "o_ptr": "*bf16",
         "cu_ptr": "*i32",
         "qk_scale": "fp32",
     }
     consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps, PINGPONG=pingpong)
-    names = list(_attn_gluon_kernel.arg_names)
-    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
-    constants = {(names.index(n),): v for n, v in consts.items()}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("o_ptr", "cu_ptr", "stride_ot")}
-    cap = 65536 // (32 * ((2 if pingpong else 1) * warps + 4)) // 8 * 8
-    return triton.compile(
-        GluonASTSource(_attn_gluon_kernel, signature, constants, attrs),
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": warps, "num_stages": 1, **({"maxnreg": cap} if cap < 256 else {})},
+    return compile_sm90(
+        _attn_gluon_kernel,
+        types,
+        consts,
+        ("o_ptr", "cu_ptr", "stride_ot"),
+        num_warps=warps,
+        maxnreg=gluon_launch_maxnreg((2 if pingpong else 1) * warps),
     )
 
 

@@ -17,6 +17,7 @@ import torch
 from evokernel.search_spaces import gemm_space, gluon_variant
 from evokernel.search_spaces.gemm.template import DEFAULTS, candidate_source, gemm
 from evokernel.core.space import H200_SHARED_MEMORY_BYTES
+from tests._gluon import bf16_desc, compile_sm90, require_gluon_sm90
 
 #: a Gluon point of the benchmark space: 128x256, 8 consumer warps, 4 stages, C in halves
 POINT = dict(DEFAULTS, BM=128, BN=256, BK=64, num_warps=8, num_stages=4, TMA=1, PERSISTENT=1, TMA_STORE=2, GLUON=1)
@@ -162,29 +163,15 @@ def _gluon_sm90(
     **epilogue,
 ):
     """The Gluon kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
-    triton = pytest.importorskip("triton")
-    try:
-        from triton.backends.compiler import GPUTarget
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon._runtime import GluonASTSource
-    except ImportError as exc:
-        pytest.skip(f"no Gluon ahead-of-time compiler here: {exc}")
-    try:
-        import triton.backends.nvidia  # noqa: F401
-    except ImportError:
-        pytest.skip("this Triton has no NVIDIA backend")
+    require_gluon_sm90()
     from evokernel.search_spaces.gemm.template_gluon import _gluon_gemm_kernel, gluon_launch_maxnreg
 
-    def desc(shape: list[int]) -> str:
-        layout = gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
-        return f"tensordesc<bf16[{shape[0]}, {shape[1]}],{layout!r}>"
-
     types = {
-        "a_desc": desc([BM, BK]),
-        "b_desc": desc([BK, BN]),
-        "c_desc": desc([BM, BN // epi]),
-        "b2_desc": desc([BK, tail or BN]),
-        "c2_desc": desc([BM, tail or BN // epi]),
+        "a_desc": bf16_desc([BM, BK]),
+        "b_desc": bf16_desc([BK, BN]),
+        "c_desc": bf16_desc([BM, BN // epi]),
+        "b2_desc": bf16_desc([BK, tail or BN]),
+        "c2_desc": bf16_desc([BM, tail or BN // epi]),
         "bias_ptr": "*bf16",
         "res_ptr": "*bf16",
     }
@@ -203,18 +190,13 @@ def _gluon_sm90(
         ),
         **epilogue,
     }
-    names = list(_gluon_gemm_kernel.arg_names)
-    signature = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
-    constants = {(names.index(n),): v for n, v in consts.items()}
-    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ("M", "N", "K", "bias_ptr", "res_ptr", "stride_rm")}
-    return triton.compile(
-        GluonASTSource(_gluon_gemm_kernel, signature, constants, attrs),
-        target=GPUTarget("cuda", 90, 32),
-        options={
-            "num_warps": warps,
-            "num_stages": 1,
-            "maxnreg": gluon_launch_maxnreg(2 * warps if pingpong else warps),
-        },
+    return compile_sm90(
+        _gluon_gemm_kernel,
+        types,
+        consts,
+        ("M", "N", "K", "bias_ptr", "res_ptr", "stride_rm"),
+        num_warps=warps,
+        maxnreg=gluon_launch_maxnreg(2 * warps if pingpong else warps),
     )
 
 
