@@ -134,6 +134,21 @@ def short(p: dict[str, int]) -> str:
     )
 
 
+def where_wrong(got: Any, ref: Any) -> dict[str, Any]:
+    """Where an output [T, H, D] differs from the reference: the largest error (NaN as 1e9),
+    whether it holds NaN, and the first token rows and heads off by more than 0.05."""
+    import torch
+
+    err = (got.float() - ref.float()).abs()
+    bad = (err > 0.05).nonzero()
+    return {
+        "max_err": float(err.nan_to_num(1e9).max()),
+        "nan": bool(torch.isnan(got).any()),
+        "bad_rows": sorted({int(r) for r in bad[:, 0].tolist()})[:24],
+        "bad_heads": sorted({int(r) for r in bad[:, 1].tolist()})[:24],
+    }
+
+
 def screen(job: dict[str, Any], folder: Path) -> dict[str, Any]:
     """Every candidate of the screening job: correct? and a graph-replayed time on one set."""
     import torch
@@ -155,15 +170,7 @@ def screen(job: dict[str, Any], folder: Path) -> dict[str, Any]:
             torch.cuda.synchronize()
             wrong = compare(refs, [got], problem.tolerance("bfloat16"))
             if wrong:
-                err = (got.float() - refs[0].float()).abs()
-                bad = (err > 0.05).nonzero()
-                out[name] = {
-                    "error": f"wrong result: {wrong}"[:300],
-                    "max_err": float(err.max()),
-                    "bad_rows": sorted({int(r) for r in bad[:, 0].tolist()})[:20],
-                    "bad_heads": sorted({int(r) for r in bad[:, 1].tolist()})[:20],
-                    "nan": bool(torch.isnan(got).any()),
-                }
+                out[name] = {"error": f"wrong result: {wrong}"[:300], **where_wrong(got, refs[0])}
                 continue
             fns[name] = fn
         except Exception as exc:
@@ -199,15 +206,7 @@ def probe(config: dict[str, int]) -> dict[str, Any]:
             got = attention_gluon(*inputs[:5], causal=key["causal"], **config)
             torch.cuda.synchronize()
             wrong = compare([ref], [got], problem.tolerance("bfloat16"))
-            err = (got.float() - ref.float()).abs()
-            bad = (err > 0.05).nonzero()
-            out[spec] = {
-                "ok": not wrong,
-                "max_err": float(err.nan_to_num(1e9).max()),
-                "nan": bool(torch.isnan(got).any()),
-                "bad_rows": sorted({int(r) for r in bad[:, 0].tolist()})[:24],
-                "bad_heads": sorted({int(r) for r in bad[:, 1].tolist()})[:24],
-            }
+            out[spec] = {"ok": not wrong, **where_wrong(got, ref)}
         except Exception as exc:
             out[spec] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:600]}
     return out
