@@ -177,18 +177,7 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
     from evokernel.search_spaces.attention.template_prefill_gluon import check_gluon_params
 
     def rules(p: Point) -> str | None:
-        return check_gluon_params(
-            dict(
-                BLOCK_M=p.BLOCK_M,
-                BLOCK_N=p.BLOCK_N,
-                num_warps=p.num_warps,
-                num_stages=p.num_stages,
-                OVERLAP=p.OVERLAP,
-                PINGPONG=p.PINGPONG,
-                PERSISTENT=p.PERSISTENT,
-            ),
-            head_dim,
-        )
+        return check_gluon_params(p, head_dim)  # (a Point is the dict of the genes)
 
     return SearchSpace(
         [
