@@ -51,7 +51,9 @@
 #                   scipy (not Ray's tarball)
 #   prefill-gluon   issue 28: the Gluon FA3-style prefill kernel against the SDPA backends (prefill_gluon_h200.py)
 #                   GPU tests first (tests/test_gluon_attention.py; SKIP_TESTS, TEST_TIMEOUT 150); SHAPES, CONFIGS,
-#                   DEADLINE (520), GATE=1 (each winner also through the gate with the held-out shape)
+#                   DEADLINE (520), GATE=1 (each winner also through the gate with the held-out shape);
+#                   PROFILE="spec ..." with PROFILE_CONFIG: Nsight Compute on one call of that configuration
+#                   and one of cuDNN per shape (before the benchmark; PROFILE_S 150), packed into ncu.tgz
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -407,6 +409,25 @@ prefill_gluon() {
     (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
         tests/test_gluon_attention.py > "$OUT/prefill/tests.log" 2>&1; echo "rc=$?" >> "$OUT/prefill/tests.log")
     grep -E "passed|failed|rc=|Error|^E " "$OUT/prefill/tests.log" | head -30
+  fi
+  if [ -n "${PROFILE:-}" ]; then
+    local N=/tmp/ncu t0=$SECONDS
+    mkdir -p $N
+    for spec in $PROFILE; do
+      local tag=${spec//[:,]/_}
+      timeout -k 5 $(( ${PROFILE_S:-150} - (SECONDS - t0) )) ncu --clock-control none --profile-from-start off \
+          --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+          --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+          --export "$N/$tag" --force-overwrite \
+          python3 benchmarks/prefill_gluon_h200.py --profile "$spec" "${PROFILE_CONFIG:-128,128,4,2,1,1,1}" \
+          > "$N/$tag.log" 2>&1
+      echo "ncu $spec rc=$? at $(( SECONDS - t0 )) s"
+      for page in details raw; do
+        ncu --import "$N/$tag.ncu-rep" --page $page --csv > "$N/$tag.$page.csv" 2>>"$N/$tag.log"
+      done
+      grep -E "ERR|error|profiled" "$N/$tag.log" | head -5
+    done
+    tar -czf "$OUT/ncu.tgz" -C $N --exclude='*.ncu-rep' . ; ls -la $N | head
   fi
   timeout ${DEADLINE_HARD:-570} python3 benchmarks/prefill_gluon_h200.py --out "$OUT/prefill" --deadline ${DEADLINE:-520} \
       ${SHAPES:+--shapes $SHAPES} ${CONFIGS:+--configs $CONFIGS} ${GATE:+--gate} 2>&1 | grep -v -e '^\s*$' -e CudaIPCTypes | tee "$OUT/prefill.log" | tail -60

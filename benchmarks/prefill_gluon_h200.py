@@ -8,9 +8,16 @@ baselines, timed by `footing_h200.measure` (the footing harness of every recorde
 rotating input sets over 200 MiB, CUDA graphs of blocks of calls and the same blocks called
 eagerly, 9 interleaved rounds, paired ratios, no host sync in any timed call). Baselines:
 `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn` (SDPA with the backend forced; grouped-query
-heads through `enable_gqa`), `sdpa_varlen` (torch's varlen_attn) and `triton` (the plain
-Triton template at the best configuration recorded for the shape, else its defaults).
-`sdpa_best` is the fastest SDPA baseline in each mode.
+heads through `enable_gqa`), `sdpa_varlen` (torch's varlen_attn), for grouped-query shapes
+`sdpa_efficient_x` and `sdpa_varlen_x` (K and V expanded to the query heads outside the
+timed call, for backends that refuse grouped-query heads), and `triton` (the plain Triton
+template at the best configuration recorded for the shape, else its defaults). `sdpa_best`
+is the fastest SDPA baseline in each mode. With --gate, after every shape is measured, each
+winner goes through evokernel's gate (the held-out shape included) while the deadline allows.
+
+A configuration is BLOCK_M,BLOCK_N,num_warps,num_stages,OVERLAP,PINGPONG,PERSISTENT[,QSTAGES,
+TMA_STORE] (`GLUON_PARAMS` in order), then any KEY=VALUE options of `attention_gluon` that are
+not genes (FOLD=0: the scale applied to every score before the max, for an A/B).
 
     python3 benchmarks/prefill_gluon_h200.py --out $OUT/prefill --deadline 500
 
@@ -48,6 +55,32 @@ SHAPES = (
 #: BLOCK_M, BLOCK_N, num_warps, num_stages, OVERLAP, PINGPONG, PERSISTENT
 CONFIGS = ("128,128,4,2,1,1,1", "128,128,4,2,1,1,0", "128,64,4,4,1,1,1")
 BASELINES = ("flash", "efficient", "cudnn", "varlen")
+#: baselines run again with K and V expanded to the query heads where the heads are grouped
+EXPANDED = ("efficient", "varlen")
+
+
+def parse_config(text: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(the genes, the options) of a configuration's text (see the module's docstring).
+
+    >>> parse_config("128,128,4,2,1,1,1,2,1,FOLD=0")[1]
+    {'FOLD': 0}
+    >>> parse_config("128,64,4,4,1,1,0")[0]["QSTAGES"]
+    1
+    """
+    from evokernel.search_spaces.attention.template_prefill_gluon import GLUON_DEFAULTS, GLUON_PARAMS
+
+    items = text.split(",")
+    plain = [int(x) for x in items if "=" not in x]
+    options = {k: int(v) for k, v in (x.split("=", 1) for x in items if "=" in x)}
+    return {**GLUON_DEFAULTS, **dict(zip(GLUON_PARAMS, plain))}, options
+
+
+def grouped(model: str) -> bool:
+    from importlib import import_module
+
+    sys.path.insert(0, str(ROOT / "examples" / "problems"))
+    hq, hkv, *_ = import_module("attention_prefill_bf16").MODELS[model]
+    return hq != hkv
 
 
 def lens_of(spec: str) -> list[int]:
@@ -97,7 +130,10 @@ def shape_of(spec: str) -> tuple[dict[str, Any], dict[str, str]]:
     return {"spec": spec, "model": model, "lens": lens, "causal": model != "flux-dit"}, env
 
 
-def job_for(spec: str, configs: list[dict[str, int]], winner: dict[str, int] | None) -> dict[str, Any]:
+Config = tuple[dict[str, int], dict[str, int]]
+
+
+def job_for(spec: str, configs: list[Config], winner: Config | None) -> dict[str, Any]:
     """The footing job of a shape: with `winner`, the winner, the Triton template and the SDPA
     baselines; without, every Gluon configuration of `configs` (the screening)."""
     from evokernel.search_spaces.attention import template_prefill as t
@@ -107,30 +143,37 @@ def job_for(spec: str, configs: list[dict[str, int]], winner: dict[str, int] | N
     causal = key["causal"]
     sources: dict[str, str] = {}
     if winner is None:
-        for p in configs:
-            sources[short(p)] = gluon_candidate_source(p, causal=causal)
+        for p, opts in configs:
+            sources[short((p, opts))] = gluon_candidate_source(p, causal=causal, options=opts)
     else:
-        sources["winner"] = gluon_candidate_source(winner, causal=causal)
+        sources["winner"] = gluon_candidate_source(winner[0], causal=causal, options=winner[1])
         sources["triton"] = t.candidate_source(triton_params(key["model"], key["lens"]), causal=causal)
     for b in BASELINES:
         sources[f"sdpa_{b}"] = t.sdpa_source(b, causal=causal)
+    if grouped(key["model"]):
+        for b in EXPANDED:
+            sources[f"sdpa_{b}_x"] = t.sdpa_source(b, causal=causal, expand_gqa=True)
     return {
         "family": "attention",
         "key": key,
         "problem": "attention_prefill_bf16.py",
         "env": env,
-        "winner": winner,
+        "winner": None if winner is None else {**winner[0], **winner[1]},
         "baseline": "sdpa_cudnn",
         "sources": sources,
         "recorded": {},
     }
 
 
-def short(p: dict[str, int]) -> str:
+def short(config: Config) -> str:
+    p, opts = config
     return (
         f"g{p['BLOCK_M']}x{p['BLOCK_N']}w{p['num_warps']}s{p['num_stages']}o{p['OVERLAP']}"
         + ("pp" if p.get("PINGPONG") else "")
         + ("P" if p.get("PERSISTENT") else "")
+        + ("q2" if p.get("QSTAGES", 1) == 2 else "")
+        + ("t" if p.get("TMA_STORE") else "")
+        + "".join(f"-{k.lower()}{v}" for k, v in sorted(opts.items()))
     )
 
 
@@ -187,7 +230,7 @@ def screen(job: dict[str, Any], folder: Path) -> dict[str, Any]:
 PROBE_SHAPES = ("llama3-8b:37,200,130", "flux-dit:300,77")
 
 
-def probe(config: dict[str, int]) -> dict[str, Any]:
+def probe(config: Config) -> dict[str, Any]:
     """In its own process (a deadlocked kernel costs only its timeout): the configuration on
     the probe's small shapes against the reference, with where it is wrong."""
     import torch
@@ -203,7 +246,7 @@ def probe(config: dict[str, int]) -> dict[str, Any]:
             problem = _problem({"env": env, "problem": "attention_prefill_bf16.py"})
             inputs = problem.make_inputs(dict(problem.shapes[0]), 0, "cuda")
             ref = problem.reference(*inputs)
-            got = attention_gluon(*inputs[:5], causal=key["causal"], **config)
+            got = attention_gluon(*inputs[:5], causal=key["causal"], **config[0], **config[1])
             torch.cuda.synchronize()
             wrong = compare([ref], [got], problem.tolerance("bfloat16"))
             out[spec] = {"ok": not wrong, **where_wrong(got, ref)}
@@ -212,24 +255,31 @@ def probe(config: dict[str, int]) -> dict[str, Any]:
     return out
 
 
-def probe_all(configs: list[dict[str, int]], timeout: float) -> dict[str, Any]:
+def probe_all(configs: list[Config], timeout: float, workers: int = 4) -> dict[str, Any]:
+    """Every configuration's probe, each in its own process, `workers` at a time."""
     import subprocess
+    from concurrent.futures import ThreadPoolExecutor
 
-    res: dict[str, Any] = {}
-    for c in configs:
+    def one(c: Config) -> dict[str, Any]:
         try:
             p = subprocess.run(
                 [sys.executable, __file__, "--probe", json.dumps(c)], capture_output=True, text=True, timeout=timeout
             )
             lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            res[short(c)] = json.loads(lines[-1]) if lines else {"error": (p.stderr or "no output")[-600:]}
+            return json.loads(lines[-1]) if lines else {"error": (p.stderr or "no output")[-600:]}
         except subprocess.TimeoutExpired:
-            res[short(c)] = {"error": f"timed out after {timeout:.0f} s (a deadlock?)"}
-        print(f"probe {short(c)}: {json.dumps(res[short(c)])[:700]}", flush=True)
+            return {"error": f"timed out after {timeout:.0f} s (a deadlock?)"}
+
+    with ThreadPoolExecutor(workers) as pool:
+        found = list(pool.map(one, configs))
+    res: dict[str, Any] = {}
+    for c, r in zip(configs, found):
+        res[short(c)] = r
+        print(f"probe {short(c)}: {json.dumps(r)[:700]}", flush=True)
     return res
 
 
-def gate(spec: str, winner: dict[str, int]) -> dict[str, Any]:
+def gate(spec: str, winner: Config) -> dict[str, Any]:
     """The winner through evokernel's gate (`KernelEvaluator`: its own sandboxed process,
     checked against the reference at the tuning shape and the problem's held-out shape, an
     uneven pair of lengths, then timed): what a search would have judged it."""
@@ -242,8 +292,11 @@ def gate(spec: str, winner: dict[str, int]) -> dict[str, Any]:
     os.environ.update(env)
     problem = Problem.load(ROOT / "examples" / "problems" / "attention_prefill_bf16.py")
     causal = key["causal"]
-    with KernelEvaluator(problem, lambda g: gluon_candidate_source(g.params, causal=causal), device="cuda") as ev:
-        (res,) = list(ev.evaluate([Genome(params=dict(winner))]))
+    opts = winner[1]
+    with KernelEvaluator(
+        problem, lambda g: gluon_candidate_source(g.params, causal=causal, options=opts), device="cuda"
+    ) as ev:
+        (res,) = list(ev.evaluate([Genome(params=dict(winner[0]))]))
     return {
         "status": str(res.status.value if hasattr(res.status, "value") else res.status),
         "latency_ms": res.latency_ms,
@@ -253,9 +306,39 @@ def gate(spec: str, winner: dict[str, int]) -> dict[str, Any]:
     }
 
 
+def profile_once(spec: str, config: Config, names: tuple[str, ...] = ("winner", "sdpa_cudnn")) -> None:
+    """For a profiler started with profiling off (`ncu --profile-from-start off`): each of
+    `names` (the Gluon configuration, cuDNN) warmed up, then called once between
+    cudaProfilerStart and cudaProfilerStop, so the profile holds exactly those calls."""
+    import torch
+
+    from footing_h200 import _kernels, _problem
+
+    job = job_for(spec, [], config)
+    job["sources"] = {n: job["sources"][n] for n in names}
+    problem = _problem(job)
+    inputs = problem.make_inputs(dict(problem.shapes[0]), 1, "cuda")
+    with tempfile.TemporaryDirectory() as d:
+        fns = _kernels(job, Path(d))
+        for fn in fns.values():
+            for _ in range(3):
+                fn(inputs)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for name, fn in fns.items():
+            fn(inputs)
+            torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+    print(f"profiled {spec}: {list(fns)} ({short(config)})", flush=True)
+
+
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--profile":  # --profile SPEC CONFIG (under ncu)
+        profile_once(sys.argv[2], parse_config(sys.argv[3]))
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--probe":
-        print(json.dumps(probe(json.loads(sys.argv[2]))), flush=True)
+        params, opts = json.loads(sys.argv[2])
+        print(json.dumps(probe((params, opts))), flush=True)
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "prefill-out"))
@@ -274,11 +357,12 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     import torch
 
-    from evokernel.search_spaces.attention.template_prefill_gluon import GLUON_PARAMS, check_gluon_params
+    from evokernel.search_spaces.attention.template_prefill_gluon import check_gluon_params
     from footing_h200 import measure, precompile
 
-    configs = [dict(zip(GLUON_PARAMS, map(int, c.split(",")))) for c in args.configs]
-    configs = [c for c in configs if check_gluon_params(c) is None]
+    configs = [parse_config(c) for c in args.configs]
+    bad = {short(c): check_gluon_params(c[0]) for c in configs if check_gluon_params(c[0])}
+    configs = [c for c in configs if short(c) not in bad]
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -286,6 +370,7 @@ def main() -> None:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "configs": [short(c) for c in configs],
+        "invalid_configs": bad,
         "rows": [],
         "skipped": [],
     }
@@ -310,6 +395,7 @@ def main() -> None:
         compiled = {}
     doc["compile_errors"] = {screens[i]["key"]["spec"]: v for i, v in compiled.items() if v}
     print(f"compiled in {time.monotonic() - t0:.0f} s; failures: {doc['compile_errors']}", flush=True)
+    winners: dict[str, Config] = {}
     with tempfile.TemporaryDirectory() as d:
         for sj in screens:
             spec = sj["key"]["spec"]
@@ -337,8 +423,7 @@ def main() -> None:
                             m["sdpa_best"] = b
                             m["speedup"]["sdpa_best"] = sd[b] / m["ms"]["winner"]
                         m["tflops"] = {n: fl / (v * 1e-3) / 1e12 for n, v in m["ms"].items()}
-                    if args.gate and time.monotonic() < end - 60:
-                        row["gate"] = gate(spec, winner)
+                    winners[spec] = winner
             except Exception as exc:
                 row["skipped"] = f"{type(exc).__name__}: {exc}"[:400]
                 row["trace"] = traceback.format_exc()[-1200:]
@@ -359,6 +444,19 @@ def main() -> None:
             print(f"  screen: {screened}", flush=True)
     path.write_text(json.dumps(doc, indent=1))
     print(f"geomean graph {doc.get('geomean_graph')}\ngeomean eager {doc.get('geomean_eager')}", flush=True)
+    for row in doc["rows"] if args.gate else []:
+        spec = row["spec"]
+        if spec not in winners:
+            continue
+        if time.monotonic() > end - 45:
+            row["gate"] = {"skipped": "deadline"}
+            continue
+        try:
+            row["gate"] = gate(spec, winners[spec])
+        except Exception as exc:
+            row["gate"] = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"gate {spec}: {json.dumps(row['gate'])[:400]}", flush=True)
     print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
 
 

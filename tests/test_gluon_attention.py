@@ -20,6 +20,7 @@ from tests._gluon import bf16_desc, compile_sm90, require_gluon_sm90
 from evokernel.search_spaces.attention.template_prefill_gluon import (
     GLUON_DEFAULTS,
     attention_gluon,
+    attention_gluon_dense,
     check_gluon_params,
     gluon_candidate_source,
     gluon_shared_bytes,
@@ -48,6 +49,10 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
     cu = torch.tensor([0, 10], dtype=torch.int32)
     with pytest.raises(ValueError, match="Hopper GPU only"):
         attention_gluon(q, k, k, cu, 10, causal=True, **GLUON_DEFAULTS)
+    with pytest.raises(ValueError, match="Hopper GPU only"):
+        attention_gluon_dense(
+            q.view(1, 10, 4, 128).transpose(1, 2), k.view(1, 10, 2, 128), k, causal=False, **GLUON_DEFAULTS
+        )
     src = gluon_candidate_source(GLUON_DEFAULTS, causal=False)
     assert "def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):" in src and "causal=False" in src
     with pytest.raises(ValueError, match="exactly"):
@@ -55,9 +60,18 @@ def test_the_gluon_kernel_refuses_cpu_tensors_with_a_clear_reason():
 
 
 def _sm90(
-    BM: int, BN: int, warps: int, stages: int, overlap: bool, causal: bool = True, D: int = 128, pingpong: bool = False
+    BM: int,
+    BN: int,
+    warps: int,
+    stages: int,
+    overlap: bool,
+    causal: bool = True,
+    D: int = 128,
+    pingpong: bool = False,
+    **modes: bool | int,
 ):
-    """The kernel compiled for sm_90 on the CPU (descriptors as a launch passes them)."""
+    """The kernel compiled for sm_90 on the CPU (descriptors as a launch passes them);
+    `modes`: QSTAGES, FOLD, TMA_STORE, DENSE."""
     require_gluon_sm90()
     from evokernel.search_spaces.attention.template_prefill_gluon import _attn_gluon_kernel
     from evokernel.search_spaces.gemm.template_gluon import gluon_launch_maxnreg
@@ -66,11 +80,13 @@ def _sm90(
         "q_desc": bf16_desc([BM // (2 if pingpong else 1), D]),
         "k_desc": bf16_desc([BN, D]),
         "v_desc": bf16_desc([BN, D]),
+        "o_desc": bf16_desc([BM // (2 if pingpong else 1), D]),
         "o_ptr": "*bf16",
         "cu_ptr": "*i32",
         "qk_scale": "fp32",
     }
     consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps, PINGPONG=pingpong)
+    consts.update(dict(QSTAGES=1, FOLD=True, TMA_STORE=False, DENSE=False), **modes)
     return compile_sm90(
         _attn_gluon_kernel,
         types,
@@ -117,6 +133,32 @@ def test_the_ping_pong_kernel_builds_two_consumers_taking_turns_and_a_producer_f
     assert (128 + 2 * 2 * 128) * 128 * 2 < kernel.metadata.shared <= gluon_shared_bytes(128, 128, 2, parts=2) + 512
 
 
+@pytest.mark.slow
+def test_the_folded_scale_the_tma_store_the_second_q_slot_and_the_dense_layout_build_for_sm90():
+    plain = _sm90(128, 128, 4, 2, True, pingpong=True, FOLD=False)
+    folded = _sm90(128, 128, 4, 2, True, pingpong=True)
+
+    def count(ptx: str, op: str) -> int:
+        return len(re.findall(rf"\b{op}\.f32", ptx))
+
+    # the scale folds into one fused multiply-add an element: far fewer multiplies, more FMAs
+    assert count(folded.asm["ptx"], "mul") < count(plain.asm["ptx"], "mul") - 128
+    assert count(folded.asm["ptx"], "fma.rn") > count(plain.asm["ptx"], "fma.rn") + 128
+    for modes in (dict(TMA_STORE=True), dict(TMA_STORE=True, QSTAGES=2), dict(DENSE=True, QSTAGES=2)):
+        kernel = _sm90(128, 128, 4, 2, True, pingpong=True, **modes)
+        ptx = kernel.asm["ptx"]
+        assert "st.local" not in ptx, modes
+        tma_store = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", ptx))
+        assert tma_store == (2 if modes.get("TMA_STORE") else 0), modes  # one a consumer
+        predicted = gluon_shared_bytes(
+            128, 128, 2, parts=2, q_stages=modes.get("QSTAGES", 1), tma_store=modes.get("TMA_STORE", False)
+        )
+        assert predicted <= kernel.metadata.shared <= predicted + 512, (modes, kernel.metadata.shared)
+    assert "shared memory" in check_gluon_params(
+        dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, QSTAGES=2, TMA_STORE=1, num_stages=3)
+    )
+
+
 def _reference(q, k, v, lens, causal):
     out = torch.empty_like(q, dtype=torch.float32)
     group = q.shape[1] // k.shape[1]
@@ -145,6 +187,15 @@ GPU_CASES = [
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, OVERLAP=1), False, [300, 77, 1], 24, 24),
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1), True, [37, 200, 130], 32, 8),
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, BLOCK_N=64, num_stages=3), False, [300, 77], 24, 24),
+    (
+        dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1),
+        True,
+        [37, 200, 130, 1000],
+        32,
+        8,
+    ),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, QSTAGES=2, TMA_STORE=1, FOLD=0), False, [300, 77, 1], 24, 24),
+    (dict(GLUON_DEFAULTS, PERSISTENT=1, TMA_STORE=1), True, [512] * 16, 32, 8),
 ]
 
 
@@ -170,5 +221,34 @@ def test_the_gluon_kernel_matches_the_reference_on_the_gpu(params, causal, lens,
         o = attention_gluon(q, k, v, cu, max(lens), causal=causal, **params)
     assert sum(launch.fast_calls for launch, _ in _PLANS.values()) == fast + 1
     ref = _reference(q, k, v, lens, causal)
+    err = (o.float() - ref).abs().max().item()
+    assert torch.isfinite(o).all() and err < 2e-2, err
+
+
+DENSE_CASES = [
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1), True, 2, 300, 32, 8),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, TMA_STORE=1), False, 3, 256, 24, 24),
+    (dict(GLUON_DEFAULTS), True, 1, 77, 8, 2),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _CUDA, reason="needs a Hopper GPU")
+@pytest.mark.parametrize("params, causal, B, S, hq, hkv", DENSE_CASES)
+def test_the_dense_layout_matches_the_packed_reference_on_the_gpu(params, causal, B, S, hq, hkv) -> None:
+    """[B, H, S, D] tensors (SDPA's layout; rows past a head's end are the next head's)."""
+    assert check_gluon_params(params) is None
+    torch.manual_seed(1)
+    q = (1.5 * torch.randn(B, hq, S, 128, device="cuda")).to(torch.bfloat16)
+    k = (1.5 * torch.randn(B, hkv, S, 128, device="cuda")).to(torch.bfloat16)
+    v = torch.randn(B, hkv, S, 128, device="cuda").to(torch.bfloat16)
+    for _ in range(2):
+        o = attention_gluon_dense(q, k, v, causal=causal, **params)
+    assert o.shape == q.shape
+
+    def packed(t: torch.Tensor) -> torch.Tensor:
+        return t.transpose(1, 2).reshape(B * S, t.shape[1], 128)
+
+    ref = _reference(packed(q), packed(k), packed(v), [S] * B, causal).view(B, S, hq, 128).transpose(1, 2)
     err = (o.float() - ref).abs().max().item()
     assert torch.isfinite(o).all() and err < 2e-2, err

@@ -171,6 +171,23 @@ def test_sdpa_baselines_match_the_reference_on_equal_and_uneven_lengths(monkeypa
         sdpa_source("flashinfer", causal=True)
 
 
+def test_the_expanded_gqa_baseline_expands_once_per_input_and_again_when_it_changes(monkeypatch, tmp_path: Path):
+    problem = _tiny_env(monkeypatch, 1)
+    path = tmp_path / "sdpa_math_x.py"
+    path.write_text(sdpa_source("math", causal=True, expand_gqa=True))
+    baseline = load_module(path, prefix="_sdpa_baseline_x")
+    q, k, v, *rest = problem.make_inputs(problem.shapes[0], 0, "cpu")
+    assert q.shape[1] != k.shape[1]  # grouped-query heads: the baseline expands K and V
+    for _ in range(2):
+        torch.testing.assert_close(
+            baseline.kernel(q, k, v, *rest), problem.reference(q, k, v, *rest), rtol=1e-4, atol=1e-4
+        )
+    assert len(baseline._EXPANDED) == 2  # K's and V's, made once
+    k.mul_(-1)  # changed in place: a stale expansion would give the old result
+    torch.testing.assert_close(baseline.kernel(q, k, v, *rest), problem.reference(q, k, v, *rest), rtol=1e-4, atol=1e-4)
+    assert len(baseline._EXPANDED) == 3
+
+
 @pytest.mark.slow
 def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
     env = {**os.environ, "EVOKERNEL_ATTN_MODEL": "tiny", "EVOKERNEL_ATTN_DTYPE": "float16"}

@@ -634,7 +634,11 @@ The lengths come as the host-side values the problem hands over (no read-back fr
 nothing in a timed call waits for the device). Equal lengths take one call on views (no
 copies: q, k, v are viewed as [B, N, H, D] and transposed), while unequal lengths take one
 call per sequence, written into the packed output. The "varlen" backend is torch's flash
-varlen_attn on the packed layout, with the given max_seqlen."""
+varlen_attn on the packed layout, with the given max_seqlen. EXPAND_GQA: K and V are
+expanded to one head per query head before the backend sees them, for a backend without
+grouped-query attention; the expansion is made once per input tensor (kept while the tensor
+is alive and unchanged: its data pointer, shape and version counter) and is not part of the
+timed call, as a user who keeps expanded K/V would have it."""
 
 import inspect
 
@@ -644,6 +648,18 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 BACKEND = {backend!r}
 CAUSAL = {causal}
+EXPAND_GQA = {expand}
+_EXPANDED = {{}}
+
+
+def _expand(t, group):
+    key = (t.data_ptr(), tuple(t.shape), t._version, group)
+    hit = _EXPANDED.get(key)
+    if hit is None:
+        if len(_EXPANDED) >= 16:
+            _EXPANDED.clear()
+        hit = _EXPANDED[key] = t.repeat_interleave(group, dim=1).contiguous()
+    return hit
 
 
 def _sdpa(q, k, v):
@@ -667,6 +683,9 @@ def _varlen(q, k, v, cu_seqlens, max_seqlen):
 
 def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):
     lens = seqlens
+    if EXPAND_GQA and q.shape[1] != k.shape[1]:
+        group = q.shape[1] // k.shape[1]
+        k, v = _expand(k, group), _expand(v, group)
     if BACKEND == "varlen":
         return _varlen(q, k, v, cu_seqlens, max_seqlen)
     total, hq, d = q.shape
@@ -695,14 +714,18 @@ _ENUMS = {
 }
 
 
-def sdpa_source(backend: str, *, causal: bool) -> str:
+def sdpa_source(backend: str, *, causal: bool, expand_gqa: bool = False) -> str:
     """The baseline candidate a user would otherwise run: torch SDPA with one backend forced
     (`flash`, `efficient`, `cudnn`, `math`), or `varlen` (torch's varlen_attn). A backend
     that cannot run the problem (absent, no GQA, ...) raises: a failure value for the search.
+    `expand_gqa`: K and V expanded to the query heads outside the timed call (for a backend
+    without grouped-query attention).
 
     >>> "enable_gqa=q.shape[1] != k.shape[1]" in sdpa_source("flash", causal=True)
+    True
+    >>> "EXPAND_GQA = True" in sdpa_source("efficient", causal=True, expand_gqa=True)
     True
     """
     if backend not in _ENUMS:
         raise ValueError(f"backend must be one of {sorted(_ENUMS)}, got {backend!r}")
-    return _SDPA.format(backend=backend, enum=_ENUMS[backend], causal=bool(causal))
+    return _SDPA.format(backend=backend, enum=_ENUMS[backend], causal=bool(causal), expand=bool(expand_gqa))
