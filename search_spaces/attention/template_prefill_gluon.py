@@ -827,9 +827,7 @@ def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):
 '''
 
 
-def gluon_candidate_source(
-    params: Mapping[str, int], *, causal: bool, options: Mapping[str, int] | None = None
-) -> str:
+def gluon_candidate_source(params: Mapping[str, int], *, causal: bool, options: Mapping[str, int] | None = None) -> str:
     """The text of a candidate module running `attention_gluon` at `params` (the genes), with
     `options`: keyword arguments of `attention_gluon` that are not genes (FOLD, for an A/B of
     the implementation).
