@@ -51,6 +51,8 @@ SHAPES = (
     "qwen3-30b-a3b:4096x4",
     "flux-dit:4608x1",
     "flux-dit:4608x2",
+    "flux-dit:4608x1@bhsd",
+    "flux-dit:4608x2@bhsd",
 )
 #: BLOCK_M, BLOCK_N, num_warps, num_stages, OVERLAP, PINGPONG, PERSISTENT
 CONFIGS = ("128,128,4,2,1,1,1", "128,128,4,2,1,1,0", "128,64,4,4,1,1,1")
@@ -84,7 +86,7 @@ def grouped(model: str) -> bool:
 
 
 def lens_of(spec: str) -> list[int]:
-    body = spec.split(":", 1)[1]
+    body = spec.split(":", 1)[1].split("@")[0]
     if "x" in body:
         n, b = body.split("x")
         return [int(n)] * int(b)
@@ -117,17 +119,20 @@ def triton_params(model: str, lens: list[int]) -> dict[str, int]:
 
 
 def shape_of(spec: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """The row's key and the problem's environment for `model:lengths`."""
+    """The row's key and the problem's environment for `model:lengths[@layout]` (layout: packed,
+    the default, or bhsd: SDPA's dense [B, H, S, D])."""
     model = spec.split(":", 1)[0]
     lens = lens_of(spec)
+    layout = spec.split("@")[1] if "@" in spec else "packed"
     for var in ("EVOKERNEL_ATTN_BATCH", "EVOKERNEL_ATTN_CAUSAL"):
         os.environ.pop(var, None)
     env = {
         "EVOKERNEL_ATTN_MODEL": model,
         "EVOKERNEL_ATTN_SEQLENS": ",".join(map(str, lens)),
         "EVOKERNEL_ATTN_DTYPE": "bfloat16",
+        "EVOKERNEL_ATTN_LAYOUT": layout,
     }
-    return {"spec": spec, "model": model, "lens": lens, "causal": model != "flux-dit"}, env
+    return {"spec": spec, "model": model, "lens": lens, "causal": model != "flux-dit", "layout": layout}, env
 
 
 Config = tuple[dict[str, int], dict[str, int]]
@@ -226,8 +231,9 @@ def screen(job: dict[str, Any], folder: Path) -> dict[str, Any]:
     return out
 
 
-#: small shapes of the probe: causal GQA with ragged lengths, not causal with two sequences
-PROBE_SHAPES = ("llama3-8b:37,200,130", "flux-dit:300,77")
+#: small shapes of the probe: causal GQA with ragged lengths, not causal with two sequences,
+#: causal GQA in the dense layout
+PROBE_SHAPES = ("llama3-8b:37,200,130", "flux-dit:300,77", "llama3-8b:200x2@bhsd")
 
 
 def probe(config: Config) -> dict[str, Any]:
@@ -237,7 +243,7 @@ def probe(config: Config) -> dict[str, Any]:
 
     from evokernel.judge.gate import compare
     from footing_h200 import _problem
-    from evokernel.search_spaces.attention.template_prefill_gluon import attention_gluon
+    from evokernel.search_spaces.attention.template_prefill_gluon import attention_gluon, attention_gluon_dense
 
     out: dict[str, Any] = {}
     for spec in PROBE_SHAPES:
@@ -246,7 +252,10 @@ def probe(config: Config) -> dict[str, Any]:
             problem = _problem({"env": env, "problem": "attention_prefill_bf16.py"})
             inputs = problem.make_inputs(dict(problem.shapes[0]), 0, "cuda")
             ref = problem.reference(*inputs)
-            got = attention_gluon(*inputs[:5], causal=key["causal"], **config[0], **config[1])
+            if inputs[0].ndim == 4:
+                got = attention_gluon_dense(*inputs[:3], causal=key["causal"], **config[0], **config[1])
+            else:
+                got = attention_gluon(*inputs[:5], causal=key["causal"], **config[0], **config[1])
             torch.cuda.synchronize()
             wrong = compare([ref], [got], problem.tolerance("bfloat16"))
             out[spec] = {"ok": not wrong, **where_wrong(got, ref)}

@@ -86,7 +86,7 @@ def _sm90(
         "qk_scale": "fp32",
     }
     consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps, PINGPONG=pingpong)
-    consts.update(dict(QSTAGES=1, FOLD=True, TMA_STORE=False, DENSE=False), **modes)
+    consts.update(dict(QSTAGES=1, FOLD=True, TMA_STORE=False, DENSE=False, BY_SEQUENCE=False), **modes)
     return compile_sm90(
         _attn_gluon_kernel,
         types,
@@ -134,7 +134,7 @@ def test_the_ping_pong_kernel_builds_two_consumers_taking_turns_and_a_producer_f
 
 
 @pytest.mark.slow
-def test_the_folded_scale_the_tma_store_the_second_q_slot_and_the_dense_layout_build_for_sm90():
+def test_the_folded_scale_the_tma_store_the_second_q_slot_the_order_and_the_dense_layout_build_for_sm90():
     plain = _sm90(128, 128, 4, 2, True, pingpong=True, FOLD=False)
     folded = _sm90(128, 128, 4, 2, True, pingpong=True)
 
@@ -144,7 +144,11 @@ def test_the_folded_scale_the_tma_store_the_second_q_slot_and_the_dense_layout_b
     # the scale folds into one fused multiply-add an element: far fewer multiplies, more FMAs
     assert count(folded.asm["ptx"], "mul") < count(plain.asm["ptx"], "mul") - 128
     assert count(folded.asm["ptx"], "fma.rn") > count(plain.asm["ptx"], "fma.rn") + 128
-    for modes in (dict(TMA_STORE=True), dict(TMA_STORE=True, QSTAGES=2), dict(DENSE=True, QSTAGES=2)):
+    for modes in (
+        dict(TMA_STORE=True),
+        dict(TMA_STORE=True, QSTAGES=2, BY_SEQUENCE=True),
+        dict(DENSE=True, QSTAGES=2),
+    ):
         kernel = _sm90(128, 128, 4, 2, True, pingpong=True, **modes)
         ptx = kernel.asm["ptx"]
         assert "st.local" not in ptx, modes
@@ -196,7 +200,10 @@ GPU_CASES = [
     ),
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, QSTAGES=2, TMA_STORE=1, FOLD=0), False, [300, 77, 1], 24, 24),
     (dict(GLUON_DEFAULTS, PERSISTENT=1, TMA_STORE=1), True, [512] * 16, 32, 8),
-]
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1), True,
+     [37, 200, 130, 1000], 32, 8),
+    (dict(GLUON_DEFAULTS, BY_SEQUENCE=1), True, [512] * 16, 32, 8),
+]  # fmt: skip
 
 
 def test_every_gpu_case_is_a_valid_configuration() -> None:
@@ -229,6 +236,14 @@ DENSE_CASES = [
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1), True, 2, 300, 32, 8),
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, TMA_STORE=1), False, 3, 256, 24, 24),
     (dict(GLUON_DEFAULTS), True, 1, 77, 8, 2),
+    (
+        dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1),
+        True,
+        3,
+        640,
+        32,
+        8,
+    ),
 ]
 
 

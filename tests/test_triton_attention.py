@@ -171,6 +171,33 @@ def test_sdpa_baselines_match_the_reference_on_equal_and_uneven_lengths(monkeypa
         sdpa_source("flashinfer", causal=True)
 
 
+@pytest.mark.parametrize("causal", [1, 0])
+def test_the_dense_layout_problem_is_the_packed_one_laid_out_as_sdpa_takes_it(monkeypatch, tmp_path: Path, causal: int):
+    packed = _tiny_env(monkeypatch, causal)
+    monkeypatch.setenv("EVOKERNEL_ATTN_SEQLENS", "24")
+    monkeypatch.setenv("EVOKERNEL_ATTN_BATCH", "3")
+    packed = Problem.load(PROBLEM)
+    monkeypatch.setenv("EVOKERNEL_ATTN_LAYOUT", "bhsd")
+    dense = Problem.load(PROBLEM)
+    assert dense.module.FAMILY == packed.module.FAMILY + "_bhsd"
+    (held,) = dense.heldout
+    assert held["lens"] == "17x2"  # equal lengths, not a multiple of a block
+    qp, kp, vp, *rest = packed.make_inputs(packed.shapes[0], 0, "cpu")
+    q, k, v, *_ = dense.make_inputs(dense.shapes[0], 0, "cpu")
+    assert q.shape == (3, 4, 24, 64) and k.shape == (3, 2, 24, 64) and q.is_contiguous()
+    torch.testing.assert_close(q, qp.view(3, 24, 4, 64).transpose(1, 2))
+    out = dense.reference(q, k, v, *rest)
+    torch.testing.assert_close(out, packed.reference(qp, kp, vp, *rest).view(3, 24, 4, 64).transpose(1, 2))
+    for expand in (False, True):  # SDPA takes the layout as it is
+        path = tmp_path / f"sdpa_dense_{expand}.py"
+        path.write_text(sdpa_source("math", causal=bool(causal), expand_gqa=expand))
+        baseline = load_module(path, prefix="_sdpa_dense")
+        torch.testing.assert_close(baseline.kernel(q, k, v, *rest), out, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv("EVOKERNEL_ATTN_SEQLENS", "24,30")
+    with pytest.raises(ValueError, match="one length"):
+        Problem.load(PROBLEM)
+
+
 def test_the_expanded_gqa_baseline_expands_once_per_input_and_again_when_it_changes(monkeypatch, tmp_path: Path):
     problem = _tiny_env(monkeypatch, 1)
     path = tmp_path / "sdpa_math_x.py"

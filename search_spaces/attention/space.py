@@ -166,16 +166,17 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
     off (OVERLAP: the scores of the next block under this block's P V; PINGPONG: two consumer
     warpgroups taking turns; PERSISTENT: one program per SM; QSTAGES: a second Q slot, the
     next work item's Q loaded under this one; TMA_STORE: the output out by a TMA store the
-    consumers do not wait for). Its rules
+    consumers do not wait for; BY_SEQUENCE: causal work sequence by sequence, for L2 reuse of
+    its K and V). Its rules
     (`check_gluon_params`: layouts, the H200's shared memory, registers) prune before any
     compile.
 
     >>> space = prefill_gluon_space()
     >>> space.is_valid(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, OVERLAP=1, PINGPONG=1,
-    ...     PERSISTENT=1, QSTAGES=2, TMA_STORE=1))
+    ...     PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1))
     True
     >>> len(space.valid_points())
-    200
+    400
     """
     from evokernel.search_spaces.attention.template_prefill_gluon import check_gluon_params
 
@@ -193,6 +194,7 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
             _flag("PERSISTENT"),
             IntRange("QSTAGES", 1, 2),
             _flag("TMA_STORE"),
+            _flag("BY_SEQUENCE"),
         ],
         constraints=[Constraint(rules, "the Gluon kernel's layouts and the H200's limits")],
         name=f"attention_prefill_gluon_d{head_dim}",

@@ -686,6 +686,10 @@ def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):
     if EXPAND_GQA and q.shape[1] != k.shape[1]:
         group = q.shape[1] // k.shape[1]
         k, v = _expand(k, group), _expand(v, group)
+    if q.ndim == 4:  # the dense [B, H, S, D] layout, as SDPA takes it
+        if BACKEND == "varlen":
+            raise RuntimeError("varlen_attn takes the packed layout, not [B, H, S, D]")
+        return _sdpa(q, k, v)
     if BACKEND == "varlen":
         return _varlen(q, k, v, cu_seqlens, max_seqlen)
     total, hq, d = q.shape

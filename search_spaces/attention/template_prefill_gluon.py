@@ -81,6 +81,7 @@ GLUON_PARAMS: tuple[str, ...] = (
     "PERSISTENT",
     "QSTAGES",
     "TMA_STORE",
+    "BY_SEQUENCE",
 )
 GLUON_DEFAULTS: dict[str, int] = {
     "BLOCK_M": 128,
@@ -92,6 +93,7 @@ GLUON_DEFAULTS: dict[str, int] = {
     "PERSISTENT": 0,
     "QSTAGES": 1,
     "TMA_STORE": 0,
+    "BY_SEQUENCE": 0,
 }
 
 _LOG2E = 1.4426950408889634
@@ -110,18 +112,26 @@ def _tile(
     GROUP: gl.constexpr,
     DENSE: gl.constexpr,
     CAUSAL: gl.constexpr,
+    BY_SEQUENCE: gl.constexpr,
     BM: gl.constexpr,
     BN: gl.constexpr,
     D: gl.constexpr,
 ):
     """Work item t's (Q's first row and column in its 2-D view, K's and V's, the sequence's
-    length, the first query row, the query head, the KV blocks to walk, of them the masked
-    ones, walked first). Causal items go heaviest first (the last query blocks of every head
-    and sequence, then the ones before: longest processing time first); the others query
-    block fastest, then head, then sequence. Packed ([T, H, D] viewed [T, H x D]): a sequence
+    length, the first query row, the KV blocks to walk, of them the masked ones, walked
+    first). Causal items go heaviest first: over the whole grid (the last query blocks of
+    every head and sequence, then the ones before: longest processing time first), or with
+    BY_SEQUENCE sequence by sequence, heaviest first within each (the programs running at
+    once then share one sequence's K and V in L2, and a query head's neighbours share its KV
+    head); the others query block fastest, then head, then sequence. Packed ([T, H, D] viewed [T, H x D]): a sequence
     starts at row cu_seqlens[b], head h at column h x D. Dense ([B, H, S, D] viewed
     [B x H x S, D]): sequence b's head h starts at row (b x H + h) x S, column 0."""
-    if CAUSAL:
+    if CAUSAL and BY_SEQUENCE:
+        b = t // (n_m * H)
+        r = t % (n_m * H)
+        m_blk = n_m - 1 - r // H
+        h = r % H
+    elif CAUSAL:
         hb = n_tiles // n_m  # heads x sequences
         m_blk = n_m - 1 - t // hb
         r = t % hb
@@ -182,6 +192,7 @@ def _producer(
     QSTAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
     DENSE: gl.constexpr,
+    BY_SEQUENCE: gl.constexpr,
     PARTS: gl.constexpr,
 ):
     """One warp: for each work item of the program, the TMA loads of Q (one part per
@@ -192,7 +203,7 @@ def _producer(
     n = 0  # items so far
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         q_row, q_col, kv_row, kv_col, length, m0, n_end, n_masked = _tile(
-            t, n_m, n_tiles, H, S, cu_ptr, GROUP, DENSE, CAUSAL, BM * PARTS, BN, D
+            t, n_m, n_tiles, H, S, cu_ptr, GROUP, DENSE, CAUSAL, BY_SEQUENCE, BM * PARTS, BN, D
         )
         if m0 < length:
             qs = n % QSTAGES
@@ -302,6 +313,7 @@ def _consumer(
     QSTAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
     DENSE: gl.constexpr,
+    BY_SEQUENCE: gl.constexpr,
     OVERLAP: gl.constexpr,
     FOLD: gl.constexpr,
     TMA_STORE: gl.constexpr,
@@ -336,7 +348,7 @@ def _consumer(
     ev = 0  # turn events so far
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         q_row, q_col, kv_row, kv_col, length, tile0, n_end, n_masked = _tile(
-            t, n_m, n_tiles, H, S, cu_ptr, GROUP, DENSE, CAUSAL, BM * PARTS, BN, D
+            t, n_m, n_tiles, H, S, cu_ptr, GROUP, DENSE, CAUSAL, BY_SEQUENCE, BM * PARTS, BN, D
         )
         m0 = tile0 + ME * BM
         if tile0 < length:
@@ -451,6 +463,7 @@ def _attn_gluon_kernel(
     FOLD: gl.constexpr = True,
     TMA_STORE: gl.constexpr = False,
     DENSE: gl.constexpr = False,
+    BY_SEQUENCE: gl.constexpr = False,
 ):
     PARTS: gl.constexpr = 2 if PINGPONG else 1
     BM: gl.constexpr = q_desc.block_type.shape[0]  # rows of one consumer
@@ -487,19 +500,19 @@ def _attn_gluon_kernel(
                     _consumer,
                     (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_desc, o_bufs,
                      o_ptr, cu_ptr, qk_scale, stride_ot, n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL,
-                     DENSE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 0),
+                     DENSE, BY_SEQUENCE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 0),
                 ),
                 (
                     _consumer,
                     (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_desc, o_bufs,
                      o_ptr, cu_ptr, qk_scale, stride_ot, n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL,
-                     DENSE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 1),
+                     DENSE, BY_SEQUENCE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 1),
                 ),
                 (
                     _producer,
                     (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                      cu_ptr,
-                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, PARTS),
+                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, BY_SEQUENCE, PARTS),
                 ),
             ],
             [num_warps, 1],
@@ -512,13 +525,13 @@ def _attn_gluon_kernel(
                     _consumer,
                     (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_desc, o_bufs,
                      o_ptr, cu_ptr, qk_scale, stride_ot, n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL,
-                     DENSE, OVERLAP, FOLD, TMA_STORE, num_warps, 1, 0),
+                     DENSE, BY_SEQUENCE, OVERLAP, FOLD, TMA_STORE, num_warps, 1, 0),
                 ),
                 (
                     _producer,
                     (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                      cu_ptr,
-                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, PARTS),
+                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, BY_SEQUENCE, PARTS),
                 ),
             ],
             [1],
@@ -601,6 +614,7 @@ def attention_gluon(
     PERSISTENT: int = 0,
     QSTAGES: int = 1,
     TMA_STORE: int = 0,
+    BY_SEQUENCE: int = 0,
     FOLD: int = 1,
 ) -> torch.Tensor:
     """Attention over packed sequences (q [T, H_q, D], k and v [T, H_kv, D], int32
@@ -622,6 +636,7 @@ def attention_gluon(
         PERSISTENT=PERSISTENT,
         QSTAGES=QSTAGES,
         TMA_STORE=TMA_STORE,
+        BY_SEQUENCE=BY_SEQUENCE,
         FOLD=FOLD,
     )
     return _attention(q, k, v, cu_seqlens, max_seqlen, causal, sm_scale, config)
@@ -643,6 +658,7 @@ def attention_gluon_dense(
     PERSISTENT: int = 0,
     QSTAGES: int = 1,
     TMA_STORE: int = 0,
+    BY_SEQUENCE: int = 0,
     FOLD: int = 1,
 ) -> torch.Tensor:
     """Attention over the dense batched layout torch's `scaled_dot_product_attention` takes
@@ -661,6 +677,7 @@ def attention_gluon_dense(
         PERSISTENT=PERSISTENT,
         QSTAGES=QSTAGES,
         TMA_STORE=TMA_STORE,
+        BY_SEQUENCE=BY_SEQUENCE,
         FOLD=FOLD,
     )
     return _attention(q, k, v, None, q.shape[2] if q.ndim == 4 else 0, causal, sm_scale, config)
@@ -781,6 +798,7 @@ def _attention(
         FOLD=bool(config["FOLD"]),
         TMA_STORE=bool(config["TMA_STORE"]),
         DENSE=dense,
+        BY_SEQUENCE=bool(config["BY_SEQUENCE"]),
         num_warps=config["num_warps"],
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
@@ -816,13 +834,15 @@ def _aligned(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor
 
 _CANDIDATE = '''"""Candidate: the Gluon flash-attention prefill at one configuration (generated)."""
 
-from evokernel.search_spaces.attention.template_prefill_gluon import attention_gluon
+from evokernel.search_spaces.attention.template_prefill_gluon import attention_gluon, attention_gluon_dense
 
 
 CONFIG = {config}
 
 
 def kernel(q, k, v, cu_seqlens, max_seqlen, seqlens):
+    if q.ndim == 4:  # the dense [B, H, S, D] layout
+        return attention_gluon_dense(q, k, v, causal={causal}, **CONFIG{options})
     return attention_gluon(q, k, v, cu_seqlens, max_seqlen, causal={causal}, **CONFIG{options})
 '''
 

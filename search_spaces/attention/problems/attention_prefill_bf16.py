@@ -19,7 +19,11 @@ randn. The shape comes from the environment, read when the module is loaded:
 - EVOKERNEL_ATTN_BATCH: with a single length in EVOKERNEL_ATTN_SEQLENS, that many sequences
   of it (e.g. SEQLENS=2048 BATCH=4);
 - EVOKERNEL_ATTN_CAUSAL: 1 or 0, overriding the model's masking;
-- EVOKERNEL_ATTN_DTYPE: bfloat16 (default), or float16 / float32 (the CPU interpreter).
+- EVOKERNEL_ATTN_DTYPE: bfloat16 (default), or float16 / float32 (the CPU interpreter);
+- EVOKERNEL_ATTN_LAYOUT: packed (default) or bhsd: the dense batched layout diffusion models
+  pass to torch's scaled_dot_product_attention, q [B, H_q, S, D], k and v [B, H_kv, S, D]
+  and the output [B, H_q, S, D], every sequence of one length (cu_seqlens, max_seqlen and
+  seqlens are still handed over).
 
 The reference is plain torch in fp32, per sequence (and per group of heads, to bound the
 score matrices' memory), rounded once to the dtype.
@@ -54,6 +58,7 @@ class Params(msgspec.Struct, frozen=True, kw_only=True):
     batch: int | None = None
     causal: bool | None = None
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    layout: Literal["packed", "bhsd"] = "packed"
 
 
 P = problem_params(Params, env="EVOKERNEL_ATTN_")
@@ -70,6 +75,9 @@ if len(LENS) == 1 and P.batch is not None:
     LENS = LENS * P.batch
 if not LENS or min(LENS) < 1:
     raise ValueError(f"sequence lengths must be positive, got {LENS}")
+DENSE = P.layout == "bhsd"
+if DENSE and len(set(LENS)) != 1:
+    raise ValueError(f"the bhsd layout takes sequences of one length, got {LENS}")
 
 
 def lens_key(lens: list[int]) -> str:
@@ -88,10 +96,13 @@ def _shape(lens: list[int]) -> dict:
     return {"T": sum(lens), "B": len(lens), "Hq": HQ, "Hkv": HKV, "D": D, "lens": lens_key(lens)}
 
 
-FAMILY = f"attention_prefill_{str(DTYPE).removeprefix('torch.')}_d{D}_{'causal' if CAUSAL else 'full'}"
+FAMILY = f"attention_prefill_{str(DTYPE).removeprefix('torch.')}_d{D}_{'causal' if CAUSAL else 'full'}" + (
+    "_bhsd" if DENSE else ""
+)
 SHAPES = [_shape(LENS)]
-# uneven lengths near the tuned ones, neither a multiple of any block size
-HELDOUT_SHAPES = [_shape([max(1, LENS[0] // 2 + 5), max(1, LENS[-1] - 3)])]
+# uneven lengths near the tuned ones, neither a multiple of any block size (dense: two
+# sequences of one such length)
+HELDOUT_SHAPES = [_shape([max(1, LENS[0] // 2 + 5)] * 2 if DENSE else [max(1, LENS[0] // 2 + 5), max(1, LENS[-1] - 3)])]
 TOLERANCE = {
     "bfloat16": {"rtol": 1.6e-2, "atol": 1.6e-2},
     "float16": {"rtol": 2e-3, "atol": 2e-3},
@@ -107,7 +118,20 @@ def make_inputs(shape: dict, seed: int, device: str = "cuda") -> tuple:
     k = (1.5 * torch.randn(T, hkv, d, generator=g, device=device)).to(DTYPE)
     v = torch.randn(T, hkv, d, generator=g, device=device).to(DTYPE)
     cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    if DENSE:
+        q, k, v = (to_bhsd(t, len(lens)) for t in (q, k, v))
     return q, k, v, cu, max(lens), tuple(lens)
+
+
+def to_bhsd(t: torch.Tensor, batch: int) -> torch.Tensor:
+    """A packed [B x S, H, D] tensor of equal lengths as a contiguous [B, H, S, D] one."""
+    return t.view(batch, t.shape[0] // batch, *t.shape[1:]).transpose(1, 2).contiguous()
+
+
+def to_packed(t: torch.Tensor) -> torch.Tensor:
+    """A [B, H, S, D] tensor as the packed [B x S, H, D] one."""
+    b, h, n, d = t.shape
+    return t.transpose(1, 2).reshape(b * n, h, d)
 
 
 def reference(
@@ -118,6 +142,9 @@ def reference(
     max_seqlen: int,
     seqlens: tuple[int, ...],
 ) -> torch.Tensor:
+    if q.ndim == 4:  # the bhsd layout: the packed reference, laid out again
+        out = reference(to_packed(q), to_packed(k), to_packed(v), cu_seqlens, max_seqlen, seqlens)
+        return to_bhsd(out, q.shape[0])
     T, hq, d = q.shape
     group = hq // k.shape[1]
     out = torch.empty((T, hq, d), device=q.device, dtype=torch.float32)
