@@ -170,14 +170,30 @@ def job_for(spec: str, configs: list[Config], winner: Config | None) -> dict[str
     }
 
 
+#: a gene's mark in a configuration's short name, when set
+MARKS = {"PINGPONG": "pp", "PERSISTENT": "P", "QSTAGES": "q", "TMA_STORE": "t", "BY_SEQUENCE": "b", "SNAKE": "z"}
+
+
 def short(config: Config) -> str:
+    """A configuration's name: tile, warps, slots, OVERLAP, then a mark per structure set (every
+    gene of `GLUON_PARAMS` beyond the first five has one, so two configurations never share a
+    name), then the options.
+
+    >>> short(parse_config("128,128,4,2,1,1,1,2,1,1,1,FOLD=0"))
+    'g128x128w4s2o1ppPq2tbz-fold0'
+    """
+    from evokernel.search_spaces.attention.template_prefill_gluon import GLUON_PARAMS
+
     p, opts = config
+    assert set(GLUON_PARAMS[5:]) <= set(MARKS), "a gene without a mark in the configurations' names"
+    marks = "".join(
+        MARKS[g] + (str(p[g]) if g == "QSTAGES" else "")
+        for g in GLUON_PARAMS[5:]
+        if p.get(g) and not (g == "QSTAGES" and p[g] == 1)
+    )
     return (
         f"g{p['BLOCK_M']}x{p['BLOCK_N']}w{p['num_warps']}s{p['num_stages']}o{p['OVERLAP']}"
-        + ("pp" if p.get("PINGPONG") else "")
-        + ("P" if p.get("PERSISTENT") else "")
-        + ("q2" if p.get("QSTAGES", 1) == 2 else "")
-        + ("t" if p.get("TMA_STORE") else "")
+        + marks
         + "".join(f"-{k.lower()}{v}" for k, v in sorted(opts.items()))
     )
 
@@ -370,6 +386,9 @@ def main() -> None:
     from footing_h200 import measure, precompile
 
     configs = [parse_config(c) for c in args.configs]
+    names = [short(c) for c in configs]
+    if len(set(names)) != len(names):
+        ap.error(f"two configurations share a name: {sorted(n for n in names if names.count(n) > 1)}")
     bad = {short(c): check_gluon_params(c[0]) for c in configs if check_gluon_params(c[0])}
     configs = [c for c in configs if short(c) not in bad]
     doc: dict[str, Any] = {

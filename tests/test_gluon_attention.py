@@ -86,7 +86,7 @@ def _sm90(
         "qk_scale": "fp32",
     }
     consts = dict(GROUP=4, STAGES=stages, CAUSAL=causal, OVERLAP=overlap, num_warps=warps, PINGPONG=pingpong)
-    consts.update(dict(QSTAGES=1, FOLD=True, TMA_STORE=False, DENSE=False, BY_SEQUENCE=False), **modes)
+    consts.update(dict(QSTAGES=1, FOLD=True, TMA_STORE=False, DENSE=False, BY_SEQUENCE=False, SNAKE=False), **modes)
     return compile_sm90(
         _attn_gluon_kernel,
         types,
@@ -146,7 +146,7 @@ def test_the_folded_scale_the_tma_store_the_second_q_slot_the_order_and_the_dens
     assert count(folded.asm["ptx"], "fma.rn") > count(plain.asm["ptx"], "fma.rn") + 128
     for modes in (
         dict(TMA_STORE=True),
-        dict(TMA_STORE=True, QSTAGES=2, BY_SEQUENCE=True),
+        dict(TMA_STORE=True, QSTAGES=2, BY_SEQUENCE=True, SNAKE=True),
         dict(DENSE=True, QSTAGES=2),
     ):
         kernel = _sm90(128, 128, 4, 2, True, pingpong=True, **modes)
@@ -203,6 +203,8 @@ GPU_CASES = [
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1), True,
      [37, 200, 130, 1000], 32, 8),
     (dict(GLUON_DEFAULTS, BY_SEQUENCE=1), True, [512] * 16, 32, 8),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1, SNAKE=1), True, [512] * 16, 32, 8),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, SNAKE=1), False, [300, 77, 1], 24, 24),
 ]  # fmt: skip
 
 
@@ -234,7 +236,7 @@ def test_the_gluon_kernel_matches_the_reference_on_the_gpu(params, causal, lens,
 
 DENSE_CASES = [
     (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1), True, 2, 300, 32, 8),
-    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, TMA_STORE=1), False, 3, 256, 24, 24),
+    (dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, TMA_STORE=1, SNAKE=1), False, 3, 256, 24, 24),
     (dict(GLUON_DEFAULTS), True, 1, 77, 8, 2),
     (
         dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1),

@@ -167,16 +167,17 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
     warpgroups taking turns; PERSISTENT: one program per SM; QSTAGES: a second Q slot, the
     next work item's Q loaded under this one; TMA_STORE: the output out by a TMA store the
     consumers do not wait for; BY_SEQUENCE: causal work sequence by sequence, for L2 reuse of
-    its K and V). Its rules
+    its K and V; SNAKE: a persistent program's rounds alternately forward and backward over
+    the programs, evening out a static schedule's loads). Its rules
     (`check_gluon_params`: layouts, the H200's shared memory, registers) prune before any
     compile.
 
     >>> space = prefill_gluon_space()
     >>> space.is_valid(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, OVERLAP=1, PINGPONG=1,
-    ...     PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1))
+    ...     PERSISTENT=1, QSTAGES=2, TMA_STORE=1, BY_SEQUENCE=1, SNAKE=1))
     True
     >>> len(space.valid_points())
-    400
+    800
     """
     from evokernel.search_spaces.attention.template_prefill_gluon import check_gluon_params
 
@@ -195,6 +196,7 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
             IntRange("QSTAGES", 1, 2),
             _flag("TMA_STORE"),
             _flag("BY_SEQUENCE"),
+            _flag("SNAKE"),
         ],
         constraints=[Constraint(rules, "the Gluon kernel's layouts and the H200's limits")],
         name=f"attention_prefill_gluon_d{head_dim}",

@@ -82,6 +82,7 @@ GLUON_PARAMS: tuple[str, ...] = (
     "QSTAGES",
     "TMA_STORE",
     "BY_SEQUENCE",
+    "SNAKE",
 )
 GLUON_DEFAULTS: dict[str, int] = {
     "BLOCK_M": 128,
@@ -94,11 +95,27 @@ GLUON_DEFAULTS: dict[str, int] = {
     "QSTAGES": 1,
     "TMA_STORE": 0,
     "BY_SEQUENCE": 0,
+    "SNAKE": 0,
 }
 
 _LOG2E = 1.4426950408889634
 #: the H200's shared memory per block (bytes), less the barriers' few bytes
 _SHARED = 232448 - 1024
+
+
+@gluon.jit
+def _item(k, n_tiles, SNAKE: gl.constexpr):
+    """The work item of this program's round k: item k x programs + program id, or with SNAKE
+    on odd rounds the programs in reverse order (with heaviest-first items, the program that
+    got a round's heaviest item gets the next round's lightest: a static schedule's loads even
+    out). Past the last item: n_tiles (`_tile` makes it empty)."""
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    if SNAKE:
+        t = k * nprog + gl.where(k % 2 == 1, nprog - 1 - pid, pid)
+    else:
+        t = k * nprog + pid
+    return gl.minimum(t, n_tiles)
 
 
 @gluon.jit
@@ -126,6 +143,8 @@ def _tile(
     head); the others query block fastest, then head, then sequence. Packed ([T, H, D] viewed [T, H x D]): a sequence
     starts at row cu_seqlens[b], head h at column h x D. Dense ([B, H, S, D] viewed
     [B x H x S, D]): sequence b's head h starts at row (b x H + h) x S, column 0."""
+    valid = t < n_tiles
+    t = gl.minimum(t, n_tiles - 1)
     if CAUSAL and BY_SEQUENCE:
         b = t // (n_m * H)
         r = t % (n_m * H)
@@ -155,6 +174,7 @@ def _tile(
         kv_row = start
         q_col = h * D
         kv_col = hk * D
+    length = length * valid.to(gl.int32)  # past the last item: nothing to do
     m0 = m_blk * BM
     if CAUSAL:
         n_end = gl.cdiv(gl.minimum(m0 + BM, length), BN)
@@ -193,6 +213,7 @@ def _producer(
     CAUSAL: gl.constexpr,
     DENSE: gl.constexpr,
     BY_SEQUENCE: gl.constexpr,
+    SNAKE: gl.constexpr,
     PARTS: gl.constexpr,
 ):
     """One warp: for each work item of the program, the TMA loads of Q (one part per
@@ -201,7 +222,8 @@ def _producer(
     runs ahead into the next items while the consumers finish this one."""
     it = 0  # slot uses so far (over all items): slot it % STAGES, round it // STAGES
     n = 0  # items so far
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    for k in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+        t = _item(k, n_tiles, SNAKE)
         q_row, q_col, kv_row, kv_col, length, m0, n_end, n_masked = _tile(
             t, n_m, n_tiles, H, S, cu_ptr, GROUP, DENSE, CAUSAL, BY_SEQUENCE, BM * PARTS, BN, D
         )
@@ -314,6 +336,7 @@ def _consumer(
     CAUSAL: gl.constexpr,
     DENSE: gl.constexpr,
     BY_SEQUENCE: gl.constexpr,
+    SNAKE: gl.constexpr,
     OVERLAP: gl.constexpr,
     FOLD: gl.constexpr,
     TMA_STORE: gl.constexpr,
@@ -346,7 +369,8 @@ def _consumer(
     it = 0  # slot uses so far, as the producer counts them
     n = 0  # items so far
     ev = 0  # turn events so far
-    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+    for k in range(gl.cdiv(n_tiles, gl.num_programs(0))):
+        t = _item(k, n_tiles, SNAKE)
         q_row, q_col, kv_row, kv_col, length, tile0, n_end, n_masked = _tile(
             t, n_m, n_tiles, H, S, cu_ptr, GROUP, DENSE, CAUSAL, BY_SEQUENCE, BM * PARTS, BN, D
         )
@@ -464,6 +488,7 @@ def _attn_gluon_kernel(
     TMA_STORE: gl.constexpr = False,
     DENSE: gl.constexpr = False,
     BY_SEQUENCE: gl.constexpr = False,
+    SNAKE: gl.constexpr = False,
 ):
     PARTS: gl.constexpr = 2 if PINGPONG else 1
     BM: gl.constexpr = q_desc.block_type.shape[0]  # rows of one consumer
@@ -500,19 +525,19 @@ def _attn_gluon_kernel(
                     _consumer,
                     (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_desc, o_bufs,
                      o_ptr, cu_ptr, qk_scale, stride_ot, n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL,
-                     DENSE, BY_SEQUENCE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 0),
+                     DENSE, BY_SEQUENCE, SNAKE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 0),
                 ),
                 (
                     _consumer,
                     (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_desc, o_bufs,
                      o_ptr, cu_ptr, qk_scale, stride_ot, n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL,
-                     DENSE, BY_SEQUENCE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 1),
+                     DENSE, BY_SEQUENCE, SNAKE, OVERLAP, FOLD, TMA_STORE, num_warps, 2, 1),
                 ),
                 (
                     _producer,
                     (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                      cu_ptr,
-                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, BY_SEQUENCE, PARTS),
+                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, BY_SEQUENCE, SNAKE, PARTS),
                 ),
             ],
             [num_warps, 1],
@@ -525,13 +550,13 @@ def _attn_gluon_kernel(
                     _consumer,
                     (q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty, turn, o_desc, o_bufs,
                      o_ptr, cu_ptr, qk_scale, stride_ot, n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL,
-                     DENSE, BY_SEQUENCE, OVERLAP, FOLD, TMA_STORE, num_warps, 1, 0),
+                     DENSE, BY_SEQUENCE, SNAKE, OVERLAP, FOLD, TMA_STORE, num_warps, 1, 0),
                 ),
                 (
                     _producer,
                     (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, q_empty, k_ready, k_empty, v_ready, v_empty,
                      cu_ptr,
-                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, BY_SEQUENCE, PARTS),
+                     n_m, n_tiles, H, S, GROUP, D, BM, BN, STAGES, QSTAGES, CAUSAL, DENSE, BY_SEQUENCE, SNAKE, PARTS),
                 ),
             ],
             [1],
@@ -615,6 +640,7 @@ def attention_gluon(
     QSTAGES: int = 1,
     TMA_STORE: int = 0,
     BY_SEQUENCE: int = 0,
+    SNAKE: int = 0,
     FOLD: int = 1,
 ) -> torch.Tensor:
     """Attention over packed sequences (q [T, H_q, D], k and v [T, H_kv, D], int32
@@ -637,6 +663,7 @@ def attention_gluon(
         QSTAGES=QSTAGES,
         TMA_STORE=TMA_STORE,
         BY_SEQUENCE=BY_SEQUENCE,
+        SNAKE=SNAKE,
         FOLD=FOLD,
     )
     return _attention(q, k, v, cu_seqlens, max_seqlen, causal, sm_scale, config)
@@ -659,6 +686,7 @@ def attention_gluon_dense(
     QSTAGES: int = 1,
     TMA_STORE: int = 0,
     BY_SEQUENCE: int = 0,
+    SNAKE: int = 0,
     FOLD: int = 1,
 ) -> torch.Tensor:
     """Attention over the dense batched layout torch's `scaled_dot_product_attention` takes
@@ -678,6 +706,7 @@ def attention_gluon_dense(
         QSTAGES=QSTAGES,
         TMA_STORE=TMA_STORE,
         BY_SEQUENCE=BY_SEQUENCE,
+        SNAKE=SNAKE,
         FOLD=FOLD,
     )
     return _attention(q, k, v, None, q.shape[2] if q.ndim == 4 else 0, causal, sm_scale, config)
@@ -799,6 +828,7 @@ def _attention(
         TMA_STORE=bool(config["TMA_STORE"]),
         DENSE=dense,
         BY_SEQUENCE=bool(config["BY_SEQUENCE"]),
+        SNAKE=bool(config["SNAKE"]),
         num_warps=config["num_warps"],
         **({"maxnreg": maxnreg} if maxnreg else {}),
     )
