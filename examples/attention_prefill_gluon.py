@@ -1,5 +1,6 @@
 """A search file for the warp-specialised Gluon prefill kernel (issue 28: FA3's structures as
-genes: intra-warpgroup overlap, ping-pong consumer warpgroups, persistent programs), for
+genes: intra-warpgroup overlap, ping-pong consumer warpgroups, persistent programs, a second
+Q slot, a TMA-store epilogue, sequence-major and snake schedules), for
 `evokernel search` and `evokernel sweep`:
 
     evokernel search examples/attention_prefill_gluon.py --budget 20
@@ -24,6 +25,6 @@ space = prefill_gluon_space(head_dim=problem.module.D)
 evaluator = KernelEvaluator(problem, lambda genome: gluon_candidate_source(genome.params, causal=CAUSAL), device="cuda")
 descriptor = prefill_gluon_class
 name = f"attention-prefill-gluon-{problem.module.MODEL}"
-# the first generation starts from the configuration that won every shape of the H200 benchmark
-# but two (BENCHMARKS.md, "Prefill attention against cuDNN")
-seeds = [dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1)]
+# the first generation starts from the configuration that won most shapes of the H200 benchmark
+# (BENCHMARKS.md, "Prefill attention against cuDNN"): the schedule genes are then a search's
+seeds = [dict(GLUON_DEFAULTS, num_warps=4, PINGPONG=1, PERSISTENT=1, QSTAGES=2, TMA_STORE=1)]
