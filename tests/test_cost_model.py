@@ -47,6 +47,25 @@ def test_geometry_features_follow_the_shape():
     assert Geometry.infer(["x", "y"]) is None
 
 
+def test_the_decode_geometry_counts_programs_over_sequences_kv_heads_and_splits():
+    from evokernel.search_spaces import decode_space
+
+    g = decode_space().geometry
+    assert g is not None and g.kind == "attention" and g.splits == "NUM_SPLITS"
+    assert Geometry.infer(["NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE"]) == g
+    p = {"NUM_SPLITS": 16, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "REDUCE": 0}
+    one = g.features(p, {"B": 1, "C": 32768, "Hkv": 8})
+    eight = g.features(p, {"B": 8, "C": 8192, "Hkv": 8})
+    assert one["tiles"] == 128 and eight["tiles"] == 1024  # sequences x KV heads x splits
+    assert one["k_iters"] == 32768 / 64 / 16 and eight["k_iters"] == 8  # key blocks a program walks
+    assert g.features(p, {"B": 1, "C": 32768})["tiles"] == 16  # a shape without its KV heads counts one
+    assert math.isnan(g.features(dict(p, NUM_SPLITS=0), {"B": 1, "C": 32768})["tiles"])  # automatic: unknown
+    assert math.isnan(g.features(p, {})["tiles"])
+    # a packed prefill problem's shape gives its mean sequence length (T / B) where S is mapped
+    pre = Geometry(tiles={"M": "BLOCK_M"}, dims={"M": "S"}, output=("M",), reduction=(), grid=("B", "Hq"))
+    assert pre.features({"BLOCK_M": 128}, {"T": 8192, "B": 4, "Hq": 32})["tiles"] == 16 * 4 * 32
+
+
 def test_shipped_priors_are_the_familys_other_shapes_under_holdout():
     space = _landscape(M2048).space
     assert family_tokens("matmul_bf16@NVIDIA H200") >= family_tokens("matmul_bf16_h200")

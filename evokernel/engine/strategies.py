@@ -124,18 +124,20 @@ _BUILTIN = {s.name: s for s in globals().copy().values() if isinstance(s, Strate
 #: leave one shape out, 10 seeds, 0.987 / 1.000 of the optimum at 25 / 100 evaluations over
 #: the four shipped landscapes against the default's 0.893 / 0.993, 1.000 / 1.000 on two
 #: shapes recorded anew against 0.905 / 1.000, and within 2% of an exhaustive sweep's best in
-#: 14-15 s on the H200 against 23-37 s (BENCHMARKS.md). Not on fused MoE (0.977 against
-#: 0.988) nor attention (0.905 against 0.920): there the default stays.
-FAMILY_DEFAULTS = {"matmul": "model"}
+#: 14-15 s on the H200 against 23-37 s (BENCHMARKS.md). `model` on attention (session 19,
+#: with the decode geometry's programs and key blocks a program walks): 0.958 / 0.983 / 0.991
+#: / 0.998 at 10 / 25 / 50 / 100 over the six shipped landscapes against the default's 0.815 /
+#: 0.958 / 0.991 / 0.999. Not on fused MoE (0.977 against 0.988): there the default stays.
+FAMILY_DEFAULTS = {"matmul": "model", "attention": "model"}
 
 
 def default_for(space: SearchSpace | None) -> str:
     """The strategy for `space` when none is asked for: its family's (`FAMILY_DEFAULTS`),
     else "default".
 
-    >>> from evokernel.search_spaces import matmul_space, moe_space
-    >>> default_for(matmul_space()), default_for(moe_space()), default_for(None)
-    ('model', 'default', 'default')
+    >>> from evokernel.search_spaces import decode_space, matmul_space, moe_space
+    >>> default_for(matmul_space()), default_for(decode_space()), default_for(moe_space()), default_for(None)
+    ('model', 'model', 'default', 'default')
     """
     geometry = getattr(space, "geometry", None)
     return FAMILY_DEFAULTS.get(getattr(geometry, "kind", ""), "default")

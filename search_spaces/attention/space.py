@@ -24,6 +24,7 @@ is learned by the search (`SearchOptions.learn_failures`).
 from __future__ import annotations
 
 from evokernel.core.genome import Genome
+from evokernel.core.geometry import Geometry
 from evokernel.search_spaces.attention.template_prefill import DEFAULTS as ATTENTION_DEFAULTS
 from evokernel.search_spaces.attention.template_decode import DEFAULTS as DECODE_DEFAULTS
 from evokernel.core.space import (
@@ -151,6 +152,7 @@ def attention_space(
             Constraint(kv_order, "kv order"),
         ],
         name=f"attention_prefill_d{D}_{'causal' if causal else 'full'}",
+        geometry=Geometry.infer(["BLOCK_M", "BLOCK_N", "num_warps", "num_stages"]),  # query blocks x heads x sequences
     )
 
 
@@ -200,6 +202,7 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
         ],
         constraints=[Constraint(rules, "the Gluon kernel's layouts and the H200's limits")],
         name=f"attention_prefill_gluon_d{head_dim}",
+        geometry=Geometry.infer(["BLOCK_M", "BLOCK_N", "num_warps", "num_stages"]),
     )
 
 
@@ -255,6 +258,7 @@ def decode_space(
             Constraint(reduce, "reduce"),
         ],
         name=f"attention_decode_d{D}_g{group}",
+        geometry=Geometry.infer(["NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages"]),  # sequences x KV heads x splits
     )
 
 
