@@ -168,3 +168,16 @@ def test_a_second_search_on_a_new_shape_starts_better_from_the_first_ones_result
         after = Search(second.space, ReplayEvaluator(second), strategy="model", options=only_the_store, store=store)
         warm.append(optimum / after.run(Budget(evaluations=8), seed=seed).best.latency_ms)
     assert sum(warm) / 3 > sum(cold) / 3 + 0.15, (cold, warm)
+
+
+def test_a_cost_model_warms_its_imports_on_a_thread_of_its_own():
+    import sys
+
+    from evokernel.mutators import cost_model
+
+    CostModel()
+    CostModel()  # once a process
+    assert len(cost_model._WARMING) == 1 and cost_model._WARMING[0].daemon
+    cost_model._WARMING[0].join(timeout=60)
+    assert not cost_model._WARMING[0].is_alive()
+    assert "sklearn.ensemble" in sys.modules and "scipy.special" in sys.modules

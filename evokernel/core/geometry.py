@@ -108,10 +108,12 @@ class Geometry:
         """The extent of tile dimension `d` in `shape` (through `dims`; a sequence length S
         missing from a packed problem's shape is its tokens over its sequences, T / B)."""
         key = self.dims.get(d, d)
-        v = shape.get(key)
+        v: Any = shape.get(key)
         if not _number(v) and key == "S" and _number(shape.get("T")) and _number(shape.get("B")):
             v = float(shape["T"]) / float(shape["B"]) if float(shape["B"]) > 0 else None
-        return float(v) if _number(v) and float(v) > 0 else None
+        if not _number(v) or float(v) <= 0:
+            return None
+        return float(v)
 
     def features(self, params: Mapping[str, Any], shape: Mapping[str, float]) -> dict[str, float]:
         """Analytic features of one point on one shape; the shape's missing dimensions leave
