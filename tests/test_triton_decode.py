@@ -225,3 +225,52 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     stage2 = compile_sm90(triton_decode._reduce_kernel, parts, common, num_warps=4, num_stages=1)
     assert stage2.metadata.shared >= 0
+
+
+# (config overrides, context lengths, (H_q, H_kv, D), dtype of kv_indices)
+SLOT_CASES = [
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16}, [40, 7, 100], (8, 2, 64), "int64"),
+    ({"NUM_SPLITS": 8, "BLOCK_N": 32, "REDUCE": 1}, [33, 1, 64], (4, 1, 64), "int32"),
+    ({"NUM_SPLITS": 1, "BLOCK_N": 16}, [19, 50], (4, 4, 64), "int64"),
+    ({"NUM_SPLITS": 0, "BLOCK_N": 16}, [300, 2], (8, 2, 64), "int32"),
+]
+
+_SLOTS_SCRIPT = r"""
+import json, math, sys, torch
+from evokernel.search_spaces.attention.template_decode import DEFAULTS, decode_slots
+out = []
+for over, lens, (hq, hkv, d), idx in json.loads(sys.argv[1]):
+    b = len(lens)
+    g = torch.Generator().manual_seed(sum(lens) + hq)
+    slots = sum(lens) + 5
+    q = (1.5 * torch.randn(b, hq, d, generator=g)).half()
+    kb = (1.5 * torch.randn(slots, hkv, d, generator=g)).half()
+    vb = torch.randn(slots, hkv, d, generator=g).half()
+    indices = torch.randperm(slots, generator=g)[: sum(lens)].to(getattr(torch, idx))  # the engine's slots, scattered
+    indptr = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    want = torch.zeros(b, hq, d, dtype=torch.float64)
+    for i, n in enumerate(lens):
+        rows = indices[indptr[i]: indptr[i + 1]].long()
+        k = kb[rows].double().repeat_interleave(hq // hkv, 1)
+        v = vb[rows].double().repeat_interleave(hq // hkv, 1)
+        s = torch.einsum("hd,nhd->hn", q[i].double(), k) / math.sqrt(d)
+        want[i] = torch.einsum("hn,nhd->hd", s.softmax(-1), v)
+    o = torch.full((b, hq, d), float("nan"), dtype=torch.float16)
+    errs = []
+    for _ in range(2):  # the second call into the caller's buffer (as SGLang hands one over)
+        got = decode_slots(q, kb, vb, indptr, indices, **{**DEFAULTS, **over}, out=o)
+        errs.append(((got.double() - want).abs() / (want.abs() + 1)).max().item())
+    out.append({"err": max(errs), "same_buffer": got.data_ptr() == o.data_ptr(), "shape": list(got.shape)})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_token_slot_layout_of_a_serving_engine_matches_the_reference() -> None:
+    """SGLang's Triton backend's cache (page size 1): k/v [slots, H_kv, D], each sequence's
+    slots in kv_indices from kv_indptr[b] to kv_indptr[b + 1], written into its output buffer."""
+    got = run_interpreted(_SLOTS_SCRIPT, json.dumps(SLOT_CASES))
+    for case, g in zip(SLOT_CASES, got):
+        lens, (hq, _, d) = case[1], case[2]
+        assert g["shape"] == [len(lens), hq, d] and g["same_buffer"], (case, g)
+        assert g["err"] < 2e-3, (case, g)

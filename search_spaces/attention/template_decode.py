@@ -58,6 +58,7 @@ from evokernel.search_spaces.gemm.template import num_sms
 __all__ = [
     "PARAMS",
     "DEFAULTS",
+    "decode_slots",
     "decode",
     "auto_splits",
     "candidate_source",
@@ -153,8 +154,12 @@ def _split_kernel(
     SPLITS: tl.constexpr,
     REDUCE: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
+    SLOTS: tl.constexpr = False,
 ):
-    """Stage 1: the online softmax of one (split, KV head, sequence) over its keys."""
+    """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
+    the serving engine's token-slot layout instead of the block table (bt_ptr holds every
+    sequence's slots back to back, lens_ptr their offsets, sequence b's from lens_ptr[b] to
+    lens_ptr[b + 1]; the caches are [slots, 1, H_kv, D])."""
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2)
@@ -163,7 +168,12 @@ def _split_kernel(
     hmask = offs_h < GROUP
     heads = kv_head * GROUP + offs_h
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
-    length = tl.load(lens_ptr + b)
+    if SLOTS:
+        first = tl.load(lens_ptr + b).to(tl.int64)
+        length = tl.load(lens_ptr + b + 1) - tl.load(lens_ptr + b)
+    else:
+        first = b * stride_bt
+        length = tl.load(lens_ptr + b)
     per_split = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
     lo = split * per_split
     hi = tl.minimum(length, lo + per_split)
@@ -173,7 +183,7 @@ def _split_kernel(
     for n0 in tl.range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         nmask = offs_n < hi
-        page = tl.load(bt_ptr + b * stride_bt + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
+        page = tl.load(bt_ptr + first + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
         slot = offs_n % PAGE
         k = tl.load(
             k_ptr + (page * stride_kp + slot * stride_ks + kv_head * stride_kh)[:, None] + offs_d[None, :],
@@ -294,8 +304,55 @@ def decode(
     num_warps: int,
     num_stages: int,
     REDUCE: int = 0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One decode step's attention over the paged cache with one configuration."""
+    """One decode step's attention over the paged cache with one configuration (into `out`,
+    [B, H_q, D], where given)."""
+    return _decode(q, k_cache, v_cache, block_table, context_lens, False, sm_scale, NUM_SPLITS, BLOCK_N,
+                   num_warps, num_stages, REDUCE, out)  # fmt: skip
+
+
+def decode_slots(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    NUM_SPLITS: int,
+    BLOCK_N: int,
+    num_warps: int,
+    num_stages: int,
+    REDUCE: int = 0,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The same attention over a serving engine's token-slot cache (SGLang's Triton backend
+    with page size 1): k_buffer and v_buffer [slots, H_kv, D]; sequence b's keys are at the
+    slots kv_indices[kv_indptr[b]:kv_indptr[b + 1]] in order (int32 or int64 both); q and the
+    output [B, H_q, D]. Everything is read on the device, so a CUDA graph can hold the call.
+    NUM_SPLITS=0 ("auto") takes kv_indices' length as the longest context it may see."""
+    assert k_buffer.ndim == 3 and v_buffer.shape == k_buffer.shape, f"k_buffer {tuple(k_buffer.shape)}"
+    assert kv_indptr.ndim == 1 and kv_indptr.shape[0] == q.shape[0] + 1, "kv_indptr must be [B + 1]"
+    return _decode(q, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), kv_indices, kv_indptr, True, sm_scale,
+                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, out)  # fmt: skip
+
+
+def _decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    slots: bool,
+    sm_scale: float | None,
+    NUM_SPLITS: int,
+    BLOCK_N: int,
+    num_warps: int,
+    num_stages: int,
+    REDUCE: int,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
     assert q.ndim == 3 and k_cache.ndim == 4 and v_cache.shape == k_cache.shape, (
         f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}"
     )
@@ -304,12 +361,19 @@ def decode(
     assert Dk == D and H % H_kv == 0, "caches must be [pages, page_size, H_kv, D] with H_q % H_kv == 0"
     assert D >= 16 and D & (D - 1) == 0, f"head_dim must be a power of two >= 16, got {D}"
     assert k_cache.stride(3) == v_cache.stride(3) == q.stride(2) == 1
-    assert block_table.dtype == torch.int32 and block_table.shape[0] == B and context_lens.shape == (B,)
-    assert context_lens.dtype == torch.int32
-    o = torch.empty((B, H, D), device=q.device, dtype=q.dtype)
+    if slots:
+        assert block_table.ndim == 1 and context_lens.shape == (B + 1,), "kv_indices [n], kv_indptr [B + 1]"
+        longest = block_table.shape[0]
+    else:
+        assert block_table.dtype == torch.int32 and block_table.shape[0] == B and context_lens.shape == (B,)
+        assert context_lens.dtype == torch.int32
+        longest = block_table.shape[1] * page
+    if out is not None:
+        assert out.shape == (B, H, D) and out.dtype == q.dtype and out.stride(2) == 1, "out must be [B, H_q, D]"
+    o = out if out is not None else torch.empty((B, H, D), device=q.device, dtype=q.dtype)
     if B == 0:
         return o
-    splits = NUM_SPLITS or auto_splits(B, H_kv, block_table.shape[1] * page, num_sms(q.device))
+    splits = NUM_SPLITS or auto_splits(B, H_kv, longest, num_sms(q.device))
     group = H // H_kv
     block_h = max(16, triton.next_power_of_2(group))
     if splits > 1:
@@ -343,12 +407,13 @@ def decode(
         v_cache.stride(0),
         v_cache.stride(1),
         v_cache.stride(2),
-        block_table.stride(0),
+        0 if slots else block_table.stride(0),
         o.stride(0),
         o.stride(1),
         PAGE=page,
         BLOCK_N=BLOCK_N,
         REDUCE=int(bool(REDUCE)),
+        SLOTS=slots,
         INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         **consts,
         num_warps=num_warps,
