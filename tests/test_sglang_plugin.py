@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.integrations.sglang.plugin import FORMAT, FUSED_EXPERTS, MoeTable, Package, PackageError, register
+from evokernel.integrations.sglang.plugin import (
+    FORMAT,
+    FUSED_EXPERTS,
+    DecodeTable,
+    MoeTable,
+    Package,
+    PackageError,
+    register,
+)
 
 from .test_export import ROOT, _search
 
@@ -58,6 +66,110 @@ def test_the_table_picks_the_nearest_batch_size_like_sglang():
     assert table.lookup(4, 32, 37) == (DOWN, UP) and table.lookup(4, 32, 128) == (DOWN, UP)
     assert table.lookup(4, 32, 3) is None and table.lookup(4, 32, 129) is None and table.lookup(8, 32, 8) is None
     assert MoeTable.from_json(table.to_json()).entries == table.entries
+
+
+DEC = {"NUM_SPLITS": 4, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "REDUCE": 0}
+
+
+def test_the_decode_table_and_a_package_holding_it(tmp_path: Path):
+    table = DecodeTable({(8, 2, 64): {1: DEC, 16: dict(DEC, NUM_SPLITS=1)}})
+    assert table.lookup(8, 2, 64, 1) == DEC and table.lookup(8, 2, 64, 2) == DEC
+    assert table.lookup(8, 2, 64, 3) is None  # nearest 1, out of its reach (2x)
+    assert table.lookup(8, 2, 64, 32)["NUM_SPLITS"] == 1 and table.lookup(8, 4, 64, 1) is None
+    assert DecodeTable.from_json(table.to_json()).entries == table.entries
+    with pytest.raises(PackageError, match="malformed.*multiple"):
+        DecodeTable.from_json({"Hq=6,Hkv=4,D=64": {"1": DEC}})
+    with pytest.raises(PackageError, match="malformed"):
+        DecodeTable.from_json({"Hq=8,Hkv=2,D=64": {"1": {"NUM_SPLITS": 2}}})
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "decode_attention.json").write_text(json.dumps(table.to_json()))
+    manifest = {"format": FORMAT, "kernels": [{"op": "decode_attention", "table": "kernels/decode_attention.json"}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    package = Package.load(tmp_path)
+    assert package.moe is None and package.decode is not None and package.decode.entries == table.entries
+    manifest["kernels"].append({"op": "rmsnorm", "table": "x.json"})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PackageError, match="unknown kernel entry.*'fused_moe' and 'decode_attention'"):
+        Package.load(tmp_path)
+
+
+def sglang_decode_attention_fwd(
+    q,
+    k_buffer,
+    v_buffer,
+    o,
+    kv_indptr,
+    kv_indices,
+    attn_logits,
+    attn_lse,
+    num_kv_splits,
+    max_kv_splits,
+    sm_scale,
+    k_scale,
+    v_scale,
+    logit_cap=0.0,
+    sinks=None,
+    xai_temperature_len=-1,
+    has_mla=False,
+    use_pdl=False,
+    page_size: int = 1,
+    score_mod=None,
+    aux_tensors=None,
+):
+    """SGLang 0.5.17's `decode_attention_fwd` signature, computing in torch: softmax over each
+    sequence's slots, written into `o` (nothing returned, as SGLang's)."""
+    import torch
+
+    group = q.shape[1] // k_buffer.shape[1]
+    for b in range(q.shape[0]):
+        rows = kv_indices[kv_indptr[b] : kv_indptr[b + 1]].long()
+        k = k_buffer[rows].double().repeat_interleave(group, 1)
+        v = v_buffer[rows].double().repeat_interleave(group, 1)
+        s = torch.einsum("hd,nhd->hn", q[b].double(), k) * sm_scale
+        o[b] = torch.einsum("hn,nhd->hd", s.softmax(-1), v).to(o.dtype)
+    sglang_decode_attention_fwd.calls += 1
+
+
+@pytest.mark.slow
+def test_the_decode_hook_runs_the_template_into_sglangs_buffer_on_the_plain_path_only(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    code = r"""
+import math, os, sys
+sys.path.insert(0, os.environ["ROOT"])
+import torch
+from tests.test_sglang_plugin import DEC, sglang_decode_attention_fwd as impl
+from evokernel.integrations.sglang.plugin import DecodeTable, decode_attention_hook
+impl.calls = 0
+g = torch.Generator().manual_seed(0)
+lens, hq, hkv, d = [40, 7, 100], 8, 2, 64
+B, slots = len(lens), sum(lens) + 9
+q = (1.5 * torch.randn(B, hq, d, generator=g)).half()
+kb = (1.5 * torch.randn(slots, hkv, d, generator=g)).half()
+vb = torch.randn(slots, hkv, d, generator=g).half()
+indices = torch.randperm(slots, generator=g)[: sum(lens)]
+indptr = torch.zeros(B + 5, dtype=torch.int32)  # a graph's buffer: longer than B + 1
+indptr[1 : B + 1] = torch.tensor(lens).cumsum(0)
+want = torch.empty_like(q)
+impl(q, kb, vb, want, indptr, indices, None, None, None, 8, 1 / math.sqrt(d), 1.0, 1.0)
+assert impl.calls == 1
+hook = decode_attention_hook(DecodeTable({(hq, hkv, d): {4: DEC}}))
+o = torch.full_like(q, float("nan"))
+args = (q, kb, vb, o, indptr, indices, None, None, None, 8, 1 / math.sqrt(d), 1.0, 1.0)
+assert hook(impl, *args) is None and impl.calls == 1 and hook.stats == {"template": 1, "fallback": 0}
+assert torch.allclose(o.float(), want.float(), rtol=2e-3, atol=2e-3), (o.float() - want.float()).abs().max()
+# off the plain path or off the table: SGLang's kernel
+hook(impl, *args, logit_cap=30.0)
+hook(impl, *args, page_size=16)
+hook(impl, *args[:11], 0.5, 1.0)
+hook(impl, *args, sinks=torch.zeros(hq))
+hook(impl, q[:, :4], kb, vb, o[:, :4], indptr, indices, None, None, None, 8, 0.125, 1.0, 1.0)
+hook(impl, q.float(), kb, vb, o.float(), indptr, indices, None, None, None, 8, 0.125, 1.0, 1.0)
+assert impl.calls == 7 and hook.stats == {"template": 1, "fallback": 6}
+print("ok")
+"""
+    env = dict(os.environ, ROOT=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
 def _inputs(m: int):

@@ -11,6 +11,7 @@ installing evokernel never changes an engine by itself. A package holds:
                           "provenance": {...}}
     configs/triton_<v>/E=..,N=..,device_name=...json (+ _down.json)   SGLang's own MoE kernel configs
     kernels/fused_moe.json   {"E=128,N=768": {"64": {"up": {...}, "down": {...}}, ...}}
+    kernels/decode_attention.json   {"Hq=32,Hkv=8,D=128": {"1": {"NUM_SPLITS": 32, "BLOCK_N": 64, ...}, ...}}
 
 - `configs`: `SGLANG_MOE_CONFIG_DIR` is pointed at the package (unless the user set it), so
   SGLang's own fused-MoE kernel runs the exported up and down configs;
@@ -22,6 +23,14 @@ installing evokernel never changes an engine by itself. A package holds:
   clamps or router weights on the input, and an (E, N) the package was tuned for; any other
   call goes to SGLang's kernel unchanged. The template builds its alignment with device ops
   only, so it is captured in SGLang's CUDA graphs like SGLang's own.
+- `decode_attention`: an AROUND hook on SGLang's `decode_attention_fwd` (its Triton
+  attention backend's decode) runs evokernel's split-KV decode template over the engine's
+  own token-slot cache (`template_decode.decode_slots`) at the configuration tuned for the
+  nearest batch size (splits, keys a step, warps, stages, the reduction), writing into the
+  engine's output buffer. Taken over: page size 1, a 3-D cache of q's dtype (bf16/fp16),
+  no logit cap, sinks, temperature, MLA, score mods or KV scales other than 1, and a
+  (H_q, H_kv, D) the package was tuned for; anything else runs SGLang's kernel. It reads
+  lengths and slots on the device only, so it is captured in the decode CUDA graphs.
 
 What the evaluator measures (`evaluators/sglang.py`) is this same package, so what was
 measured is what ships.
@@ -37,7 +46,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register", "Package", "MoeTable", "fused_experts_hook", "PACKAGE_ENV", "FUSED_EXPERTS", "FORMAT"]
+__all__ = [
+    "register",
+    "Package",
+    "MoeTable",
+    "DecodeTable",
+    "fused_experts_hook",
+    "decode_attention_hook",
+    "PACKAGE_ENV",
+    "FUSED_EXPERTS",
+    "DECODE_ATTENTION",
+    "FORMAT",
+]
 
 log = logging.getLogger("evokernel.sglang")
 
@@ -45,6 +65,9 @@ PACKAGE_ENV = "EVOKERNEL_SGLANG_PACKAGE"
 FORMAT = "evokernel-sglang/1"
 #: SGLang 0.5.17's fused-MoE entry (its Triton runner and `fused_moe` both call it).
 FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts_impl"
+#: SGLang 0.5.17's decode attention (its Triton backend imports it from here when built).
+DECODE_ATTENTION = "sglang.kernels.ops.attention.decode_attention.decode_attention_fwd"
+DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")  # template_decode.PARAMS
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 STRUCTURE = ("GEMV", "FUSE_SILU")  # the template's structural genes (search_spaces/moe/template.py: STRUCTURE)
 
@@ -103,11 +126,56 @@ class MoeTable:
         return per_m[m]
 
 
+class DecodeTable:
+    """Tuned decode configurations per (H_q, H_kv, D) and batch size; the nearest batch size
+    within `reach` (2x) of the call's serves it (ties to the smaller), as in `MoeTable`. A
+    decode step's batch size is what the engine knows on the host (its CUDA graphs are
+    captured per batch size); the contexts are on the device, so one batch size runs one
+    configuration whatever its sequences' lengths."""
+
+    def __init__(self, entries: Mapping[tuple[int, int, int], Mapping[int, dict[str, int]]], *, reach: float = 2.0):
+        self.entries = {k: dict(v) for k, v in entries.items()}
+        self.reach = reach
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "the table") -> DecodeTable:
+        if not isinstance(data, dict):
+            raise PackageError(f"{where}: expected an object of 'Hq=..,Hkv=..,D=..' keys")
+        entries: dict[tuple[int, int, int], dict[int, dict[str, int]]] = {}
+        for key, per_b in data.items():
+            try:
+                parts = dict(p.split("=") for p in key.split(","))
+                heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]))
+                if heads[0] % heads[1]:
+                    raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
+                entries[heads] = {int(b): {k: int(c[k]) for k in DECODE_KEYS} for b, c in per_b.items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise PackageError(f"{where}: entry {key!r} is malformed ({type(exc).__name__}: {exc})") from exc
+        return cls(entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f"Hq={hq},Hkv={hkv},D={d}": {str(b): dict(c) for b, c in sorted(per_b.items())}
+            for (hq, hkv, d), per_b in sorted(self.entries.items())
+        }
+
+    def lookup(self, Hq: int, Hkv: int, D: int, B: int) -> dict[str, int] | None:
+        per_b = self.entries.get((Hq, Hkv, D))
+        if not per_b:
+            return None
+        b = min(per_b, key=lambda k: (abs(k - B), k))
+        if not b / self.reach <= B <= b * self.reach:
+            return None
+        return per_b[b]
+
+
 class Package:
     """An exported package folder (see the module's doc), validated on load."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any], moe: MoeTable | None) -> None:
-        self.root, self.manifest, self.moe = root, manifest, moe
+    def __init__(
+        self, root: Path, manifest: dict[str, Any], moe: MoeTable | None, decode: DecodeTable | None = None
+    ) -> None:
+        self.root, self.manifest, self.moe, self.decode = root, manifest, moe, decode
 
     @property
     def config_dir(self) -> Path | None:
@@ -134,20 +202,23 @@ class Package:
         configs = manifest.get("configs")
         if configs and not (root / configs).is_dir():
             raise PackageError(f"{path}: configs folder {configs!r} is missing")
-        moe = None
+        tables: dict[str, Any] = {}
         for kernel in manifest.get("kernels") or []:
-            if not isinstance(kernel, dict) or kernel.get("op") != "fused_moe":
-                raise PackageError(f"{path}: unknown kernel entry {kernel!r} (this evokernel ships 'fused_moe')")
+            op = kernel.get("op") if isinstance(kernel, dict) else None
+            if op not in ("fused_moe", "decode_attention"):
+                raise PackageError(
+                    f"{path}: unknown kernel entry {kernel!r} (this evokernel ships 'fused_moe' and 'decode_attention')"
+                )
             table = root / str(kernel.get("table", ""))
             try:
-                moe = MoeTable.from_json(json.loads(table.read_text()), str(table))
-            except FileNotFoundError:
+                data = json.loads(table.read_text())
+            except (FileNotFoundError, IsADirectoryError):
                 raise PackageError(f"{path}: kernel table {table} is missing") from None
             except ValueError as exc:
-                if isinstance(exc, PackageError):
-                    raise
                 raise PackageError(f"{table} is not JSON: {exc}") from exc
-        return cls(root, manifest, moe)
+            kind = MoeTable if op == "fused_moe" else DecodeTable
+            tables[op] = kind.from_json(data, str(table))
+        return cls(root, manifest, tables.get("fused_moe"), tables.get("decode_attention"))
 
 
 _PLAIN_DEFAULTS = {  # fused_experts_impl arguments that must hold these values for the template to apply
@@ -234,6 +305,80 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
     return hook
 
 
+_DECODE_PLAIN = {  # decode_attention_fwd arguments that must hold these values for the template to apply
+    "logit_cap": 0.0,
+    "sinks": None,
+    "has_mla": False,
+    "page_size": 1,
+    "score_mod": None,
+    "aux_tensors": None,
+}
+
+
+def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """An AROUND hook for SGLang's `decode_attention_fwd`: the split-KV decode template where
+    `table` has a configuration for the call's heads and batch size and the call is on the
+    plain path (see the module's doc), else SGLang's own kernel."""
+    if run is None:
+        from evokernel.search_spaces.attention.template_decode import decode_slots as run
+    signatures: dict[Any, inspect.Signature] = {}
+    used: set[tuple[int, int, int, int]] = set()
+    stats = {"template": 0, "fallback": 0}
+
+    def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        sig = signatures.get(original)
+        if sig is None:
+            sig = signatures[original] = inspect.signature(original)
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        q, k, v, o = a.get("q"), a.get("k_buffer"), a.get("v_buffer"), a.get("o")
+        config = None
+        plain = all(
+            (a.get(n) is None) if want is None else (a.get(n, want) == want) for n, want in _DECODE_PLAIN.items()
+        )
+        plain = plain and (a.get("xai_temperature_len") is None or a["xai_temperature_len"] <= 0)
+        plain = plain and all(_one(a.get(n)) for n in ("k_scale", "v_scale"))
+        if plain and q is not None and k is not None and v is not None and o is not None:
+            dtype = str(q.dtype)
+            if (
+                dtype in ("torch.bfloat16", "torch.float16")
+                and q.dim() == 3
+                and k.dim() == 3
+                and v.shape == k.shape
+                and str(k.dtype) == dtype
+                and o.shape == q.shape
+                and q.shape[-1] == k.shape[-1]
+            ):
+                B, Hq, D = (int(x) for x in q.shape)
+                config = table.lookup(Hq, int(k.shape[1]), D, B)
+        if config is None:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        B, Hq, D = (int(x) for x in q.shape)
+        run(q, k, v, a["kv_indptr"][: B + 1], a["kv_indices"], sm_scale=float(a["sm_scale"]), out=o,
+            **{n: config[n] for n in DECODE_KEYS})  # fmt: skip
+        key = (B, Hq, int(k.shape[1]), D)
+        if key not in used:
+            used.add(key)
+            log.info("evokernel decode_attention at B=%d Hq=%d Hkv=%d D=%d: %s", *key, config)
+        stats["template"] += 1
+        return None  # (SGLang's writes `o` and returns nothing)
+
+    hook.stats = stats  # type: ignore[attr-defined]
+    return hook
+
+
+def _one(x: Any) -> bool:
+    """Whether a KV scale is 1: None or the number 1 (a tensor scale is not read: that would
+    wait for the GPU; SGLang passes its layers' scales as floats)."""
+    return x is None or (isinstance(x, (int, float)) and float(x) == 1.0)
+
+
 def register() -> None:
     """The `sglang.srt.plugins` entry point: applies the package named by
     EVOKERNEL_SGLANG_PACKAGE in this SGLang process (nothing when it is unset)."""
@@ -253,3 +398,12 @@ def register() -> None:
 
         HookRegistry.register(FUSED_EXPERTS, fused_experts_hook(package.moe), HookType.AROUND)
         log.info("evokernel plugin: fused_moe hooked on %s (%d shapes)", FUSED_EXPERTS, len(package.moe.entries))
+    if package.decode is not None:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        HookRegistry.register(DECODE_ATTENTION, decode_attention_hook(package.decode), HookType.AROUND)
+        log.info(
+            "evokernel plugin: decode_attention hooked on %s (%d head shapes)",
+            DECODE_ATTENTION,
+            len(package.decode.entries),
+        )
