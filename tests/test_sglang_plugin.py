@@ -329,3 +329,52 @@ def test_the_package_keeps_sglangs_shipped_configs_for_batch_sizes_not_tuned(tmp
         assert sorted(table, key=int) == ["1", "8", "4096"]
         assert table["1"] == cfg and table["4096"] == cfg and table["8"] != cfg  # M=8 is the tuned one
     assert json.loads((out / "manifest.json").read_text())["provenance"]["seeded_from_sglang"] == [shipped.name]
+
+
+@pytest.mark.slow
+def test_export_writes_the_decode_table_from_page_1_decode_searches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from evokernel import Budget, Search
+    from evokernel.engine.search import SearchOptions
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.integrations.sglang.export import sglang_plugin_package
+    from evokernel.integrations.sglang.plugin import DECODE_ATTENTION
+    from evokernel.search_spaces import decode_space
+    from evokernel.search_spaces.attention.template_decode import candidate_source
+    from evokernel.store import SQLiteStore
+
+    from .test_export import QUICK
+
+    db = tmp_path / "decode.db"
+    monkeypatch.setenv("EVOKERNEL_DECODE_MODEL", "tiny")
+    monkeypatch.setenv("EVOKERNEL_DECODE_DTYPE", "float16")  # the interpreter cannot do bf16 dots
+    monkeypatch.setenv("EVOKERNEL_DECODE_CONTEXT", "48")
+    for page, batch in ((1, 2), (16, 4)):  # SGLang's page size, and one it does not use
+        monkeypatch.setenv("EVOKERNEL_DECODE_PAGE", str(page))
+        monkeypatch.setenv("EVOKERNEL_DECODE_BATCH", str(batch))
+        ev = KernelEvaluator(
+            ROOT / "examples" / "problems" / "attention_decode_bf16.py",
+            lambda g: candidate_source(g.params),
+            device="cpu",
+            options=QUICK,
+            workers=2,
+        )
+        report = Search(
+            decode_space(head_dim=64, group=4),
+            ev,
+            store=SQLiteStore(db),
+            options=SearchOptions(population=2, remeasure=0, report_elites=1),
+        ).run(Budget(evaluations=2), seed=page)
+        assert report.best is not None, report.statuses
+    out = tmp_path / "pkg"
+    with SQLiteStore(db) as store:
+        done = sglang_plugin_package(store, out, device_name="NVIDIA H200", triton_version="3.6.0")
+    assert any("page size 16" in s for s in done.skipped), done.skipped
+    package = Package.load(out)
+    assert package.moe is None and package.decode is not None
+    assert list(package.decode.entries) == [(4, 1, 64)] and list(package.decode.entries[(4, 1, 64)]) == [2]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kernels"] == [
+        {"op": "decode_attention", "target": DECODE_ATTENTION, "table": "kernels/decode_attention.json"}
+    ]
+    (row,) = manifest["provenance"]["decode_attention"]
+    assert (row["B"], row["C"]) == (2, 48) and row["latency_ms"] > 0

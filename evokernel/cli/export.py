@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
         choices=["sglang-moe", "sglang-plugin"],
         help="sglang-moe: fused-MoE configs as SGLang's tuned-config files (SGLANG_MOE_CONFIG_DIR); "
         "sglang-plugin: a package for evokernel's SGLang plugin (EVOKERNEL_SGLANG_PACKAGE): those "
-        "configs plus evokernel's fused-MoE kernel at its tuned configs",
+        "configs plus evokernel's fused-MoE kernel at its tuned configs and its split-KV decode attention "
+        "at the configs of page-1 decode searches",
     )
     ex.add_argument("db", help="the search database: an SQLite file or a postgresql:// URL")
     ex.add_argument("--out", required=True, help="folder to write (files in it are merged, not replaced)")

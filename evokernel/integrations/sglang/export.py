@@ -220,6 +220,40 @@ def _read(path: Path) -> dict[int, dict[str, int]]:
         raise ConfigError(f"{path} exists but is not an SGLang MoE config file ({exc}); move it away") from exc
 
 
+DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
+
+
+def _decode_winners(
+    store: Store, report: MoeExport
+) -> dict[tuple[int, int, int, int], tuple[float, dict[str, int], str, int]]:
+    """The best decode configuration per (H_q, H_kv, D, batch size) over the store's paged
+    decode runs at page size 1 (the token-slot cache SGLang's Triton backend keeps; runs at
+    another page size are left out, with the reason): value (latency, params, run id,
+    context)."""
+    best: dict[tuple[int, int, int, int], tuple[float, dict[str, int], str, int]] = {}
+    for run in store.runs():
+        ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
+        shapes = ev.get("shapes") if isinstance(ev, dict) else None
+        if not isinstance(shapes, list) or not shapes:
+            continue
+        if not all(isinstance(sh, dict) and {"B", "C", "Hq", "Hkv", "D", "P"} <= set(sh) for sh in shapes):
+            continue  # not a decode problem's run
+        if any(int(sh["P"]) != 1 for sh in shapes):
+            report.skipped.append(f"{run.id}: tuned at page size {shapes[0]['P']}; SGLang's cache has page size 1")
+            continue
+        elites = [e for e in store.elites(run_id=run.id) if all(k in e.genome.params for k in DECODE_KEYS)]
+        if not elites:
+            report.skipped.append(f"{run.id}: no decode elite")
+            continue
+        elite = min(elites, key=lambda e: e.latency_ms)
+        params = {k: int(elite.genome.params[k]) for k in DECODE_KEYS}
+        for sh in shapes:
+            key = (int(sh["Hq"]), int(sh["Hkv"]), int(sh["D"]), int(sh["B"]))
+            if key not in best or elite.latency_ms < best[key][0]:
+                best[key] = (elite.latency_ms, params, run.id, int(sh["C"]))
+    return best
+
+
 def sglang_plugin_package(
     store: Store,
     out: str | os.PathLike[str],
@@ -228,6 +262,7 @@ def sglang_plugin_package(
     triton_version: str | None = None,
     kernel: bool = True,
     seed_shipped: bool = True,
+    decode: bool = True,
 ) -> MoeExport:
     """Write the package the SGLang plugin applies (`evokernel.integrations.sglang.plugin`): SGLang's config
     files for its own fused-MoE kernel (winners whose two BLOCK_SIZE_M agree) under
@@ -238,12 +273,16 @@ def sglang_plugin_package(
     With `seed_shipped`, a config file SGLang ships for that (E, N, GPU) is copied in first
     (as the up file, and as the down file, which is what SGLang runs for the down GEMM when
     it ships none) and the tuned batch sizes are merged over it: the batch sizes the search
-    did not tune keep SGLang's configs instead of borrowing the nearest tuned one."""
+    did not tune keep SGLang's configs instead of borrowing the nearest tuned one.
+
+    With `decode`, the store's paged decode runs at page size 1 give the table of the
+    decode-attention hook (`out/kernels/decode_attention.json`: per heads and batch size, the
+    best run's configuration; a batch size tuned at several contexts keeps the fastest)."""
     import datetime as dt
 
     from evokernel.search_spaces.moe.sglang import shipped_file
 
-    from evokernel.integrations.sglang.plugin import FORMAT, FUSED_EXPERTS, MoeTable
+    from evokernel.integrations.sglang.plugin import DECODE_ATTENTION, FORMAT, FUSED_EXPERTS, DecodeTable, MoeTable
 
     out = Path(out)
     seeded: list[str] = []
@@ -287,9 +326,26 @@ def sglang_plugin_package(
                 {"E": E, "N": N, "M": m, "latency_ms": lat, "run": run}
                 for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())
             ]
+    if decode:
+        found = _decode_winners(store, report)
+        if found:
+            table = DecodeTable({})
+            for (hq, hkv, d, b), (_, params, _, _) in sorted(found.items()):
+                table.entries.setdefault((hq, hkv, d), {})[b] = params
+            path = out / "kernels" / "decode_attention.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(table.to_json(), indent=1) + "\n")
+            report.files.append(path)
+            manifest["kernels"].append(
+                {"op": "decode_attention", "target": DECODE_ATTENTION, "table": "kernels/decode_attention.json"}
+            )
+            manifest["provenance"]["decode_attention"] = [
+                {"Hq": hq, "Hkv": hkv, "D": d, "B": b, "C": c, "latency_ms": lat, "run": run}
+                for (hq, hkv, d, b), (lat, _, run, c) in sorted(found.items())
+            ]
     if not report.files:
         raise ConfigError(
-            "nothing to export: the store holds no fused-MoE run with an elite"
+            "nothing to export: the store holds no fused-MoE or page-1 decode run with an elite"
             + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else "")
         )
     out.mkdir(parents=True, exist_ok=True)
