@@ -606,6 +606,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
             "BLOCK_N": 16,
             "REDUCE": reduce,
             "INPUT_PRECISION": "tf32",
+            "SLOTS": False,
             "GROUP": 4,
             "HEAD_DIM": 64,
             "BLOCK_H": 16,
