@@ -213,7 +213,14 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         "qk_scale": "fp32",
     }
     common = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": p["NUM_SPLITS"]}
-    consts = {**common, "PAGE": 16, "BLOCK_N": p["BLOCK_N"], "REDUCE": p["REDUCE"], "INPUT_PRECISION": "tf32"}
+    consts = {
+        **common,
+        "PAGE": 16,
+        "BLOCK_N": p["BLOCK_N"],
+        "REDUCE": p["REDUCE"],
+        "INPUT_PRECISION": "tf32",
+        "SLOTS": False,
+    }
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
     )

@@ -172,7 +172,7 @@ def _split_kernel(
         first = tl.load(lens_ptr + b).to(tl.int64)
         length = tl.load(lens_ptr + b + 1) - tl.load(lens_ptr + b)
     else:
-        first = b * stride_bt
+        first = (b * stride_bt).to(tl.int64)
         length = tl.load(lens_ptr + b)
     per_split = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
     lo = split * per_split
