@@ -652,20 +652,7 @@ def attention_gluon(
     later calls of that signature launch the compiled kernel directly, the descriptors
     copies of the first call's over this call's tensors (the signature fixes their shapes
     and strides; contiguity and 16-byte alignment are checked on every call)."""
-    config = dict(
-        BLOCK_M=BLOCK_M,
-        BLOCK_N=BLOCK_N,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        OVERLAP=OVERLAP,
-        PINGPONG=PINGPONG,
-        PERSISTENT=PERSISTENT,
-        QSTAGES=QSTAGES,
-        TMA_STORE=TMA_STORE,
-        BY_SEQUENCE=BY_SEQUENCE,
-        SNAKE=SNAKE,
-        FOLD=FOLD,
-    )
+    config = _config(locals())
     return _attention(q, k, v, cu_seqlens, max_seqlen, causal, sm_scale, config)
 
 
@@ -695,21 +682,14 @@ def attention_gluon_dense(
     so the descriptors view them as [B x H x S, D] and no cu_seqlens is read. (A [B, S, H,
     D] tensor is the packed layout: `attention_gluon` over its [B x S, H, D] view with
     cu_seqlens = 0, S, 2S, ...)"""
-    config = dict(
-        BLOCK_M=BLOCK_M,
-        BLOCK_N=BLOCK_N,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        OVERLAP=OVERLAP,
-        PINGPONG=PINGPONG,
-        PERSISTENT=PERSISTENT,
-        QSTAGES=QSTAGES,
-        TMA_STORE=TMA_STORE,
-        BY_SEQUENCE=BY_SEQUENCE,
-        SNAKE=SNAKE,
-        FOLD=FOLD,
-    )
+    config = _config(locals())
     return _attention(q, k, v, None, q.shape[2] if q.ndim == 4 else 0, causal, sm_scale, config)
+
+
+def _config(given: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration a public entry was called with (its genes, then FOLD), from its
+    `locals()` taken before anything else is bound."""
+    return {k: given[k] for k in (*GLUON_PARAMS, "FOLD")}
 
 
 def _attention(

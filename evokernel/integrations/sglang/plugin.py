@@ -247,6 +247,22 @@ _PLAIN_DEFAULTS = {  # fused_experts_impl arguments that must hold these values 
 }
 
 
+def _arguments(
+    signatures: dict[Any, inspect.Signature], original: Callable[..., Any], args: tuple, kwargs: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A hooked call's arguments by name, defaults filled in (the original's signature read
+    once), or None where they do not bind to it (the hook then leaves the call to SGLang)."""
+    sig = signatures.get(original)
+    if sig is None:
+        sig = signatures[original] = inspect.signature(original)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
 def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None) -> Callable[..., Any]:
     """An AROUND hook for `fused_experts_impl`: the template where `table` has a config for
     the call's (E, N) and the call is on the plain path, else SGLang's own kernel."""
@@ -257,16 +273,10 @@ def fused_experts_hook(table: MoeTable, *, run: Callable[..., Any] | None = None
     stats = {"template": 0, "fallback": 0}
 
     def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        sig = signatures.get(original)
-        if sig is None:
-            sig = signatures[original] = inspect.signature(original)
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError:
+        a = _arguments(signatures, original, args, kwargs)
+        if a is None:
             stats["fallback"] += 1
             return original(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
         x, w1, w2 = a["hidden_states"], a["w1"], a["w2"]
         plain = all((a.get(k) is None) if v is None else (a.get(k, v) == v) for k, v in _PLAIN_DEFAULTS.items())
         configs = None
@@ -326,16 +336,10 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
     stats = {"template": 0, "fallback": 0}
 
     def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        sig = signatures.get(original)
-        if sig is None:
-            sig = signatures[original] = inspect.signature(original)
-        try:
-            bound = sig.bind(*args, **kwargs)
-        except TypeError:
+        a = _arguments(signatures, original, args, kwargs)
+        if a is None:
             stats["fallback"] += 1
             return original(*args, **kwargs)
-        bound.apply_defaults()
-        a = bound.arguments
         q, k, v, o = a.get("q"), a.get("k_buffer"), a.get("v_buffer"), a.get("o")
         config = None
         plain = all(
