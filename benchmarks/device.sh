@@ -29,6 +29,11 @@
 #   sglang          end to end through SGLang: search, promote, export, A/B (sglang_e2e_h200.py;
 #                   carry .sgl) [device_sglang.sh]  BUDGET (12), SEARCH_S (170), DEADLINE (540),
 #                   REPEATS (5), SERVING, SERVING_PROMPTS (100), ONLY_SERVING
+#   sglang-long     issue 29: page-1 decode searches at long contexts, export, then SGLang engines side by
+#                   side (shipped, A/A, each FLAGS value of --triton-attention-num-kv-splits, the package):
+#                   wall clock, GPU kernel time per step, numerics, predicted vs measured (sglang_long_h200.py)
+#                   POINTS ("1:32768 ..."), BUDGET (14), SEARCH_S (180), REPEATS (3), FLAGS ("16 32 64"),
+#                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl)
 #   model-level     model-level searches (model_level_h200.py) [device_model_level.sh]
 #                   MODELS (flux,qwen), BUDGET (20), DEADLINE (90), OUT_PREV
 #   profile         `evokernel profile` of the example models and an SGLang engine (carry .sgl)
@@ -63,7 +68,7 @@ set -u
 step=${1:-}
 [ -n "$step" ] && shift
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock|prefill-gluon) ;;
+  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|sglang-long|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock|prefill-gluon) ;;
   *) sed -n '2,/^set -u$/{/^#/p}' "$0"; echo "unknown step: '$step'" >&2; exit 2 ;;
 esac
 source benchmarks/device_setup.sh || exit 1
@@ -288,6 +293,19 @@ sglang() {
       ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-100}} ${ONLY_SERVING:+--skip-one-batch} \
       > "$OUT/e2e.log" 2>&1
   tail -30 "$OUT/e2e.log"
+}
+
+sglang_long() {
+  # the searches alone (SEARCH_ONLY=1) need no SGLang: carry .whl; the engines need .sgl too
+  # (both do not fit one carry with scipy's wheel: run the searches first, then PACKAGE=...)
+  [ -z "${SEARCH_ONLY:-}" ] && { source benchmarks/device_sglang_env.sh || exit 2; }
+  python3 benchmarks/sglang_long_h200.py --out "$OUT" --model "${SGL:-$HERE/.sgl}/model" ${POINTS:+--points $POINTS} \
+      --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} --flags ${FLAGS-16 32 64} \
+      ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
+      ${SEARCH_ONLY:+--search-only} > "$OUT/long.log" 2>&1
+  echo "exit $?"
+  gzip -f "$OUT/attention.db" 2>/dev/null
+  tail -40 "$OUT/long.log"
 }
 
 model_level() {
@@ -563,6 +581,7 @@ case "$step" in
   gemm|moe|attention|gate|footing|launch|coop|sglang|profile|pair|ray) "$step" "$@" ;;
   sandbox) sandbox "$@" ;;
   model-level) model_level ;;
+  sglang-long) sglang_long ;;
   sweep-attention) sweep_attention ;;
   sweep-moe) sweep_moe "$@" ;;
   sweep-matmul) sweep_matmul "$@" ;;

@@ -62,12 +62,34 @@ __all__ = [
     "profile_engine",
     "BASELINE",
     "CONTROL",
+    "Variant",
+    "DECODE_ATTENTION_KERNELS",
 ]
 
 BASELINE = "sglang_shipped"
+#: Triton kernels of a decode step that are its attention: SGLang 0.5.17's split-KV decode
+#: (grouped stage 1 for GQA, stage 1 for MHA, the stage-2 reduction) and evokernel's
+#: (`template_decode`: the split kernel and its reduction); names as the profiler reports them
+DECODE_ATTENTION_KERNELS = (
+    "_fwd_grouped_kernel_stage1",
+    "_fwd_kernel_stage1",
+    "_fwd_kernel_stage2",
+    "_split_kernel",
+    "_reduce_kernel",
+)
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
 #: the measurement's noise alone reads as a gain or a loss
 CONTROL = "sglang_shipped_control"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One engine of a comparison: the package it applies (None: SGLang as installed) and
+    server arguments appended to the evaluator's (later flags win in SGLang's parser), e.g. a
+    value of `--triton-attention-num-kv-splits` to sweep against."""
+
+    package: str | os.PathLike[str] | None = None
+    args: tuple[str, ...] = ()
 
 
 def summarise(samples: Sequence[float]) -> dict[str, float]:
@@ -138,6 +160,59 @@ class ABReport:
     numerics: dict[str, dict[str, Any]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: variant -> decode point -> GPU kernel time per decode step from the profiler
+    #: ({"gpu_ms_per_step", "by_kernel": {name: ms per step}}), where the comparison took it
+    kernels: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+
+    def composite(self, name: str, variants: Sequence[str], key: str = "median_decode_throughput") -> dict[str, str]:
+        """A reference made of several engines: at each point, the samples (and kernel times)
+        of whichever of `variants` has the best median there, e.g. SGLang at its best value of
+        a flag per point from a sweep of engines. The pick reads the same rounds it is then
+        compared on, so its own luck counts for it: a candidate's ratio to it is, if anything,
+        understated. Returns and records (meta["composite"][name]) point -> the variant chosen."""
+        chosen: dict[str, str] = {}
+        points = {p for v in variants for p in self.samples.get(v, {})}
+        for point in sorted(points):
+            best: tuple[float, str] | None = None
+            for v in variants:
+                vals = [r[key] for r in self.samples.get(v, {}).get(point, []) if key in r]
+                if vals and (best is None or statistics.median(vals) > best[0]):
+                    best = (statistics.median(vals), v)
+            if best is not None:
+                chosen[point] = best[1]
+                self.samples.setdefault(name, {})[point] = list(self.samples[best[1]][point])
+                if point in self.kernels.get(best[1], {}):
+                    self.kernels.setdefault(name, {})[point] = self.kernels[best[1]][point]
+        self.meta.setdefault("composite", {})[name] = chosen
+        return chosen
+
+    def attention_ms(self, variant: str, point: str) -> float | None:
+        """The decode attention's GPU time per decode step (ms) of a variant at a point, from
+        its profiled kernels (`DECODE_ATTENTION_KERNELS`), or None where none was profiled."""
+        got = self.kernels.get(variant, {}).get(point)
+        if not got:
+            return None
+        return sum(ms for k, ms in got.get("by_kernel", {}).items() if k in DECODE_ATTENTION_KERNELS)
+
+    def kernel_ratios(self, reference: str = BASELINE) -> dict[str, dict[str, float]]:
+        """variant -> point -> the reference's GPU kernel time per decode step over the
+        variant's (a speedup), with "geomean" over the decode points both have."""
+        ref = self.kernels.get(reference, {})
+        decode_points = set(self.plan.get("decode_points", []))
+        out: dict[str, dict[str, float]] = {}
+        for variant, points in self.kernels.items():
+            if variant == reference:
+                continue
+            got = {
+                p: ref[p]["gpu_ms_per_step"] / k["gpu_ms_per_step"]
+                for p, k in points.items()
+                if p in ref and k.get("gpu_ms_per_step") and ref[p].get("gpu_ms_per_step")
+            }
+            on = [r for p, r in got.items() if p in decode_points]
+            if on:
+                got["geomean"] = math.exp(sum(map(math.log, on)) / len(on))
+            out[variant] = got
+        return out
 
     def table(self) -> list[dict[str, Any]]:
         rows = []
@@ -152,13 +227,13 @@ class ABReport:
         return rows
 
     def ratios(
-        self, key: str = "median_decode_throughput", *, higher_is_better: bool = True
+        self, key: str = "median_decode_throughput", *, higher_is_better: bool = True, reference: str = BASELINE
     ) -> dict[str, dict[str, float]]:
-        """variant -> point -> its median over the baseline's (a speedup either way)."""
-        base = self.samples.get(BASELINE, {})
+        """variant -> point -> its median over the reference's (a speedup either way)."""
+        base = self.samples.get(reference, {})
         out: dict[str, dict[str, float]] = {}
         for variant, points in self.samples.items():
-            if variant == BASELINE:
+            if variant == reference:
                 continue
             for point, runs in points.items():
                 mine = [r[key] for r in runs if key in r]
@@ -175,9 +250,12 @@ class ABReport:
         higher_is_better: bool = True,
         resamples: int = 2000,
         seed: int = 0,
+        reference: str = BASELINE,
     ) -> dict[str, dict[str, dict[str, Any]]]:
-        """variant -> point -> the median of per-round ratios over the baseline, with a 95%
-        bootstrap interval over rounds and a verdict ("faster", "slower", "within noise").
+        """variant -> point -> the median of per-round ratios over the reference (the
+        baseline unless given: e.g. a `composite`), with a 95% bootstrap interval over rounds
+        and a verdict ("faster", "slower", "within noise"); the A/A control's intervals (its
+        ratios to the baseline) are the noise floor of every verdict.
 
         Rounds are interleaved (each engine's run of a point follows the others'), so the
         baseline's run of the same round shares the variant's conditions; pairing them
@@ -186,15 +264,17 @@ class ABReport:
         geometric mean over the decode points with rounds resampled jointly."""
         import random
 
-        base = self.samples.get(BASELINE, {})
         rng = random.Random(seed)
         out: dict[str, dict[str, dict[str, Any]]] = {}
         decode_points = set(self.plan.get("decode_points", []))
-        # the A/A control first: its intervals are every other variant's noise floor
-        variants = sorted((v for v in self.samples if v != BASELINE), key=lambda v: v != CONTROL)
+        # the A/A control first, against the baseline: its intervals are every verdict's noise floor
+        floor: dict[str, dict[str, Any]] = {}
+        variants = [CONTROL] if CONTROL in self.samples else []
+        variants += [v for v in self.samples if v not in (reference, CONTROL)]
         for variant in variants:
             points = self.samples[variant]
-            control = out.get(CONTROL, {}) if variant != CONTROL else {}
+            base = self.samples.get(BASELINE if variant == CONTROL else reference, {})
+            control = floor if variant != CONTROL else {}
             per_point: dict[str, list[float]] = {}
             for point, runs in points.items():
                 ref = base.get(point, [])
@@ -229,6 +309,10 @@ class ABReport:
 
                 boots = sorted(gmean(rng.choices(range(n), k=n)) for _ in range(resamples))
                 res["geomean"] = _verdict(gmean(list(range(n))), boots, n, control.get("geomean"))
+            if variant == CONTROL:
+                floor = res
+                if reference != BASELINE:
+                    continue  # the control is the baseline's twin: against another reference it says nothing
             out[variant] = res
         return out
 
@@ -246,7 +330,8 @@ class ABReport:
         geomean = {
             v: gm([r for p, r in per.items() if p in decode_points]) for v, per in decode.items() if v != CONTROL
         }
-        return {
+        composites = list(self.meta.get("composite", {}))
+        doc: dict[str, Any] = {
             "plan": self.plan,
             "rows": self.table(),
             "decode_throughput_ratio": decode,
@@ -257,6 +342,23 @@ class ABReport:
                 "decode_throughput": self.paired("median_decode_throughput"),
                 "prefill_speedup": self.paired("prefill_latency", higher_is_better=False),
             },
+        }
+        for name in composites:  # the same, against each composite reference
+            against = self.ratios("median_decode_throughput", reference=name)
+            doc["geomean"][name] = {
+                v: gm([r for p, r in per.items() if p in decode_points])
+                for v, per in against.items()
+                if v not in (CONTROL, BASELINE)
+            }
+            doc["paired"][f"decode_throughput_vs_{name}"] = self.paired("median_decode_throughput", reference=name)
+        if self.kernels:
+            doc["kernel_time"] = self.kernels
+            doc["kernel_time_ratio"] = {ref: self.kernel_ratios(ref) for ref in [BASELINE, *composites]}
+            doc["attention_ms_per_step"] = {
+                v: {p: self.attention_ms(v, p) for p in points} for v, points in self.kernels.items()
+            }
+        return {
+            **doc,
             "numerics": self.numerics,
             "errors": self.errors,
             "meta": self.meta,
@@ -376,8 +478,18 @@ class SGLangEvaluator:
         pin_cpus: bool = True,
         control: bool = True,
         best_of: int = 3,
+        decode_points: Sequence[tuple[int, int]] | None = None,
+        kernel_steps: int = 0,
     ) -> None:
         self.server_argv = list(server_argv)
+        #: (batch size, context) of each decode point: the grid of `batch_sizes` x `input_len`
+        #: unless given (long contexts: e.g. ((1, 32768), (4, 16384), (32, 4096)))
+        self.decode_points = [(int(b), int(c)) for b, c in decode_points] if decode_points else None
+        if self.decode_points:
+            batch_sizes = sorted({b for b, _ in self.decode_points})
+        #: with kernel_steps > 0, each engine's decode at each point is also profiled for that
+        #: many steps: GPU kernel time per step, per kernel (what wall clock hides or adds)
+        self.kernel_steps = kernel_steps
         self.batch_sizes, self.input_len, self.output_len = list(batch_sizes), input_len, output_len
         self.prefill_lens, self.repeats = list(prefill_lens), repeats
         self.weights = dict(weights) if weights else {b: 1.0 for b in self.batch_sizes}
@@ -409,7 +521,8 @@ class SGLangEvaluator:
         return cls(server_argv, batch_sizes=batch_sizes, weights=weights(hist, batch_sizes), **kw)
 
     def plan(self) -> dict[str, Any]:
-        decode = [(b, self.input_len, self.output_len) for b in self.batch_sizes]
+        pairs = self.decode_points or [(b, self.input_len) for b in self.batch_sizes]
+        decode = [(b, i, self.output_len) for b, i in pairs]
         # a decode point's run times its prefill too: a prefill length already there is not run again
         prefill = [(1, n, 2) for n in self.prefill_lens if (1, n) not in {(b, i) for b, i, _ in decode}]
         points = decode + prefill
@@ -427,20 +540,32 @@ class SGLangEvaluator:
             "plan": self.plan(),
             "repeats": self.repeats,
             "weights": {str(k): v for k, v in sorted(self.weights.items())},
+            **({"kernel_steps": self.kernel_steps} if self.kernel_steps else {}),
         }
 
     def compare(
-        self, packages: Mapping[str, str | os.PathLike[str] | None], *, control: bool | None = None
+        self,
+        packages: Mapping[str, str | os.PathLike[str] | Variant | None],
+        *,
+        control: bool | None = None,
     ) -> ABReport:
-        """The baseline and every package of `packages` (name -> folder), interleaved; with
-        the A/A control engine when `control` (default: the evaluator's setting)."""
+        """The baseline and every variant of `packages` (name -> a package folder, or a
+        `Variant`: a package and/or server arguments of its own), interleaved; with the A/A
+        control engine when `control` (default: the evaluator's setting)."""
         plan = self.plan()
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        variants = {
-            BASELINE: None,
-            **({CONTROL: None} if (self.control if control is None else control) else {}),
-            **{k: v for k, v in packages.items() if k not in (BASELINE, CONTROL)},
+        variants: dict[str, Variant] = {
+            BASELINE: Variant(),
+            **({CONTROL: Variant()} if (self.control if control is None else control) else {}),
+            **{
+                k: v if isinstance(v, Variant) else Variant(package=v)
+                for k, v in packages.items()
+                if k not in (BASELINE, CONTROL)
+            },
+        }
+        report.meta["variants"] = {
+            k: {"package": str(v.package) if v.package else None, "args": list(v.args)} for k, v in variants.items()
         }
         cpus = cpu_sets(len(variants)) if self.pin_cpus else [[] for _ in variants]
         report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
@@ -448,30 +573,32 @@ class SGLangEvaluator:
         base_env = {
             k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")
         }
+        # the engines start together (importing SGLang takes ~30 s of CPU each) but load one at
+        # a time, in turn on a lock file: SGLang sizes its KV cache from the memory free when
+        # it starts, so engines loading together would each count the others' memory as
+        # theirs; an engine warms up (compiles) while the next one loads
+        lock = self.log_dir / ".load.lock"
         try:
-            # one engine loads at a time: SGLang sizes its KV cache from the memory free when it
-            # starts, so engines loading together would each count the others' memory as theirs;
-            # an engine warms up (compiles) while the next one loads
-            for (name, pkg), mine in zip(variants.items(), cpus):
+            for (name, variant), mine in zip(variants.items(), cpus):
                 env = dict(
                     base_env,
-                    **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}),
+                    **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(variant.package).resolve())} if variant.package else {}),
                     **({"EVOKERNEL_BENCH_CPUS": ",".join(map(str, mine))} if mine else {}),
                 )
-                engine = _Engine(
+                engines[name] = _Engine(
                     name,
-                    self.server_argv,
-                    {"warm": plan["warm"], "max_batch": plan["max_batch"]},
+                    [*self.server_argv, *variant.args],
+                    {"warm": plan["warm"], "max_batch": plan["max_batch"], "load_lock": str(lock.resolve())},
                     env,
                     self.log_dir / f"{name}.log",
                 )
-                loaded = engine.read(self.load_timeout_s)
+            for name, engine in list(engines.items()):
+                loaded = engine.read(self.load_timeout_s * len(variants))  # the others' turns come first
                 report.meta.setdefault("loaded", {})[name] = loaded
                 if not loaded.get("loaded"):
                     report.errors[name] = loaded.get("error", "not loaded")
                     engine.close()
-                    continue
-                engines[name] = engine
+                    del engines[name]
             for name, engine in list(engines.items()):
                 ready = engine.read(self.load_timeout_s)
                 report.meta.setdefault("ready", {})[name] = ready
@@ -503,6 +630,19 @@ class SGLangEvaluator:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:
                             report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
+            if self.kernel_steps > 0:
+                decode_triples = [p for p in plan["points"] if f"b{p[0]}_i{p[1]}_o{p[2]}" in plan["decode_points"]]
+                for b, i, o in decode_triples:
+                    point = f"b{b}_i{i}_o{o}"
+                    for name, engine in engines.items():
+                        got = engine.ask(
+                            {"cmd": "kernels", "batch_size": b, "input_len": i, "steps": self.kernel_steps},
+                            self.run_timeout_s,
+                        )
+                        if "error" in got:
+                            report.errors.setdefault(name, f"{point} kernels: {got['error']}")
+                        else:
+                            report.kernels.setdefault(name, {})[point] = got
             probe = {
                 "cmd": "logits",
                 "batch_size": min(4, max(self.batch_sizes)),
@@ -545,8 +685,8 @@ class SGLangEvaluator:
                 continue
             runs = report.samples.get(genome.id, {})
             total = weight = 0.0
-            for b in self.batch_sizes:
-                lat = [x["median_decode_latency"] for x in runs.get(f"b{b}_i{self.input_len}_o{self.output_len}", [])]
+            for b, i in self.decode_points or [(b, self.input_len) for b in self.batch_sizes]:
+                lat = [x["median_decode_latency"] for x in runs.get(f"b{b}_i{i}_o{self.output_len}", [])]
                 if lat:
                     total += self.weights.get(b, 0.0) * statistics.median(lat) * 1e3
                     weight += self.weights.get(b, 0.0)

@@ -198,3 +198,68 @@ def test_rounds_pair_by_their_number_when_an_engine_missed_one():
     report.samples["cand"] = {point: [dict(_run(0.05, 0.001 * d, 1), round=r) for r, d in ((0, 1.0), (2, 1.0))]}
     paired = report.paired()["cand"][point]
     assert paired["rounds"] == 2 and paired["median"] == pytest.approx(1.0)
+
+
+def test_long_context_points_a_best_flag_composite_and_kernel_times():
+    """Issue 29's comparison: decode points at (batch, context) pairs, SGLang at each value of
+    a flag as engines of their own, the best flag per point as one reference, and the GPU
+    kernel time per step beside the wall clock."""
+    from evokernel.evaluators.sglang import DECODE_ATTENTION_KERNELS
+
+    ev = SGLangEvaluator(
+        ["--model-path", "m"], decode_points=[(1, 32768), (32, 4096)], prefill_lens=(), repeats=3, kernel_steps=8
+    )
+    plan = ev.plan()
+    assert plan["decode_points"] == ["b1_i32768_o32", "b32_i4096_o32"] and plan["max_batch"] == 32
+    assert ev.batch_sizes == [1, 32] and ev.fingerprint()["kernel_steps"] == 8
+    a, b = "b1_i32768_o32", "b32_i4096_o32"
+    report = ABReport(plan=plan)
+    # step times (ms) per engine and point: kv64 is SGLang's best at batch 1, kv8 (shipped) at 32
+    steps = {BASELINE: (2.4, 2.3), "kv64": (1.3, 2.35), "kv16": (1.9, 2.32), "pkg": (1.0, 2.0)}
+    for name, (ta, tb) in steps.items():
+        report.samples[name] = {
+            a: [dict(_run(0.5, ta * 1e-3 * d, 1), round=r) for r, d in enumerate((1.0, 1.1, 0.95))],
+            b: [dict(_run(0.5, tb * 1e-3 * d, 32), round=r) for r, d in enumerate((1.0, 1.1, 0.95))],
+        }
+        attn = {a: 0.5 * ta, b: 0.3 * tb}
+        report.kernels[name] = {
+            p: {
+                "gpu_ms_per_step": 0.9 * t,
+                "by_kernel": {DECODE_ATTENTION_KERNELS[0]: attn[p], "moe": 0.9 * t - attn[p]},
+            }
+            for p, t in ((a, ta), (b, tb))
+        }
+    chosen = report.composite("sglang_best_flag", [BASELINE, "kv64", "kv16"])
+    assert chosen == {a: "kv64", b: BASELINE}
+    assert report.attention_ms("pkg", a) == pytest.approx(0.5) and report.attention_ms("nobody", a) is None
+    doc = report.to_json()
+    best = doc["geomean"]["sglang_best_flag"]
+    assert best["pkg"] == pytest.approx(((1.3 / 1.0) * (2.3 / 2.0)) ** 0.5)
+    assert "kv64" in best and BASELINE not in best and CONTROL not in best
+    vs = doc["paired"]["decode_throughput_vs_sglang_best_flag"]["pkg"]
+    assert vs[a]["median"] == pytest.approx(1.3) and vs[a]["verdict"] == "faster" and vs["geomean"]["rounds"] == 3
+    ratio = doc["kernel_time_ratio"]["sglang_best_flag"]["pkg"]
+    assert ratio[a] == pytest.approx(1.3) and ratio["geomean"] == pytest.approx(((1.3) * (2.3 / 2.0)) ** 0.5)
+    assert doc["attention_ms_per_step"]["pkg"][b] == pytest.approx(0.6)
+    assert doc["meta"]["composite"]["sglang_best_flag"] == chosen
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("sglang") is not None, reason="SGLang is installed: the GPU test covers it"
+)
+def test_variants_carry_their_own_server_arguments_and_engines_start_together(tmp_path: Path):
+    from evokernel.evaluators.sglang import Variant
+
+    ev = SGLangEvaluator(
+        ["--model-path", str(tmp_path)],
+        decode_points=[(1, 64)],
+        prefill_lens=(),
+        repeats=1,
+        log_dir=tmp_path / "logs",
+        load_timeout_s=120,
+        control=False,
+    )
+    report = ev.compare({"kv32": Variant(args=("--triton-attention-num-kv-splits", "32")), "pkg": tmp_path})
+    assert report.meta["variants"]["kv32"] == {"package": None, "args": ["--triton-attention-num-kv-splits", "32"]}
+    assert report.meta["variants"]["pkg"]["package"] == str(tmp_path)
+    assert set(report.errors) == {BASELINE, "kv32", "pkg"} and not report.samples

@@ -21,6 +21,7 @@ from evokernel.integrations.sglang.plugin import (
     MoeTable,
     Package,
     PackageError,
+    decode_attention_hook,
     register,
 )
 
@@ -91,6 +92,27 @@ def test_the_decode_table_and_a_package_holding_it(tmp_path: Path):
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(PackageError, match="unknown kernel entry.*'fused_moe' and 'decode_attention'"):
         Package.load(tmp_path)
+
+
+def test_auto_splits_resolve_at_the_context_the_search_tuned_not_at_the_engines_buffer():
+    """NUM_SPLITS 0 ("auto") derives the splits from the longest context; in SGLang the slot
+    list the hook sees is a buffer sized for the whole pool, so an exported entry names the
+    context it was tuned at and the hook resolves "auto" there (what the search measured)."""
+    import torch
+
+    from evokernel.search_spaces.attention.template_decode import auto_splits
+
+    table = DecodeTable.from_json({"Hq=8,Hkv=2,D=64": {"1": dict(DEC, NUM_SPLITS=0, context=32768), "8": DEC}})
+    assert table.lookup(8, 2, 64, 1)["context"] == 32768 and "context" not in table.lookup(8, 2, 64, 8)
+    seen: list[dict] = []
+    hook = decode_attention_hook(table, run=lambda *a, **kw: seen.append(kw))
+    for b in (1, 8):
+        q, o = torch.zeros(b, 8, 64, dtype=torch.float16), torch.zeros(b, 8, 64, dtype=torch.float16)
+        kb = torch.zeros(100_000, 2, 64, dtype=torch.float16)  # the pool's slots: far more than any sequence
+        hook(sglang_decode_attention_fwd, q, kb, kb, o, torch.zeros(b + 1, dtype=torch.int32),
+             torch.zeros(100_000, dtype=torch.int32), None, None, None, 8, 0.125, 1.0, 1.0)  # fmt: skip
+    assert seen[0]["NUM_SPLITS"] == auto_splits(1, 2, 32768, 4) and seen[1]["NUM_SPLITS"] == DEC["NUM_SPLITS"]
+    assert hook.stats == {"template": 2, "fallback": 0}
 
 
 def sglang_decode_attention_fwd(
@@ -372,6 +394,7 @@ def test_export_writes_the_decode_table_from_page_1_decode_searches(tmp_path: Pa
     package = Package.load(out)
     assert package.moe is None and package.decode is not None
     assert list(package.decode.entries) == [(4, 1, 64)] and list(package.decode.entries[(4, 1, 64)]) == [2]
+    assert package.decode.entries[(4, 1, 64)][2]["context"] == 48  # where "auto" splits resolve in the engine
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kernels"] == [
         {"op": "decode_attention", "target": DECODE_ATTENTION, "table": "kernels/decode_attention.json"}

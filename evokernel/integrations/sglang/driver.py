@@ -26,7 +26,17 @@ EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to 
   run under torch.profiler (CPU and CUDA activity, shapes, FLOPs, a record_function scope
   per module of the model, as `evokernel.model.profile.profile_module` opens them), its Chrome
   trace written to P, and the run's figures (`evokernel profile --sglang` reads the trace);
+- {"cmd": "kernels", "batch_size": B, "input_len": I, "steps": S} -> after a prefill of the batch
+  and one untimed step, S decode steps (CUDA graphs as served) under torch.profiler, CUDA
+  activity only: GPU kernel time per step (`gpu_ms_per_step`, the sum of the kernels' durations)
+  and per kernel name (`by_kernel`, ms per step). Wall clock per step adds the host's launch
+  work and gaps to this; the two together say where a step's time goes;
 - {"cmd": "quit"}.
+
+With "load_lock" (a file path) in the plan, the process imports SGLang first and then loads
+the model while holding an exclusive lock on that file: engines started together import in
+parallel and load one after another (SGLang sizes its KV cache from the memory free when it
+starts).
 
 Failures are replies ({"error": ...}), never a silent death: the parent reads them.
 """
@@ -160,6 +170,59 @@ def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path
     return {"trace": path, **(got or {"error": "batch does not fit the KV cache"})}
 
 
+def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int = 0) -> dict[str, Any]:
+    import tempfile
+
+    import numpy as np
+    import torch
+    from sglang.benchmark import one_batch as ob
+    from torch.profiler import ProfilerActivity, profile
+
+    np.random.seed(seed)
+    runner.clear()
+    reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
+    next_ids, _, batch = runner.extend(reqs)
+    next_ids, _ = runner.decode(next_ids, batch)  # the first step outside the window
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            next_ids, _ = runner.decode(next_ids, batch)
+        torch.cuda.synchronize()
+    runner.cleanup(batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    by: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "kernel" and e.get("ph") == "X":
+            by[e["name"]] = by.get(e["name"], 0.0) + float(e.get("dur", 0.0))  # microseconds
+    if not by:
+        return {"error": "the profiler recorded no kernels"}
+    return {
+        "steps": steps,
+        "gpu_ms_per_step": sum(by.values()) / steps / 1e3,
+        "by_kernel": {k: v / steps / 1e3 for k, v in sorted(by.items(), key=lambda kv: -kv[1])},
+    }
+
+
+def _load(server_argv: list[str], max_batch: int, lock: str | None) -> Any:
+    """The engine, loaded while holding `lock` (a file) where one is given."""
+    if not lock:
+        return _engine(server_argv, max_batch)
+    import fcntl
+
+    import sglang.benchmark.one_batch  # noqa: F401 - the import's ~30 s outside the lock
+
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _engine(server_argv, max_batch)
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int) -> dict[str, Any]:
     import numpy as np
     import torch
@@ -207,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
     t0 = time.monotonic()
     try:
-        runner = _engine(argv[split + 1 :], int(plan.get("max_batch", 1)))
+        runner = _load(argv[split + 1 :], int(plan.get("max_batch", 1)), plan.get("load_lock"))
         loaded = time.monotonic() - t0
         # the KV cache and CUDA graphs are allocated: the next engine may start loading now
         # (SGLang sizes its KV cache from the memory free when it starts, so engines that
@@ -272,6 +335,17 @@ def main(argv: list[str] | None = None) -> int:
                         int(msg["input_len"]),
                         int(msg["output_len"]),
                         str(msg["path"]),
+                        int(msg.get("seed", 0)),
+                    ),
+                )
+            elif msg.get("cmd") == "kernels":
+                _reply(
+                    reply_fd,
+                    _kernels(
+                        runner,
+                        int(msg["batch_size"]),
+                        int(msg["input_len"]),
+                        int(msg.get("steps", 16)),
                         int(msg.get("seed", 0)),
                     ),
                 )

@@ -330,8 +330,9 @@ def sglang_plugin_package(
         found = _decode_winners(store, report)
         if found:
             table = DecodeTable({})
-            for (hq, hkv, d, b), (_, params, _, _) in sorted(found.items()):
-                table.entries.setdefault((hq, hkv, d), {})[b] = params
+            for (hq, hkv, d, b), (_, params, _, c) in sorted(found.items()):
+                # the context it was tuned at: "auto" splits resolve there in the engine
+                table.entries.setdefault((hq, hkv, d), {})[b] = dict(params, context=c)
             path = out / "kernels" / "decode_attention.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(table.to_json(), indent=1) + "\n")

@@ -131,7 +131,9 @@ class DecodeTable:
     within `reach` (2x) of the call's serves it (ties to the smaller), as in `MoeTable`. A
     decode step's batch size is what the engine knows on the host (its CUDA graphs are
     captured per batch size); the contexts are on the device, so one batch size runs one
-    configuration whatever its sequences' lengths."""
+    configuration whatever its sequences' lengths. An entry may name the context it was
+    tuned at ("context"): NUM_SPLITS 0 ("auto") is then resolved at that context, as the
+    search measured it, not at the length of the engine's slot buffer."""
 
     def __init__(self, entries: Mapping[tuple[int, int, int], Mapping[int, dict[str, int]]], *, reach: float = 2.0):
         self.entries = {k: dict(v) for k, v in entries.items()}
@@ -148,7 +150,10 @@ class DecodeTable:
                 heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]))
                 if heads[0] % heads[1]:
                     raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
-                entries[heads] = {int(b): {k: int(c[k]) for k in DECODE_KEYS} for b, c in per_b.items()}
+                entries[heads] = {
+                    int(b): {k: int(c[k]) for k in (*DECODE_KEYS, "context") if k in c or k != "context"}
+                    for b, c in per_b.items()
+                }
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise PackageError(f"{where}: entry {key!r} is malformed ({type(exc).__name__}: {exc})") from exc
         return cls(entries)
@@ -331,6 +336,11 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
     plain path (see the module's doc), else SGLang's own kernel."""
     if run is None:
         from evokernel.search_spaces.attention.template_decode import decode_slots as run
+    from evokernel.search_spaces.attention.template_decode import auto_splits, num_sms
+
+    def resolve(batch: int, kv_heads: int, context: int, device: Any) -> int:
+        return auto_splits(batch, kv_heads, context, num_sms(device))
+
     signatures: dict[Any, inspect.Signature] = {}
     used: set[tuple[int, int, int, int]] = set()
     stats = {"template": 0, "fallback": 0}
@@ -364,12 +374,14 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
             stats["fallback"] += 1
             return original(*args, **kwargs)
         B, Hq, D = (int(x) for x in q.shape)
-        run(q, k, v, a["kv_indptr"][: B + 1], a["kv_indices"], sm_scale=float(a["sm_scale"]), out=o,
-            **{n: config[n] for n in DECODE_KEYS})  # fmt: skip
+        params = {n: config[n] for n in DECODE_KEYS}
+        if not params["NUM_SPLITS"] and config.get("context"):
+            params["NUM_SPLITS"] = resolve(B, int(k.shape[1]), int(config["context"]), q.device)
+        run(q, k, v, a["kv_indptr"][: B + 1], a["kv_indices"], sm_scale=float(a["sm_scale"]), out=o, **params)
         key = (B, Hq, int(k.shape[1]), D)
         if key not in used:
             used.add(key)
-            log.info("evokernel decode_attention at B=%d Hq=%d Hkv=%d D=%d: %s", *key, config)
+            log.info("evokernel decode_attention at B=%d Hq=%d Hkv=%d D=%d: %s", *key, params)
         stats["template"] += 1
         return None  # (SGLang's writes `o` and returns nothing)
 

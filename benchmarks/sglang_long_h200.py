@@ -1,0 +1,311 @@
+"""Long-context decode through SGLang with evolved decode attention (issue 29), on the GPU.
+
+1. Search: the split-KV decode template (`decode_space()`) on the paged decode problem at
+   page size 1 (SGLang's token-slot cache) for the model's attention at each (batch,
+   context) point (`attention_h200.py --decode ... --page 1`); skipped with --package.
+2. Export: `sglang_plugin_package` writes the decode-attention table of those runs.
+3. Engines side by side (`SGLangEvaluator`, decode points at (batch, context)): SGLang as
+   shipped (default flags), its A/A control, SGLang at each swept value of
+   `--triton-attention-num-kv-splits` (the best value per point is the `sglang_best_flag`
+   reference), and SGLang with the package; interleaved rounds of wall-clock decode steps,
+   then each engine's decode profiled for GPU kernel time per step, then the numerics
+   (first-step logits and greedy tokens for --numerics-steps steps against shipped).
+4. Per point: the decode attention's share of the profiled step, its fraction of the
+   H200's copy bandwidth (KV bytes read per step over its time), the gain predicted from
+   the kernel-level figure (Amdahl over the profiled step: the engine's attention time
+   replaced by the micro-benchmarked winner's, one call per layer) next to the measured one.
+
+Writes `sglang_long.json` (top-level `geomean`: `sglang_shipped.long_context` and
+`sglang_best_flag.long_context` / `.kernel_time`), `sglang_long.md` and the package under --out.
+
+    bash benchmarks/device.sh sglang-long      # carry .whl and .sgl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the H200's device-to-device copy bandwidth measured here (BENCHMARKS.md): the ceiling a
+#: decode step's KV read is held against
+COPY_BW = 4.3e12
+FLAG = "--triton-attention-num-kv-splits"
+
+
+def parse_points(specs: list[str]) -> list[tuple[int, int]]:
+    """ "B:CONTEXT" strings as (batch, context) pairs.
+
+    >>> parse_points(["1:32768", "32:4096"])
+    [(1, 32768), (32, 4096)]
+    """
+    out = []
+    for spec in specs:
+        b, _, c = spec.partition(":")
+        out.append((int(b), int(c)))
+    return out
+
+
+def kv_bytes(model: dict[str, Any], batch: int, context: int, itemsize: int = 2) -> float:
+    """Bytes of K and V one decode step reads over all layers (bf16 cache).
+
+    >>> kv_bytes({"num_hidden_layers": 4, "num_key_value_heads": 4, "head_dim": 128}, 1, 1024)
+    8388608.0
+    """
+    layers, hkv = model["num_hidden_layers"], model["num_key_value_heads"]
+    d = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
+    return float(layers * batch * context * 2 * hkv * d * itemsize)
+
+
+def predicted_gain(step_ms: float, attention_ms: float | None, new_attention_ms: float | None) -> float | None:
+    """Amdahl over a step: the step's attention time replaced by another.
+
+    >>> round(predicted_gain(2.0, 1.0, 0.5), 3)
+    1.333
+    """
+    if attention_ms is None or new_attention_ms is None or step_ms <= 0:
+        return None
+    new = step_ms - attention_ms + new_attention_ms
+    return step_ms / new if new > 0 else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "long-out"))
+    ap.add_argument("--model", required=True, help="model folder (config.json + tokenizer; dummy weights)")
+    ap.add_argument("--problem-model", default="qwen3-30b-a3b", help="the decode problem's model (same heads)")
+    ap.add_argument("--points", nargs="+", default=["1:32768", "4:16384", "8:8192", "16:8192", "32:4096"])
+    ap.add_argument("--budget", type=int, default=14, help="evaluations per decode search")
+    ap.add_argument("--search-deadline", type=float, default=180.0)
+    ap.add_argument("--package", default=None, help="an exported package to use instead of searching")
+    ap.add_argument("--micro", default=None, help="with --package: the searches' attention.json (for predictions)")
+    ap.add_argument("--flags", nargs="*", type=int, default=[16, 32, 64], help=f"values of {FLAG} to sweep")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--best-of", type=int, default=2)
+    ap.add_argument("--kernel-steps", type=int, default=16)
+    ap.add_argument("--numerics-steps", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=32)
+    ap.add_argument("--mem", type=float, default=0.3, help="--mem-fraction-static of each engine")
+    ap.add_argument("--max-total-tokens", type=int, default=140000)
+    ap.add_argument("--no-control", action="store_true")
+    ap.add_argument("--search-only", action="store_true", help="stop after the searches and the export")
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/evokernel-long")
+    work.mkdir(parents=True, exist_ok=True)
+    points = parse_points(args.points)
+    doc: dict[str, Any] = {
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "points": [list(p) for p in points],
+        "stages": {},
+    }
+
+    def save() -> None:
+        (out / "sglang_long.json").write_text(json.dumps(doc, indent=1))
+
+    # 1. the decode searches (page 1: SGLang's cache)
+    micro: dict[str, Any] = {"rows": []}
+    if args.package is None:
+        attn = work / "attn"
+        specs = [f"{args.problem_model}:{b}:{c}" for b, c in points]
+        subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "attention_h200.py"), "--out", str(attn), "--decode", *specs,
+             "--page", "1", "--budget", str(args.budget), "--deadline", str(args.search_deadline)],
+            check=False,
+        )  # fmt: skip
+        if (attn / "attention.json").exists():
+            micro = json.loads((attn / "attention.json").read_text())
+            shutil.copy(attn / "attention.json", out / "attention.json")
+            shutil.copy(attn / "attention.md", out / "attention.md")
+        doc["stages"]["search_s"] = round(time.monotonic() - t0, 1)
+
+        # 2. export
+        import torch
+        import triton
+
+        from evokernel.integrations.sglang.export import sglang_plugin_package
+        from evokernel.store import SQLiteStore
+
+        package = out / "package"
+        sglang_plugin_package(
+            SQLiteStore(attn / "attention.db"),
+            package,
+            device_name=torch.cuda.get_device_name(),
+            triton_version=triton.__version__,
+            kernel=False,
+            seed_shipped=False,
+        )
+        if (attn / "attention.db").exists():
+            shutil.copy(attn / "attention.db", out / "attention.db")
+    else:
+        package = Path(args.package)
+        if args.micro:
+            micro = json.loads(Path(args.micro).read_text())
+    doc["package"] = json.loads((package / "kernels" / "decode_attention.json").read_text())
+    doc["micro"] = [
+        {k: r.get(k) for k in ("spec", "shape", "winner_short", "winner_ms", "baselines", "speedup", "rate")}
+        for r in micro.get("rows", [])
+    ]
+    save()
+    if args.search_only:
+        print(json.dumps({"package": doc["package"], "micro": doc["micro"]}, indent=1), flush=True)
+        return
+
+    # 3. engines side by side
+    model = json.loads((Path(args.model) / "config.json").read_text())
+    from evokernel.evaluators.sglang import BASELINE, CONTROL, SGLangEvaluator, Variant, ab_markdown
+
+    argv = [
+        "--model-path", args.model, "--load-format", "dummy", "--tp-size", "1",
+        "--attention-backend", "triton", "--sampling-backend", "pytorch", "--moe-runner-backend", "triton",
+        "--grammar-backend", "none", "--disable-flashinfer-autotune", "--cuda-graph-backend-prefill", "disabled",
+        "--context-length", str(model.get("max_position_embeddings", 40960)),
+        "--mem-fraction-static", str(args.mem), "--max-total-tokens", str(args.max_total_tokens),
+    ]  # fmt: skip
+    variants: dict[str, Any] = {f"sglang_kv{f}": Variant(args=(FLAG, str(f))) for f in args.flags}
+    variants["evokernel"] = Variant(package=package)
+    ev = SGLangEvaluator(
+        argv,
+        decode_points=points,
+        output_len=args.output_len,
+        prefill_lens=(),
+        repeats=args.repeats,
+        best_of=args.best_of,
+        kernel_steps=args.kernel_steps,
+        numerics_steps=args.numerics_steps,
+        control=not args.no_control,
+        log_dir=work / "logs",
+        load_timeout_s=240,
+        run_timeout_s=180,
+    )
+    t1 = time.monotonic()
+    report = ev.compare(variants)
+    doc["stages"]["ab_s"] = round(time.monotonic() - t1, 1)
+    flags = [BASELINE, *(v for v in variants if v.startswith("sglang_kv"))]
+    report.composite("sglang_best_flag", [v for v in flags if v in report.samples])
+    ab = report.to_json()
+    doc["ab"] = ab
+
+    # 4. per point: shares, bandwidth, prediction against measurement
+    winners = {}
+    for r in micro.get("rows", []):
+        _, b, c = r["spec"].split(":")[:3]
+        winners[(int(b), int(c))] = r.get("winner_ms")
+    layers = int(model["num_hidden_layers"])
+    rows = []
+    paired = ab["paired"]["decode_throughput"].get("evokernel", {})
+    paired_best = ab["paired"].get("decode_throughput_vs_sglang_best_flag", {}).get("evokernel", {})
+    control = ab["paired"]["decode_throughput"].get(CONTROL, {})
+    kt = ab.get("kernel_time_ratio", {})
+    for b, c in points:
+        p = f"b{b}_i{c}_o{args.output_len}"
+        row: dict[str, Any] = {"point": p, "batch": b, "context": c, "kv_bytes": kv_bytes(model, b, c)}
+        for v in (BASELINE, "sglang_best_flag", "evokernel"):
+            runs = report.samples.get(v, {}).get(p, [])
+            lat = sorted(x["median_decode_latency"] for x in runs if "median_decode_latency" in x)
+            att = report.attention_ms(v, p)
+            kern = report.kernels.get(v, {}).get(p, {}).get("gpu_ms_per_step")
+            row[v] = {
+                "step_ms": 1e3 * lat[len(lat) // 2] if lat else None,
+                "gpu_ms_per_step": kern,
+                "attention_ms": att,
+                "attention_share": att / kern if att is not None and kern else None,
+                "attention_bw_fraction": row["kv_bytes"] / (att * 1e-3) / COPY_BW if att else None,
+            }
+        row["best_flag"] = report.meta.get("composite", {}).get("sglang_best_flag", {}).get(p)
+        micro_ms = winners.get((b, c))
+        row["micro_winner_ms"] = micro_ms
+        for ref in (BASELINE, "sglang_best_flag"):
+            step = row[ref]["step_ms"]
+            pred = (
+                predicted_gain(step, row[ref]["attention_ms"], layers * micro_ms if micro_ms else None)
+                if step
+                else None
+            )
+            real = (paired if ref == BASELINE else paired_best).get(p, {}).get("median")
+            row[f"vs_{ref}"] = {
+                "paired": (paired if ref == BASELINE else paired_best).get(p),
+                "kernel_time": kt.get(ref, {}).get("evokernel", {}).get(p),
+                "predicted": pred,
+                "realized": real,
+                "missed": bool(pred and real and abs(real - pred) > 0.25 * abs(pred - 1.0)),
+            }
+        row["control"] = control.get(p)
+        rows.append(row)
+    doc["rows"] = rows
+    doc["geomean"] = {
+        "sglang_shipped": {
+            "long_context": ab["geomean"][BASELINE].get("evokernel"),
+            "paired": paired.get("geomean"),
+            "kernel_time": kt.get(BASELINE, {}).get("evokernel", {}).get("geomean"),
+        },
+        "sglang_best_flag": {
+            "long_context": ab["geomean"].get("sglang_best_flag", {}).get("evokernel"),
+            "paired": paired_best.get("geomean"),
+            "kernel_time": kt.get("sglang_best_flag", {}).get("evokernel", {}).get("geomean"),
+        },
+        "best_flag_vs_shipped": ab["geomean"][BASELINE].get("sglang_best_flag"),
+    }
+    doc["stages"]["total_s"] = round(time.monotonic() - t0, 1)
+    save()
+    lines = markdown(doc) + [""] + ab_markdown(ab)
+    (out / "sglang_long.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    for name in ab["errors"]:
+        log = work / "logs" / f"{name}.log"
+        if log.exists():
+            print(f"---- {name}.log (tail) ----\n" + log.read_text()[-3000:], flush=True)
+
+
+def _f(x: float | None, fmt: str = ".3f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def markdown(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "| point | shipped step ms | best flag | best-flag step ms | evokernel step ms | vs shipped: paired [95%] "
+        "| predicted | vs best flag: paired [95%] | predicted | kernel time vs best | A/A | attention ms "
+        "(shipped / best / evokernel) | evokernel attention BW |",
+        "|---" * 13 + "|",
+    ]
+    for r in doc["rows"]:
+
+        def pair(ref: str) -> str:
+            got = r[f"vs_{ref}"]["paired"]
+            return f"{got['median']:.3f} [{got['low']:.3f}, {got['high']:.3f}] {got['verdict']}" if got else "-"
+
+        aa = r["control"]
+        aa_text = f"[{aa['low']:.3f}, {aa['high']:.3f}]" if aa else "-"
+        lines.append(
+            f"| b{r['batch']} x {r['context']} | {_f(r['sglang_shipped']['step_ms'])} | {r['best_flag'] or '-'} | "
+            f"{_f(r['sglang_best_flag']['step_ms'])} | {_f(r['evokernel']['step_ms'])} | {pair('sglang_shipped')} | "
+            f"{_f(r['vs_sglang_shipped']['predicted'])}{' (missed)' if r['vs_sglang_shipped']['missed'] else ''} | "
+            f"{pair('sglang_best_flag')} | {_f(r['vs_sglang_best_flag']['predicted'])}"
+            f"{' (missed)' if r['vs_sglang_best_flag']['missed'] else ''} | "
+            f"{_f(r['vs_sglang_best_flag']['kernel_time'])} | "
+            f"{aa_text} | "
+            f"{_f(r['sglang_shipped']['attention_ms'])} / {_f(r['sglang_best_flag']['attention_ms'])} / "
+            f"{_f(r['evokernel']['attention_ms'])} | {_f(r['evokernel']['attention_bw_fraction'], '.2f')} |"
+        )
+    g = doc["geomean"]
+    lines.append(
+        f"\ngeomean decode throughput (wall clock): vs shipped {_f(g['sglang_shipped']['long_context'])}, "
+        f"vs best flag {_f(g['sglang_best_flag']['long_context'])}; GPU kernel time per step: vs shipped "
+        f"{_f(g['sglang_shipped']['kernel_time'])}, vs best flag {_f(g['sglang_best_flag']['kernel_time'])}; "
+        f"best flag vs shipped {_f(g['best_flag_vs_shipped'])}"
+    )
+    return lines
+
+
+if __name__ == "__main__":
+    main()
