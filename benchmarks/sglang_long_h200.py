@@ -172,8 +172,7 @@ def main() -> None:
         "--context-length", str(model.get("max_position_embeddings", 40960)),
         "--mem-fraction-static", str(args.mem), "--max-total-tokens", str(args.max_total_tokens),
     ]  # fmt: skip
-    variants: dict[str, Any] = {f"sglang_kv{f}": Variant(args=(FLAG, str(f))) for f in args.flags}
-    variants["evokernel"] = Variant(package=package)
+    flag_variants: dict[str, Any] = {f"sglang_kv{f}": Variant(args=(FLAG, str(f))) for f in args.flags}
     ev = SGLangEvaluator(
         argv,
         decode_points=points,
@@ -188,13 +187,33 @@ def main() -> None:
         load_timeout_s=240,
         run_timeout_s=180,
     )
+    # the promotion cascade's end-to-end stage: the package's changes in attributable groups
+    # (a decode table's entries serve one batch size each: one group, the whole package, named
+    # "evokernel"), beside shipped, its A/A control and the flag sweep; dead ends go to the
+    # knowledge base and the promoted package is written to out/promoted
+    import torch
+    import triton
+
+    from evokernel.integrations.sglang.promote import promote
+    from evokernel.store import SQLiteStore
+
     t1 = time.monotonic()
-    report = ev.compare(variants)
+    promotion = promote(
+        ev,
+        package,
+        out / "promoted",
+        work=work / "variants",
+        store=SQLiteStore(out / "knowledge.db"),
+        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        toolchain={"triton": triton.__version__, "torch": torch.__version__},
+        extra=flag_variants,
+        name="evokernel",
+        composite=("sglang_best_flag", [BASELINE, *flag_variants]),
+    )
     doc["stages"]["ab_s"] = round(time.monotonic() - t1, 1)
-    flags = [BASELINE, *(v for v in variants if v.startswith("sglang_kv"))]
-    report.composite("sglang_best_flag", [v for v in flags if v in report.samples])
-    ab = report.to_json()
+    report, ab = promotion.report, promotion.ab
     doc["ab"] = ab
+    doc["promotion"] = promotion.to_json()
 
     # 4. per point: shares, bandwidth, prediction against measurement
     winners = {}
@@ -258,7 +277,10 @@ def main() -> None:
     }
     doc["stages"]["total_s"] = round(time.monotonic() - t0, 1)
     save()
-    lines = markdown(doc) + [""] + ab_markdown(ab)
+    by_verdict: dict[str, list[str]] = {}
+    for d in doc["promotion"]["decisions"]:
+        by_verdict.setdefault(d["verdict"], []).append(f"{d['op']} b{d['batch']}" if d["batch"] else d["key"])
+    lines = markdown(doc) + [f"\npromotion (A/B verdicts per change): {by_verdict}", ""] + ab_markdown(ab)
     (out / "sglang_long.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     for name in ab["errors"]:

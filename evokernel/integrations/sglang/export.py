@@ -352,4 +352,21 @@ def sglang_plugin_package(
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     report.files.append(out / "manifest.json")
+    # what an end-to-end A/B found slower (the promotion's dead ends, `promote.py`) never ships
+    from evokernel.integrations.sglang.promote import drop_dead_ends
+
+    gpus = {device_name} if device_name else _run_gpus(store)
+    for gpu in sorted(g for g in gpus if g):
+        for change in drop_dead_ends(store, out, gpu):
+            report.notes.append(f"{change}: left out, a dead end in the knowledge base (slower end to end on {gpu})")
     return report
+
+
+def _run_gpus(store: Store) -> set[str]:
+    """The GPUs the store's runs recorded."""
+    out = set()
+    for run in store.runs():
+        ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
+        if isinstance(ev, dict) and ev.get("gpu"):
+            out.add(str(ev["gpu"]))
+    return out

@@ -42,7 +42,7 @@ import inspect
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ __all__ = [
     "FUSED_EXPERTS",
     "DECODE_ATTENTION",
     "FORMAT",
+    "serving",
 ]
 
 log = logging.getLogger("evokernel.sglang")
@@ -72,6 +73,20 @@ GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "nu
 STRUCTURE = ("GEMV", "FUSE_SILU")  # the template's structural genes (search_spaces/moe/template.py: STRUCTURE)
 
 
+def serving(keys: Iterable[int], batch: int, reach: float | None = 2.0) -> int | None:
+    """The tuned batch size whose entry serves `batch`: the nearest (ties to the smaller),
+    within `reach` of it (None: at any distance, as SGLang reads its own config files).
+
+    >>> serving([1, 4, 16], 2), serving([1, 4, 16], 7), serving([1, 4, 16], 40), serving([1, 4, 16], 40, None)
+    (1, 4, None, 16)
+    """
+    keys = list(keys)
+    if not keys:
+        return None
+    k = min(keys, key=lambda x: (abs(x - batch), x))
+    return k if reach is None or k / reach <= batch <= k * reach else None
+
+
 class PackageError(ValueError):
     """A package folder that cannot be used, with the reason."""
 
@@ -79,11 +94,13 @@ class PackageError(ValueError):
 class MoeTable:
     """Tuned (up, down) configs per (E, N) and batch size; the nearest batch size is used, as
     SGLang picks its own configs (ties go to the smaller), but only within `reach` (2x) of it:
-    a prefill of 2048 tokens does not run a config tuned for decode at 256."""
+    a prefill of 2048 tokens does not run a config tuned for decode at 256. An entry of None
+    (null in the file) keeps SGLang's own kernel for the batch sizes nearest to it: what the
+    promotion cascade writes for a change it did not promote (`promote.py`)."""
 
     def __init__(
         self,
-        entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]]]],
+        entries: Mapping[tuple[int, int], Mapping[int, tuple[dict[str, int], dict[str, int]] | None]],
         *,
         reach: float = 2.0,
     ):
@@ -94,7 +111,7 @@ class MoeTable:
     def from_json(cls, data: Any, where: str = "the table") -> MoeTable:
         if not isinstance(data, dict):
             raise PackageError(f"{where}: expected an object of 'E=..,N=..' keys")
-        entries: dict[tuple[int, int], dict[int, tuple[dict[str, int], dict[str, int]]]] = {}
+        entries: dict[tuple[int, int], dict[int, tuple[dict[str, int], dict[str, int]] | None]] = {}
         for key, per_m in data.items():
             try:
                 parts = dict(p.split("=") for p in key.split(","))
@@ -104,6 +121,8 @@ class MoeTable:
                         {k: int(c["up"][k]) for k in (*GEMM_KEYS, *STRUCTURE) if k in c["up"] or k not in STRUCTURE},
                         {k: int(c["down"][k]) for k in GEMM_KEYS},
                     )
+                    if c is not None
+                    else None  # SGLang's own kernel (a change the promotion reverted)
                     for m, c in per_m.items()
                 }
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -112,7 +131,7 @@ class MoeTable:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            f"E={e},N={n}": {str(m): {"up": up, "down": down} for m, (up, down) in sorted(per_m.items())}
+            f"E={e},N={n}": {str(m): {"up": c[0], "down": c[1]} if c else None for m, c in sorted(per_m.items())}
             for (e, n), per_m in sorted(self.entries.items())
         }
 
@@ -120,10 +139,8 @@ class MoeTable:
         per_m = self.entries.get((E, N))
         if not per_m:
             return None
-        m = min(per_m, key=lambda k: (abs(k - M), k))
-        if not m / self.reach <= M <= m * self.reach:
-            return None  # far from anything tuned: SGLang's own kernel and configs serve it
-        return per_m[m]
+        m = serving(per_m, M, self.reach)
+        return None if m is None else per_m[m]  # far from anything tuned: SGLang's own kernel and configs
 
 
 class DecodeTable:
@@ -133,9 +150,12 @@ class DecodeTable:
     captured per batch size); the contexts are on the device, so one batch size runs one
     configuration whatever its sequences' lengths. An entry may name the context it was
     tuned at ("context"): NUM_SPLITS 0 ("auto") is then resolved at that context, as the
-    search measured it, not at the length of the engine's slot buffer."""
+    search measured it, not at the length of the engine's slot buffer. An entry of None keeps
+    SGLang's kernel for the batch sizes nearest to it (as in `MoeTable`)."""
 
-    def __init__(self, entries: Mapping[tuple[int, int, int], Mapping[int, dict[str, int]]], *, reach: float = 2.0):
+    def __init__(
+        self, entries: Mapping[tuple[int, int, int], Mapping[int, dict[str, int] | None]], *, reach: float = 2.0
+    ):
         self.entries = {k: dict(v) for k, v in entries.items()}
         self.reach = reach
 
@@ -143,7 +163,7 @@ class DecodeTable:
     def from_json(cls, data: Any, where: str = "the table") -> DecodeTable:
         if not isinstance(data, dict):
             raise PackageError(f"{where}: expected an object of 'Hq=..,Hkv=..,D=..' keys")
-        entries: dict[tuple[int, int, int], dict[int, dict[str, int]]] = {}
+        entries: dict[tuple[int, int, int], dict[int, dict[str, int] | None]] = {}
         for key, per_b in data.items():
             try:
                 parts = dict(p.split("=") for p in key.split(","))
@@ -152,6 +172,8 @@ class DecodeTable:
                     raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
                 entries[heads] = {
                     int(b): {k: int(c[k]) for k in (*DECODE_KEYS, "context") if k in c or k != "context"}
+                    if c is not None
+                    else None  # SGLang's own kernel (a change the promotion reverted)
                     for b, c in per_b.items()
                 }
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -160,7 +182,7 @@ class DecodeTable:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            f"Hq={hq},Hkv={hkv},D={d}": {str(b): dict(c) for b, c in sorted(per_b.items())}
+            f"Hq={hq},Hkv={hkv},D={d}": {str(b): dict(c) if c else None for b, c in sorted(per_b.items())}
             for (hq, hkv, d), per_b in sorted(self.entries.items())
         }
 
@@ -168,10 +190,8 @@ class DecodeTable:
         per_b = self.entries.get((Hq, Hkv, D))
         if not per_b:
             return None
-        b = min(per_b, key=lambda k: (abs(k - B), k))
-        if not b / self.reach <= B <= b * self.reach:
-            return None
-        return per_b[b]
+        b = serving(per_b, B, self.reach)
+        return None if b is None else per_b[b]
 
 
 class Package:
