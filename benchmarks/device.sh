@@ -33,7 +33,9 @@
 #                   side (shipped, A/A, each FLAGS value of --triton-attention-num-kv-splits, the package):
 #                   wall clock, GPU kernel time per step, numerics, predicted vs measured (sglang_long_h200.py)
 #                   POINTS ("1:32768 ..."), BUDGET (14), SEARCH_S (180), REPEATS (3), FLAGS ("16 32 64"),
-#                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl)
+#                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl),
+#                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40),
+#                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value)
 #   model-level     model-level searches (model_level_h200.py) [device_model_level.sh]
 #                   MODELS (flux,qwen), BUDGET (20), DEADLINE (90), OUT_PREV
 #   profile         `evokernel profile` of the example models and an SGLang engine (carry .sgl)
@@ -302,7 +304,8 @@ sglang_long() {
   python3 benchmarks/sglang_long_h200.py --out "$OUT" --model "${SGL:-$HERE/.sgl}/model" ${POINTS:+--points $POINTS} \
       --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} --flags ${FLAGS-16 32 64} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
-      ${SEARCH_ONLY:+--search-only} > "$OUT/long.log" 2>&1
+      ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} \
+      ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1
   echo "exit $?"
   gzip -f "$OUT/attention.db" 2>/dev/null
   tail -40 "$OUT/long.log"

@@ -97,6 +97,10 @@ def main() -> None:
     ap.add_argument("--max-total-tokens", type=int, default=140000)
     ap.add_argument("--no-control", action="store_true")
     ap.add_argument("--search-only", action="store_true", help="stop after the searches and the export")
+    ap.add_argument("--serving", default=None, metavar="TRACE", help="then replay this trace through launched servers")
+    ap.add_argument("--serving-prompts", type=int, default=40)
+    ap.add_argument("--serving-rounds", type=int, default=2)
+    ap.add_argument("--skip-ab", action="store_true", help="with --package: only the serving comparison")
     args = ap.parse_args()
     t0 = time.monotonic()
     out = Path(args.out)
@@ -197,6 +201,10 @@ def main() -> None:
     from evokernel.integrations.sglang.promote import promote
     from evokernel.store import SQLiteStore
 
+    if args.skip_ab:
+        serving(args, argv, package, flag_value=args.flags[0] if args.flags else None, out=out, work=work, doc=doc)
+        save()
+        return
     t1 = time.monotonic()
     promotion = promote(
         ev,
@@ -275,6 +283,14 @@ def main() -> None:
         },
         "best_flag_vs_shipped": ab["geomean"][BASELINE].get("sglang_best_flag"),
     }
+    if args.serving:
+        # one server per engine can run one flag value: SGLang's best over the points (geomean)
+        by_flag = {v: g for v, g in ab["geomean"][BASELINE].items() if v.startswith("sglang_kv") and g}
+        best = max(by_flag, key=lambda v: by_flag[v]) if by_flag else None
+        flag_value = int(best.removeprefix("sglang_kv")) if best and by_flag[best] > 1.0 else None
+        shipped = promotion.package or package  # the promoted package (nothing promoted: the full one, flagged)
+        doc["serving_package"] = "promoted" if promotion.package else "full (nothing promoted)"
+        serving(args, argv, shipped, flag_value=flag_value, out=out, work=work, doc=doc)
     doc["stages"]["total_s"] = round(time.monotonic() - t0, 1)
     save()
     by_verdict: dict[str, list[str]] = {}
@@ -287,6 +303,44 @@ def main() -> None:
         log = work / "logs" / f"{name}.log"
         if log.exists():
             print(f"---- {name}.log (tail) ----\n" + log.read_text()[-3000:], flush=True)
+
+
+def serving(
+    args: argparse.Namespace,
+    argv: list[str],
+    package: Path,
+    *,
+    flag_value: int | None,
+    out: Path,
+    work: Path,
+    doc: dict[str, Any],
+) -> None:
+    """The serving comparison on the trace: SGLang as shipped, SGLang at the flag value, and
+    SGLang with the package, as launched servers (`ServingComparison`)."""
+    from evokernel.evaluators.sglang import Variant
+    from evokernel.evaluators.sglang_serving import ServingComparison
+    from evokernel.model.workload import Trace
+
+    variants: dict[str, Any] = {"evokernel": Variant(package=package)}
+    if flag_value is not None:
+        variants[f"sglang_kv{flag_value}"] = Variant(args=(FLAG, str(flag_value)))
+    server = list(argv)  # the engines' arguments; the comparison adds its own memory share
+    i = server.index("--mem-fraction-static")
+    del server[i : i + 2]
+    t = time.monotonic()
+    cmp = ServingComparison(
+        server,
+        Trace.load(args.serving),
+        rounds=args.serving_rounds,
+        num_prompts=args.serving_prompts,
+        log_dir=work / "serving",
+        mem=args.mem,
+    )
+    got = cmp.compare(variants)
+    got["elapsed_s"] = round(time.monotonic() - t, 1)
+    doc["serving"] = got
+    (out / "sglang_long_serving.json").write_text(json.dumps(got, indent=1))
+    print(json.dumps({"serving": got.get("vs_baseline"), "errors": got.get("errors")}, indent=1), flush=True)
 
 
 def _f(x: float | None, fmt: str = ".3f") -> str:

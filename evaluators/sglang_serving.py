@@ -28,7 +28,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evokernel.evaluators.sglang import Variant
 
 __all__ = ["ServingComparison", "METRICS", "parse_result", "summarise_rounds"]
 
@@ -193,11 +196,19 @@ class ServingComparison:
         except ValueError as exc:
             return str(exc)
 
-    def compare(self, packages: Mapping[str, str | os.PathLike[str] | None]) -> dict[str, Any]:
+    def compare(self, packages: Mapping[str, str | os.PathLike[str] | Variant | None]) -> dict[str, Any]:
+        """The baseline and every variant of `packages` (name -> a package folder, or a
+        `Variant`: a package and/or server arguments of its own, e.g. SGLang at its best
+        value of a flag), replayed in rotated rounds."""
+        from evokernel.evaluators.sglang import Variant
+
         self.log_dir.mkdir(parents=True, exist_ok=True)
         dataset = self.log_dir / "trace_mooncake.jsonl"
         written = self.trace.to_mooncake(dataset, limit=self.num_prompts)
-        variants = {BASELINE: None, **{k: v for k, v in packages.items() if k != BASELINE}}
+        variants: dict[str, Variant] = {
+            BASELINE: Variant(),
+            **{k: v if isinstance(v, Variant) else Variant(package=v) for k, v in packages.items() if k != BASELINE},
+        }
         base_env = {
             k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")
         }
@@ -208,10 +219,11 @@ class ServingComparison:
         try:
             # one server starts at a time (SGLang sizes its KV cache from the memory free when it
             # starts: servers starting together would each count the others' memory as theirs)
-            for i, (name, pkg) in enumerate(variants.items()):
+            for i, (name, variant) in enumerate(variants.items()):
+                pkg = variant.package
                 env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
                 server = servers[name] = _Server(
-                    name, argv, self.port + 10 * i, env, self.log_dir / f"server_{name}.log"
+                    name, [*argv, *variant.args], self.port + 10 * i, env, self.log_dir / f"server_{name}.log"
                 )
                 why = server.ready(self.load_timeout_s)
                 if why is None:
@@ -238,6 +250,9 @@ class ServingComparison:
             "trace": {"name": getattr(self.trace, "name", ""), "requests": written},
             "rounds": self.rounds,
             "server": argv,
+            "variants": {
+                k: {"package": str(v.package) if v.package else None, "args": list(v.args)} for k, v in variants.items()
+            },  # fmt: skip
             "runs": runs,
             "errors": errors,
             **summarise_rounds(runs),
