@@ -32,7 +32,7 @@
 #   sglang-long     issue 29: page-1 decode searches at long contexts, export, then SGLang engines side by
 #                   side (shipped, A/A, each FLAGS value of --triton-attention-num-kv-splits, the package):
 #                   wall clock, GPU kernel time per step, numerics, predicted vs measured (sglang_long_h200.py)
-#                   POINTS ("1:32768 ..."), BUDGET (14), SEARCH_S (180), REPEATS (3), FLAGS ("16 32 64"),
+#                   POINTS ("1:32768 ..."), BUDGET (14), SEARCH_S (180), REPEATS (3), FLAGS ("16 32 64"), TILES ("256"),
 #                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl),
 #                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40),
 #                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value)
@@ -302,7 +302,7 @@ sglang_long() {
   # (both do not fit one carry with scipy's wheel: run the searches first, then PACKAGE=...)
   [ -z "${SEARCH_ONLY:-}" ] && { source benchmarks/device_sglang_env.sh || exit 2; }
   python3 benchmarks/sglang_long_h200.py --out "$OUT" --model "${SGL:-$HERE/.sgl}/model" ${POINTS:+--points $POINTS} \
-      --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} --flags ${FLAGS-16 32 64} \
+      --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
       ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} \
       ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1

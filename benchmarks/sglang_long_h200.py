@@ -39,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: decode step's KV read is held against
 COPY_BW = 4.3e12
 FLAG = "--triton-attention-num-kv-splits"
+#: SGLang 0.5.17: with a split tile size (not in deterministic mode) the cap on the splits is
+#: the context length over it (160 at 40960 / 256) instead of FLAG's value
+TILE = "--triton-attention-split-tile-size"
 
 
 def parse_points(specs: list[str]) -> list[tuple[int, int]]:
@@ -88,6 +91,13 @@ def main() -> None:
     ap.add_argument("--package", default=None, help="an exported package to use instead of searching")
     ap.add_argument("--micro", default=None, help="with --package: the searches' attention.json (for predictions)")
     ap.add_argument("--flags", nargs="*", type=int, default=[16, 32, 64], help=f"values of {FLAG} to sweep")
+    ap.add_argument(
+        "--tiles",
+        nargs="*",
+        type=int,
+        default=[256],
+        help=f"values of {TILE} to sweep (its cap on the splits: the context length over it)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--best-of", type=int, default=2)
     ap.add_argument("--kernel-steps", type=int, default=16)
@@ -177,6 +187,7 @@ def main() -> None:
         "--mem-fraction-static", str(args.mem), "--max-total-tokens", str(args.max_total_tokens),
     ]  # fmt: skip
     flag_variants: dict[str, Any] = {f"sglang_kv{f}": Variant(args=(FLAG, str(f))) for f in args.flags}
+    flag_variants.update({f"sglang_tile{t}": Variant(args=(TILE, str(t))) for t in args.tiles})
     ev = SGLangEvaluator(
         argv,
         decode_points=points,
@@ -202,7 +213,8 @@ def main() -> None:
     from evokernel.store import SQLiteStore
 
     if args.skip_ab:
-        serving(args, argv, package, flag_value=args.flags[0] if args.flags else None, out=out, work=work, doc=doc)
+        first = (FLAG, str(args.flags[0])) if args.flags else (TILE, str(args.tiles[0])) if args.tiles else None
+        serving(args, argv, package, flag_args=first, out=out, work=work, doc=doc)
         save()
         return
     t1 = time.monotonic()
@@ -285,12 +297,12 @@ def main() -> None:
     }
     if args.serving:
         # one server per engine can run one flag value: SGLang's best over the points (geomean)
-        by_flag = {v: g for v, g in ab["geomean"][BASELINE].items() if v.startswith("sglang_kv") and g}
+        by_flag = {v: g for v, g in ab["geomean"][BASELINE].items() if v in flag_variants and g}
         best = max(by_flag, key=lambda v: by_flag[v]) if by_flag else None
-        flag_value = int(best.removeprefix("sglang_kv")) if best and by_flag[best] > 1.0 else None
+        flag_args = tuple(flag_variants[best].args) if best and by_flag[best] > 1.0 else None
         shipped = promotion.package or package  # the promoted package (nothing promoted: the full one, flagged)
         doc["serving_package"] = "promoted" if promotion.package else "full (nothing promoted)"
-        serving(args, argv, shipped, flag_value=flag_value, out=out, work=work, doc=doc)
+        serving(args, argv, shipped, flag_args=flag_args, out=out, work=work, doc=doc)
     doc["stages"]["total_s"] = round(time.monotonic() - t0, 1)
     save()
     by_verdict: dict[str, list[str]] = {}
@@ -310,20 +322,20 @@ def serving(
     argv: list[str],
     package: Path,
     *,
-    flag_value: int | None,
+    flag_args: tuple[str, ...] | None,
     out: Path,
     work: Path,
     doc: dict[str, Any],
 ) -> None:
-    """The serving comparison on the trace: SGLang as shipped, SGLang at the flag value, and
-    SGLang with the package, as launched servers (`ServingComparison`)."""
+    """The serving comparison on the trace: SGLang as shipped, SGLang at a flag's value
+    (`flag_args`), and SGLang with the package, as launched servers (`ServingComparison`)."""
     from evokernel.evaluators.sglang import Variant
     from evokernel.evaluators.sglang_serving import ServingComparison
     from evokernel.model.workload import Trace
 
     variants: dict[str, Any] = {"evokernel": Variant(package=package)}
-    if flag_value is not None:
-        variants[f"sglang_kv{flag_value}"] = Variant(args=(FLAG, str(flag_value)))
+    if flag_args:
+        variants["sglang_best_flag"] = Variant(args=flag_args)
     server = list(argv)  # the engines' arguments; the comparison adds its own memory share
     i = server.index("--mem-fraction-static")
     del server[i : i + 2]
