@@ -250,9 +250,10 @@ class ServingComparison:
             "trace": {"name": getattr(self.trace, "name", ""), "requests": written},
             "rounds": self.rounds,
             "server": argv,
-            "variants": {
+            # each engine's package and flags ("variants" below: their figures, from summarise_rounds)
+            "engines": {
                 k: {"package": str(v.package) if v.package else None, "args": list(v.args)} for k, v in variants.items()
-            },  # fmt: skip
+            },
             "runs": runs,
             "errors": errors,
             **summarise_rounds(runs),
