@@ -48,7 +48,11 @@ def test_results_are_parsed_and_summarised_against_the_baseline(tmp_path: Path):
 def test_without_sglang_each_server_fails_with_its_reason(tmp_path: Path):
     trace = Trace([Request(100, 4), Request(200, 4)])
     cmp = ServingComparison(["--model-path", str(tmp_path)], trace, rounds=1, log_dir=tmp_path / "s", load_timeout_s=60)
-    doc = cmp.compare({"cand": tmp_path})
-    assert set(doc["errors"]) == {BASELINE, "cand"} and "the server exited" in doc["errors"][BASELINE]
+    from evokernel.evaluators.sglang import Variant
+
+    doc = cmp.compare({"cand": tmp_path, "kv32": Variant(args=("--triton-attention-num-kv-splits", "32"))})
+    assert set(doc["errors"]) == {BASELINE, "cand", "kv32"} and "the server exited" in doc["errors"][BASELINE]
+    assert doc["engines"]["kv32"] == {"package": None, "args": ["--triton-attention-num-kv-splits", "32"]}
+    assert doc["engines"]["cand"]["package"] == str(tmp_path)
     assert doc["runs"] == {} and doc["vs_baseline"] == {}
     assert "No module named 'sglang'" in (tmp_path / "s" / f"server_{BASELINE}.log").read_text()
