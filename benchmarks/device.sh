@@ -301,6 +301,13 @@ sglang_long() {
   # the searches alone (SEARCH_ONLY=1) need no SGLang: carry .whl; the engines need .sgl too
   # (both do not fit one carry with scipy's wheel: run the searches first, then PACKAGE=...)
   [ -z "${SEARCH_ONLY:-}" ] && { source benchmarks/device_sglang_env.sh || exit 2; }
+  if [ -z "${SEARCH_ONLY:-}" ] && [ -z "${SKIP_TESTS:-}" ]; then
+    # the plugin inside the real SGLang first: its hook against SGLang's own decode kernel (~40 s)
+    cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null
+    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+       tests/test_sglang_plugin.py -k real_sglang) > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; tail -5 "$OUT/tests.log"
+  fi
   python3 benchmarks/sglang_long_h200.py --out "$OUT" --model "${SGL:-$HERE/.sgl}/model" ${POINTS:+--points $POINTS} \
       --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \

@@ -6,6 +6,7 @@ call off the plain path). Registration inside a real SGLang process is exercised
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import subprocess
@@ -401,3 +402,67 @@ def test_export_writes_the_decode_table_from_page_1_decode_searches(tmp_path: Pa
     ]
     (row,) = manifest["provenance"]["decode_attention"]
     assert (row["B"], row["C"]) == (2, 48) and row["latency_ms"] > 0
+
+
+_REAL_SGLANG = r"""
+import json, logging, math, os, sys
+import torch
+logging.basicConfig(level=logging.INFO)
+from sglang.srt.plugins import load_plugins
+
+load_plugins()  # SGLang's own entry point: finds evokernel's, which applies the package
+import sglang.kernels.ops.attention.decode_attention as m
+
+fwd = m.decode_attention_fwd
+assert hasattr(fwd, "__wrapped__"), "the plugin did not hook decode_attention_fwd"
+cuda = torch.cuda.is_available()
+dev, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float16)  # the interpreter: no bf16 dots
+g = torch.Generator(device=dev).manual_seed(0)
+out = []
+for b, ctx in ((1, 300), (4, 200)):
+    slots = 1200
+    q = torch.randn(b, 32, 128, generator=g, device=dev).to(dtype)
+    kb = torch.randn(slots, 4, 128, generator=g, device=dev).to(dtype)
+    vb = torch.randn(slots, 4, 128, generator=g, device=dev).to(dtype)
+    indptr = torch.arange(0, (b + 1) * ctx, ctx, dtype=torch.int32, device=dev)
+    indices = torch.randperm(slots, device=dev)[: b * ctx].to(torch.int64)
+
+    def call(f):
+        o = torch.zeros(b, 32, 128, dtype=dtype, device=dev)
+        logits = torch.empty(b, 32, 8, 128, dtype=torch.float32, device=dev)
+        lse = torch.empty(b, 32, 8, dtype=torch.float32, device=dev)
+        splits = torch.full((b,), 8, dtype=torch.int32, device=dev)
+        f(q, kb, vb, o, indptr, indices, logits, lse, splits, 8, 1 / math.sqrt(128), 1.0, 1.0,
+          logit_cap=0.0, sinks=None, xai_temperature_len=-1, has_mla=False, use_pdl=False, page_size=1)
+        return o.float()
+
+    want, got = call(fwd.__wrapped__), call(fwd)
+    out.append({"b": b, "err": (want - got).abs().max().item(), "finite": bool(torch.isfinite(got).all())})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="needs SGLang (the device's .sgl bundle)")
+def test_inside_a_real_sglang_the_plugin_hooks_its_decode_attention_and_matches_its_kernel(tmp_path: Path):
+    """SGLang's own `load_plugins()` finds evokernel's entry point, which applies a package
+    (EVOKERNEL_SGLANG_PACKAGE) with decode entries for the Qwen3-30B-A3B heads (32/4, D 128);
+    SGLang's `decode_attention_fwd`, called as its Triton backend calls it, then runs
+    evokernel's kernel, whose output matches SGLang's own kernel on the same cache. On the
+    CPU both run in Triton's interpreter (fp16); on a GPU, in bf16."""
+    (tmp_path / "kernels").mkdir()
+    table = {"Hq=32,Hkv=4,D=128": {"1": dict(DEC, NUM_SPLITS=0, BLOCK_N=64, context=300), "4": DEC}}
+    (tmp_path / "kernels" / "decode_attention.json").write_text(json.dumps(table))
+    manifest = {"format": FORMAT, "kernels": [{"op": "decode_attention", "table": "kernels/decode_attention.json"}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    env = dict(os.environ, EVOKERNEL_SGLANG_PACKAGE=str(tmp_path), SGLANG_IS_FLASHINFER_AVAILABLE="false")
+    import torch
+
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    done = subprocess.run([sys.executable, "-c", _REAL_SGLANG], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "evokernel decode_attention at B=1" in done.stderr and "B=4" in done.stderr
+    for row in got:
+        assert row["finite"] and row["err"] < 2e-2, row
