@@ -185,3 +185,29 @@ def test_a_package_without_its_manifest_is_refused(tmp_path: Path, missing: str)
     (root / missing).unlink()
     with pytest.raises(PackageError, match="no manifest.json"):
         changes(root)
+
+
+@pytest.mark.slow
+def test_the_promote_command_refuses_with_one_line(tmp_path: Path, evokernel_cmd, cli_env):
+    """`evokernel promote`: a folder that is no package, a package that changes nothing, a
+    malformed point, and (without SGLang or a GPU) why it cannot run engines."""
+    import importlib.util
+    import subprocess
+
+    from .test_cli import assert_one_line_error
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*evokernel_cmd, "promote", *args], env=cli_env, capture_output=True, text=True, timeout=120
+        )
+
+    out = tmp_path / "out"
+    assert_one_line_error(run(str(tmp_path), "--model-path", "m", "--out", str(out)), "holds no manifest.json")
+    empty = restrict(_package(tmp_path / "pkg"), tmp_path / "empty", keep=set())
+    assert_one_line_error(run(str(empty), "--model-path", "m", "--out", str(out)), "makes no change")
+    assert_one_line_error(
+        run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out), "--point", "1x3"), "expected BATCH:CONTEXT"
+    )
+    if importlib.util.find_spec("sglang") is None:
+        assert_one_line_error(run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out)), "needs SGLang")
+    assert not out.exists()

@@ -1,5 +1,5 @@
 """The `evokernel` command: search, replay, show, report, check, sweep, fan-out, kernels, profile,
-lessons, export, plugins, landscapes; one small module per subcommand (`evokernel.cli.search`, ...),
+lessons, export, promote, plugins, landscapes; one small module per subcommand (`evokernel.cli.search`, ...),
 each with `add_parser(sub)` and `run(args)`. A search is built by `evokernel.engine.assemble`,
 as the Python API builds it.
 
@@ -24,6 +24,7 @@ from evokernel.cli import (
     lessons,
     plugins,
     profile,
+    promote,
     replay,
     report,
     search,
@@ -49,6 +50,7 @@ COMMANDS = {
     "profile": profile,
     "lessons": lessons,
     "export": export,
+    "promote": promote,
     "plugins": plugins,
     "landscapes": landscapes,
 }
