@@ -176,6 +176,8 @@ def main() -> None:
         return
 
     # 3. engines side by side
+    from evokernel.model.bounds import bound_ms, decode_bytes
+
     model = json.loads((Path(args.model) / "config.json").read_text())
     from evokernel.evaluators.sglang import BASELINE, CONTROL, SGLangEvaluator, Variant, ab_markdown
 
@@ -248,7 +250,15 @@ def main() -> None:
     kt = ab.get("kernel_time_ratio", {})
     for b, c in points:
         p = f"b{b}_i{c}_o{args.output_len}"
-        row: dict[str, Any] = {"point": p, "batch": b, "context": c, "kv_bytes": kv_bytes(model, b, c)}
+        need = decode_bytes(model, batch=b, context=c + args.output_len // 2)  # midway through the timed steps
+        row: dict[str, Any] = {
+            "point": p,
+            "batch": b,
+            "context": c,
+            "kv_bytes": kv_bytes(model, b, c),
+            "step_bytes": need,
+            "step_bound_ms": bound_ms(need["total"]),
+        }
         for v in (BASELINE, "sglang_best_flag", "evokernel"):
             runs = report.samples.get(v, {}).get(p, [])
             lat = sorted(x["median_decode_latency"] for x in runs if "median_decode_latency" in x)
@@ -260,6 +270,8 @@ def main() -> None:
                 "attention_ms": att,
                 "attention_share": att / kern if att is not None and kern else None,
                 "attention_bw_fraction": row["kv_bytes"] / (att * 1e-3) / COPY_BW if att else None,
+                # the whole step against the bytes it must read (weights touched + KV)
+                "step_bound_fraction": row["step_bound_ms"] / (1e3 * lat[len(lat) // 2]) if lat else None,
             }
         row["best_flag"] = report.meta.get("composite", {}).get("sglang_best_flag", {}).get(p)
         micro_ms = winners.get((b, c))
@@ -363,8 +375,8 @@ def markdown(doc: dict[str, Any]) -> list[str]:
     lines = [
         "| point | shipped step ms | best flag | best-flag step ms | evokernel step ms | vs shipped: paired [95%] "
         "| predicted | vs best flag: paired [95%] | predicted | kernel time vs best | A/A | attention ms "
-        "(shipped / best / evokernel) | evokernel attention BW |",
-        "|---" * 13 + "|",
+        "(shipped / best / evokernel) | evokernel attention BW | step vs its byte bound (shipped / evokernel) |",
+        "|---" * 14 + "|",
     ]
     for r in doc["rows"]:
 
@@ -383,7 +395,9 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             f"{_f(r['vs_sglang_best_flag']['kernel_time'])} | "
             f"{aa_text} | "
             f"{_f(r['sglang_shipped']['attention_ms'])} / {_f(r['sglang_best_flag']['attention_ms'])} / "
-            f"{_f(r['evokernel']['attention_ms'])} | {_f(r['evokernel']['attention_bw_fraction'], '.2f')} |"
+            f"{_f(r['evokernel']['attention_ms'])} | {_f(r['evokernel']['attention_bw_fraction'], '.2f')} | "
+            f"{_f(r['sglang_shipped']['step_bound_fraction'], '.2f')} / "
+            f"{_f(r['evokernel']['step_bound_fraction'], '.2f')} |"
         )
     g = doc["geomean"]
     lines.append(
