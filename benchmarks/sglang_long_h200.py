@@ -320,7 +320,18 @@ def main() -> None:
     by_verdict: dict[str, list[str]] = {}
     for d in doc["promotion"]["decisions"]:
         by_verdict.setdefault(d["verdict"], []).append(f"{d['op']} b{d['batch']}" if d["batch"] else d["key"])
-    lines = markdown(doc) + [f"\npromotion (A/B verdicts per change): {by_verdict}", ""] + ab_markdown(ab)
+    numerics = [
+        f"{v}: logits within tolerance {n.get('ok')} (max diff {n.get('max_logit_diff', float('nan')):.3g}, bound "
+        f"{n.get('bound', float('nan')):.3g}); greedy tokens agree {n.get('token_agreement', float('nan')):.3f} over "
+        f"{args.numerics_steps} steps, first divergent step {n.get('first_divergent_step')}"
+        for v, n in ab.get("numerics", {}).items()
+        if "reason" not in n or n.get("ok")
+    ] + [f"{v}: numerics failed: {n['reason']}" for v, n in ab.get("numerics", {}).items() if not n.get("ok")]
+    lines = (
+        markdown(doc)
+        + [f"\npromotion (A/B verdicts per change): {by_verdict}", "", "numerics against shipped:", *numerics, ""]
+        + ab_markdown(ab)
+    )
     (out / "sglang_long.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     for name in ab["errors"]:
