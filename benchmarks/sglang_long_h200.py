@@ -231,6 +231,8 @@ def main() -> None:
         extra=flag_variants,
         name="evokernel",
         composite=("sglang_best_flag", [BASELINE, *flag_variants]),
+        # every round's samples saved as they land: a call killed at its limit keeps them
+        progress=lambda rep: (out / "sglang_long_partial.json").write_text(json.dumps(rep.to_json(), indent=1)),
     )
     doc["stages"]["ab_s"] = round(time.monotonic() - t1, 1)
     report, ab = promotion.report, promotion.ab

@@ -548,10 +548,12 @@ class SGLangEvaluator:
         packages: Mapping[str, str | os.PathLike[str] | Variant | None],
         *,
         control: bool | None = None,
+        progress: Callable[[ABReport], None] | None = None,
     ) -> ABReport:
         """The baseline and every variant of `packages` (name -> a package folder, or a
         `Variant`: a package and/or server arguments of its own), interleaved; with the A/A
-        control engine when `control` (default: the evaluator's setting)."""
+        control engine when `control` (default: the evaluator's setting); `progress` is
+        called with the report after every round (to save what was measured so far)."""
         plan = self.plan()
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -630,6 +632,9 @@ class SGLangEvaluator:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:
                             report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
+                if progress is not None:  # what a round measured, before the next (a caller's deadline)
+                    report.meta["rounds_done"] = r + 1
+                    progress(report)
             if self.kernel_steps > 0:
                 decode_triples = [p for p in plan["points"] if f"b{p[0]}_i{p[1]}_o{p[2]}" in plan["decode_points"]]
                 for b, i, o in decode_triples:

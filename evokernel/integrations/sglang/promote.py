@@ -348,6 +348,7 @@ def promote(
     extra: Mapping[str, Any] | None = None,
     name: str = "changes",
     composite: tuple[str, Sequence[str]] | None = None,
+    progress: Any = None,
 ) -> Promotion:
     """The end-to-end stage of the cascade for the package at `root`: its changes in
     attributable groups, one engine per group beside SGLang as shipped and its A/A control
@@ -355,7 +356,8 @@ def promote(
     at other flag values), the decisions, dead ends recorded in `store`, and the package of
     the promoted changes written to `out`. The groups' engines are named `name` (one group:
     the whole package) or `name`_0, `name`_1, ...; `composite` (a name and engines) adds a
-    composite reference to the report (`ABReport.composite`, e.g. SGLang's best flag per point)."""
+    composite reference to the report (`ABReport.composite`, e.g. SGLang's best flag per point);
+    `progress` goes to the evaluator's `compare` (called with the report after every round)."""
     work = Path(work)
     found = changes(root)
     batches = sorted({_batch(p) for p in evaluator.plan()["decode_points"]})
@@ -366,7 +368,7 @@ def promote(
         label = name if len(grouped) == 1 else f"{name}_{i}"
         variants[label] = restrict(root, work / label, keep={c.id for c in members})
         variant_of.update({c.id: label for c in members})
-    report = evaluator.compare(variants)
+    report = evaluator.compare(variants, progress=progress) if progress is not None else evaluator.compare(variants)
     if composite is not None:
         report.composite(*composite)
     ab = report.to_json()
