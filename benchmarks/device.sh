@@ -308,13 +308,23 @@ sglang_long() {
        tests/test_sglang_plugin.py -k real_sglang) > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; tail -5 "$OUT/tests.log"
   fi
-  python3 benchmarks/sglang_long_h200.py --out "$OUT" --model "${SGL:-$HERE/.sgl}/model" ${POINTS:+--points $POINTS} \
-      --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
+  # everything under $OUT/long, packed into long.tgz at the end (a call returns 8 files); the
+  # step ends by DEADLINE (540 s) so the packing runs inside the call's 600 s
+  local D=$OUT/long
+  mkdir -p "$D"
+  timeout -k 10 "${DEADLINE:-540}" python3 benchmarks/sglang_long_h200.py --out "$D" --model "${SGL:-$HERE/.sgl}/model" \
+      ${POINTS:+--points $POINTS} --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} \
+      --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
       ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} \
       ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1
   echo "exit $?"
-  gzip -f "$OUT/attention.db" 2>/dev/null
+  gzip -f "$D"/*.db 2>/dev/null
+  for f in /tmp/evokernel-long/logs/*.log /tmp/evokernel-long/serving/*.log; do   # the engines' own logs, tails
+    [ -f "$f" ] && { mkdir -p "$D/engine_logs"; tail -c 20000 "$f" > "$D/engine_logs/$(basename "$f")"; }
+  done
+  cp "$D"/sglang_long.md "$OUT/" 2>/dev/null
+  tar -czf "$OUT/long.tgz" -C "$OUT" long && rm -rf "$D"
   tail -40 "$OUT/long.log"
 }
 
