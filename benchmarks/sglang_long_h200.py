@@ -187,6 +187,7 @@ def main() -> None:
         "--grammar-backend", "none", "--disable-flashinfer-autotune", "--cuda-graph-backend-prefill", "disabled",
         "--context-length", str(model.get("max_position_embeddings", 40960)),
         "--mem-fraction-static", str(args.mem), "--max-total-tokens", str(args.max_total_tokens),
+        "--max-running-requests", str(max(b for b, _ in points)),  # as the flag sweep ran
     ]  # fmt: skip
     flag_variants: dict[str, Any] = {f"sglang_kv{f}": Variant(args=(FLAG, str(f))) for f in args.flags}
     flag_variants.update({f"sglang_tile{t}": Variant(args=(TILE, str(t))) for t in args.tiles})
