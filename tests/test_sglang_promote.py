@@ -211,3 +211,79 @@ def test_the_promote_command_refuses_with_one_line(tmp_path: Path, evokernel_cmd
     if importlib.util.find_spec("sglang") is None:
         assert_one_line_error(run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out)), "needs SGLang")
     assert not out.exists()
+
+
+class _Engines:
+    """SGLang engines as the A/B sees them, replayed: a variant's decode step at a point is
+    the shipped step times the factor of each change of its package that serves the point
+    (read from the package the promotion wrote for it), over drifting rounds."""
+
+    def __init__(self, factors: dict[tuple[str, int | None], dict[int, float]], points: list[tuple[int, int]]):
+        self.factors, self.points = factors, points
+        self.seen: dict[str, list[str]] = {}
+
+    def plan(self) -> dict:
+        return SGLangEvaluator(["--model-path", "m"], decode_points=self.points, prefill_lens=()).plan()
+
+    def compare(self, variants: dict, progress=None) -> ABReport:
+        from evokernel.evaluators.sglang import Variant
+
+        plan = self.plan()
+        report = ABReport(plan=plan)
+        for name, v in {BASELINE: None, CONTROL: None, **variants}.items():
+            pkg = v.package if isinstance(v, Variant) else v
+            mine = changes(pkg) if pkg else []
+            self.seen[name] = [c.id for c in mine]
+            for point in plan["decode_points"]:
+                b = int(point.split("_")[0][1:])
+                f = 1.0
+                for c in mine:
+                    if c.serves(b):
+                        f *= self.factors.get((c.op, c.batch), {}).get(b, 1.0)
+                report.samples.setdefault(name, {})[point] = [
+                    dict(_run(2e-3 * f * d * (1 + 0.003 * (-1) ** (r + len(name))), b), round=r)
+                    for r, d in enumerate((1.0, 1.1, 0.95, 1.05, 1.0))
+                ]
+            if progress is not None:
+                progress(report)
+        return report
+
+
+@pytest.mark.slow
+def test_promote_runs_each_group_as_an_engine_and_ships_only_what_was_faster(tmp_path: Path):
+    from evokernel.integrations.sglang.promote import promote
+    from evokernel.store import SQLiteStore
+
+    root = _package(tmp_path / "pkg")
+    engines = _Engines(
+        {
+            ("decode_attention", 1): {1: 0.6},
+            ("decode_attention", 4): {4: 1.3},
+            ("configs", None): {1: 1.0, 32: 1.2},
+            ("configs", 1): {1: 0.9},
+        },  # fmt: skip
+        [(1, 32768), (4, 16384), (32, 4096)],
+    )
+    store = SQLiteStore(tmp_path / "k.db")
+    saved: list[int] = []
+    got = promote(
+        engines, root, tmp_path / "out", work=tmp_path / "work", store=store, gpu="NVIDIA H200",
+        progress=lambda rep: saved.append(len(rep.samples)),
+    )  # fmt: skip
+    verdicts = {(d.change.op, d.change.batch): d.verdict for d in got.decisions}
+    assert verdicts == {
+        ("decode_attention", 1): "promoted",
+        ("decode_attention", 4): "dead_end",
+        ("decode_attention", 32): "no_gain",
+        ("configs", 1): "promoted",
+        ("configs", None): "dead_end",
+    }
+    # three engines of changes: no two changes of one engine serve the same batch size
+    assert len(got.groups) == 3 and sorted(len(g) for g in got.groups) == [1, 1, 3]
+    for name, ids in engines.seen.items():
+        if name.startswith("changes"):
+            assert ids and set(ids) <= {i for g in got.groups for i in g}
+    assert got.package is not None and saved
+    shipped = {(c.op, c.batch) for c in changes(got.package)}
+    assert shipped == {("decode_attention", 1), ("configs", 1)}
+    assert len(dead_ends(store, "NVIDIA H200")) == 2
