@@ -35,9 +35,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the H200's device-to-device copy bandwidth measured here (BENCHMARKS.md): the ceiling a
-#: decode step's KV read is held against
-COPY_BW = 4.3e12
 FLAG = "--triton-attention-num-kv-splits"
 #: SGLang 0.5.17: with a split tile size (not in deterministic mode) the cap on the splits is
 #: the context length over it (160 at 40960 / 256) instead of FLAG's value
@@ -55,17 +52,6 @@ def parse_points(specs: list[str]) -> list[tuple[int, int]]:
         b, _, c = spec.partition(":")
         out.append((int(b), int(c)))
     return out
-
-
-def kv_bytes(model: dict[str, Any], batch: int, context: int, itemsize: int = 2) -> float:
-    """Bytes of K and V one decode step reads over all layers (bf16 cache).
-
-    >>> kv_bytes({"num_hidden_layers": 4, "num_key_value_heads": 4, "head_dim": 128}, 1, 1024)
-    8388608.0
-    """
-    layers, hkv = model["num_hidden_layers"], model["num_key_value_heads"]
-    d = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
-    return float(layers * batch * context * 2 * hkv * d * itemsize)
 
 
 def predicted_gain(step_ms: float, attention_ms: float | None, new_attention_ms: float | None) -> float | None:
@@ -176,7 +162,7 @@ def main() -> None:
         return
 
     # 3. engines side by side
-    from evokernel.model.bounds import bound_ms, decode_bytes
+    from evokernel.model.bounds import COPY_BANDWIDTH, bound_ms, decode_bytes
 
     model = json.loads((Path(args.model) / "config.json").read_text())
     from evokernel.evaluators.sglang import BASELINE, CONTROL, SGLangEvaluator, Variant, ab_markdown
@@ -258,7 +244,7 @@ def main() -> None:
             "point": p,
             "batch": b,
             "context": c,
-            "kv_bytes": kv_bytes(model, b, c),
+            "kv_bytes": decode_bytes(model, batch=b, context=c)["kv"],
             "step_bytes": need,
             "step_bound_ms": bound_ms(need["total"]),
         }
@@ -272,7 +258,7 @@ def main() -> None:
                 "gpu_ms_per_step": kern,
                 "attention_ms": att,
                 "attention_share": att / kern if att is not None and kern else None,
-                "attention_bw_fraction": row["kv_bytes"] / (att * 1e-3) / COPY_BW if att else None,
+                "attention_bw_fraction": row["kv_bytes"] / (att * 1e-3) / COPY_BANDWIDTH if att else None,
                 # the whole step against the bytes it must read (weights touched + KV)
                 "step_bound_fraction": row["step_bound_ms"] / (1e3 * lat[len(lat) // 2]) if lat else None,
             }
