@@ -316,6 +316,7 @@ sglang_long() {
       ${POINTS:+--points $POINTS} --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} \
       --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
+      --deadline $(( ${DEADLINE:-540} - 10 )) \
       ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} \
       ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1
   echo "exit $?"

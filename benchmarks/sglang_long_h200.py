@@ -7,9 +7,10 @@
 3. Engines side by side (`SGLangEvaluator`, decode points at (batch, context)): SGLang as
    shipped (default flags), its A/A control, SGLang at each swept value of
    `--triton-attention-num-kv-splits` (the best value per point is the `sglang_best_flag`
-   reference), and SGLang with the package; interleaved rounds of wall-clock decode steps,
-   then each engine's decode profiled for GPU kernel time per step, then the numerics
-   (first-step logits and greedy tokens for --numerics-steps steps against shipped).
+   reference), and SGLang with the package: each engine's decode profiled for GPU kernel time
+   per step and the numerics (first-step logits and greedy tokens for --numerics-steps steps
+   against shipped) first, then interleaved rounds of wall-clock decode steps until --repeats
+   or the deadline.
 4. Per point: the decode attention's share of the profiled step, its fraction of the
    H200's copy bandwidth (KV bytes read per step over its time), the gain predicted from
    the kernel-level figure (Amdahl over the profiled step: the engine's attention time
@@ -92,6 +93,7 @@ def main() -> None:
     ap.add_argument("--mem", type=float, default=0.3, help="--mem-fraction-static of each engine")
     ap.add_argument("--max-total-tokens", type=int, default=140000)
     ap.add_argument("--no-control", action="store_true")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds for the whole script (rounds stop before)")
     ap.add_argument("--search-only", action="store_true", help="stop after the searches and the export")
     ap.add_argument("--serving", default=None, metavar="TRACE", help="then replay this trace through launched servers")
     ap.add_argument("--serving-prompts", type=int, default=40)
@@ -190,6 +192,8 @@ def main() -> None:
         log_dir=work / "logs",
         load_timeout_s=240,
         run_timeout_s=180,
+        # the report after the engines needs a few seconds
+        deadline_s=args.deadline - (time.monotonic() - t0) - 20 if args.deadline else None,
     )
     # the promotion cascade's end-to-end stage: the package's changes in attributable groups
     # (a decode table's entries serve one batch size each: one group, the whole package, named

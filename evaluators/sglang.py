@@ -480,8 +480,12 @@ class SGLangEvaluator:
         best_of: int = 3,
         decode_points: Sequence[tuple[int, int]] | None = None,
         kernel_steps: int = 0,
+        deadline_s: float | None = None,
     ) -> None:
         self.server_argv = list(server_argv)
+        #: seconds for one `compare` (loading included): the kernel profile and the numerics run
+        #: first, then rounds until the next would end past it (at least one round; `repeats` at most)
+        self.deadline_s = deadline_s
         #: (batch size, context) of each decode point: the grid of `batch_sizes` x `input_len`
         #: unless given (long contexts: e.g. ((1, 32768), (4, 16384), (32, 4096)))
         self.decode_points = [(int(b), int(c)) for b, c in decode_points] if decode_points else None
@@ -555,6 +559,7 @@ class SGLangEvaluator:
         control engine when `control` (default: the evaluator's setting); `progress` is
         called with the report after every round (to save what was measured so far)."""
         plan = self.plan()
+        t_start = time.monotonic()
         report = ABReport(plan=plan, meta={"server": self.server_argv, "repeats": self.repeats})
         self.log_dir.mkdir(parents=True, exist_ok=True)
         variants: dict[str, Variant] = {
@@ -611,30 +616,6 @@ class SGLangEvaluator:
             if BASELINE not in engines:
                 return report
             names = list(engines)
-            for r in range(self.repeats):
-                for b, i, o in plan["points"]:
-                    point = f"b{b}_i{i}_o{o}"
-                    order = names[r % len(names) :] + names[: r % len(names)]
-                    for name in order:
-                        got = engines[name].ask(
-                            {
-                                "cmd": "run",
-                                "batch_size": b,
-                                "input_len": i,
-                                "output_len": o,
-                                "seed": r,
-                                "prerun_s": self.prerun_s,
-                                "best_of": self.best_of,
-                            },
-                            self.run_timeout_s,
-                        )
-                        if "error" in got:
-                            report.errors.setdefault(name, f"{point}: {got['error']}")
-                        else:
-                            report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
-                if progress is not None:  # what a round measured, before the next (a caller's deadline)
-                    report.meta["rounds_done"] = r + 1
-                    progress(report)
             if self.kernel_steps > 0:
                 decode_triples = [p for p in plan["points"] if f"b{p[0]}_i{p[1]}_o{p[2]}" in plan["decode_points"]]
                 for b, i, o in decode_triples:
@@ -663,6 +644,39 @@ class SGLangEvaluator:
                     report.numerics[name] = {"ok": False, "reason": got.get("error") or logits[BASELINE]["error"]}
                 else:
                     report.numerics[name] = compare_numerics(logits[BASELINE], got, rtol=self.rtol)
+            if progress is not None:  # the kernel times and numerics, before the rounds
+                progress(report)
+            started = time.monotonic()
+            for r in range(self.repeats):
+                if r and self.deadline_s is not None:
+                    # the next round would end past the deadline (rounds take about as long as the last)
+                    per_round = (time.monotonic() - started) / r
+                    if time.monotonic() - t_start + 1.2 * per_round > self.deadline_s:
+                        report.meta["stopped"] = f"deadline after {r} round(s)"
+                        break
+                for b, i, o in plan["points"]:
+                    point = f"b{b}_i{i}_o{o}"
+                    order = names[r % len(names) :] + names[: r % len(names)]
+                    for name in order:
+                        got = engines[name].ask(
+                            {
+                                "cmd": "run",
+                                "batch_size": b,
+                                "input_len": i,
+                                "output_len": o,
+                                "seed": r,
+                                "prerun_s": self.prerun_s,
+                                "best_of": self.best_of,
+                            },
+                            self.run_timeout_s,
+                        )
+                        if "error" in got:
+                            report.errors.setdefault(name, f"{point}: {got['error']}")
+                        else:
+                            report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
+                if progress is not None:  # what a round measured, before the next (a caller's deadline)
+                    report.meta["rounds_done"] = r + 1
+                    progress(report)
         finally:
             for engine in engines.values():
                 engine.close()
