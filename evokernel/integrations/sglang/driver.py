@@ -49,6 +49,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = ["main"]
@@ -207,10 +208,35 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
     }
 
 
-def _load(server_argv: list[str], max_batch: int, lock: str | None) -> Any:
-    """The engine, loaded while holding `lock` (a file) where one is given."""
+def _free_cache() -> None:
+    """Give the caching allocator's free blocks back to the device: engines share the GPU, and
+    one engine's prefill peak (a batch of 16 x 8192 tokens: gigabytes of activations) kept in
+    its cache would count as used memory for every engine loaded or run after it."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _load(
+    server_argv: list[str], max_batch: int, lock: str | None, warm: Sequence[Sequence[int]] = ()
+) -> tuple[Any, float, float]:
+    """The engine, loaded and warmed (a few steps at each (batch, input length) of `warm`)
+    while holding `lock` (a file) where one is given, its cache freed before the lock is
+    released: SGLang sizes the KV cache from the memory free when an engine loads, so the
+    next engine must not see this one's warm-up peak. Returns (runner, load_s, warm_s)."""
+    t0 = time.monotonic()
+
+    def build() -> tuple[Any, float, float]:
+        runner = _engine(server_argv, max_batch)
+        loaded = time.monotonic()
+        for bs, il in warm:
+            _run(runner, int(bs), int(il), 4)
+        _free_cache()
+        return runner, loaded - t0, time.monotonic() - loaded
+
     if not lock:
-        return _engine(server_argv, max_batch)
+        return build()
     import fcntl
 
     import sglang.benchmark.one_batch  # noqa: F401 - the import's ~30 s outside the lock
@@ -218,7 +244,8 @@ def _load(server_argv: list[str], max_batch: int, lock: str | None) -> Any:
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        return _engine(server_argv, max_batch)
+        t0 = time.monotonic()  # the turn starts (the wait for the others is not this engine's load)
+        return build()
     finally:
         os.close(fd)  # releases the lock
 
@@ -268,22 +295,20 @@ def main(argv: list[str] | None = None) -> int:
     cpus = os.environ.get("EVOKERNEL_BENCH_CPUS", "")
     if cpus and hasattr(os, "sched_setaffinity"):  # before any thread starts: they all inherit it
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
-    t0 = time.monotonic()
     try:
-        runner = _load(argv[split + 1 :], int(plan.get("max_batch", 1)), plan.get("load_lock"))
-        loaded = time.monotonic() - t0
-        # the KV cache and CUDA graphs are allocated: the next engine may start loading now
-        # (SGLang sizes its KV cache from the memory free when it starts, so engines that
-        # load at the same time would each count the other's memory as their own)
+        runner, loaded, warmed = _load(
+            argv[split + 1 :], int(plan.get("max_batch", 1)), plan.get("load_lock"), plan.get("warm", [])
+        )
+        # the KV cache and CUDA graphs are allocated and the warm-up's cache freed: the next
+        # engine may load now (SGLang sizes its KV cache from the memory free when it starts,
+        # so engines that load at the same time would each count the other's memory as their own)
         _reply(reply_fd, {"loaded": True, "load_s": round(loaded, 2)})
-        for bs, il in plan.get("warm", []):
-            _run(runner, int(bs), int(il), 4)
         _reply(
             reply_fd,
             {
                 "ready": True,
                 "load_s": round(loaded, 2),
-                "warm_s": round(time.monotonic() - t0 - loaded, 2),
+                "warm_s": round(warmed, 2),
                 "package": os.environ.get("EVOKERNEL_SGLANG_PACKAGE", ""),
             },
         )
@@ -293,6 +318,11 @@ def main(argv: list[str] | None = None) -> int:
             {"ready": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]},
         )
         return 1
+
+    def answer(msg: dict[str, Any]) -> None:
+        _free_cache()  # this command's peak, back to the device before the next engine's turn
+        _reply(reply_fd, msg)
+
     for msg in _lines(cmd_fd):
         try:
             if msg.get("cmd") == "quit":
@@ -325,10 +355,9 @@ def main(argv: list[str] | None = None) -> int:
                         runs_median_decode_latency=[r.get("median_decode_latency") for r in runs],
                         runs_host=[r.get("host") for r in runs],
                     )
-                _reply(reply_fd, got if got is not None else {"error": "batch does not fit the KV cache"})
+                answer(got if got is not None else {"error": "batch does not fit the KV cache"})
             elif msg.get("cmd") == "profile":
-                _reply(
-                    reply_fd,
+                answer(
                     _profile(
                         runner,
                         int(msg["batch_size"]),
@@ -339,8 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 )
             elif msg.get("cmd") == "kernels":
-                _reply(
-                    reply_fd,
+                answer(
                     _kernels(
                         runner,
                         int(msg["batch_size"]),
@@ -350,8 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 )
             elif msg.get("cmd") == "logits":
-                _reply(
-                    reply_fd,
+                answer(
                     _logits(
                         runner,
                         int(msg["batch_size"]),
@@ -361,9 +388,9 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 )
             else:
-                _reply(reply_fd, {"error": f"unknown command {msg!r}"})
+                answer({"error": f"unknown command {msg!r}"})
         except Exception as exc:
-            _reply(reply_fd, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
+            answer({"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
     return 0
 
 
