@@ -6,7 +6,10 @@ if [ ! -f "$SITE/.unpacked_ok" ]; then
   rm -rf "$SITE" "$SITE.tmp" && mkdir -p "$SITE.tmp" && tar -xJf "$SGL/site.tar.xz" -C "$SITE.tmp" && \
     mv "$SITE.tmp/site" "$SITE" && touch "$SITE/.unpacked_ok" || { echo "unpack failed"; return 2; }
 fi
-export PYTHONPATH="/tmp/pkg:/tmp/site:$SITE:$SGL/stubs:$ROOT/benchmarks/sglang_stubs"
+# the bundle's stubs, with the submodules SGLang's HTTP server also imports (benchmarks/sglang_stubs)
+rm -rf /tmp/sgl_stubs && cp -r "$SGL/stubs" /tmp/sgl_stubs && chmod -R u+w /tmp/sgl_stubs && \
+  cp "$ROOT"/benchmarks/sglang_stubs/flashinfer_overlay/*.py /tmp/sgl_stubs/flashinfer/
+export PYTHONPATH="/tmp/pkg:/tmp/site:$SITE:/tmp/sgl_stubs:$ROOT/benchmarks/sglang_stubs"
 export SGLANG_IS_FLASHINFER_AVAILABLE=false SGLANG_ENABLE_JIT_DEEPGEMM=0 TVM_FFI_CACHE_DIR=/tmp/sgl_tvm_ffi_cache
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 mkdir -p $TVM_FFI_CACHE_DIR
