@@ -1,7 +1,7 @@
 # Source this at the start of a device command (the H200 has no network and no evokernel):
 #   source benchmarks/device_setup.sh && python3 benchmarks/gate_h200.py --out $OUT ...
 # It needs the call to carry `.whl` (cp312 wheels of msgspec, optuna, cmaes, sqlalchemy, (for
-# SGLang's HTTP server) jsonschema, jsonschema-specifications, referencing, rpds-py,
+# SGLang's HTTP server) jsonschema, jsonschema-specifications, referencing, rpds-py, python-multipart,
 # greenlet, alembic, mako, colorlog: see the device tool's README), and
 # installs the package by copying it with its package-dir mapping into /tmp/pkg.
 # (`benchmarks/device.sh pair` sets up once; its two jobs find EVOKERNEL_SETUP_DONE set)
