@@ -1,13 +1,13 @@
-"""Serving-level A/B: launched SGLang servers driven by SGLang's own serving benchmark on the
-user's request trace (extra `sglang`).
+"""Serving-level A/B: launched SGLang servers driven by the user's request trace (extra `sglang`).
 
 One server per variant (the baseline, with no package, and each package written by
 `evokernel export sglang-plugin`, applied by evokernel's plugin inside the server's
 processes), all started with the same arguments on their own ports and left idle while
 another is driven. Each is warmed with a short run of the trace, then the trace is
-replayed against one server at a time (`python -m sglang.benchmark.serving --dataset-name
-mooncake`: the trace's arrival times, prompt lengths to a block, exact output lengths),
-`rounds` times, the order rotated each round. Reported per variant: TTFT, TPOT, end-to-end
+replayed against one server at a time (`evokernel.integrations.sglang.replay`: open loop at
+the trace's arrival times, exact prompt and output lengths, streamed from SGLang's native
+`/generate`; SGLang 0.5.17's own benchmark cannot replay a trace file, see that module),
+`rounds` times, the order rotated each round; every request's timing is kept in `log_dir`. Reported per variant: TTFT, TPOT, end-to-end
 latency (median and p99) and output throughput, medians over the rounds with their spread,
 and their ratios to the baseline.
 
@@ -148,53 +148,33 @@ class ServingComparison:
         log_dir: str | os.PathLike[str] = "serving",
         load_timeout_s: float = 600.0,
         run_timeout_s: float = 600.0,
+        vocab: int = 10000,
     ) -> None:
         self.server_argv, self.trace, self.rounds = list(server_argv), trace, rounds
         self.num_prompts = num_prompts or len(trace.requests)
         self.warm_prompts, self.mem, self.port = warm_prompts, mem, port
         self.log_dir = Path(log_dir)
         self.load_timeout_s, self.run_timeout_s = load_timeout_s, run_timeout_s
+        #: prompts are random token ids below this (and above 100), distinct per request
+        self.vocab = vocab
 
     def _model(self) -> str:
         argv = self.server_argv
         return argv[argv.index("--model-path") + 1] if "--model-path" in argv else ""
 
-    def _bench(self, server: _Server, dataset: Path, prompts: int, out: Path) -> dict[str, float] | str:
-        cmd = [
-            sys.executable,
-            "-m",
-            "sglang.benchmark.serving",
-            "--backend",
-            "sglang",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(server.port),
-            "--dataset-name",
-            "mooncake",
-            "--dataset-path",
-            str(dataset),
-            "--num-prompts",
-            str(prompts),
-            "--model",
-            self._model(),
-            "--output-file",
-            str(out),
-        ]
-        out.unlink(missing_ok=True)
-        with open(self.log_dir / f"bench_{server.name}.log", "a") as log:
-            try:
-                done = subprocess.run(
-                    cmd, stdout=log, stderr=subprocess.STDOUT, timeout=self.run_timeout_s, cwd=str(self.log_dir)
-                )
-            except subprocess.TimeoutExpired:
-                return f"the serving benchmark ran past {self.run_timeout_s:.0f} s"
-        if done.returncode != 0:
-            return f"the serving benchmark failed (exit {done.returncode}); see bench_{server.name}.log"
+    def _bench(self, server: _Server, requests: Sequence[Any], out: Path) -> dict[str, float] | str:
+        """One replay of `requests` against `server` (`evokernel.integrations.sglang.replay`):
+        its metrics, or why there are none; every request's timing is written to `out`."""
+        from evokernel.integrations.sglang.replay import replay, summarise
+
+        timings = replay("127.0.0.1", server.port, requests, timeout_s=self.run_timeout_s, vocab=self.vocab)
+        out.write_text("".join(json.dumps(vars(t)) + "\n" for t in timings))
+        if server.proc.poll() is not None:
+            return f"the server exited ({server.proc.returncode}) during the replay; see {server.log.name}"
         try:
-            return parse_result(out)
+            return summarise(timings)
         except ValueError as exc:
-            return str(exc)
+            return f"{exc}; see {out.name}"
 
     def compare(self, packages: Mapping[str, str | os.PathLike[str] | Variant | None]) -> dict[str, Any]:
         """The baseline and every variant of `packages` (name -> a package folder, or a
@@ -203,8 +183,8 @@ class ServingComparison:
         from evokernel.evaluators.sglang import Variant
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        dataset = self.log_dir / "trace_mooncake.jsonl"
-        written = self.trace.to_mooncake(dataset, limit=self.num_prompts)
+        requests = sorted(self.trace.requests, key=lambda r: r.arrival_s)[: self.num_prompts]
+        written = len(requests)
         variants: dict[str, Variant] = {
             BASELINE: Variant(),
             **{k: v if isinstance(v, Variant) else Variant(package=v) for k, v in packages.items() if k != BASELINE},
@@ -227,9 +207,7 @@ class ServingComparison:
                 )
                 why = server.ready(self.load_timeout_s)
                 if why is None:
-                    got = self._bench(
-                        server, dataset, min(self.warm_prompts, written), self.log_dir / f"warm_{name}.jsonl"
-                    )
+                    got = self._bench(server, requests[: self.warm_prompts], self.log_dir / f"warm_{name}.jsonl")
                     why = got if isinstance(got, str) else None
                 if why is not None:
                     errors[name] = why
@@ -238,7 +216,7 @@ class ServingComparison:
             names = list(servers)
             for r in range(self.rounds):
                 for name in names[r % len(names) :] + names[: r % len(names)] if names else []:
-                    got = self._bench(servers[name], dataset, written, self.log_dir / f"run_{name}_{r}.jsonl")
+                    got = self._bench(servers[name], requests, self.log_dir / f"run_{name}_{r}.jsonl")
                     if isinstance(got, str):
                         errors.setdefault(name, got)
                     else:
