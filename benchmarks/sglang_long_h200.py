@@ -194,6 +194,7 @@ def main() -> None:
         run_timeout_s=180,
         # the report after the engines needs a few seconds
         deadline_s=args.deadline - (time.monotonic() - t0) - 20 if args.deadline else None,
+        numerics_point=points[0],  # the longest context: the decode steps compared run its table entry
     )
     # the promotion cascade's end-to-end stage: the package's changes in attributable groups
     # (a decode table's entries serve one batch size each: one group, the whole package, named
@@ -314,8 +315,10 @@ def main() -> None:
     for d in doc["promotion"]["decisions"]:
         by_verdict.setdefault(d["verdict"], []).append(f"{d['op']} b{d['batch']}" if d["batch"] else d["key"])
     numerics = [
-        f"{v}: logits within tolerance {n.get('ok')} (max diff {n.get('max_logit_diff', float('nan')):.3g}, bound "
-        f"{n.get('bound', float('nan')):.3g}); greedy tokens agree {n.get('token_agreement', float('nan')):.3f} over "
+        f"{v}: logits within tolerance {n.get('ok')} (prefill max diff {n.get('max_logit_diff', float('nan')):.3g}, "
+        f"bound {n.get('bound', float('nan')):.3g}; last decode step at context {n.get('context')} max diff "
+        f"{n.get('max_decode_logit_diff', float('nan')):.3g}, bound {n.get('decode_bound', float('nan')):.3g}); "
+        f"greedy tokens agree {n.get('token_agreement', float('nan')):.3f} over "
         f"{args.numerics_steps} steps, first divergent step {n.get('first_divergent_step')}"
         for v, n in ab.get("numerics", {}).items()
         if "reason" not in n or n.get("ok")

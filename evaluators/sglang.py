@@ -107,8 +107,10 @@ def summarise(samples: Sequence[float]) -> dict[str, float]:
 def compare_numerics(
     base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: float = 0.05, atol: float = 1e-3
 ) -> dict[str, Any]:
-    """A candidate's first-step logits and greedy tokens against the baseline's: `ok` if its
-    logits are finite and within atol + rtol * max|baseline| everywhere sampled."""
+    """A candidate's logits and greedy tokens against the baseline's: `ok` if its first-step
+    logits (the prefill's) are finite and within atol + rtol * max|baseline| everywhere
+    sampled, and, where the probe recorded the last decode step's logits and the greedy tokens
+    agree up to it (the same context on both sides), so are those (the decode kernels')."""
     a, b = base["logits_sample"], cand["logits_sample"]
     if len(a) != len(b):
         return {"ok": False, "reason": f"logits sample sizes differ ({len(a)} vs {len(b)})"}
@@ -124,7 +126,7 @@ def compare_numerics(
         if ok
         else ("non-finite logits" if not cand.get("finite", True) else f"logits differ by {diff:.3g} > {bound:.3g}")
     )
-    return {
+    out: dict[str, Any] = {
         "ok": ok,
         "reason": reason,
         "max_logit_diff": diff,
@@ -132,6 +134,21 @@ def compare_numerics(
         "token_agreement": same / total,
         "first_divergent_step": first_diverge,
     }
+    da, db = base.get("decode_logits_sample"), cand.get("decode_logits_sample")
+    if da is not None and db is not None:
+        out["context"] = base.get("context")
+        if not cand.get("decode_finite", True):
+            out.update(ok=False, reason="non-finite decode logits")
+        elif first_diverge is not None and first_diverge < len(steps) - 1:
+            # an earlier token differs: the last steps saw different contexts (reported, not judged)
+            out["decode_logits"] = f"not compared: tokens diverge at step {first_diverge}"
+        elif len(da) == len(db):
+            ddiff = max((abs(x - y) for x, y in zip(da, db)), default=0.0)
+            dbound = atol + rtol * float(base.get("decode_logits_absmax", 0.0))
+            out.update(max_decode_logit_diff=ddiff, decode_bound=dbound)
+            if ok and ddiff > dbound:
+                out.update(ok=False, reason=f"decode logits differ by {ddiff:.3g} > {dbound:.3g}")
+    return out
 
 
 def _verdict(median: float, boots: Sequence[float], n: int, control: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -481,11 +498,15 @@ class SGLangEvaluator:
         decode_points: Sequence[tuple[int, int]] | None = None,
         kernel_steps: int = 0,
         deadline_s: float | None = None,
+        numerics_point: tuple[int, int] | None = None,
     ) -> None:
         self.server_argv = list(server_argv)
         #: seconds for one `compare` (loading included): the kernel profile and the numerics run
         #: first, then rounds until the next would end past it (at least one round; `repeats` at most)
         self.deadline_s = deadline_s
+        #: (batch, input length) of the numerics probe: (min(4, largest batch), 64) unless given
+        #: (long contexts: a long point, so the decode steps compared run the long-context kernels)
+        self.numerics_point = numerics_point
         #: (batch size, context) of each decode point: the grid of `batch_sizes` x `input_len`
         #: unless given (long contexts: e.g. ((1, 32768), (4, 16384), (32, 4096)))
         self.decode_points = [(int(b), int(c)) for b, c in decode_points] if decode_points else None
@@ -629,10 +650,11 @@ class SGLangEvaluator:
                             report.errors.setdefault(name, f"{point} kernels: {got['error']}")
                         else:
                             report.kernels.setdefault(name, {})[point] = got
+            nb, ni = self.numerics_point or (min(4, max(self.batch_sizes)), 64)
             probe = {
                 "cmd": "logits",
-                "batch_size": min(4, max(self.batch_sizes)),
-                "input_len": 64,
+                "batch_size": nb,
+                "input_len": ni,
                 "steps": self.numerics_steps,
                 "seed": 7,
             }

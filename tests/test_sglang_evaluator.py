@@ -60,6 +60,33 @@ def test_numerics_pass_within_tolerance_and_fail_beyond_it_or_on_non_finite_logi
     assert compare_numerics(base, dict(base, finite=False))["reason"] == "non-finite logits"
 
 
+def test_the_last_decode_steps_logits_are_judged_where_the_tokens_agree_up_to_it():
+    # the probe at a long context: the prefill's logits are the engine's own extend kernel,
+    # the decode steps' run the package's decode kernel; only the latter can catch a bad table entry
+    base = {
+        "tokens": [[1], [2], [3]],
+        "logits_sample": [0.5, -1.0],
+        "logits_absmax": 1.0,
+        "finite": True,
+        "decode_logits_sample": [1.0, 2.0, -4.0],
+        "decode_logits_absmax": 4.0,
+        "decode_finite": True,
+        "context": 32770,
+    }
+    same = compare_numerics(base, dict(base))
+    assert same["ok"] and same["max_decode_logit_diff"] == 0.0 and same["context"] == 32770
+    bad = compare_numerics(base, dict(base, decode_logits_sample=[1.0, 2.0, -3.0]), rtol=0.05)
+    assert not bad["ok"] and bad["reason"].startswith("decode logits differ by 1")
+    assert compare_numerics(base, dict(base, decode_finite=False))["reason"] == "non-finite decode logits"
+    # an earlier token differs: the last steps saw different contexts, so their logits are not judged
+    early = compare_numerics(base, dict(base, tokens=[[1], [9], [3]], decode_logits_sample=[0.0, 0.0, 0.0]))
+    assert early["ok"] and early["decode_logits"] == "not compared: tokens diverge at step 1"
+    assert early["token_agreement"] == pytest.approx(2 / 3)
+    # the last step alone differs: its logits were computed on the same context, and are judged
+    last = compare_numerics(base, dict(base, tokens=[[1], [2], [4]]))
+    assert last["ok"] and "max_decode_logit_diff" in last
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("sglang") is not None, reason="SGLang is installed: the GPU test covers it"
 )

@@ -251,6 +251,8 @@ def _load(
 
 
 def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int) -> dict[str, Any]:
+    """Greedy tokens for `steps` steps, a sample of the first step's logits (the prefill's) and
+    of the last decode step's (the decode kernels'), each with its largest magnitude."""
     import numpy as np
     import torch
     from sglang.benchmark import one_batch as ob
@@ -261,20 +263,40 @@ def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int)
     reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len, prompts)
     next_ids, logits, batch = runner.extend(reqs)
     first = logits.float()
+    last = None
     tokens = [next_ids.tolist()]
     for _ in range(steps - 1):
-        next_ids, _ = runner.decode(next_ids, batch)
+        next_ids, last = runner.decode(next_ids, batch)
         tokens.append(next_ids.tolist())
     runner.cleanup(batch)
-    flat = first.reshape(-1)
-    idx = torch.linspace(0, flat.numel() - 1, steps=min(4096, flat.numel())).long().to(flat.device)
-    return {
+
+    def sample(x: Any) -> dict[str, Any]:
+        flat = x.float().reshape(-1)
+        idx = torch.linspace(0, flat.numel() - 1, steps=min(4096, flat.numel())).long().to(flat.device)
+        return {
+            "sample": flat[idx].tolist(),
+            "absmax": float(flat.abs().max()),
+            "std": float(flat.std()),
+            "finite": bool(torch.isfinite(flat).all()),
+        }
+
+    head = sample(first)
+    out: dict[str, Any] = {
         "tokens": tokens,
-        "logits_sample": flat[idx].tolist(),
-        "logits_absmax": float(flat.abs().max()),
-        "logits_std": float(flat.std()),
-        "finite": bool(torch.isfinite(flat).all()),
+        "logits_sample": head["sample"],
+        "logits_absmax": head["absmax"],
+        "logits_std": head["std"],
+        "finite": head["finite"],
     }
+    if last is not None:
+        tail = sample(last)
+        out.update(
+            decode_logits_sample=tail["sample"],
+            decode_logits_absmax=tail["absmax"],
+            decode_finite=tail["finite"],
+            context=input_len + steps - 1,
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
