@@ -104,6 +104,19 @@ def summarise(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+def another_round(done: int, rounds_s: float, elapsed_s: float, deadline_s: float | None) -> bool:
+    """Whether a comparison starts round `done + 1` (0-based `done`): always the first; after
+    that, only if it would end by `deadline_s` (seconds since the comparison started, loading
+    included), a round taking as long as the mean of those run so far plus a fifth.
+
+    >>> another_round(0, 0.0, 500.0, 100.0), another_round(2, 100.0, 300.0, 365.0), another_round(2, 100.0, 300.0, 355.0)
+    (True, True, False)
+    """
+    if done == 0 or deadline_s is None:
+        return True
+    return elapsed_s + 1.2 * rounds_s / done <= deadline_s
+
+
 def compare_numerics(
     base: Mapping[str, Any], cand: Mapping[str, Any], *, rtol: float = 0.05, atol: float = 1e-3
 ) -> dict[str, Any]:
@@ -670,12 +683,9 @@ class SGLangEvaluator:
                 progress(report)
             started = time.monotonic()
             for r in range(self.repeats):
-                if r and self.deadline_s is not None:
-                    # the next round would end past the deadline (rounds take about as long as the last)
-                    per_round = (time.monotonic() - started) / r
-                    if time.monotonic() - t_start + 1.2 * per_round > self.deadline_s:
-                        report.meta["stopped"] = f"deadline after {r} round(s)"
-                        break
+                if not another_round(r, time.monotonic() - started, time.monotonic() - t_start, self.deadline_s):
+                    report.meta["stopped"] = f"deadline after {r} round(s)"
+                    break
                 for b, i, o in plan["points"]:
                     point = f"b{b}_i{i}_o{o}"
                     order = names[r % len(names) :] + names[: r % len(names)]
