@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import re
 import os
 import subprocess
 import sys
@@ -71,6 +72,7 @@ def test_the_table_picks_the_nearest_batch_size_like_sglang():
 
 
 DEC = {"NUM_SPLITS": 4, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "REDUCE": 0}
+PRE = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}  # the Triton prefill form, small tiles
 
 
 def test_the_decode_table_and_a_package_holding_it(tmp_path: Path):
@@ -193,6 +195,118 @@ print("ok")
     env = dict(os.environ, ROOT=str(ROOT))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def sglang_extend_attention_fwd(
+    q_extend,
+    k_extend,
+    v_extend,
+    o_extend,
+    k_buffer,
+    v_buffer,
+    qo_indptr,
+    kv_indptr,
+    kv_indices,
+    custom_mask,
+    is_causal,
+    mask_indptr,
+    max_len_extend,
+    k_scale,
+    v_scale,
+    sm_scale=None,
+    logit_cap=0.0,
+    skip_prefix_custom_mask=True,
+    sliding_window_size=-1,
+    sinks=None,
+    window_kv_offsets=None,
+    xai_temperature_len=-1,
+    lse_extend=None,
+    skip_prefix=False,
+    skip_extend=False,
+    page_size: int = 1,
+    score_mod=None,
+    aux_tensors=None,
+):
+    """SGLang 0.5.17's `extend_attention_fwd` signature (the hook binds calls to it); marks `o`."""
+    o_extend.fill_(-1.0)
+
+
+def test_the_prefill_table_and_a_package_holding_it(tmp_path: Path):
+    from evokernel.integrations.sglang.plugin import Package, PackageError, PrefillTable
+
+    data = {"Hq=32,Hkv=4,D=128,causal=1": {"2048": dict(PRE, form="triton"), "8192": None}}
+    table = PrefillTable.from_json(data)
+    assert table.to_json() == {"Hq=32,Hkv=4,D=128,causal=1": {"2048": dict(PRE, form="triton"), "8192": None}}
+    assert table.lookup(32, 4, 128, True, 600)["BLOCK_M"] == 32  # within 4x of 2048
+    assert table.lookup(32, 4, 128, True, 400) is None  # beyond it
+    assert table.lookup(32, 4, 128, True, 7000) is None  # nearest is 8192: SGLang's kernel there
+    assert table.lookup(32, 4, 128, False, 2048) is None and table.lookup(32, 8, 128, True, 2048) is None
+    for bad, why in (
+        ({"Hq=32,Hkv=4,D=128,causal=1": {"64": dict(PRE, form="cuda")}}, "form is 'cuda'"),
+        ({"Hq=32,Hkv=4,D=128,causal=1": {"64": {"form": "gluon", "BLOCK_M": 128}}}, "no ['BLOCK_N'"),
+        ({"Hq=32,Hkv=5,D=128,causal=1": {"64": dict(PRE, form="triton")}}, "not a multiple"),
+        ({"Hq=32,D=128": {}}, "malformed"),
+    ):
+        with pytest.raises(PackageError, match=re.escape(why)):
+            PrefillTable.from_json(bad)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "prefill_attention.json").write_text(json.dumps(data))
+    manifest = {"format": FORMAT, "kernels": [{"op": "prefill_attention", "table": "kernels/prefill_attention.json"}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    pkg = Package.load(tmp_path)
+    assert pkg.prefill is not None and pkg.decode is None and pkg.moe is None
+
+
+def test_the_prefill_hook_runs_evokernels_kernel_only_where_no_prefix_is_cached():
+    import torch
+
+    from evokernel.integrations.sglang.plugin import PrefillTable, extend_attention_hook
+
+    calls: list[dict] = []
+
+    def triton_form(q, k, v, cu, max_seqlen, *, causal, sm_scale, **params):
+        calls.append(dict(params, max_seqlen=max_seqlen, causal=causal, sm_scale=sm_scale, B=cu.numel() - 1))
+        return torch.ones_like(q)
+
+    def failing(q, k, v, cu, max_seqlen, **kw):
+        raise ValueError("no TMA on this machine")
+
+    table = PrefillTable({(8, 2, 64, True): {256: dict(PRE, form="triton"), 1024: dict(PRE, form="gluon")}})
+    hook = extend_attention_hook(table, run={"triton": triton_form, "gluon": failing})
+    T = 300
+    q, o = torch.zeros(T, 8, 64, dtype=torch.float16), torch.zeros(T, 8, 64, dtype=torch.float16)
+    k = torch.zeros(T, 2, 64, dtype=torch.float16)
+    kb = torch.zeros(1000, 2, 64, dtype=torch.float16)
+    qo = torch.tensor([0, 100, 300], dtype=torch.int32)
+    none = (torch.zeros(3, dtype=torch.int32), torch.empty(0, dtype=torch.int64))
+    args = (q, k, k, o, kb, kb, qo, *none, None, True, None, 200, 1.0, 1.0)
+    assert hook(sglang_extend_attention_fwd, *args) is None
+    assert bool((o == 1).all()) and calls[-1]["max_seqlen"] == 200 and calls[-1]["B"] == 2
+    assert calls[-1]["causal"] is True and calls[-1]["sm_scale"] == pytest.approx(1 / 8) and calls[-1]["BLOCK_M"] == 32
+    assert hook.stats == {"template": 1, "fallback": 0}
+    # SGLang's kernel: a cached prefix, a custom mask, a sliding window, a logit cap, a KV
+    # scale, int64 offsets, the other masking, a length off the table
+    cached = (torch.tensor([0, 0, 16], dtype=torch.int32), torch.arange(16))
+    for call in (
+        lambda: hook(sglang_extend_attention_fwd, q, k, k, o, kb, kb, qo, *cached, None, True, None, 200, 1.0, 1.0),
+        lambda: hook(sglang_extend_attention_fwd, *args[:9], torch.ones(5, dtype=torch.bool), *args[10:]),
+        lambda: hook(sglang_extend_attention_fwd, *args, sliding_window_size=128),
+        lambda: hook(sglang_extend_attention_fwd, *args, logit_cap=30.0),
+        lambda: hook(sglang_extend_attention_fwd, *args[:13], 0.5, 1.0),
+        lambda: hook(sglang_extend_attention_fwd, *args[:6], qo.long(), *args[7:]),
+        lambda: hook(sglang_extend_attention_fwd, *args[:10], False, *args[11:]),
+        lambda: hook(sglang_extend_attention_fwd, *args[:12], 40, 1.0, 1.0),
+    ):
+        o.zero_()
+        call()
+        assert bool((o == -1).all())
+    assert hook.stats == {"template": 1, "fallback": 8}
+    # a configuration that fails to launch: SGLang's kernel, and not tried again
+    for _ in range(2):
+        o.zero_()
+        hook(sglang_extend_attention_fwd, *args[:12], 900, 1.0, 1.0)
+        assert bool((o == -1).all())
+    assert hook.stats == {"template": 1, "fallback": 10} and len(calls) == 1
 
 
 def _inputs(m: int):
@@ -466,3 +580,76 @@ def test_inside_a_real_sglang_the_plugin_hooks_its_decode_attention_and_matches_
     assert "evokernel decode_attention at B=1" in done.stderr and "B=4" in done.stderr
     for row in got:
         assert row["finite"] and row["err"] < 2e-2, row
+
+
+_REAL_SGLANG_PREFILL = r"""
+import json, logging, math
+import torch
+logging.basicConfig(level=logging.INFO)
+from sglang.srt.plugins import load_plugins
+
+load_plugins()
+import sglang.kernels.ops.attention.extend_attention as m
+
+fwd = m.extend_attention_fwd
+assert hasattr(fwd, "__wrapped__"), "the plugin did not hook extend_attention_fwd"
+cuda = torch.cuda.is_available()
+dev, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float16)
+g = torch.Generator(device=dev).manual_seed(0)
+lens, prefix = [40, 70], [0, 0]
+T, slots = sum(lens), 512
+q = torch.randn(T, 32, 128, generator=g, device=dev).to(dtype)
+k = torch.randn(T, 4, 128, generator=g, device=dev).to(dtype)
+v = torch.randn(T, 4, 128, generator=g, device=dev).to(dtype)
+kb = torch.randn(slots, 4, 128, generator=g, device=dev).to(dtype)
+vb = torch.randn(slots, 4, 128, generator=g, device=dev).to(dtype)
+qo = torch.tensor([0, 40, 110], dtype=torch.int32, device=dev)
+
+
+def call(f, kv_indptr, kv_indices):
+    o = torch.zeros(T, 32, 128, dtype=dtype, device=dev)
+    f(q, k, v, o, kb, vb, qo, kv_indptr, kv_indices, None, True, None, max(lens), 1.0, 1.0,
+      sm_scale=1 / math.sqrt(128), logit_cap=0.0, sliding_window_size=-1, sinks=None)
+    return o.float()
+
+
+rows = []
+none = (torch.zeros(3, dtype=torch.int32, device=dev), torch.empty(0, dtype=torch.int64, device=dev))
+want, got = call(fwd.__wrapped__, *none), call(fwd, *none)
+rows.append({"case": "no prefix", "err": (want - got).abs().max().item(), "finite": bool(torch.isfinite(got).all())})
+# a cached prefix of 16 tokens on the second sequence: SGLang's kernel runs it, bit for bit
+cached = (torch.tensor([0, 0, 16], dtype=torch.int32, device=dev), torch.arange(100, 116, device=dev))
+want, got = call(fwd.__wrapped__, *cached), call(fwd, *cached)
+rows.append({"case": "prefix", "err": (want - got).abs().max().item(), "finite": bool(torch.isfinite(got).all())})
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="needs SGLang (the device's .sgl bundle)")
+def test_inside_a_real_sglang_the_plugin_hooks_its_prefill_attention_where_no_prefix_is_cached(tmp_path: Path):
+    """SGLang's `extend_attention_fwd`, hooked through its own `load_plugins()` with a
+    package's prefill entry for the Qwen3-30B-A3B heads (32/4, D 128, causal), runs
+    evokernel's prefill kernel on a batch with no cached tokens and matches SGLang's kernel;
+    with a cached prefix on one sequence, SGLang's own kernel runs (identical output). On the
+    CPU the Triton form runs in Triton's interpreter (fp16); the Gluon form needs the GPU."""
+    import torch
+
+    (tmp_path / "kernels").mkdir()
+    form = "gluon" if torch.cuda.is_available() else "triton"
+    tiles = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2} if form == "gluon" else PRE
+    table = {"Hq=32,Hkv=4,D=128,causal=1": {"64": dict(tiles, form=form)}}
+    (tmp_path / "kernels" / "prefill_attention.json").write_text(json.dumps(table))
+    manifest = {"format": FORMAT, "kernels": [{"op": "prefill_attention", "table": "kernels/prefill_attention.json"}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    env = dict(os.environ, EVOKERNEL_SGLANG_PACKAGE=str(tmp_path), SGLANG_IS_FLASHINFER_AVAILABLE="false")
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", _REAL_SGLANG_PREFILL], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {r["case"]: r for r in json.loads(done.stdout.strip().splitlines()[-1])}
+    assert "evokernel prefill_attention at Hq=32 Hkv=4 D=128 causal=True max_len=70" in done.stderr
+    assert rows["no prefix"]["finite"] and rows["no prefix"]["err"] < 2e-2, rows
+    assert rows["prefix"]["err"] == 0.0, rows

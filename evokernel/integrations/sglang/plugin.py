@@ -12,6 +12,7 @@ installing evokernel never changes an engine by itself. A package holds:
     configs/triton_<v>/E=..,N=..,device_name=...json (+ _down.json)   SGLang's own MoE kernel configs
     kernels/fused_moe.json   {"E=128,N=768": {"64": {"up": {...}, "down": {...}}, ...}}
     kernels/decode_attention.json   {"Hq=32,Hkv=8,D=128": {"1": {"NUM_SPLITS": 32, "BLOCK_N": 64, ...}, ...}}
+    kernels/prefill_attention.json  {"Hq=32,Hkv=4,D=128,causal=1": {"4096": {"form": "gluon", "BLOCK_M": 128, ...}}}
 
 - `configs`: `SGLANG_MOE_CONFIG_DIR` is pointed at the package (unless the user set it), so
   SGLang's own fused-MoE kernel runs the exported up and down configs;
@@ -31,6 +32,17 @@ installing evokernel never changes an engine by itself. A package holds:
   no logit cap, sinks, temperature, MLA, score mods or KV scales other than 1, and a
   (H_q, H_kv, D) the package was tuned for; anything else runs SGLang's kernel. It reads
   lengths and slots on the device only, so it is captured in the decode CUDA graphs.
+- `prefill_attention`: an AROUND hook on SGLang's `extend_attention_fwd` (its Triton
+  backend's prefill) runs evokernel's prefill kernel (`form` "gluon": the warp-specialised
+  FA3-style Gluon kernel, `template_prefill_gluon`; "triton": `template_prefill`) over the
+  new tokens of the batch, packed as SGLang packs them (`qo_indptr` as cu_seqlens), at the
+  configuration tuned for the sequence length nearest the batch's longest new sequence
+  (within 4x). Taken over only where no sequence of the batch has cached tokens before its
+  new ones: SGLang sizes the prefix slot list to the cached tokens when it knows them on
+  the host, so an empty list says so without reading the GPU; chunks after the first of a
+  chunked prefill, radix-cache hits, custom masks, sliding windows, sinks, logit caps,
+  score mods, KV scales other than 1 and heads the package was not tuned for run SGLang's
+  kernel. A configuration that fails to launch is logged once and left to SGLang.
 
 What the evaluator measures (`evaluators/sglang.py`) is this same package, so what was
 measured is what ships.
@@ -41,6 +53,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -51,11 +64,14 @@ __all__ = [
     "Package",
     "MoeTable",
     "DecodeTable",
+    "PrefillTable",
     "fused_experts_hook",
     "decode_attention_hook",
+    "extend_attention_hook",
     "PACKAGE_ENV",
     "FUSED_EXPERTS",
     "DECODE_ATTENTION",
+    "EXTEND_ATTENTION",
     "FORMAT",
     "serving",
 ]
@@ -69,6 +85,19 @@ FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_e
 #: SGLang 0.5.17's decode attention (its Triton backend imports it from here when built).
 DECODE_ATTENTION = "sglang.kernels.ops.attention.decode_attention.decode_attention_fwd"
 DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")  # template_decode.PARAMS
+#: SGLang 0.5.17's extend (prefill) attention (its Triton backend imports it from here when built).
+EXTEND_ATTENTION = "sglang.kernels.ops.attention.extend_attention.extend_attention_fwd"
+#: the prefill kernels' genes per form (template_prefill.PARAMS, template_prefill_gluon.GLUON_PARAMS)
+PREFILL_KEYS = {
+    "triton": (
+        "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "CAUSAL_SKIP", "EXP2", "LAZY_RESCALE", "PERSISTENT", "TMA",
+        "WARP_SPEC", "REVERSE_KV",
+    ),
+    "gluon": (
+        "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "OVERLAP", "PINGPONG", "PERSISTENT", "QSTAGES", "TMA_STORE",
+        "BY_SEQUENCE", "SNAKE",
+    ),
+}  # fmt: skip
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 STRUCTURE = ("GEMV", "FUSE_SILU")  # the template's structural genes (search_spaces/moe/template.py: STRUCTURE)
 
@@ -194,13 +223,80 @@ class DecodeTable:
         return None if b is None else per_b[b]
 
 
+class PrefillTable:
+    """Tuned prefill configurations per (H_q, H_kv, D, causal) and sequence length; the entry
+    tuned at the length nearest the call's longest new sequence, within `reach` (4x), serves
+    it (ties to the shorter). An entry names its kernel ("form": "gluon" or "triton") and that
+    kernel's genes; None keeps SGLang's kernel for the lengths nearest it."""
+
+    def __init__(
+        self,
+        entries: Mapping[tuple[int, int, int, bool], Mapping[int, dict[str, Any] | None]],
+        *,
+        reach: float = 4.0,
+    ):
+        self.entries = {k: dict(v) for k, v in entries.items()}
+        self.reach = reach
+
+    @staticmethod
+    def entry(c: Mapping[str, Any], where: str = "the entry") -> dict[str, Any]:
+        form = c.get("form")
+        if form not in PREFILL_KEYS:
+            raise PackageError(f"{where}: form is {form!r}, expected one of {sorted(PREFILL_KEYS)}")
+        keys = PREFILL_KEYS[form]
+        missing = [k for k in keys[:4] if k not in c]  # tiles, warps and stages; the structural genes default
+        if missing:
+            raise PackageError(f"{where}: no {missing}")
+        return {"form": form, **{k: int(c[k]) for k in keys if k in c}}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "the table") -> PrefillTable:
+        if not isinstance(data, dict):
+            raise PackageError(f"{where}: expected an object of 'Hq=..,Hkv=..,D=..,causal=..' keys")
+        entries: dict[tuple[int, int, int, bool], dict[int, dict[str, Any] | None]] = {}
+        for key, per_s in data.items():
+            try:
+                parts = dict(p.split("=") for p in key.split(","))
+                heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]), bool(int(parts["causal"])))
+                if heads[0] % heads[1]:
+                    raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
+                entries[heads] = {
+                    int(n): cls.entry(c, f"{where}: {key} at {n}") if c is not None else None for n, c in per_s.items()
+                }
+            except PackageError:
+                raise
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise PackageError(f"{where}: entry {key!r} is malformed ({type(exc).__name__}: {exc})") from exc
+        return cls(entries)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            f"Hq={hq},Hkv={hkv},D={d},causal={int(c)}": {
+                str(n): dict(e) if e else None for n, e in sorted(per_s.items())
+            }
+            for (hq, hkv, d, c), per_s in sorted(self.entries.items())
+        }
+
+    def lookup(self, Hq: int, Hkv: int, D: int, causal: bool, seqlen: int) -> dict[str, Any] | None:
+        per_s = self.entries.get((Hq, Hkv, D, bool(causal)))
+        if not per_s:
+            return None
+        n = serving(per_s, seqlen, self.reach)
+        return None if n is None else per_s[n]
+
+
 class Package:
     """An exported package folder (see the module's doc), validated on load."""
 
     def __init__(
-        self, root: Path, manifest: dict[str, Any], moe: MoeTable | None, decode: DecodeTable | None = None
+        self,
+        root: Path,
+        manifest: dict[str, Any],
+        moe: MoeTable | None,
+        decode: DecodeTable | None = None,
+        prefill: PrefillTable | None = None,
     ) -> None:
-        self.root, self.manifest, self.moe, self.decode = root, manifest, moe, decode
+        self.root, self.manifest, self.moe, self.decode, self.prefill = root, manifest, moe, decode, prefill
 
     @property
     def config_dir(self) -> Path | None:
@@ -230,9 +326,9 @@ class Package:
         tables: dict[str, Any] = {}
         for kernel in manifest.get("kernels") or []:
             op = kernel.get("op") if isinstance(kernel, dict) else None
-            if op not in ("fused_moe", "decode_attention"):
+            if op not in _TABLES:
                 raise PackageError(
-                    f"{path}: unknown kernel entry {kernel!r} (this evokernel ships 'fused_moe' and 'decode_attention')"
+                    f"{path}: unknown kernel entry {kernel!r} (this evokernel ships {', '.join(map(repr, _TABLES))})"
                 )
             table = root / str(kernel.get("table", ""))
             try:
@@ -241,9 +337,21 @@ class Package:
                 raise PackageError(f"{path}: kernel table {table} is missing") from None
             except ValueError as exc:
                 raise PackageError(f"{table} is not JSON: {exc}") from exc
-            kind = MoeTable if op == "fused_moe" else DecodeTable
-            tables[op] = kind.from_json(data, str(table))
-        return cls(root, manifest, tables.get("fused_moe"), tables.get("decode_attention"))
+            tables[op] = _TABLES[op].from_json(data, str(table))
+        return cls(
+            root,
+            manifest,
+            tables.get("fused_moe"),
+            tables.get("decode_attention"),
+            tables.get("prefill_attention"),
+        )
+
+
+_TABLES: dict[str, Any] = {
+    "fused_moe": MoeTable,
+    "decode_attention": DecodeTable,
+    "prefill_attention": PrefillTable,
+}
 
 
 _PLAIN_DEFAULTS = {  # fused_experts_impl arguments that must hold these values for the template to apply
@@ -409,6 +517,117 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
     return hook
 
 
+_EXTEND_PLAIN = {  # extend_attention_fwd arguments that must hold these values for the kernel to apply
+    "custom_mask": None,
+    "logit_cap": 0.0,
+    "sinks": None,
+    "window_kv_offsets": None,
+    "lse_extend": None,
+    "skip_prefix": False,
+    "skip_extend": False,
+    "score_mod": None,
+    "aux_tensors": None,
+}
+
+
+def extend_attention_hook(
+    table: PrefillTable, *, run: Mapping[str, Callable[..., Any]] | None = None
+) -> Callable[..., Any]:
+    """An AROUND hook for SGLang's `extend_attention_fwd`: evokernel's prefill kernel where
+    `table` has a configuration for the call's heads, masking and longest new sequence and
+    no sequence has cached tokens before its new ones (see the module's doc), else SGLang's
+    own kernel. `run`: the kernels by form (default: the Gluon and Triton templates)."""
+    kernels = dict(run) if run is not None else {}
+    signatures: dict[Any, inspect.Signature] = {}
+    used: set[tuple[Any, ...]] = set()
+    broken: set[tuple[Any, ...]] = set()
+    stats = {"template": 0, "fallback": 0}
+
+    def kernel(form: str) -> Callable[..., Any]:
+        if form not in kernels:
+            if form == "gluon":
+                from evokernel.search_spaces.attention.template_prefill_gluon import attention_gluon as fn
+            else:
+                from evokernel.search_spaces.attention.template_prefill import attention as fn
+            kernels[form] = fn
+        return kernels[form]
+
+    def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        a = _arguments(signatures, original, args, kwargs)
+        if a is None:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        q, k, v, o = a.get("q_extend"), a.get("k_extend"), a.get("v_extend"), a.get("o_extend")
+        indices, indptr = a.get("kv_indices"), a.get("qo_indptr")
+        config = None
+        plain = all(
+            (a.get(n) is None) if want is None else (a.get(n, want) == want) for n, want in _EXTEND_PLAIN.items()
+        )
+        plain = plain and a.get("sliding_window_size") in (None, -1)
+        plain = plain and (a.get("xai_temperature_len") is None or a["xai_temperature_len"] <= 0)
+        plain = plain and all(_one(a.get(n)) for n in ("k_scale", "v_scale"))
+        tensors = all(x is not None for x in (q, k, v, o, indices, indptr))
+        if plain and tensors and int(indices.numel()) == 0:  # no cached prefix in any sequence
+            dtype = str(q.dtype)
+            if (
+                dtype in ("torch.bfloat16", "torch.float16")
+                and q.dim() == 3
+                and k.dim() == 3
+                and v.shape == k.shape
+                and str(k.dtype) == dtype
+                and o.shape == q.shape
+                and q.shape[-1] == k.shape[-1]
+                and q.shape[0] == k.shape[0]
+                and str(indptr.dtype) == "torch.int32"
+            ):
+                _, Hq, D = (int(x) for x in q.shape)
+                causal = bool(a.get("is_causal", True))
+                config = table.lookup(Hq, int(k.shape[1]), D, causal, int(a["max_len_extend"]))
+        if config is None:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        Hq, Hkv, D = int(q.shape[1]), int(k.shape[1]), int(q.shape[2])
+        key = (Hq, Hkv, D, causal, config["form"], tuple(sorted(config.items())))
+        if key in broken:
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        params = {n: x for n, x in config.items() if n != "form"}
+        sm_scale = a.get("sm_scale") or 1.0 / math.sqrt(D)
+        try:
+            out = kernel(config["form"])(
+                q.contiguous(),
+                k.contiguous(),
+                v.contiguous(),
+                indptr,
+                int(a["max_len_extend"]),
+                causal=causal,
+                sm_scale=float(sm_scale),
+                **params,
+            )
+        except Exception as exc:  # a configuration that does not launch here: SGLang's kernel, once logged
+            broken.add(key)
+            log.warning(
+                "evokernel prefill_attention %s failed (%s: %s); SGLang's kernel runs it",
+                config,
+                type(exc).__name__,
+                exc,
+            )
+            stats["fallback"] += 1
+            return original(*args, **kwargs)
+        o.copy_(out)
+        if key not in used:
+            used.add(key)
+            log.info(
+                "evokernel prefill_attention at Hq=%d Hkv=%d D=%d causal=%s max_len=%d: %s",
+                Hq, Hkv, D, causal, int(a["max_len_extend"]), config,
+            )  # fmt: skip
+        stats["template"] += 1
+        return None  # (SGLang's writes `o_extend` and returns nothing)
+
+    hook.stats = stats  # type: ignore[attr-defined]
+    return hook
+
+
 def _one(x: Any) -> bool:
     """Whether a KV scale is 1: None or the number 1 (a tensor scale is not read: that would
     wait for the GPU; SGLang passes its layers' scales as floats)."""
@@ -442,4 +661,13 @@ def register() -> None:
             "evokernel plugin: decode_attention hooked on %s (%d head shapes)",
             DECODE_ATTENTION,
             len(package.decode.entries),
+        )
+    if package.prefill is not None:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+        HookRegistry.register(EXTEND_ATTENTION, extend_attention_hook(package.prefill), HookType.AROUND)
+        log.info(
+            "evokernel plugin: prefill_attention hooked on %s (%d head shapes)",
+            EXTEND_ATTENTION,
+            len(package.prefill.entries),
         )
