@@ -21,7 +21,7 @@ from evokernel.search_spaces.attention.template_prefill_gluon import GLUON_DEFAU
 
 problem = Problem.load(Path(__file__).resolve().parent / "problems" / "attention_prefill_bf16.py")
 CAUSAL = bool(problem.module.CAUSAL)
-space = prefill_gluon_space(head_dim=problem.module.D)
+space = prefill_gluon_space(head_dim=problem.module.D, causal=bool(problem.module.CAUSAL))
 evaluator = KernelEvaluator(problem, lambda genome: gluon_candidate_source(genome.params, causal=CAUSAL), device="cuda")
 descriptor = prefill_gluon_class
 name = f"attention-prefill-gluon-{problem.module.MODEL}"

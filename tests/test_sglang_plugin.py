@@ -93,7 +93,7 @@ def test_the_decode_table_and_a_package_holding_it(tmp_path: Path):
     assert package.moe is None and package.decode is not None and package.decode.entries == table.entries
     manifest["kernels"].append({"op": "rmsnorm", "table": "x.json"})
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PackageError, match="unknown kernel entry.*'fused_moe' and 'decode_attention'"):
+    with pytest.raises(PackageError, match="unknown kernel entry.*'fused_moe', 'decode_attention', 'prefill_attention'"):
         Package.load(tmp_path)
 
 
@@ -516,6 +516,59 @@ def test_export_writes_the_decode_table_from_page_1_decode_searches(tmp_path: Pa
     ]
     (row,) = manifest["provenance"]["decode_attention"]
     assert (row["B"], row["C"]) == (2, 48) and row["latency_ms"] > 0
+
+
+@pytest.mark.slow
+def test_export_writes_the_prefill_table_from_packed_prefill_searches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from evokernel import Budget, Search
+    from evokernel.engine.search import SearchOptions
+    from evokernel.evaluators import KernelEvaluator
+    from evokernel.integrations.sglang.export import sglang_plugin_package
+    from evokernel.integrations.sglang.plugin import EXTEND_ATTENTION
+    from evokernel.integrations.sglang.promote import changes, restrict
+    from evokernel.search_spaces import attention_space
+    from evokernel.search_spaces.attention.template_prefill import candidate_source
+    from evokernel.store import SQLiteStore
+
+    from .test_export import QUICK
+
+    db = tmp_path / "prefill.db"
+    monkeypatch.setenv("EVOKERNEL_ATTN_MODEL", "tiny")  # 4/2 heads, D 64, causal
+    monkeypatch.setenv("EVOKERNEL_ATTN_DTYPE", "float16")  # the interpreter cannot do bf16 dots
+    monkeypatch.setenv("EVOKERNEL_ATTN_SEQLENS", "40,70")
+    ev = KernelEvaluator(
+        ROOT / "examples" / "problems" / "attention_prefill_bf16.py",
+        lambda g: candidate_source(g.params, causal=True),
+        device="cpu",
+        options=QUICK,
+        workers=2,
+    )
+    report = Search(
+        attention_space(head_dim=64, causal=True),
+        ev,
+        store=SQLiteStore(db),
+        options=SearchOptions(population=2, remeasure=0, report_elites=1),
+    ).run(Budget(evaluations=2), seed=0)
+    assert report.best is not None, report.statuses
+    out = tmp_path / "pkg"
+    with SQLiteStore(db) as store:
+        sglang_plugin_package(store, out, device_name="NVIDIA H200", triton_version="3.6.0")
+    package = Package.load(out)
+    assert package.prefill is not None and package.decode is None
+    (entry,) = package.prefill.entries[(4, 2, 64, True)].values()
+    assert list(package.prefill.entries[(4, 2, 64, True)]) == [70]  # keyed by the longest sequence
+    assert entry["form"] == "triton" and {k: entry[k] for k in report.best.genome.params} == report.best.genome.params
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kernels"] == [
+        {"op": "prefill_attention", "target": EXTEND_ATTENTION, "table": "kernels/prefill_attention.json"}
+    ]
+    # a change the promotion judges; no decode step runs it, so it ships only once measured
+    (change,) = changes(out)
+    assert change.op == "prefill_attention" and change.batch == 70 and not change.serves(1)
+    reverted = restrict(out, tmp_path / "reverted", keep=())
+    assert json.loads((reverted / "kernels" / "prefill_attention.json").read_text()) == {
+        "Hq=4,Hkv=2,D=64,causal=1": {"70": None}
+    }
 
 
 _REAL_SGLANG = r"""

@@ -162,7 +162,7 @@ def attention_class(genome: Genome) -> str:
     return f"{genome['BLOCK_M']}x{genome['BLOCK_N']}/{how}" + ("/tma" if genome["TMA"] else "")
 
 
-def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
+def prefill_gluon_space(*, head_dim: int = 128, causal: bool | None = None) -> SearchSpace:
     """The genes of the Gluon (FA3-style) prefill kernel
     (`template_prefill_gluon.py`): tiles, warps and slots, and the structures it turns on and
     off (OVERLAP: the scores of the next block under this block's P V; PINGPONG: two consumer
@@ -172,7 +172,8 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
     its K and V; SNAKE: a persistent program's rounds alternately forward and backward over
     the programs, evening out a static schedule's loads). Its rules
     (`check_gluon_params`: layouts, the H200's shared memory, registers) prune before any
-    compile.
+    compile. The genes are the same with and without the causal mask; `causal`, where given,
+    names the masking in the space's name (which the SGLang export reads).
 
     >>> space = prefill_gluon_space()
     >>> space.is_valid(dict(BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=2, OVERLAP=1, PINGPONG=1,
@@ -201,7 +202,7 @@ def prefill_gluon_space(*, head_dim: int = 128) -> SearchSpace:
             _flag("SNAKE"),
         ],
         constraints=[Constraint(rules, "the Gluon kernel's layouts and the H200's limits")],
-        name=f"attention_prefill_gluon_d{head_dim}",
+        name=f"attention_prefill_gluon_d{head_dim}" + ("" if causal is None else "_causal" if causal else "_full"),
         geometry=Geometry.infer(["BLOCK_M", "BLOCK_N", "num_warps", "num_stages"]),
     )
 

@@ -254,6 +254,63 @@ def _decode_winners(
     return best
 
 
+def _max_len(lens: str) -> int:
+    """The longest sequence of a prefill shape's `lens` key ("2048x4", "512/1800/3000": the
+    problem's `lens_key`).
+
+    >>> _max_len("2048x4"), _max_len("512/1800/700")
+    (2048, 1800)
+    """
+    return max(int(part.split("x")[0]) for part in str(lens).replace(",", "/").split("/"))
+
+
+def _prefill_winners(
+    store: Store, report: MoeExport
+) -> dict[tuple[int, int, int, bool, int], tuple[float, dict[str, Any], str]]:
+    """The best prefill configuration per (H_q, H_kv, D, causal, longest sequence) over the
+    store's packed (varlen) prefill runs whose space names the masking ("..._causal" or
+    "..._full": `attention_space`, and `prefill_gluon_space(causal=...)`); value (latency,
+    entry with its form, run id). Dense-layout runs and runs that do not say whether they were
+    causal are left out, with the reason."""
+    from evokernel.integrations.sglang.plugin import PREFILL_KEYS
+
+    best: dict[tuple[int, int, int, bool, int], tuple[float, dict[str, Any], str]] = {}
+    for run in store.runs():
+        cfg = run.config if isinstance(run.config, dict) else {}
+        ev = cfg.get("evaluator")
+        shapes = ev.get("shapes") if isinstance(ev, dict) else None
+        if not isinstance(shapes, list) or not shapes:
+            continue
+        if not all(isinstance(sh, dict) and {"T", "B", "Hq", "Hkv", "D", "lens"} <= set(sh) for sh in shapes):
+            continue  # not a prefill problem's run
+        space = cfg.get("space") if isinstance(cfg.get("space"), dict) else {}
+        name = str(space.get("name", ""))
+        if "bhsd" in name or any(sh.get("layout") == "bhsd" for sh in shapes):
+            report.skipped.append(f"{run.id}: the dense [B, H, S, D] layout; SGLang packs its sequences")
+            continue
+        if not (name.endswith("_causal") or name.endswith("_full")):
+            report.skipped.append(f"{run.id}: its space ({name!r}) does not say whether it was causal")
+            continue
+        causal = name.endswith("_causal")
+        forms = [f for f, keys in PREFILL_KEYS.items() if keys[4] in {p["name"] for p in space.get("params", [])}]
+        if len(forms) != 1:
+            report.skipped.append(f"{run.id}: not a prefill kernel space this export knows ({name!r})")
+            continue
+        form = forms[0]
+        keys = PREFILL_KEYS[form]
+        elites = [e for e in store.elites(run_id=run.id) if all(k in e.genome.params for k in keys[:4])]
+        if not elites:
+            report.skipped.append(f"{run.id}: no prefill elite")
+            continue
+        elite = min(elites, key=lambda e: e.latency_ms)
+        entry = {"form": form, **{k: int(elite.genome.params[k]) for k in keys if k in elite.genome.params}}
+        for sh in shapes:
+            key = (int(sh["Hq"]), int(sh["Hkv"]), int(sh["D"]), causal, _max_len(sh["lens"]))
+            if key not in best or elite.latency_ms < best[key][0]:
+                best[key] = (elite.latency_ms, entry, run.id)
+    return best
+
+
 def sglang_plugin_package(
     store: Store,
     out: str | os.PathLike[str],
@@ -263,6 +320,7 @@ def sglang_plugin_package(
     kernel: bool = True,
     seed_shipped: bool = True,
     decode: bool = True,
+    prefill: bool = True,
 ) -> MoeExport:
     """Write the package the SGLang plugin applies (`evokernel.integrations.sglang.plugin`): SGLang's config
     files for its own fused-MoE kernel (winners whose two BLOCK_SIZE_M agree) under
@@ -277,12 +335,24 @@ def sglang_plugin_package(
 
     With `decode`, the store's paged decode runs at page size 1 give the table of the
     decode-attention hook (`out/kernels/decode_attention.json`: per heads and batch size, the
-    best run's configuration; a batch size tuned at several contexts keeps the fastest)."""
+    best run's configuration; a batch size tuned at several contexts keeps the fastest).
+
+    With `prefill`, the store's packed prefill runs give the table of the prefill-attention
+    hook (`out/kernels/prefill_attention.json`: per heads, masking and longest sequence, the
+    best run's kernel form and configuration)."""
     import datetime as dt
 
     from evokernel.search_spaces.moe.sglang import shipped_file
 
-    from evokernel.integrations.sglang.plugin import DECODE_ATTENTION, FORMAT, FUSED_EXPERTS, DecodeTable, MoeTable
+    from evokernel.integrations.sglang.plugin import (
+        DECODE_ATTENTION,
+        EXTEND_ATTENTION,
+        FORMAT,
+        FUSED_EXPERTS,
+        DecodeTable,
+        MoeTable,
+        PrefillTable,
+    )
 
     out = Path(out)
     seeded: list[str] = []
@@ -344,9 +414,26 @@ def sglang_plugin_package(
                 {"Hq": hq, "Hkv": hkv, "D": d, "B": b, "C": c, "latency_ms": lat, "run": run}
                 for (hq, hkv, d, b), (lat, _, run, c) in sorted(found.items())
             ]
+    if prefill:
+        pre = _prefill_winners(store, report)
+        if pre:
+            ptable = PrefillTable({})
+            for (hq, hkv, d, causal, n), (_, entry, _) in sorted(pre.items()):
+                ptable.entries.setdefault((hq, hkv, d, causal), {})[n] = entry
+            path = out / "kernels" / "prefill_attention.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(ptable.to_json(), indent=1) + "\n")
+            report.files.append(path)
+            manifest["kernels"].append(
+                {"op": "prefill_attention", "target": EXTEND_ATTENTION, "table": "kernels/prefill_attention.json"}
+            )
+            manifest["provenance"]["prefill_attention"] = [
+                {"Hq": hq, "Hkv": hkv, "D": d, "causal": c, "seqlen": n, "latency_ms": lat, "run": run}
+                for (hq, hkv, d, c, n), (lat, _, run) in sorted(pre.items())
+            ]
     if not report.files:
         raise ConfigError(
-            "nothing to export: the store holds no fused-MoE or page-1 decode run with an elite"
+            "nothing to export: the store holds no fused-MoE, page-1 decode or packed prefill run with an elite"
             + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else "")
         )
     out.mkdir(parents=True, exist_ok=True)

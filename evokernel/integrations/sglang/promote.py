@@ -60,7 +60,8 @@ _FILE = re.compile(r"E=(\d+),N=(\d+),device_name=")
 class Change(msgspec.Struct, frozen=True, kw_only=True):
     """One change a package makes to what SGLang runs.
 
-    op: "decode_attention" or "fused_moe" (an entry of evokernel's kernel tables) or
+    op: "decode_attention", "fused_moe" or "prefill_attention" (an entry of evokernel's kernel
+    tables; a prefill entry's batch is the sequence length it was tuned at) or
     "configs" (SGLang's own MoE config files); key: the table's key ("Hq=32,Hkv=4,D=128",
     "E=128,N=768") or the config file's path in the package; batch: the entry's batch size,
     None for a whole file; config: what the entry (or file) holds; reference: for a config
@@ -83,6 +84,8 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
     def serves(self, batch: int) -> bool:
         """Whether a decode step at `batch` runs this change: its lookup lands on this entry
         (the plugin's tables: the nearest within 2x; SGLang's files: the nearest at any distance)."""
+        if self.op == "prefill_attention":
+            return False  # a prefill table entry (keyed by sequence length): no decode step runs it
         if self.batch is None:
             return True
         return serving(self.keys or (self.batch,), batch, None if self.op == "configs" else 2.0) == self.batch
@@ -131,6 +134,19 @@ def changes(root: str | Path) -> list[Change]:
                             batch=b,
                             config=c,
                             keys=tuple(sorted(per_b)),
+                        )
+                    )
+    if package.prefill is not None:
+        for (hq, hkv, d, causal), per_s in sorted(package.prefill.entries.items()):
+            for n, c in sorted(per_s.items()):
+                if c is not None:
+                    out.append(
+                        Change(
+                            op="prefill_attention",
+                            key=f"Hq={hq},Hkv={hkv},D={d},causal={int(causal)}",
+                            batch=n,
+                            config=c,
+                            keys=tuple(sorted(per_s)),
                         )
                     )
     if package.moe is not None:
@@ -191,7 +207,7 @@ def restrict(root: str | Path, out: str | Path, keep: Collection[str]) -> Path:
     manifest = json.loads((out / "manifest.json").read_text())
     drop = [c for c in found if c.id not in keep]
     tables = {k["op"]: k["table"] for k in manifest.get("kernels", [])}
-    for op in ("decode_attention", "fused_moe"):
+    for op in ("decode_attention", "fused_moe", "prefill_attention"):
         mine = [c for c in drop if c.op == op]
         if not mine:
             continue
