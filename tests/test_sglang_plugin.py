@@ -93,7 +93,9 @@ def test_the_decode_table_and_a_package_holding_it(tmp_path: Path):
     assert package.moe is None and package.decode is not None and package.decode.entries == table.entries
     manifest["kernels"].append({"op": "rmsnorm", "table": "x.json"})
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(PackageError, match="unknown kernel entry.*'fused_moe', 'decode_attention', 'prefill_attention'"):
+    with pytest.raises(
+        PackageError, match="unknown kernel entry.*'fused_moe', 'decode_attention', 'prefill_attention'"
+    ):
         Package.load(tmp_path)
 
 

@@ -150,6 +150,51 @@ def test_decisions_from_the_ab_dead_ends_in_the_knowledge_base_and_the_export_le
     assert drop_dead_ends(store, root, "NVIDIA H200") == []  # nothing left to drop
 
 
+def test_prefill_entries_are_judged_on_the_prefill_latency_of_the_prompts_they_serve(tmp_path: Path):
+    from evokernel.store import SQLiteStore
+
+    root = tmp_path / "pkg"
+    (root / "kernels").mkdir(parents=True)
+    gluon = {"form": "gluon", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
+    table = {"Hq=32,Hkv=4,D=128,causal=1": {"4096": gluon, "32768": dict(gluon, BLOCK_N=64)}}
+    (root / "kernels" / "prefill_attention.json").write_text(json.dumps(table))
+    manifest = {"format": FORMAT, "kernels": [{"op": "prefill_attention", "table": "kernels/prefill_attention.json"}]}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    found = changes(root)
+    by = {c.batch: c for c in found}
+    # the plugin's lookup: the nearest tuned length within 4x
+    assert by[4096].serves_prefill(8192) and by[4096].serves_prefill(16384) and by[32768].serves_prefill(24576)
+    assert not by[4096].serves_prefill(32768) and not by[4096].serves_prefill(1000) and not by[4096].serves(4096)
+    ev = SGLangEvaluator(["--model-path", "m"], decode_points=[(1, 32768), (8, 8192), (32, 4096)], prefill_lens=())
+    plan = ev.plan()
+    report = ABReport(plan=plan)
+    drift = (1.0, 1.2, 0.9, 1.1, 1.05)
+    # prefill seconds per point: the 32768 entry is 30% faster at 32768; the 4096 entry is 20% slower
+    # at 8192 and 4096; decode steps the same everywhere
+    prefill = {BASELINE: (0.21, 0.15, 0.22), CONTROL: (0.21, 0.15, 0.22), "g": (0.15, 0.18, 0.26)}
+    for name, ts in prefill.items():
+        report.samples[name] = {
+            p: [dict(_run(2e-3 * d, _batch_of(p)), prefill_latency=t * d * (1 + 0.002 * (-1) ** r), round=r)
+                for r, d in enumerate(drift)]
+            for p, t in zip(plan["decode_points"], ts)
+        }  # fmt: skip
+    decisions = {d.change.batch: d for d in decide(report.to_json(), {c.id: "g" for c in found}, found)}
+    assert decisions[32768].verdict == "promoted" and list(decisions[32768].points) == ["b1_i32768_o32"]
+    assert decisions[4096].verdict == "dead_end"
+    assert sorted(decisions[4096].points) == ["b32_i4096_o32", "b8_i8192_o32"]
+    store = SQLiteStore(tmp_path / "k.db")
+    (lesson,) = record(store, list(decisions.values()), gpu="NVIDIA H200", toolchain={})
+    assert "prefill_attention" in lesson.text and "prefill latency ratio" in lesson.text
+    # the promoted package keeps the faster entry only
+    kept = restrict(root, tmp_path / "promoted", keep={by[32768].id})
+    got = json.loads((kept / "kernels" / "prefill_attention.json").read_text())
+    assert got["Hq=32,Hkv=4,D=128,causal=1"]["4096"] is None and got["Hq=32,Hkv=4,D=128,causal=1"]["32768"]
+
+
+def _batch_of(point: str) -> int:
+    return int(point.split("_")[0][1:])
+
+
 def test_the_recorded_0912x_case_the_cascade_ships_none_of_what_regressed(tmp_path: Path):
     """Call X (2026-11-30, benchmarks/results/sglang_e2e.json): SGLang's own MoE kernel with
     the exported configs read 0.912x end to end. Its package: SGLang's shipped up file with

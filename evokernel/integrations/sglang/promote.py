@@ -81,6 +81,13 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
         digest = hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.op}:{self.key}:{'file' if self.batch is None else self.batch}:{digest}"
 
+    def serves_prefill(self, input_len: int) -> bool:
+        """Whether the prefill of sequences `input_len` long runs this change: a prefill table
+        entry whose tuned length is the nearest to it within 4x (the plugin's lookup)."""
+        if self.op != "prefill_attention" or self.batch is None:
+            return False
+        return serving(self.keys or (self.batch,), input_len, 4.0) == self.batch
+
     def serves(self, batch: int) -> bool:
         """Whether a decode step at `batch` runs this change: its lookup lands on this entry
         (the plugin's tables: the nearest within 2x; SGLang's files: the nearest at any distance)."""
@@ -246,25 +253,43 @@ def _batch(point: str) -> int:
     return int(point.split("_")[0].removeprefix("b"))
 
 
+def _input_len(point: str) -> int:
+    return int(point.split("_")[1].removeprefix("i"))
+
+
 def decide(
     ab: Mapping[str, Any], variant_of: Mapping[str, str], found: Sequence[Change], *, reference: str | None = None
 ) -> list[Decision]:
     """Each change's decision from an A/B report (`ABReport.to_json()`) in which the change
     ran in the variant `variant_of[change.id]`: the paired verdicts (against the baseline, or
-    the `reference` composite) at the decode points it serves."""
+    the `reference` composite) at the decode points it serves; for a prefill entry, the
+    paired prefill-latency verdicts against the baseline (the decode flags a composite picks
+    do not touch the prefill) at every point whose prompt length it serves."""
     key = "decode_throughput" if reference is None else f"decode_throughput_vs_{reference}"
     paired = ab.get("paired", {}).get(key, {})
-    decode_points = list(ab.get("plan", {}).get("decode_points", []))
+    prefill = ab.get("paired", {}).get("prefill_speedup", {})
+    plan = ab.get("plan", {})
+    decode_points = list(plan.get("decode_points", []))
+    all_points = [f"b{b}_i{i}_o{o}" for b, i, o in plan.get("points", [])] or decode_points
     out: list[Decision] = []
     for c in found:
         variant = variant_of.get(c.id, "")
-        verdicts = paired.get(variant, {})
-        points = {p: verdicts[p] for p in decode_points if p in verdicts and c.serves(_batch(p))}
+        if c.op == "prefill_attention":
+            verdicts = prefill.get(variant, {})
+            points = {p: verdicts[p] for p in all_points if p in verdicts and c.serves_prefill(_input_len(p))}
+
+            def runs_it(o: Change, p: str) -> bool:
+                return o.serves_prefill(_input_len(p))
+        else:
+            verdicts = paired.get(variant, {})
+            points = {p: verdicts[p] for p in decode_points if p in verdicts and c.serves(_batch(p))}
+
+            def runs_it(o: Change, p: str) -> bool:
+                return o.op != "prefill_attention" and o.serves(_batch(p))
+
         slower = [p for p, v in points.items() if v.get("verdict") == "slower"]
         shared = sorted(
-            o.id
-            for o in found
-            if o is not c and variant_of.get(o.id) == variant and any(o.serves(_batch(p)) for p in slower)
+            o.id for o in found if o is not c and variant_of.get(o.id) == variant and any(runs_it(o, p) for p in slower)
         )
         if not points:
             verdict = "unmeasured"
@@ -301,7 +326,8 @@ def record(
                 dict(toolchain),
                 f"dead end in SGLang: {d.change.op} {d.change.key}"
                 f"{'' if d.change.batch is None else f' at batch {d.change.batch}'} is slower end to end "
-                f"(decode throughput ratio, paired per round: {figures})",
+                f"({'prefill latency' if d.change.op == 'prefill_attention' else 'decode throughput'} ratio, "
+                f"paired per round: {figures})",
                 {"class": "dead end", **d.to_json(), "config": d.change.config},
                 run_id,
             )
