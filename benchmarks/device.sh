@@ -35,7 +35,9 @@
 #                   POINTS ("1:32768 ..."), BUDGET (14), SEARCH_S (180), REPEATS (3), FLAGS ("16 32 64"), TILES ("256"),
 #                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl),
 #                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40),
-#                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value)
+#                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value),
+#                   PREFILL_FROM=benchmarks/results/attention_prefill_gluon.json (its Gluon winners for the
+#                   model's heads join the package: prefill entries, judged on the prompts' prefill latency)
 #   model-level     model-level searches (model_level_h200.py) [device_model_level.sh]
 #                   MODELS (flux,qwen), BUDGET (20), DEADLINE (90), OUT_PREV
 #   profile         `evokernel profile` of the example models and an SGLang engine (carry .sgl)
@@ -316,6 +318,7 @@ sglang_long() {
       ${POINTS:+--points $POINTS} --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} \
       --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
+      ${PREFILL_FROM:+--prefill-from "$PREFILL_FROM"} \
       --deadline $(( ${DEADLINE:-540} - 10 )) \
       ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} \
       ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1

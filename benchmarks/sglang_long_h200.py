@@ -114,6 +114,12 @@ def main() -> None:
     ap.add_argument("--search-deadline", type=float, default=180.0)
     ap.add_argument("--package", default=None, help="an exported package to use instead of searching")
     ap.add_argument("--micro", default=None, help="with --package: the searches' attention.json (for predictions)")
+    ap.add_argument(
+        "--prefill-from",
+        default=None,
+        metavar="JSON",
+        help="a Gluon prefill record (prefill_gluon.json): its winners for the model's heads join the package",
+    )
     ap.add_argument("--flags", nargs="*", type=int, default=[16, 32, 64], help=f"values of {FLAG} to sweep")
     ap.add_argument(
         "--tiles",
@@ -195,6 +201,28 @@ def main() -> None:
         package = Path(args.package)
         if args.micro:
             micro = json.loads(Path(args.micro).read_text())
+    if args.prefill_from:
+        # the Gluon prefill winners recorded for the model's heads join the package (a copy):
+        # each entry a change the promotion judges on the prefill latency of the prompts it serves
+        import importlib.util
+
+        from evokernel.integrations.sglang.export import add_prefill_table, prefill_entries_from_record
+
+        spec = importlib.util.spec_from_file_location(
+            "attention_prefill_problem", ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
+        )
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        heads = {name: tuple(m[:4]) for name, m in mod.MODELS.items() if name == args.problem_model}
+        entries = prefill_entries_from_record(json.loads(Path(args.prefill_from).read_text()), heads)
+        if entries:
+            if (out / "package").resolve() != package.resolve():
+                shutil.rmtree(out / "package", ignore_errors=True)
+                shutil.copytree(package, out / "package")
+                package = out / "package"
+            add_prefill_table(package, entries, provenance={"record": str(args.prefill_from)})
+        doc["prefill_entries"] = {str(k): sorted(v) for k, v in entries.items()}
     doc["package"] = json.loads((package / "kernels" / "decode_attention.json").read_text())
     doc["micro"] = [
         {k: r.get(k) for k in ("spec", "shape", "winner_short", "winner_ms", "baselines", "speedup", "rate")}
@@ -328,6 +356,14 @@ def main() -> None:
                 "missed": bool(pred and real and abs(real - pred) > 0.25 * abs(pred - 1.0)),
             }
         row["control"] = control.get(p)
+        # the prompt's prefill (one extend of b x c tokens): paired latency ratio against shipped
+        row["prefill"] = {
+            v: (lambda xs: 1e3 * xs[len(xs) // 2] if xs else None)(
+                sorted(x["prefill_latency"] for x in report.samples.get(v, {}).get(p, []) if "prefill_latency" in x)
+            )
+            for v in (BASELINE, "evokernel")
+        }
+        row["prefill"]["paired"] = ab["paired"].get("prefill_speedup", {}).get("evokernel", {}).get(p)
         kernel_predictions(row, layers)
         rows.append(row)
     doc["rows"] = rows
@@ -455,6 +491,20 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             f"{_f(r['sglang_shipped']['step_bound_fraction'], '.2f')} / "
             f"{_f(r['evokernel']['step_bound_fraction'], '.2f')} |"
         )
+    pre = [r for r in doc["rows"] if r.get("prefill")]
+    if pre:
+        lines += [
+            "",
+            "| point | prefill ms shipped | prefill ms evokernel | paired prefill speedup [95%] |",
+            "|---|---|---|---|",
+        ]
+        for r in pre:
+            got = r["prefill"].get("paired")
+            pair = f"{got['median']:.3f} [{got['low']:.3f}, {got['high']:.3f}] {got['verdict']}" if got else "-"
+            lines.append(
+                f"| b{r['batch']} x {r['context']} | {_f(r['prefill'].get('sglang_shipped'), '.1f')} | "
+                f"{_f(r['prefill'].get('evokernel'), '.1f')} | {pair} |"
+            )
     g = doc["geomean"]
     lines.append(
         f"\ngeomean decode throughput (wall clock): vs shipped {_f(g['sglang_shipped']['long_context'])}, "

@@ -51,3 +51,24 @@ def test_gpu_time_predictions_from_the_h200_record(tmp_path: Path):
     assert "| GPU time vs shipped (predicted) |" in md and "| b1 x 32768 |" in md
     assert "3.791 (3.603)" in md
     assert "promotion (A/B verdicts per change)" in md  # the rest of the report is kept
+
+
+def test_the_recorded_gluon_prefill_winners_join_a_package_for_the_models_heads(tmp_path: Path):
+    from evokernel.integrations.sglang.export import add_prefill_table, prefill_entries_from_record
+    from evokernel.integrations.sglang.plugin import Package
+    from evokernel.integrations.sglang.promote import changes
+
+    record = json.loads((ROOT / "benchmarks" / "results" / "attention_prefill_gluon.json").read_text())
+    entries = prefill_entries_from_record(record, {"qwen3-30b-a3b": (32, 4, 128, True)})
+    assert list(entries) == [(32, 4, 128, True)] and list(entries[(32, 4, 128, True)]) == [4096]
+    entry = entries[(32, 4, 128, True)][4096]
+    assert entry["form"] == "gluon" and entry["PINGPONG"] == 1 and entry["BLOCK_M"] == 128
+    pkg = tmp_path / "pkg"
+    shutil.copytree(RECORD / "promoted", pkg)
+    add_prefill_table(pkg, entries, provenance={"record": "attention_prefill_gluon.json"})
+    package = Package.load(pkg)
+    assert package.decode is not None and package.prefill is not None
+    assert package.prefill.lookup(32, 4, 128, True, 16384) == entry  # the long-context points' prompts
+    assert package.prefill.lookup(32, 4, 128, True, 32768) is None  # SGLang's kernel there
+    ops = sorted({c.op for c in changes(pkg)})
+    assert ops == ["decode_attention", "prefill_attention"]

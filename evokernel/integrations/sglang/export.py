@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,14 @@ from evokernel.core.archive import Elite
 from evokernel.core.errors import ConfigError
 from evokernel.store import Located, Store
 
-__all__ = ["sglang_file_name", "sglang_moe", "sglang_plugin_package", "MoeExport"]
+__all__ = [
+    "sglang_file_name",
+    "sglang_moe",
+    "sglang_plugin_package",
+    "MoeExport",
+    "prefill_entries_from_record",
+    "add_prefill_table",
+]
 
 GEMM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 _NO_DTYPE_PART = {"bfloat16", "float16"}
@@ -309,6 +316,61 @@ def _prefill_winners(
             if key not in best or elite.latency_ms < best[key][0]:
                 best[key] = (elite.latency_ms, entry, run.id)
     return best
+
+
+def prefill_entries_from_record(
+    record: Mapping[str, Any], heads: Mapping[str, tuple[int, int, int, bool]]
+) -> dict[tuple[int, int, int, bool], dict[int, dict[str, Any]]]:
+    """Prefill table entries from a Gluon prefill benchmark's record (`prefill_gluon.json` of
+    `benchmarks/prefill_gluon_h200.py`: per shape its spec, model, lengths, masking, layout and
+    the winning configuration): per (H_q, H_kv, D, causal) of `heads` (model name -> heads, as
+    the attention problem's MODELS) and longest sequence, the winner ("form": "gluon").
+    Dense-layout rows are left out (SGLang packs its sequences).
+
+    >>> rec = {"rows": [{"model": "m", "lens": [4096] * 4, "causal": True, "layout": "packed",
+    ...                  "winner": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}}]}
+    >>> prefill_entries_from_record(rec, {"m": (32, 4, 128, True)})
+    {(32, 4, 128, True): {4096: {'form': 'gluon', 'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'num_stages': 2}}}
+    """
+    from evokernel.integrations.sglang.plugin import PrefillTable
+
+    out: dict[tuple[int, int, int, bool], dict[int, dict[str, Any]]] = {}
+    for row in record.get("rows", []):
+        if row.get("layout", "packed") != "packed" or not row.get("winner") or row.get("model") not in heads:
+            continue
+        hq, hkv, d, _ = heads[row["model"]]
+        key = (hq, hkv, d, bool(row.get("causal", True)))
+        out.setdefault(key, {})[max(int(n) for n in row["lens"])] = PrefillTable.entry(
+            dict(row["winner"], form="gluon"), f"the record's {row.get('spec')}"
+        )
+    return out
+
+
+def add_prefill_table(
+    out: str | os.PathLike[str],
+    entries: Mapping[tuple[int, int, int, bool], Mapping[int, dict[str, Any]]],
+    provenance: Any = None,
+) -> Path:
+    """Write (or merge into) the prefill-attention table of the package at `out` and name it in
+    its manifest; entries given replace those of the same heads and length."""
+    from evokernel.integrations.sglang.plugin import EXTEND_ATTENTION, PrefillTable
+
+    out = Path(out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    path = out / "kernels" / "prefill_attention.json"
+    table = PrefillTable.from_json(json.loads(path.read_text())) if path.exists() else PrefillTable({})
+    for key, per_s in entries.items():
+        table.entries.setdefault(key, {}).update(per_s)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table.to_json(), indent=1) + "\n")
+    if not any(k.get("op") == "prefill_attention" for k in manifest.get("kernels", [])):
+        manifest.setdefault("kernels", []).append(
+            {"op": "prefill_attention", "target": EXTEND_ATTENTION, "table": "kernels/prefill_attention.json"}
+        )
+    if provenance is not None:
+        manifest.setdefault("provenance", {})["prefill_attention"] = provenance
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return path
 
 
 def sglang_plugin_package(
