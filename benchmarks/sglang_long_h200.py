@@ -445,8 +445,12 @@ def serving(
         num_prompts=args.serving_prompts,
         log_dir=work / "serving",
         mem=args.mem,
+        load_timeout_s=240,
+        run_timeout_s=150,  # a replay: the trace's span plus its drain
     )
-    got = cmp.compare(variants)
+    # every replay's figures saved as they land: a call killed at its limit keeps them
+    partial = out / "sglang_long_serving_partial.json"
+    got = cmp.compare(variants, progress=lambda doc: partial.write_text(json.dumps(doc, indent=1)))
     got["elapsed_s"] = round(time.monotonic() - t, 1)
     doc["serving"] = got
     (out / "sglang_long_serving.json").write_text(json.dumps(got, indent=1))

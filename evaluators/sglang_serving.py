@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,10 +176,16 @@ class ServingComparison:
         except ValueError as exc:
             return f"{exc}; see {out.name}"
 
-    def compare(self, packages: Mapping[str, str | os.PathLike[str] | Variant | None]) -> dict[str, Any]:
+    def compare(
+        self,
+        packages: Mapping[str, str | os.PathLike[str] | Variant | None],
+        *,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """The baseline and every variant of `packages` (name -> a package folder, or a
         `Variant`: a package and/or server arguments of its own, e.g. SGLang at its best
-        value of a flag), replayed in rotated rounds."""
+        value of a flag), replayed in rotated rounds; `progress` gets the comparison so far
+        after every replay (to save it: a caller's deadline)."""
         from evokernel.evaluators.sglang import Variant
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -221,9 +227,21 @@ class ServingComparison:
                         errors.setdefault(name, got)
                     else:
                         runs.setdefault(name, []).append(got)
+                    if progress is not None:
+                        progress(self._result(written, argv, variants, runs, errors))
         finally:
             for server in servers.values():
                 server.stop()
+        return self._result(written, argv, variants, runs, errors)
+
+    def _result(
+        self,
+        written: int,
+        argv: list[str],
+        variants: Mapping[str, Variant],
+        runs: Mapping[str, list[dict[str, float]]],
+        errors: Mapping[str, str],
+    ) -> dict[str, Any]:
         return {
             "trace": {"name": getattr(self.trace, "name", ""), "requests": written},
             "rounds": self.rounds,
