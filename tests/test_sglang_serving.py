@@ -1,7 +1,8 @@
-"""The serving A/B's CPU parts: the trace in the form SGLang's serving benchmark replays
-(mooncake: arrival times, prompt blocks, output lengths), its result file (fields of
-sglang.benchmark.serving 0.5.17, recorded by hand to that schema), the per-round summary
-and the ratios to the baseline, and the error path without SGLang."""
+"""The serving A/B's CPU parts: the trace exported for SGLang's own serving benchmark
+(mooncake: arrival times, prompt blocks, output lengths) and its result file (fields of
+sglang.benchmark.serving 0.5.17, recorded by hand to that schema), the per-round summary and
+the ratios to the baseline, the error path without SGLang, and the whole comparison (servers
+launched per variant, evokernel's trace replay, rotated rounds) against stand-in servers."""
 
 from __future__ import annotations
 
@@ -56,3 +57,86 @@ def test_without_sglang_each_server_fails_with_its_reason(tmp_path: Path):
     assert doc["engines"]["cand"]["package"] == str(tmp_path)
     assert doc["runs"] == {} and doc["vs_baseline"] == {}
     assert "No module named 'sglang'" in (tmp_path / "s" / f"server_{BASELINE}.log").read_text()
+
+
+_STAND_IN_SERVER = r'''
+"""A stand-in for `python -m sglang.launch_server` (SGLang's server needs a GPU): /health and
+a streamed /generate as SGLang 0.5.17 answers them, its first token slower without a package."""
+import argparse, json, os, sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--host", default="127.0.0.1")
+ap.add_argument("--port", type=int, required=True)
+args, _ = ap.parse_known_args()
+TTFT = 0.02 if os.environ.get("EVOKERNEL_SGLANG_PACKAGE") else 0.06
+print("argv", json.dumps(sys.argv[1:]), flush=True)
+
+
+class H(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.end_headers()
+        time.sleep(TTFT)
+        for k in range(1, body["sampling_params"]["max_new_tokens"] + 1):
+            time.sleep(0.005 if k > 1 else 0)
+            self.wfile.write(b"data: " + json.dumps({"text": "x", "meta_info": {"completion_tokens": k}}).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+srv = ThreadingHTTPServer((args.host, args.port), H)
+srv.daemon_threads = True
+srv.serve_forever()
+'''
+
+
+@pytest.mark.slow
+def test_the_comparison_launches_a_server_per_variant_and_replays_the_trace_in_rotated_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Against stand-in servers (`sglang.launch_server` on PYTHONPATH, the protocol of
+    SGLang's /health and /generate): one server per variant with its package in the
+    environment and its flags on the command line, the warm replay, rotated rounds, progress
+    after every replay, the summary against the baseline."""
+    import socket
+
+    fake = tmp_path / "fake"
+    (fake / "sglang").mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (fake / "sglang" / "launch_server.py").write_text(_STAND_IN_SERVER)
+    monkeypatch.setenv("PYTHONPATH", f"{fake}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    with socket.socket() as s:  # a free range of ports
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1] + 100
+    from evokernel.evaluators.sglang import Variant
+
+    trace = Trace([Request(64, 6, 0.0), Request(32, 4, 0.1), Request(48, 5, 0.2)])
+    cmp = ServingComparison(
+        ["--model-path", str(tmp_path)], trace, rounds=2, warm_prompts=1, log_dir=tmp_path / "s", port=port,
+        load_timeout_s=60, run_timeout_s=30,
+    )  # fmt: skip
+    seen: list[int] = []
+    doc = cmp.compare(
+        {"evokernel": tmp_path, "kv32": Variant(args=("--triton-attention-num-kv-splits", "32"))},
+        progress=lambda d: seen.append(sum(len(r) for r in d["runs"].values())),
+    )
+    assert doc["errors"] == {}, doc["errors"]
+    assert seen == [1, 2, 3, 4, 5, 6]  # 3 servers x 2 rounds, saved after each replay
+    assert {k: len(v) for k, v in doc["runs"].items()} == {BASELINE: 2, "evokernel": 2, "kv32": 2}
+    assert all(r["completed"] == 3 and r["failed"] == 0 for rs in doc["runs"].values() for r in rs)
+    # the package's server answers its first token sooner; the flag's server is the baseline's
+    assert doc["vs_baseline"]["evokernel"]["median_ttft_ms"] > 1.8
+    assert 0.6 < doc["vs_baseline"]["kv32"]["median_ttft_ms"] < 1.6
+    log = (tmp_path / "s" / "server_kv32.log").read_text()
+    assert "--triton-attention-num-kv-splits" in log and "--mem-fraction-static" in log
+    timings = [json.loads(x) for x in (tmp_path / "s" / "run_evokernel_0.jsonl").read_text().splitlines()]
+    assert [t["input_len"] for t in timings] == [64, 32, 48] and all(t["error"] is None for t in timings)
