@@ -132,6 +132,7 @@ def main() -> None:
     ap.add_argument("--best-of", type=int, default=2)
     ap.add_argument("--kernel-steps", type=int, default=16)
     ap.add_argument("--numerics-steps", type=int, default=32)
+    ap.add_argument("--numerics-point", default="4:16384", metavar="B:CONTEXT", help="the numerics probe's point")
     ap.add_argument("--output-len", type=int, default=32)
     ap.add_argument("--mem", type=float, default=0.3, help="--mem-fraction-static of each engine")
     ap.add_argument("--max-total-tokens", type=int, default=140000)
@@ -264,7 +265,10 @@ def main() -> None:
         run_timeout_s=180,
         # the report after the engines needs a few seconds
         deadline_s=args.deadline - (time.monotonic() - t0) - 20 if args.deadline else None,
-        numerics_point=points[0],  # the longest context: the decode steps compared run its table entry
+        # a long point whose prompt a 4096-token prefill entry serves (within 4x) and whose batch a
+        # decode entry serves: the first step's logits then come from the package's prefill kernel
+        # and the last decode step's from its decode kernel
+        numerics_point=parse_points([args.numerics_point])[0],
     )
     # the promotion cascade's end-to-end stage: the package's changes in attributable groups
     # (a decode table's entries serve one batch size each: one group, the whole package, named
