@@ -449,15 +449,11 @@ def sglang_plugin_package(
         for (_, E, N, _, m), (_, up, down, _) in sorted(best.items()):
             entries.setdefault((E, N), {})[m] = (up, down)
         if entries:
-            path = out / "kernels" / "fused_moe.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(MoeTable(entries).to_json(), indent=1) + "\n")
-            report.files.append(path)
-            manifest["kernels"].append({"op": "fused_moe", "target": FUSED_EXPERTS, "table": "kernels/fused_moe.json"})
-            manifest["provenance"]["fused_moe"] = [
+            provenance = [
                 {"E": E, "N": N, "M": m, "latency_ms": lat, "run": run}
                 for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())
             ]
+            _add_table(out, manifest, report, "fused_moe", FUSED_EXPERTS, MoeTable(entries).to_json(), provenance)
     if decode:
         found = _decode_winners(store, report)
         if found:
@@ -465,34 +461,22 @@ def sglang_plugin_package(
             for (hq, hkv, d, b), (_, params, _, c) in sorted(found.items()):
                 # the context it was tuned at: "auto" splits resolve there in the engine
                 table.entries.setdefault((hq, hkv, d), {})[b] = dict(params, context=c)
-            path = out / "kernels" / "decode_attention.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(table.to_json(), indent=1) + "\n")
-            report.files.append(path)
-            manifest["kernels"].append(
-                {"op": "decode_attention", "target": DECODE_ATTENTION, "table": "kernels/decode_attention.json"}
-            )
-            manifest["provenance"]["decode_attention"] = [
+            provenance = [
                 {"Hq": hq, "Hkv": hkv, "D": d, "B": b, "C": c, "latency_ms": lat, "run": run}
                 for (hq, hkv, d, b), (lat, _, run, c) in sorted(found.items())
             ]
+            _add_table(out, manifest, report, "decode_attention", DECODE_ATTENTION, table.to_json(), provenance)
     if prefill:
         pre = _prefill_winners(store, report)
         if pre:
             ptable = PrefillTable({})
             for (hq, hkv, d, causal, n), (_, entry, _) in sorted(pre.items()):
                 ptable.entries.setdefault((hq, hkv, d, causal), {})[n] = entry
-            path = out / "kernels" / "prefill_attention.json"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(ptable.to_json(), indent=1) + "\n")
-            report.files.append(path)
-            manifest["kernels"].append(
-                {"op": "prefill_attention", "target": EXTEND_ATTENTION, "table": "kernels/prefill_attention.json"}
-            )
-            manifest["provenance"]["prefill_attention"] = [
+            provenance = [
                 {"Hq": hq, "Hkv": hkv, "D": d, "causal": c, "seqlen": n, "latency_ms": lat, "run": run}
                 for (hq, hkv, d, c, n), (lat, _, run) in sorted(pre.items())
             ]
+            _add_table(out, manifest, report, "prefill_attention", EXTEND_ATTENTION, ptable.to_json(), provenance)
     if not report.files:
         raise ConfigError(
             "nothing to export: the store holds no fused-MoE, page-1 decode or packed prefill run with an elite"
@@ -509,6 +493,25 @@ def sglang_plugin_package(
         for change in drop_dead_ends(store, out, gpu):
             report.notes.append(f"{change}: left out, a dead end in the knowledge base (slower end to end on {gpu})")
     return report
+
+
+def _add_table(
+    out: Path,
+    manifest: dict[str, Any],
+    report: MoeExport,
+    op: str,
+    target: str,
+    table: dict[str, Any],
+    provenance: list[dict[str, Any]],
+) -> None:
+    """Write a kernel table at out/kernels/<op>.json and name it, with its provenance, in the
+    manifest being built."""
+    path = out / "kernels" / f"{op}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    report.files.append(path)
+    manifest["kernels"].append({"op": op, "target": target, "table": f"kernels/{op}.json"})
+    manifest["provenance"][op] = provenance
 
 
 def _run_gpus(store: Store) -> set[str]:

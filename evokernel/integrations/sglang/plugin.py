@@ -480,24 +480,9 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
             return original(*args, **kwargs)
         q, k, v, o = a.get("q"), a.get("k_buffer"), a.get("v_buffer"), a.get("o")
         config = None
-        plain = all(
-            (a.get(n) is None) if want is None else (a.get(n, want) == want) for n, want in _DECODE_PLAIN.items()
-        )
-        plain = plain and (a.get("xai_temperature_len") is None or a["xai_temperature_len"] <= 0)
-        plain = plain and all(_one(a.get(n)) for n in ("k_scale", "v_scale"))
-        if plain and q is not None and k is not None and v is not None and o is not None:
-            dtype = str(q.dtype)
-            if (
-                dtype in ("torch.bfloat16", "torch.float16")
-                and q.dim() == 3
-                and k.dim() == 3
-                and v.shape == k.shape
-                and str(k.dtype) == dtype
-                and o.shape == q.shape
-                and q.shape[-1] == k.shape[-1]
-            ):
-                B, Hq, D = (int(x) for x in q.shape)
-                config = table.lookup(Hq, int(k.shape[1]), D, B)
+        if _plain(a, _DECODE_PLAIN) and _heads_layout(q, k, v, o):
+            B, Hq, D = (int(x) for x in q.shape)
+            config = table.lookup(Hq, int(k.shape[1]), D, B)
         if config is None:
             stats["fallback"] += 1
             return original(*args, **kwargs)
@@ -560,29 +545,19 @@ def extend_attention_hook(
         q, k, v, o = a.get("q_extend"), a.get("k_extend"), a.get("v_extend"), a.get("o_extend")
         indices, indptr = a.get("kv_indices"), a.get("qo_indptr")
         config = None
-        plain = all(
-            (a.get(n) is None) if want is None else (a.get(n, want) == want) for n, want in _EXTEND_PLAIN.items()
-        )
-        plain = plain and a.get("sliding_window_size") in (None, -1)
-        plain = plain and (a.get("xai_temperature_len") is None or a["xai_temperature_len"] <= 0)
-        plain = plain and all(_one(a.get(n)) for n in ("k_scale", "v_scale"))
-        tensors = all(x is not None for x in (q, k, v, o, indices, indptr))
-        if plain and tensors and int(indices.numel()) == 0:  # no cached prefix in any sequence
-            dtype = str(q.dtype)
-            if (
-                dtype in ("torch.bfloat16", "torch.float16")
-                and q.dim() == 3
-                and k.dim() == 3
-                and v.shape == k.shape
-                and str(k.dtype) == dtype
-                and o.shape == q.shape
-                and q.shape[-1] == k.shape[-1]
-                and q.shape[0] == k.shape[0]
-                and str(indptr.dtype) == "torch.int32"
-            ):
-                _, Hq, D = (int(x) for x in q.shape)
-                causal = bool(a.get("is_causal", True))
-                config = table.lookup(Hq, int(k.shape[1]), D, causal, int(a["max_len_extend"]))
+        plain = _plain(a, _EXTEND_PLAIN) and a.get("sliding_window_size") in (None, -1)
+        if (
+            plain
+            and _heads_layout(q, k, v, o)
+            and indices is not None
+            and indptr is not None
+            and int(indices.numel()) == 0  # no cached prefix in any sequence
+            and q.shape[0] == k.shape[0]
+            and str(indptr.dtype) == "torch.int32"
+        ):
+            _, Hq, D = (int(x) for x in q.shape)
+            causal = bool(a.get("is_causal", True))
+            config = table.lookup(Hq, int(k.shape[1]), D, causal, int(a["max_len_extend"]))
         if config is None:
             stats["fallback"] += 1
             return original(*args, **kwargs)
@@ -626,6 +601,31 @@ def extend_attention_hook(
 
     hook.stats = stats  # type: ignore[attr-defined]
     return hook
+
+
+def _plain(a: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
+    """Whether an attention call's arguments `a` are on the plain path: each of `defaults` at its
+    value (None: absent or None), no temperature scaling, KV scales of 1."""
+    return (
+        all((a.get(n) is None) if want is None else (a.get(n, want) == want) for n, want in defaults.items())
+        and (a.get("xai_temperature_len") is None or a["xai_temperature_len"] <= 0)
+        and all(_one(a.get(n)) for n in ("k_scale", "v_scale"))
+    )
+
+
+def _heads_layout(q: Any, k: Any, v: Any, o: Any) -> bool:
+    """Whether q and o are [tokens, H_q, D] and k and v [rows, H_kv, D] of one 16-bit dtype."""
+    if q is None or k is None or v is None or o is None:
+        return False
+    return (
+        str(q.dtype) in ("torch.bfloat16", "torch.float16")
+        and q.dim() == 3
+        and k.dim() == 3
+        and v.shape == k.shape
+        and str(k.dtype) == str(q.dtype)
+        and o.shape == q.shape
+        and q.shape[-1] == k.shape[-1]
+    )
 
 
 def _one(x: Any) -> bool:
