@@ -130,45 +130,14 @@ def changes(root: str | Path) -> list[Change]:
     root = Path(root)
     package = Package.load(root)
     out: list[Change] = []
-    if package.decode is not None:
-        for (hq, hkv, d), per_b in sorted(package.decode.entries.items()):
-            for b, c in sorted(per_b.items()):
+    tables = (("decode_attention", package.decode), ("prefill_attention", package.prefill), ("fused_moe", package.moe))
+    for op, table in tables:
+        # each entry of evokernel's kernel tables, as the package's JSON keys and holds it
+        for key, entries in (table.to_json() if table is not None else {}).items():
+            keys = tuple(int(k) for k in entries)
+            for k, c in entries.items():
                 if c is not None:
-                    out.append(
-                        Change(
-                            op="decode_attention",
-                            key=f"Hq={hq},Hkv={hkv},D={d}",
-                            batch=b,
-                            config=c,
-                            keys=tuple(sorted(per_b)),
-                        )
-                    )
-    if package.prefill is not None:
-        for (hq, hkv, d, causal), per_s in sorted(package.prefill.entries.items()):
-            for n, c in sorted(per_s.items()):
-                if c is not None:
-                    out.append(
-                        Change(
-                            op="prefill_attention",
-                            key=f"Hq={hq},Hkv={hkv},D={d},causal={int(causal)}",
-                            batch=n,
-                            config=c,
-                            keys=tuple(sorted(per_s)),
-                        )
-                    )
-    if package.moe is not None:
-        for (e, n), per_m in sorted(package.moe.entries.items()):
-            for m, pair in sorted(per_m.items()):
-                if pair is not None:
-                    out.append(
-                        Change(
-                            op="fused_moe",
-                            key=f"E={e},N={n}",
-                            batch=m,
-                            config={"up": pair[0], "down": pair[1]},
-                            keys=tuple(sorted(per_m)),
-                        )
-                    )
+                    out.append(Change(op=op, key=key, batch=int(k), config=c, keys=keys))
     if package.config_dir is not None:
         for path in sorted((root / str(package.manifest["configs"])).rglob("*.json")):
             rel = str(path.relative_to(root))
