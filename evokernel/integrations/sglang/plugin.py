@@ -648,26 +648,15 @@ def register() -> None:
     if package.config_dir is not None and "SGLANG_MOE_CONFIG_DIR" not in os.environ:
         os.environ["SGLANG_MOE_CONFIG_DIR"] = str(package.config_dir)
         log.info("evokernel plugin: SGLANG_MOE_CONFIG_DIR=%s", package.config_dir)
-    if package.moe is not None:
+    hooks = (
+        ("fused_moe", FUSED_EXPERTS, package.moe, fused_experts_hook, "shapes"),
+        ("decode_attention", DECODE_ATTENTION, package.decode, decode_attention_hook, "head shapes"),
+        ("prefill_attention", EXTEND_ATTENTION, package.prefill, extend_attention_hook, "head shapes"),
+    )
+    for op, target, table, make, what in hooks:
+        if table is None:
+            continue
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-        HookRegistry.register(FUSED_EXPERTS, fused_experts_hook(package.moe), HookType.AROUND)
-        log.info("evokernel plugin: fused_moe hooked on %s (%d shapes)", FUSED_EXPERTS, len(package.moe.entries))
-    if package.decode is not None:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-        HookRegistry.register(DECODE_ATTENTION, decode_attention_hook(package.decode), HookType.AROUND)
-        log.info(
-            "evokernel plugin: decode_attention hooked on %s (%d head shapes)",
-            DECODE_ATTENTION,
-            len(package.decode.entries),
-        )
-    if package.prefill is not None:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-        HookRegistry.register(EXTEND_ATTENTION, extend_attention_hook(package.prefill), HookType.AROUND)
-        log.info(
-            "evokernel plugin: prefill_attention hooked on %s (%d head shapes)",
-            EXTEND_ATTENTION,
-            len(package.prefill.entries),
-        )
+        HookRegistry.register(target, make(table), HookType.AROUND)
+        log.info("evokernel plugin: %s hooked on %s (%d %s)", op, target, len(table.entries), what)
