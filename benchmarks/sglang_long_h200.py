@@ -205,16 +205,10 @@ def main() -> None:
     if args.prefill_from:
         # the Gluon prefill winners recorded for the model's heads join the package (a copy):
         # each entry a change the promotion judges on the prefill latency of the prompts it serves
-        import importlib.util
-
         from evokernel.integrations.sglang.export import add_prefill_table, prefill_entries_from_record
+        from evokernel.judge.problem import load_module
 
-        spec = importlib.util.spec_from_file_location(
-            "attention_prefill_problem", ROOT / "examples" / "problems" / "attention_prefill_bf16.py"
-        )
-        assert spec and spec.loader
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = load_module(ROOT / "examples" / "problems" / "attention_prefill_bf16.py")
         heads = {name: tuple(m[:4]) for name, m in mod.MODELS.items() if name == args.problem_model}
         entries = prefill_entries_from_record(json.loads(Path(args.prefill_from).read_text()), heads)
         if entries:

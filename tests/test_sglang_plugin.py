@@ -73,6 +73,8 @@ def test_the_table_picks_the_nearest_batch_size_like_sglang():
 
 DEC = {"NUM_SPLITS": 4, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "REDUCE": 0}
 PRE = {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}  # the Triton prefill form, small tiles
+# the Gluon form as the H200's recorded winners run it: two ping-pong consumer warpgroups of 64 rows
+GLUON = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "OVERLAP": 1, "PINGPONG": 1, "QSTAGES": 2}
 
 
 def test_the_decode_table_and_a_package_holding_it(tmp_path: Path):
@@ -246,6 +248,9 @@ def test_the_prefill_table_and_a_package_holding_it(tmp_path: Path):
     for bad, why in (
         ({"Hq=32,Hkv=4,D=128,causal=1": {"64": dict(PRE, form="cuda")}}, "form is 'cuda'"),
         ({"Hq=32,Hkv=4,D=128,causal=1": {"64": {"form": "gluon", "BLOCK_M": 128}}}, "no ['BLOCK_N'"),
+        # one warpgroup over 128 rows holds 320 fp32 accumulators a thread: refused at load, not
+        # left to fall back at every launch
+        ({"Hq=32,Hkv=4,D=128,causal=1": {"64": dict(GLUON, form="gluon", PINGPONG=0)}}, "cannot build it (320 acc"),
         ({"Hq=32,Hkv=5,D=128,causal=1": {"64": dict(PRE, form="triton")}}, "not a multiple"),
         ({"Hq=32,D=128": {}}, "malformed"),
     ):
@@ -692,7 +697,7 @@ def test_inside_a_real_sglang_the_plugin_hooks_its_prefill_attention_where_no_pr
 
     (tmp_path / "kernels").mkdir()
     form = "gluon" if torch.cuda.is_available() else "triton"
-    tiles = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2} if form == "gluon" else PRE
+    tiles = GLUON if form == "gluon" else PRE
     table = {"Hq=32,Hkv=4,D=128,causal=1": {"64": dict(tiles, form=form)}}
     (tmp_path / "kernels" / "prefill_attention.json").write_text(json.dumps(table))
     manifest = {"format": FORMAT, "kernels": [{"op": "prefill_attention", "table": "kernels/prefill_attention.json"}]}

@@ -155,7 +155,15 @@ def test_prefill_entries_are_judged_on_the_prefill_latency_of_the_prompts_they_s
 
     root = tmp_path / "pkg"
     (root / "kernels").mkdir(parents=True)
-    gluon = {"form": "gluon", "BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}
+    gluon = {
+        "form": "gluon",
+        "BLOCK_M": 128,
+        "BLOCK_N": 128,
+        "num_warps": 4,
+        "num_stages": 2,
+        "OVERLAP": 1,
+        "PINGPONG": 1,
+    }
     table = {"Hq=32,Hkv=4,D=128,causal=1": {"4096": gluon, "32768": dict(gluon, BLOCK_N=64)}}
     (root / "kernels" / "prefill_attention.json").write_text(json.dumps(table))
     manifest = {"format": FORMAT, "kernels": [{"op": "prefill_attention", "table": "kernels/prefill_attention.json"}]}

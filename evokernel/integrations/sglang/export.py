@@ -328,9 +328,10 @@ def prefill_entries_from_record(
     Dense-layout rows are left out (SGLang packs its sequences).
 
     >>> rec = {"rows": [{"model": "m", "lens": [4096] * 4, "causal": True, "layout": "packed",
-    ...                  "winner": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2}}]}
-    >>> prefill_entries_from_record(rec, {"m": (32, 4, 128, True)})
-    {(32, 4, 128, True): {4096: {'form': 'gluon', 'BLOCK_M': 128, 'BLOCK_N': 128, 'num_warps': 4, 'num_stages': 2}}}
+    ...                  "winner": {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 2, "PINGPONG": 1,
+    ...                             "OVERLAP": 1}}]}
+    >>> prefill_entries_from_record(rec, {"m": (32, 4, 128, True)})[(32, 4, 128, True)][4096]["PINGPONG"]
+    1
     """
     from evokernel.integrations.sglang.plugin import PrefillTable
 
@@ -341,7 +342,7 @@ def prefill_entries_from_record(
         hq, hkv, d, _ = heads[row["model"]]
         key = (hq, hkv, d, bool(row.get("causal", True)))
         out.setdefault(key, {})[max(int(n) for n in row["lens"])] = PrefillTable.entry(
-            dict(row["winner"], form="gluon"), f"the record's {row.get('spec')}"
+            dict(row["winner"], form="gluon"), f"the record's {row.get('spec')}", head_dim=d
         )
     return out
 

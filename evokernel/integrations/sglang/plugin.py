@@ -239,7 +239,10 @@ class PrefillTable:
         self.reach = reach
 
     @staticmethod
-    def entry(c: Mapping[str, Any], where: str = "the entry") -> dict[str, Any]:
+    def entry(c: Mapping[str, Any], where: str = "the entry", head_dim: int | None = None) -> dict[str, Any]:
+        """The entry's form and genes, checked; with `head_dim`, a Gluon entry is also checked
+        against the kernel's build limits (registers, shared memory, the warpgroup layouts), so
+        a package that could only fall back at every launch is refused when it loads."""
         form = c.get("form")
         if form not in PREFILL_KEYS:
             raise PackageError(f"{where}: form is {form!r}, expected one of {sorted(PREFILL_KEYS)}")
@@ -247,7 +250,14 @@ class PrefillTable:
         missing = [k for k in keys[:4] if k not in c]  # tiles, warps and stages; the structural genes default
         if missing:
             raise PackageError(f"{where}: no {missing}")
-        return {"form": form, **{k: int(c[k]) for k in keys if k in c}}
+        out = {"form": form, **{k: int(c[k]) for k in keys if k in c}}
+        if form == "gluon" and head_dim is not None:
+            from evokernel.search_spaces.attention.template_prefill_gluon import check_gluon_params
+
+            why = check_gluon_params(out, head_dim=head_dim)
+            if why:
+                raise PackageError(f"{where}: the Gluon kernel cannot build it ({why})")
+        return out
 
     @classmethod
     def from_json(cls, data: Any, where: str = "the table") -> PrefillTable:
@@ -261,7 +271,8 @@ class PrefillTable:
                 if heads[0] % heads[1]:
                     raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
                 entries[heads] = {
-                    int(n): cls.entry(c, f"{where}: {key} at {n}") if c is not None else None for n, c in per_s.items()
+                    int(n): cls.entry(c, f"{where}: {key} at {n}", head_dim=heads[2]) if c is not None else None
+                    for n, c in per_s.items()
                 }
             except PackageError:
                 raise
