@@ -92,6 +92,50 @@ def kernel_predictions(row: dict[str, Any], layers: int) -> None:
         got["missed_kernel_time"] = bool(pred and real and abs(real - pred) > 0.25 * abs(pred - 1.0))
 
 
+def prefill_kernels_markdown(
+    ab: dict[str, Any], variants: tuple[str, ...] = ("sglang_shipped", "evokernel")
+) -> list[str]:
+    """What ran the prompts' prefill in each engine: the plugin's hook counters per engine and,
+    per point, the prefill's GPU time and its three longest kernels (from the profiled prefill
+    of the kernel stage).
+
+    >>> ab = {"meta": {"hooks": {"evokernel": {"prefill_attention": {"template": 4, "fallback": 0}}}},
+    ...       "kernel_time": {"evokernel": {"b4": {"prefill_gpu_ms": 90.0, "prefill_by_kernel": {"_gluon": 30.0}}}}}
+    >>> print("\\n".join(prefill_kernels_markdown(ab)))
+    hooks per engine (calls that ran evokernel's kernel / SGLang's, and why): evokernel: prefill_attention 4 / 0
+    <BLANKLINE>
+    | variant | point | prefill GPU ms | longest prefill kernels (ms) |
+    |---|---|---|---|
+    | evokernel | b4 | 90.00 | _gluon 30.00 |
+    <BLANKLINE>
+    """
+    hooks = ab.get("meta", {}).get("hooks", {})
+    parts = []
+    for name, per_op in hooks.items():
+        for op, st in per_op.items():
+            why = f" ({st['why_not']})" if st.get("why_not") else ""
+            err = f" errors: {st['errors']}" if st.get("errors") else ""
+            parts.append(f"{name}: {op} {st.get('template', 0)} / {st.get('fallback', 0)}{why}{err}")
+    lines = [
+        "hooks per engine (calls that ran evokernel's kernel / SGLang's, and why): " + ("; ".join(parts) or "none"),
+        "",
+    ]
+    rows = []
+    for v in variants:
+        for point, k in ab.get("kernel_time", {}).get(v, {}).items():
+            if "prefill_gpu_ms" not in k:
+                continue
+            top = list(k.get("prefill_by_kernel", {}).items())[:3]
+            rows.append(
+                f"| {v} | {point} | {k['prefill_gpu_ms']:.2f} | "
+                + ", ".join(f"{n[:60]} {ms:.2f}" for n, ms in top)
+                + " |"
+            )
+    if rows:
+        lines += ["| variant | point | prefill GPU ms | longest prefill kernels (ms) |", "|---|---|---|---|", *rows, ""]
+    return lines
+
+
 def render(path: Path, layers: int) -> None:
     """Recompute the kernel-time predictions of a saved sglang_long.json and write its table."""
     doc = json.loads(path.read_text())
@@ -403,6 +447,7 @@ def main() -> None:
     lines = (
         markdown(doc)
         + [f"\npromotion (A/B verdicts per change): {by_verdict}", "", "numerics against shipped:", *numerics, ""]
+        + prefill_kernels_markdown(ab)
         + ab_markdown(ab)
     )
     (out / "sglang_long.md").write_text("\n".join(lines) + "\n")

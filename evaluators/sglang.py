@@ -650,15 +650,21 @@ class SGLangEvaluator:
             if BASELINE not in engines:
                 return report
             names = list(engines)
+
+            def ask(name: str, msg: dict[str, Any]) -> dict[str, Any]:
+                # the plugin's hook counters ride on every reply: keep the latest per engine
+                # (whether the package's kernels ran, or why SGLang's did)
+                got = dict(engines[name].ask(msg, self.run_timeout_s))
+                if "hooks" in got:
+                    report.meta.setdefault("hooks", {})[name] = got.pop("hooks")
+                return got
+
             if self.kernel_steps > 0:
                 decode_triples = [p for p in plan["points"] if f"b{p[0]}_i{p[1]}_o{p[2]}" in plan["decode_points"]]
                 for b, i, o in decode_triples:
                     point = f"b{b}_i{i}_o{o}"
-                    for name, engine in engines.items():
-                        got = engine.ask(
-                            {"cmd": "kernels", "batch_size": b, "input_len": i, "steps": self.kernel_steps},
-                            self.run_timeout_s,
-                        )
+                    for name in engines:
+                        got = ask(name, {"cmd": "kernels", "batch_size": b, "input_len": i, "steps": self.kernel_steps})
                         if "error" in got:
                             report.errors.setdefault(name, f"{point} kernels: {got['error']}")
                         else:
@@ -671,7 +677,7 @@ class SGLangEvaluator:
                 "steps": self.numerics_steps,
                 "seed": 7,
             }
-            logits = {name: engine.ask(probe, self.run_timeout_s) for name, engine in engines.items()}
+            logits = {name: ask(name, probe) for name in engines}
             for name, got in logits.items():
                 if name == BASELINE:
                     continue
@@ -690,7 +696,8 @@ class SGLangEvaluator:
                     point = f"b{b}_i{i}_o{o}"
                     order = names[r % len(names) :] + names[: r % len(names)]
                     for name in order:
-                        got = engines[name].ask(
+                        got = ask(
+                            name,
                             {
                                 "cmd": "run",
                                 "batch_size": b,
@@ -700,7 +707,6 @@ class SGLangEvaluator:
                                 "prerun_s": self.prerun_s,
                                 "best_of": self.best_of,
                             },
-                            self.run_timeout_s,
                         )
                         if "error" in got:
                             report.errors.setdefault(name, f"{point}: {got['error']}")

@@ -314,6 +314,29 @@ def test_the_prefill_hook_runs_evokernels_kernel_only_where_no_prefix_is_cached(
         hook(sglang_extend_attention_fwd, *args[:12], 900, 1.0, 1.0)
         assert bool((o == -1).all())
     assert hook.stats == {"template": 1, "fallback": 10} and len(calls) == 1
+    # each fallback counted by its reason, the failed launch kept: what the engine driver reports
+    assert hook.why_not == {
+        "cached prefix": 1,
+        "not the plain path": 4,
+        "offsets not int32": 1,
+        "no entry for the length": 2,
+        "launch failed": 1,
+        "launch failed before": 1,
+    }
+    assert len(hook.errors) == 1 and "ValueError: no TMA on this machine" in hook.errors[0]
+
+
+def test_the_engine_driver_reports_what_the_installed_hooks_ran(monkeypatch: pytest.MonkeyPatch):
+    from evokernel.integrations.sglang import plugin
+    from evokernel.integrations.sglang.driver import _hooks
+
+    monkeypatch.setattr(plugin, "INSTALLED", {})
+    assert _hooks() == {}  # no package: replies carry nothing
+    hook = plugin.extend_attention_hook(plugin.PrefillTable({(8, 2, 64, True): {256: dict(PRE, form="triton")}}))
+    hook.stats["fallback"] += 3
+    hook.why_not["cached prefix"] = 3
+    monkeypatch.setitem(plugin.INSTALLED, "prefill_attention", hook)
+    assert _hooks() == {"prefill_attention": {"template": 0, "fallback": 3, "why_not": {"cached prefix": 3}}}
 
 
 def _inputs(m: int):

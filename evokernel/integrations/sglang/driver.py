@@ -29,7 +29,8 @@ EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to 
 - {"cmd": "kernels", "batch_size": B, "input_len": I, "steps": S} -> after a prefill of the batch
   and one untimed step, S decode steps (CUDA graphs as served) under torch.profiler, CUDA
   activity only: GPU kernel time per step (`gpu_ms_per_step`, the sum of the kernels' durations)
-  and per kernel name (`by_kernel`, ms per step). Wall clock per step adds the host's launch
+  and per kernel name (`by_kernel`, ms per step), and the prefill's kernels (`prefill_gpu_ms`,
+  `prefill_by_kernel`, ms). Wall clock per step adds the host's launch
   work and gaps to this; the two together say where a step's time goes;
 - {"cmd": "quit"}.
 
@@ -37,6 +38,9 @@ With "load_lock" (a file path) in the plan, the process imports SGLang first and
 the model while holding an exclusive lock on that file: engines started together import in
 parallel and load one after another (SGLang sizes its KV cache from the memory free when it
 starts).
+
+Every reply carries `hooks` where the evokernel plugin installed any: per op, the calls
+that ran evokernel's kernel and SGLang's, and why (`plugin.hook_stats`).
 
 Failures are replies ({"error": ...}), never a silent death: the parent reads them.
 """
@@ -172,8 +176,6 @@ def _profile(runner: Any, batch_size: int, input_len: int, output_len: int, path
 
 
 def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int = 0) -> dict[str, Any]:
-    import tempfile
-
     import numpy as np
     import torch
     from sglang.benchmark import one_batch as ob
@@ -182,7 +184,10 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
     np.random.seed(seed)
     runner.clear()
     reqs = ob.prepare_synthetic_inputs_for_latency_test(batch_size, input_len)
-    next_ids, _, batch = runner.extend(reqs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prefill:
+        next_ids, _, batch = runner.extend(reqs)
+        torch.cuda.synchronize()
     next_ids, _ = runner.decode(next_ids, batch)  # the first step outside the window
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -190,6 +195,24 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
             next_ids, _ = runner.decode(next_ids, batch)
         torch.cuda.synchronize()
     runner.cleanup(batch)
+    by = _kernel_times(prof)
+    if not by:
+        return {"error": "the profiler recorded no kernels"}
+    pre = _kernel_times(prefill)
+    return {
+        "steps": steps,
+        "gpu_ms_per_step": sum(by.values()) / steps / 1e3,
+        "by_kernel": {k: v / steps / 1e3 for k, v in sorted(by.items(), key=lambda kv: -kv[1])},
+        # the batch's prefill (one extend, not graph-captured): which attention kernel ran it
+        "prefill_gpu_ms": sum(pre.values()) / 1e3,
+        "prefill_by_kernel": {k: v / 1e3 for k, v in sorted(pre.items(), key=lambda kv: -kv[1])},
+    }
+
+
+def _kernel_times(prof: Any) -> dict[str, float]:
+    """Microseconds per kernel name in a CUDA-activity profile."""
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
@@ -198,14 +221,15 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
     by: dict[str, float] = {}
     for e in events:
         if e.get("cat") == "kernel" and e.get("ph") == "X":
-            by[e["name"]] = by.get(e["name"], 0.0) + float(e.get("dur", 0.0))  # microseconds
-    if not by:
-        return {"error": "the profiler recorded no kernels"}
-    return {
-        "steps": steps,
-        "gpu_ms_per_step": sum(by.values()) / steps / 1e3,
-        "by_kernel": {k: v / steps / 1e3 for k, v in sorted(by.items(), key=lambda kv: -kv[1])},
-    }
+            by[e["name"]] = by.get(e["name"], 0.0) + float(e.get("dur", 0.0))
+    return by
+
+
+def _hooks() -> dict[str, Any]:
+    """The evokernel plugin's hooks in this process, what each ran so far (empty without a
+    package): whether the package's kernels ran, or why SGLang's did."""
+    mod = sys.modules.get("evokernel.integrations.sglang.plugin")
+    return mod.hook_stats() if mod is not None and hasattr(mod, "hook_stats") else {}
 
 
 def _free_cache() -> None:
@@ -343,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def answer(msg: dict[str, Any]) -> None:
         _free_cache()  # this command's peak, back to the device before the next engine's turn
-        _reply(reply_fd, msg)
+        hooks = _hooks()
+        _reply(reply_fd, dict(msg, hooks=hooks) if hooks else msg)
 
     for msg in _lines(cmd_fd):
         try:

@@ -61,6 +61,7 @@ from typing import Any
 
 __all__ = [
     "register",
+    "hook_stats",
     "Package",
     "MoeTable",
     "DecodeTable",
@@ -77,6 +78,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("evokernel.sglang")
+#: the hooks `register()` installed in this process, by op (see `hook_stats`)
+INSTALLED: dict[str, Callable[..., Any]] = {}
 
 PACKAGE_ENV = "EVOKERNEL_SGLANG_PACKAGE"
 FORMAT = "evokernel-sglang/1"
@@ -538,6 +541,8 @@ def extend_attention_hook(
     used: set[tuple[Any, ...]] = set()
     broken: set[tuple[Any, ...]] = set()
     stats = {"template": 0, "fallback": 0}
+    why_not: dict[str, int] = {}  # fallbacks by reason
+    errors: list[str] = []  # launches that failed (each configuration once)
 
     def kernel(form: str) -> Callable[..., Any]:
         if form not in kernels:
@@ -548,35 +553,33 @@ def extend_attention_hook(
             kernels[form] = fn
         return kernels[form]
 
+    def fall_back(why: str, original: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        stats["fallback"] += 1
+        why_not[why] = why_not.get(why, 0) + 1
+        return original(*args, **kwargs)
+
     def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         a = _arguments(signatures, original, args, kwargs)
         if a is None:
-            stats["fallback"] += 1
-            return original(*args, **kwargs)
+            return fall_back("arguments do not bind", original, args, kwargs)
         q, k, v, o = a.get("q_extend"), a.get("k_extend"), a.get("v_extend"), a.get("o_extend")
         indices, indptr = a.get("kv_indices"), a.get("qo_indptr")
-        config = None
-        plain = _plain(a, _EXTEND_PLAIN) and a.get("sliding_window_size") in (None, -1)
-        if (
-            plain
-            and _heads_layout(q, k, v, o)
-            and indices is not None
-            and indptr is not None
-            and int(indices.numel()) == 0  # no cached prefix in any sequence
-            and q.shape[0] == k.shape[0]
-            and str(indptr.dtype) == "torch.int32"
-        ):
-            _, Hq, D = (int(x) for x in q.shape)
-            causal = bool(a.get("is_causal", True))
-            config = table.lookup(Hq, int(k.shape[1]), D, causal, int(a["max_len_extend"]))
-        if config is None:
-            stats["fallback"] += 1
-            return original(*args, **kwargs)
+        if not (_plain(a, _EXTEND_PLAIN) and a.get("sliding_window_size") in (None, -1)):
+            return fall_back("not the plain path", original, args, kwargs)
+        if not _heads_layout(q, k, v, o) or q.shape[0] != k.shape[0]:
+            return fall_back("layout", original, args, kwargs)
+        if indices is None or indptr is None or int(indices.numel()) != 0:
+            return fall_back("cached prefix", original, args, kwargs)
+        if str(indptr.dtype) != "torch.int32":
+            return fall_back("offsets not int32", original, args, kwargs)
         Hq, Hkv, D = int(q.shape[1]), int(k.shape[1]), int(q.shape[2])
+        causal = bool(a.get("is_causal", True))
+        config = table.lookup(Hq, Hkv, D, causal, int(a["max_len_extend"]))
+        if config is None:
+            return fall_back("no entry for the length", original, args, kwargs)
         key = (Hq, Hkv, D, causal, config["form"], tuple(sorted(config.items())))
         if key in broken:
-            stats["fallback"] += 1
-            return original(*args, **kwargs)
+            return fall_back("launch failed before", original, args, kwargs)
         params = {n: x for n, x in config.items() if n != "form"}
         sm_scale = a.get("sm_scale") or 1.0 / math.sqrt(D)
         try:
@@ -592,14 +595,14 @@ def extend_attention_hook(
             )
         except Exception as exc:  # a configuration that does not launch here: SGLang's kernel, once logged
             broken.add(key)
+            errors.append(f"{config}: {type(exc).__name__}: {str(exc)[:300]}")
             log.warning(
                 "evokernel prefill_attention %s failed (%s: %s); SGLang's kernel runs it",
                 config,
                 type(exc).__name__,
                 exc,
             )
-            stats["fallback"] += 1
-            return original(*args, **kwargs)
+            return fall_back("launch failed", original, args, kwargs)
         o.copy_(out)
         if key not in used:
             used.add(key)
@@ -611,7 +614,25 @@ def extend_attention_hook(
         return None  # (SGLang's writes `o_extend` and returns nothing)
 
     hook.stats = stats  # type: ignore[attr-defined]
+    hook.why_not = why_not  # type: ignore[attr-defined]
+    hook.errors = errors  # type: ignore[attr-defined]
     return hook
+
+
+def hook_stats() -> dict[str, dict[str, Any]]:
+    """What the hooks `register()` installed in this process did so far, per op: calls that ran
+    evokernel's kernel ("template") and SGLang's ("fallback"), with the fallbacks' reasons and
+    failed launches where the hook records them (the SGLang driver reports this after every
+    command, so an A/B shows whether a package's kernel actually ran)."""
+    out: dict[str, dict[str, Any]] = {}
+    for op, hook in INSTALLED.items():
+        st: dict[str, Any] = dict(getattr(hook, "stats", {}))
+        if getattr(hook, "why_not", None):
+            st["why_not"] = dict(hook.why_not)  # type: ignore[attr-defined]
+        if getattr(hook, "errors", None):
+            st["errors"] = list(hook.errors)  # type: ignore[attr-defined]
+        out[op] = st
+    return out
 
 
 def _plain(a: Mapping[str, Any], defaults: Mapping[str, Any]) -> bool:
@@ -669,5 +690,6 @@ def register() -> None:
             continue
         from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-        HookRegistry.register(target, make(table), HookType.AROUND)
+        INSTALLED[op] = hook = make(table)
+        HookRegistry.register(target, hook, HookType.AROUND)
         log.info("evokernel plugin: %s hooked on %s (%d %s)", op, target, len(table.entries), what)
