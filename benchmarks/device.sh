@@ -36,6 +36,7 @@
 #                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl),
 #                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40),
 #                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value),
+#                   LAYERS (the model with that many decoder layers instead of 4), MEM (--mem-fraction-static, 0.3),
 #                   PREFILL_FROM=benchmarks/results/attention_prefill_gluon.json (its Gluon winners for the
 #                   model's heads join the package: prefill entries, judged on the prompts' prefill latency)
 #   model-level     model-level searches (model_level_h200.py) [device_model_level.sh]
@@ -312,9 +313,18 @@ sglang_long() {
   fi
   # everything under $OUT/long, packed into long.tgz at the end (a call returns 8 files); the
   # step ends by DEADLINE (540 s) so the packing runs inside the call's 600 s
-  local D=$OUT/long
+  local D=$OUT/long model="${SGL:-$HERE/.sgl}/model"
   mkdir -p "$D"
-  timeout -k 10 "${DEADLINE:-540}" python3 benchmarks/sglang_long_h200.py --out "$D" --model "${SGL:-$HERE/.sgl}/model" \
+  if [ -n "${LAYERS:-}" ]; then  # the same model with more decoder layers (dummy weights): a deeper step
+    rm -rf "/tmp/model_l$LAYERS" && cp -r "$model" "/tmp/model_l$LAYERS" && model="/tmp/model_l$LAYERS"
+    python3 - "$model/config.json" "$LAYERS" <<'PY'
+import json, sys
+p, n = sys.argv[1], int(sys.argv[2])
+c = json.load(open(p)); c["num_hidden_layers"] = c["max_window_layers"] = n
+json.dump(c, open(p, "w"), indent=1)
+PY
+  fi
+  timeout -k 10 "${DEADLINE:-540}" python3 benchmarks/sglang_long_h200.py --out "$D" --model "$model" ${MEM:+--mem $MEM} \
       ${POINTS:+--points $POINTS} --budget ${BUDGET:-14} --search-deadline ${SEARCH_S:-180} --repeats ${REPEATS:-3} \
       --flags ${FLAGS-16 32 64} --tiles ${TILES-256} \
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
