@@ -123,7 +123,7 @@ def prefill_kernels_markdown(
     rows = []
     for v in variants:
         for point, k in ab.get("kernel_time", {}).get(v, {}).items():
-            if "prefill_gpu_ms" not in k:
+            if not k.get("prefill_gpu_ms"):  # (none, or no durations recorded: not a time)
                 continue
             top = list(k.get("prefill_by_kernel", {}).items())[:3]
             rows.append(

@@ -272,7 +272,9 @@ def test_the_prefill_hook_runs_evokernels_kernel_only_where_no_prefix_is_cached(
     calls: list[dict] = []
 
     def triton_form(q, k, v, cu, max_seqlen, *, causal, sm_scale, **params):
-        calls.append(dict(params, max_seqlen=max_seqlen, causal=causal, sm_scale=sm_scale, B=cu.numel() - 1))
+        calls.append(
+            dict(params, max_seqlen=max_seqlen, causal=causal, sm_scale=sm_scale, B=cu.numel() - 1, cu=cu.dtype)
+        )
         return torch.ones_like(q)
 
     def failing(q, k, v, cu, max_seqlen, **kw):
@@ -300,25 +302,28 @@ def test_the_prefill_hook_runs_evokernels_kernel_only_where_no_prefix_is_cached(
         lambda: hook(sglang_extend_attention_fwd, *args, sliding_window_size=128),
         lambda: hook(sglang_extend_attention_fwd, *args, logit_cap=30.0),
         lambda: hook(sglang_extend_attention_fwd, *args[:13], 0.5, 1.0),
-        lambda: hook(sglang_extend_attention_fwd, *args[:6], qo.long(), *args[7:]),
         lambda: hook(sglang_extend_attention_fwd, *args[:10], False, *args[11:]),
         lambda: hook(sglang_extend_attention_fwd, *args[:12], 40, 1.0, 1.0),
     ):
         o.zero_()
         call()
         assert bool((o == -1).all())
-    assert hook.stats == {"template": 1, "fallback": 8}
+    assert hook.stats == {"template": 1, "fallback": 7}
+    # int64 query offsets (SGLang's engine keeps them so): converted on the device, the kernel runs
+    o.zero_()
+    assert hook(sglang_extend_attention_fwd, *args[:6], qo.long(), *args[7:]) is None
+    assert bool((o == 1).all()) and calls[-1]["B"] == 2 and calls[-1]["cu"] == torch.int32
+    assert hook.stats == {"template": 2, "fallback": 7}
     # a configuration that fails to launch: SGLang's kernel, and not tried again
     for _ in range(2):
         o.zero_()
         hook(sglang_extend_attention_fwd, *args[:12], 900, 1.0, 1.0)
         assert bool((o == -1).all())
-    assert hook.stats == {"template": 1, "fallback": 10} and len(calls) == 1
+    assert hook.stats == {"template": 2, "fallback": 9} and len(calls) == 2
     # each fallback counted by its reason, the failed launch kept: what the engine driver reports
     assert hook.why_not == {
         "cached prefix": 1,
         "not the plain path": 4,
-        "offsets not int32": 1,
         "no entry for the length": 2,
         "launch failed": 1,
         "launch failed before": 1,

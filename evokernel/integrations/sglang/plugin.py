@@ -570,8 +570,8 @@ def extend_attention_hook(
             return fall_back("layout", original, args, kwargs)
         if indices is None or indptr is None or int(indices.numel()) != 0:
             return fall_back("cached prefix", original, args, kwargs)
-        if str(indptr.dtype) != "torch.int32":
-            return fall_back("offsets not int32", original, args, kwargs)
+        if str(indptr.dtype) not in ("torch.int32", "torch.int64"):
+            return fall_back("offsets not int32 or int64", original, args, kwargs)
         Hq, Hkv, D = int(q.shape[1]), int(k.shape[1]), int(q.shape[2])
         causal = bool(a.get("is_causal", True))
         config = table.lookup(Hq, Hkv, D, causal, int(a["max_len_extend"]))
@@ -587,7 +587,10 @@ def extend_attention_hook(
                 q.contiguous(),
                 k.contiguous(),
                 v.contiguous(),
-                indptr,
+                # SGLang's engine keeps its query offsets in int64 (the H200 A/B: every prefill
+                # call); the kernels index with int32 (a batch's tokens are far below 2^31):
+                # converted on the device, no wait
+                indptr if str(indptr.dtype) == "torch.int32" else indptr.int(),
                 int(a["max_len_extend"]),
                 causal=causal,
                 sm_scale=float(sm_scale),
