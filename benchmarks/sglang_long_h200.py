@@ -115,7 +115,13 @@ def prefill_kernels_markdown(
         for op, st in per_op.items():
             why = f" ({st['why_not']})" if st.get("why_not") else ""
             err = f" errors: {st['errors']}" if st.get("errors") else ""
-            parts.append(f"{name}: {op} {st.get('template', 0)} / {st.get('fallback', 0)}{why}{err}")
+            checks = "".join(
+                f"; checked against SGLang's kernel at {k}: max diff {c.get('max_err', float('nan')):.3g} "
+                f"(its output's largest magnitude {c.get('ref_absmax', float('nan')):.3g}, {c.get('calls')} call(s))"
+                + (f", check failed: {c['error']}" if c.get("error") else "")
+                for k, c in st.get("checks", {}).items()
+            )
+            parts.append(f"{name}: {op} {st.get('template', 0)} / {st.get('fallback', 0)}{why}{err}{checks}")
     lines = [
         "hooks per engine (calls that ran evokernel's kernel / SGLang's, and why): " + ("; ".join(parts) or "none"),
         "",

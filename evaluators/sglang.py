@@ -512,8 +512,14 @@ class SGLangEvaluator:
         kernel_steps: int = 0,
         deadline_s: float | None = None,
         numerics_point: tuple[int, int] | None = None,
+        check_calls: int = 1,
     ) -> None:
         self.server_argv = list(server_argv)
+        #: each package engine's attention hooks also run SGLang's kernel on their first
+        #: `check_calls` eager calls per shape and report the largest difference (the plugin's
+        #: CHECK_ENV; the warm-up absorbs the waits): numerics on the engine's own inputs, which the
+        #: logits probe cannot give on dummy weights (their attention barely moves the logits)
+        self.check_calls = check_calls
         #: seconds for one `compare` (loading included): the kernel profile and the numerics run
         #: first, then rounds until the next would end past it (at least one round; `repeats` at most)
         self.deadline_s = deadline_s
@@ -612,7 +618,9 @@ class SGLangEvaluator:
         report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
         engines: dict[str, _Engine] = {}
         base_env = {
-            k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("EVOKERNEL_SGLANG_PACKAGE", "EVOKERNEL_SGLANG_CHECK", "SGLANG_MOE_CONFIG_DIR")
         }
         # the engines start together (importing SGLang takes ~30 s of CPU each) but load one at
         # a time, in turn on a lock file: SGLang sizes its KV cache from the memory free when
@@ -624,6 +632,11 @@ class SGLangEvaluator:
                 env = dict(
                     base_env,
                     **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(variant.package).resolve())} if variant.package else {}),
+                    **(
+                        {"EVOKERNEL_SGLANG_CHECK": str(self.check_calls)}
+                        if variant.package and self.check_calls
+                        else {}
+                    ),
                     **({"EVOKERNEL_BENCH_CPUS": ",".join(map(str, mine))} if mine else {}),
                 )
                 engines[name] = _Engine(

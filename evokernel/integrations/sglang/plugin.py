@@ -46,6 +46,13 @@ installing evokernel never changes an engine by itself. A package holds:
 
 What the evaluator measures (`evaluators/sglang.py`) is this same package, so what was
 measured is what ships.
+
+`hook_stats()` says what the installed hooks did in this process: per op, the calls that ran
+evokernel's kernel and those left to SGLang's, with the reasons (a prefix cached, a shape off
+the table, a failed launch ...). With EVOKERNEL_SGLANG_CHECK=N (`CHECK_ENV`) the attention hooks
+also run SGLang's kernel on the first N eager calls of each shape into a copy of the output and
+record the largest difference: the evaluator turns it on for the engines it compares, where the
+warm-up absorbs the waits (calls inside a CUDA graph capture are not checked).
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ __all__ = [
     "decode_attention_hook",
     "extend_attention_hook",
     "PACKAGE_ENV",
+    "CHECK_ENV",
     "FUSED_EXPERTS",
     "DECODE_ATTENTION",
     "EXTEND_ATTENTION",
@@ -82,6 +90,11 @@ log = logging.getLogger("evokernel.sglang")
 INSTALLED: dict[str, Callable[..., Any]] = {}
 
 PACKAGE_ENV = "EVOKERNEL_SGLANG_PACKAGE"
+#: with a number N > 0, each attention hook also runs SGLang's own kernel on the first N eager
+#: calls of every shape it takes over and records how far evokernel's output is from it
+#: (`hook_stats()["..."]["checks"]`); each check waits for the GPU, so the evaluator sets it
+#: for the engines it compares (their warm-up absorbs the checks), never a served engine
+CHECK_ENV = "EVOKERNEL_SGLANG_CHECK"
 FORMAT = "evokernel-sglang/1"
 #: SGLang 0.5.17's fused-MoE entry (its Triton runner and `fused_moe` both call it).
 FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_experts_impl"
@@ -486,6 +499,7 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
     signatures: dict[Any, inspect.Signature] = {}
     used: set[tuple[int, int, int, int]] = set()
     stats = {"template": 0, "fallback": 0}
+    checks = _Checks()
 
     def hook(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         a = _arguments(signatures, original, args, kwargs)
@@ -506,6 +520,8 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
             params["NUM_SPLITS"] = resolve(B, int(k.shape[1]), int(config["context"]), q.device)
         run(q, k, v, a["kv_indptr"][: B + 1], a["kv_indices"], sm_scale=float(a["sm_scale"]), out=o, **params)
         key = (B, Hq, int(k.shape[1]), D)
+        if checks.wanted(f"B={B}"):
+            checks.run(f"B={B}", original, a, "o", o)
         if key not in used:
             used.add(key)
             log.info("evokernel decode_attention at B=%d Hq=%d Hkv=%d D=%d: %s", *key, params)
@@ -513,6 +529,7 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
         return None  # (SGLang's writes `o` and returns nothing)
 
     hook.stats = stats  # type: ignore[attr-defined]
+    hook.checks = checks  # type: ignore[attr-defined]
     return hook
 
 
@@ -543,6 +560,7 @@ def extend_attention_hook(
     stats = {"template": 0, "fallback": 0}
     why_not: dict[str, int] = {}  # fallbacks by reason
     errors: list[str] = []  # launches that failed (each configuration once)
+    checks = _Checks()
 
     def kernel(form: str) -> Callable[..., Any]:
         if form not in kernels:
@@ -607,6 +625,9 @@ def extend_attention_hook(
             )
             return fall_back("launch failed", original, args, kwargs)
         o.copy_(out)
+        where = f"max_len={int(a['max_len_extend'])}"
+        if checks.wanted(where):
+            checks.run(where, original, a, "o_extend", o)
         if key not in used:
             used.add(key)
             log.info(
@@ -619,7 +640,52 @@ def extend_attention_hook(
     hook.stats = stats  # type: ignore[attr-defined]
     hook.why_not = why_not  # type: ignore[attr-defined]
     hook.errors = errors  # type: ignore[attr-defined]
+    hook.checks = checks  # type: ignore[attr-defined]
     return hook
+
+
+class _Checks:
+    """The shadow check of an attention hook (see CHECK_ENV): per shape key, the first `n`
+    eager calls run SGLang's kernel into a copy of the output and compare."""
+
+    def __init__(self, n: int | None = None):
+        if n is None:
+            try:
+                n = int(os.environ.get(CHECK_ENV, "0") or 0)
+            except ValueError:
+                n = 0
+        self.n = max(0, n)
+        self.seen: dict[str, dict[str, Any]] = {}
+
+    def wanted(self, key: str) -> bool:
+        if self.n <= 0 or self.seen.get(key, {}).get("calls", 0) >= self.n:
+            return False
+        import torch
+
+        # inside a CUDA graph capture nothing can be read back: those calls are not checked
+        return not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+    def run(
+        self,
+        key: str,
+        original: Callable[..., Any],
+        a: Mapping[str, Any],
+        out_name: str,
+        got: Any,
+    ) -> None:
+        """SGLang's kernel on the same arguments into a copy of `out_name`; its distance to
+        `got` (evokernel's output) kept under `key`. A failing reference is recorded too."""
+        rec = self.seen.setdefault(key, {"calls": 0, "max_err": 0.0, "ref_absmax": 0.0})
+        rec["calls"] += 1
+        try:
+            ref = a[out_name].clone()
+            original(**dict(a, **{out_name: ref}))
+            err = float((got.float() - ref.float()).abs().max())
+            rec["max_err"] = max(rec["max_err"], err)
+            rec["ref_absmax"] = max(rec["ref_absmax"], float(ref.float().abs().max()))
+            rec["finite"] = bool(rec.get("finite", True)) and bool(got.isfinite().all())
+        except Exception as exc:  # the check must not break the engine: recorded, not raised
+            rec["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def hook_stats() -> dict[str, dict[str, Any]]:
@@ -634,6 +700,9 @@ def hook_stats() -> dict[str, dict[str, Any]]:
             st["why_not"] = dict(hook.why_not)  # type: ignore[attr-defined]
         if getattr(hook, "errors", None):
             st["errors"] = list(hook.errors)  # type: ignore[attr-defined]
+        checks = getattr(hook, "checks", None)
+        if checks is not None and checks.seen:
+            st["checks"] = {k: dict(v) for k, v in checks.seen.items()}
         out[op] = st
     return out
 
