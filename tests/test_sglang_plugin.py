@@ -835,3 +835,32 @@ def test_inside_a_real_sglang_the_plugin_hooks_its_prefill_attention_where_no_pr
     assert "evokernel prefill_attention at Hq=32 Hkv=4 D=128 causal=True max_len=70" in done.stderr
     assert rows["no prefix"]["finite"] and rows["no prefix"]["err"] < 2e-2, rows
     assert rows["prefix"]["err"] == 0.0, rows
+
+
+def test_the_driver_steps_the_numerics_probe_once_outside_the_graphs_when_checks_are_on(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The decode hook's shadow check cannot read a captured call: with the check on, the
+    probe's batch takes one more decode step with SGLang's decode graph runner set aside
+    (model_runner.forward then runs eagerly), and the graph runner is put back whatever happens."""
+    from types import SimpleNamespace
+
+    from evokernel.integrations.sglang.driver import _eager_decode_check
+
+    graphs = object()
+    seen: list[object] = []
+    model_runner = SimpleNamespace(decode_cuda_graph_runner=graphs)
+
+    def decode(ids, batch):
+        seen.append(model_runner.decode_cuda_graph_runner)
+        if batch == "bad":
+            raise RuntimeError("eager decode needs its metadata")
+
+    bench = SimpleNamespace(torch_runner=model_runner, decode=decode)  # one_batch's runner shape
+    monkeypatch.delenv("EVOKERNEL_SGLANG_CHECK", raising=False)
+    assert _eager_decode_check(bench, None, "ok") == "" and seen == []
+    monkeypatch.setenv("EVOKERNEL_SGLANG_CHECK", "1")
+    assert _eager_decode_check(bench, None, "ok") == "ran" and seen == [None]
+    assert model_runner.decode_cuda_graph_runner is graphs
+    got = _eager_decode_check(bench, None, "bad")
+    assert got.startswith("failed: RuntimeError") and model_runner.decode_cuda_graph_runner is graphs

@@ -237,6 +237,27 @@ def _hooks() -> dict[str, Any]:
     return mod.hook_stats() if mod is not None and hasattr(mod, "hook_stats") else {}
 
 
+def _eager_decode_check(runner: Any, next_ids: Any, batch: Any) -> str:
+    """With the plugin's shadow check on (EVOKERNEL_SGLANG_CHECK), one more decode step of the
+    probe's batch outside the CUDA graphs, so the decode hook runs eagerly and compares its output
+    with SGLang's kernel on the engine's own cache (a captured call cannot be read back). Its
+    tokens are not part of the probe. Returns "" when off, else what happened."""
+    if not os.environ.get("EVOKERNEL_SGLANG_CHECK", "").strip("0"):
+        return ""
+    mr = getattr(runner, "torch_runner", runner)
+    if not hasattr(mr, "decode_cuda_graph_runner"):
+        return "no decode graph runner to step around"
+    graphs = mr.decode_cuda_graph_runner
+    try:
+        mr.decode_cuda_graph_runner = None  # model_runner.forward then runs the step eagerly
+        runner.decode(next_ids, batch)
+        return "ran"
+    except Exception as exc:  # the probe's figures stand; the check's failure is reported
+        return f"failed: {type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        mr.decode_cuda_graph_runner = graphs
+
+
 def _free_cache() -> None:
     """Give the caching allocator's free blocks back to the device: engines share the GPU, and
     one engine's prefill peak (a batch of 16 x 8192 tokens: gigabytes of activations) kept in
@@ -297,6 +318,7 @@ def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int)
     for _ in range(steps - 1):
         next_ids, last = runner.decode(next_ids, batch)
         tokens.append(next_ids.tolist())
+    eager = _eager_decode_check(runner, next_ids, batch)
     runner.cleanup(batch)
 
     def sample(x: Any) -> dict[str, Any]:
@@ -317,6 +339,8 @@ def _logits(runner: Any, batch_size: int, input_len: int, steps: int, seed: int)
         "logits_std": head["std"],
         "finite": head["finite"],
     }
+    if eager:
+        out["eager_decode_check"] = eager
     if last is not None:
         tail = sample(last)
         out.update(
