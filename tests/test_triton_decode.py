@@ -230,7 +230,9 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     if p["REDUCE"]:
         assert "atom" in stage1.asm["ptx"]
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
-    stage2 = compile_sm90(triton_decode._reduce_kernel, parts, common, num_warps=4, num_stages=1)
+    splits = max(p["NUM_SPLITS"], 1)
+    reduce = {"HEAD_DIM": 128, "SPLITS": splits, "SPLITS_P2": splits}
+    stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
     assert stage2.metadata.shared >= 0
 
 

@@ -22,7 +22,9 @@ The genome (`PARAMS`):
   the block table can name, at most 64. One split writes the output directly (no stage 2);
 - BLOCK_N: keys per step of the KV loop; num_warps, num_stages: of stage 1;
 - REDUCE: how splits are combined. 0: a separate reduce kernel (one program per sequence and
-  KV head, launched after stage 1). 1: in stage 1 itself, by the last program of a
+  query head, all of its splits read in one load, launched after stage 1; until session 22 one
+  program per sequence and KV head looped over the splits: the recorded H200 landscapes and
+  figures before then timed that one). 1: in stage 1 itself, by the last program of a
   (sequence, KV head) to finish: each program bumps an atomic counter after writing its
   partial (release), and the one that sees NUM_SPLITS - 1 (acquire) reads all partials,
   writes the output and resets the counter (a buffer kept zeroed between calls, so no
@@ -242,27 +244,26 @@ def _reduce_kernel(
     H,
     stride_ob,
     stride_oh,
-    GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
-    BLOCK_H: tl.constexpr,
     SPLITS: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
 ):
-    """Stage 2 as its own launch: one program per (KV head, sequence)."""
-    _combine(
-        tl.program_id(1),
-        tl.program_id(0),
-        part_o_ptr,
-        part_lse_ptr,
-        o_ptr,
-        H,
-        stride_ob,
-        stride_oh,
-        GROUP,
-        HEAD_DIM,
-        BLOCK_H,
-        SPLITS,
-        False,
-    )
+    """Stage 2 as its own launch: one program per (query head, sequence), every split's partial
+    and log-sum-exp read in one load (SPLITS x D fp32), so the program waits for memory once
+    instead of once per split; B x H_q programs rather than B x H_kv."""
+    h = tl.program_id(0)
+    b = tl.program_id(1)
+    offs_s = tl.arange(0, SPLITS_P2)
+    offs_d = tl.arange(0, HEAD_DIM)
+    smask = offs_s < SPLITS
+    row = (b * H + h).to(tl.int64) * SPLITS
+    lse = tl.load(part_lse_ptr + row + offs_s, mask=smask, other=float("-inf"))
+    part = tl.load(part_o_ptr + (row + offs_s)[:, None] * HEAD_DIM + offs_d[None, :], mask=smask[:, None], other=0.0)
+    m = tl.max(lse, 0)
+    w = tl.where(lse > float("-inf"), tl.exp2(lse - tl.where(m > float("-inf"), m, 0.0)), 0.0)
+    l = tl.sum(w, 0)
+    out = tl.sum(w[:, None] * part, 0) / tl.where(l > 0, l, 1.0)
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty))
 
 
 #: the module's kernel launches, through their compiled handles after the first of each signature
@@ -420,7 +421,20 @@ def _decode(
         num_stages=num_stages,
     )
     if splits > 1 and not REDUCE:
-        _LAUNCHES(_reduce_kernel, (H_kv, B), part_o, part_lse, o, H, o.stride(0), o.stride(1), **consts, num_warps=4)
+        _LAUNCHES(
+            _reduce_kernel,
+            (H, B),
+            part_o,
+            part_lse,
+            o,
+            H,
+            o.stride(0),
+            o.stride(1),
+            HEAD_DIM=D,
+            SPLITS=splits,
+            SPLITS_P2=triton.next_power_of_2(splits),
+            num_warps=4,
+        )
     return o
 
 
