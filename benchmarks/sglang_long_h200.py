@@ -192,6 +192,7 @@ def main() -> None:
     ap.add_argument("--serving", default=None, metavar="TRACE", help="then replay this trace through launched servers")
     ap.add_argument("--serving-prompts", type=int, default=40)
     ap.add_argument("--serving-rounds", type=int, default=2)
+    ap.add_argument("--serving-control", action="store_true", help="a second shipped server (the A/A)")
     ap.add_argument("--skip-ab", action="store_true", help="with --package: only the serving comparison")
     ap.add_argument("--render", default=None, metavar="JSON", help="only recompute and re-render a saved result")
     args = ap.parse_args()
@@ -491,6 +492,7 @@ def serving(
         server,
         Trace.load(args.serving),
         rounds=args.serving_rounds,
+        control=args.serving_control,
         num_prompts=args.serving_prompts,
         log_dir=work / "serving",
         mem=args.mem,

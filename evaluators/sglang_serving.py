@@ -7,7 +7,8 @@ another is driven. Each is warmed with a short run of the trace, then the trace 
 replayed against one server at a time (`evokernel.integrations.sglang.replay`: open loop at
 the trace's arrival times, exact prompt and output lengths, streamed from SGLang's native
 `/generate`; SGLang 0.5.17's own benchmark cannot replay a trace file, see that module),
-`rounds` times, the order rotated each round; every request's timing is kept in `log_dir`. Reported per variant: TTFT, TPOT, end-to-end
+`rounds` times, the order rotated each round; every request's timing is kept in `log_dir`; with
+`control`, a second shipped server replays too (the A/A). Reported per variant: TTFT, TPOT, end-to-end
 latency (median and p99) and output throughput, medians over the rounds with their spread,
 and their ratios to the baseline.
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["ServingComparison", "METRICS", "parse_result", "summarise_rounds"]
 
 BASELINE = "sglang_shipped"
+CONTROL = "sglang_shipped_control"
 #: What is kept of each serving-benchmark run (lower is better except throughput).
 METRICS = (
     "median_ttft_ms",
@@ -149,8 +151,12 @@ class ServingComparison:
         load_timeout_s: float = 600.0,
         run_timeout_s: float = 600.0,
         vocab: int = 10000,
+        control: bool = False,
     ) -> None:
         self.server_argv, self.trace, self.rounds = list(server_argv), trace, rounds
+        #: a second shipped server (CONTROL) beside the baseline: what two servers running the
+        #: same kernels read apart (the A/A); servers differ by their processes' host time
+        self.control = control
         self.num_prompts = num_prompts or len(trace.requests)
         self.warm_prompts, self.mem, self.port = warm_prompts, mem, port
         self.log_dir = Path(log_dir)
@@ -193,7 +199,12 @@ class ServingComparison:
         written = len(requests)
         variants: dict[str, Variant] = {
             BASELINE: Variant(),
-            **{k: v if isinstance(v, Variant) else Variant(package=v) for k, v in packages.items() if k != BASELINE},
+            **({CONTROL: Variant()} if self.control else {}),
+            **{
+                k: v if isinstance(v, Variant) else Variant(package=v)
+                for k, v in packages.items()
+                if k not in (BASELINE, CONTROL)
+            },
         }
         base_env = {
             k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from evokernel.evaluators.sglang_serving import BASELINE, METRICS, ServingComparison, parse_result, summarise_rounds
+from evokernel.evaluators.sglang_serving import (
+    BASELINE,
+    CONTROL,
+    METRICS,
+    ServingComparison,
+    parse_result,
+    summarise_rounds,
+)
 from evokernel.model.workload import Request, Trace
 
 RECORDED = Path(__file__).parent / "recorded"
@@ -122,7 +129,7 @@ def test_the_comparison_launches_a_server_per_variant_and_replays_the_trace_in_r
     trace = Trace([Request(64, 6, 0.0), Request(32, 4, 0.1), Request(48, 5, 0.2)])
     cmp = ServingComparison(
         ["--model-path", str(tmp_path)], trace, rounds=2, warm_prompts=1, log_dir=tmp_path / "s", port=port,
-        load_timeout_s=60, run_timeout_s=30,
+        load_timeout_s=60, run_timeout_s=30, control=True,
     )  # fmt: skip
     seen: list[int] = []
     doc = cmp.compare(
@@ -130,12 +137,13 @@ def test_the_comparison_launches_a_server_per_variant_and_replays_the_trace_in_r
         progress=lambda d: seen.append(sum(len(r) for r in d["runs"].values())),
     )
     assert doc["errors"] == {}, doc["errors"]
-    assert seen == [1, 2, 3, 4, 5, 6]  # 3 servers x 2 rounds, saved after each replay
-    assert {k: len(v) for k, v in doc["runs"].items()} == {BASELINE: 2, "evokernel": 2, "kv32": 2}
+    assert seen == list(range(1, 9))  # 4 servers (the A/A control too) x 2 rounds, saved after each replay
+    assert {k: len(v) for k, v in doc["runs"].items()} == {BASELINE: 2, CONTROL: 2, "evokernel": 2, "kv32": 2}
     assert all(r["completed"] == 3 and r["failed"] == 0 for rs in doc["runs"].values() for r in rs)
     # the package's server answers its first token sooner; the flag's server is the baseline's
     assert doc["vs_baseline"]["evokernel"]["median_ttft_ms"] > 1.8
     assert 0.6 < doc["vs_baseline"]["kv32"]["median_ttft_ms"] < 1.6
+    assert 0.6 < doc["vs_baseline"][CONTROL]["median_ttft_ms"] < 1.6 and doc["engines"][CONTROL]["package"] is None
     log = (tmp_path / "s" / "server_kv32.log").read_text()
     assert "--triton-attention-num-kv-splits" in log and "--mem-fraction-static" in log
     timings = [json.loads(x) for x in (tmp_path / "s" / "run_evokernel_0.jsonl").read_text().splitlines()]
