@@ -92,6 +92,65 @@ def kernel_predictions(row: dict[str, Any], layers: int) -> None:
         got["missed_kernel_time"] = bool(pred and real and abs(real - pred) > 0.25 * abs(pred - 1.0))
 
 
+def explain_misses(row: dict[str, Any], layers: int) -> None:
+    """Why a prediction missed, from the profiles: the predicted step is the reference's with
+    its attention replaced by `layers` x the microbenchmark's winner, so the measured step
+    differs from it by (a) the package's attention inside the engine against that figure (the
+    graph runs the split and reduce kernels back to back; the microbenchmark times each call
+    alone), (b) the rest of the GPU step, engine against engine, and, on wall clock, (c) the
+    host time per step (wall minus GPU), engine against engine. A missed prediction gets
+    `why_missed`: the terms in ms and the largest one for the GPU-time prediction ("gpu") and
+    for the wall-clock one ("wall"), each where that prediction missed.
+
+    >>> r = {"micro_winner_ms": 0.05, "evokernel": {"step_ms": 2.5, "gpu_ms_per_step": 1.0, "attention_ms": 0.1},
+    ...      "sglang_shipped": {"step_ms": 3.0, "gpu_ms_per_step": 2.0, "attention_ms": 1.2},
+    ...      "vs_sglang_shipped": {"missed": True, "missed_kernel_time": True}}
+    >>> explain_misses(r, 4); w = r["vs_sglang_shipped"]["why_missed"]
+    >>> w["wall"]
+    'host time (wall minus GPU) between the engine processes'
+    >>> w["gpu"]
+    "the package's attention in the engine's graph against layers x the microbenchmark"
+    >>> w["attention_vs_micro_ms"], w["rest_of_gpu_step_ms"], w["host_ms"]
+    (-0.1, 0.1, 0.5)
+    """
+    evo, micro = row.get("evokernel") or {}, row.get("micro_winner_ms")
+    names = {
+        "attention_vs_micro_ms": "the package's attention in the engine's graph against layers x the microbenchmark",
+        "rest_of_gpu_step_ms": "the rest of the GPU step between the engines",
+        "host_ms": "host time (wall minus GPU) between the engine processes",
+    }
+    for ref in ("sglang_shipped", "sglang_best_flag"):
+        got, base = row.get(f"vs_{ref}"), row.get(ref) or {}
+        if not got or not (got.get("missed") or got.get("missed_kernel_time")):
+            continue
+        need = (
+            evo.get("gpu_ms_per_step"),
+            evo.get("attention_ms"),
+            base.get("gpu_ms_per_step"),
+            base.get("attention_ms"),
+        )
+        if micro is None or any(x is None for x in need):
+            got["why_missed"] = {"gpu": "not attributable: a profile is missing"}
+            continue
+        terms: dict[str, Any] = {
+            "attention_vs_micro_ms": round(evo["attention_ms"] - layers * micro, 4),
+            "rest_of_gpu_step_ms": round(
+                (evo["gpu_ms_per_step"] - evo["attention_ms"]) - (base["gpu_ms_per_step"] - base["attention_ms"]), 4
+            ),
+        }
+        gpu_terms = dict(terms)
+        if evo.get("step_ms") and base.get("step_ms"):
+            terms["host_ms"] = round(
+                (evo["step_ms"] - evo["gpu_ms_per_step"]) - (base["step_ms"] - base["gpu_ms_per_step"]), 4
+            )
+        if got.get("missed_kernel_time"):
+            terms["gpu"] = names[max(gpu_terms, key=lambda k: abs(gpu_terms[k]))]
+        if got.get("missed") and "host_ms" in terms:
+            wall = {k: v for k, v in terms.items() if k in names}
+            terms["wall"] = names[max(wall, key=lambda k: abs(wall[k]))]
+        got["why_missed"] = terms
+
+
 def prefill_kernels_markdown(
     ab: dict[str, Any], variants: tuple[str, ...] = ("sglang_shipped", "evokernel")
 ) -> list[str]:
@@ -147,6 +206,7 @@ def render(path: Path, layers: int) -> None:
     doc = json.loads(path.read_text())
     for row in doc["rows"]:
         kernel_predictions(row, layers)
+        explain_misses(row, layers)
     path.write_text(json.dumps(doc, indent=1))
     md = path.parent / "sglang_long.md"
     rest = md.read_text() if md.exists() else ""
@@ -414,6 +474,7 @@ def main() -> None:
         }
         row["prefill"]["paired"] = ab["paired"].get("prefill_speedup", {}).get("evokernel", {}).get(p)
         kernel_predictions(row, layers)
+        explain_misses(row, layers)
         rows.append(row)
     doc["rows"] = rows
     doc["geomean"] = {
@@ -567,6 +628,20 @@ def markdown(doc: dict[str, Any]) -> list[str]:
         f"{_f(g['sglang_shipped']['kernel_time'])}, vs best flag {_f(g['sglang_best_flag']['kernel_time'])}; "
         f"best flag vs shipped {_f(g['best_flag_vs_shipped'])}"
     )
+    why = []
+    for r in doc["rows"]:
+        for ref in ("sglang_shipped", "sglang_best_flag"):
+            w = (r.get(f"vs_{ref}") or {}).get("why_missed")
+            if w:
+                terms = ", ".join(f"{k[:-3].replace('_', ' ')} {v:+.3f} ms" for k, v in w.items() if k.endswith("_ms"))
+                causes = "; ".join(f"{kind}: {w[kind]}" for kind in ("gpu", "wall") if kind in w)
+                why.append(f"- b{r['batch']} x {r['context']} vs {ref}: {causes}" + (f" ({terms})" if terms else ""))
+    if why:
+        lines += [
+            "",
+            "Missed predictions, measured step minus predicted step by cause (positive: slower than predicted):",
+            *why,
+        ]
     return lines
 
 
