@@ -72,3 +72,32 @@ def test_the_recorded_gluon_prefill_winners_join_a_package_for_the_models_heads(
     assert package.prefill.lookup(32, 4, 128, True, 32768) is None  # SGLang's kernel there
     ops = sorted({c.op for c in changes(pkg)})
     assert ops == ["decode_attention", "prefill_attention"]
+
+
+def test_missed_predictions_are_attributed_from_the_12_layer_h200_record(tmp_path: Path):
+    """Session 22's 12-layer A/B (`benchmarks/results/sglang_long_l12`): each missed prediction
+    is split into the package's attention in the decode graph against 12 x the microbenchmark,
+    the rest of the GPU step and host time; the graph's attention was the faster at every point
+    (the microbenchmark times each call alone), and host time decides the wall-clock misses."""
+    mod = _module()
+    rec = ROOT / "benchmarks" / "results" / "sglang_long_l12"
+    shutil.copy(rec / "sglang_long.json", tmp_path / "sglang_long.json")
+    shutil.copy(rec / "sglang_long.md", tmp_path / "sglang_long.md")
+    mod.render(tmp_path / "sglang_long.json", layers=12)
+    doc = json.loads((tmp_path / "sglang_long.json").read_text())
+    whys = [
+        r[f"vs_{ref}"]["why_missed"]
+        for r in doc["rows"]
+        for ref in ("sglang_shipped", "sglang_best_flag")
+        if "why_missed" in r[f"vs_{ref}"]
+    ]
+    assert len(whys) == 9
+    for w in whys:
+        assert -0.13 < w["attention_vs_micro_ms"] < -0.07 and abs(w["rest_of_gpu_step_ms"]) < 0.02
+        if "gpu" in w:
+            assert w["gpu"].startswith("the package's attention in the engine's graph")
+    b4 = next(r for r in doc["rows"] if r["batch"] == 4)["vs_sglang_best_flag"]["why_missed"]
+    assert b4["wall"].startswith("host time") and b4["host_ms"] == pytest.approx(0.373, abs=1e-3)
+    assert (
+        "Missed predictions, measured step minus predicted step by cause" in (tmp_path / "sglang_long.md").read_text()
+    )
