@@ -52,6 +52,7 @@ from typing import Any
 
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result, Status
+from evokernel.integrations.sglang.plugin import CHECK_ENV, PACKAGE_ENV
 
 __all__ = [
     "SGLangEvaluator",
@@ -80,6 +81,13 @@ DECODE_ATTENTION_KERNELS = (
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
 #: the measurement's noise alone reads as a gain or a loss
 CONTROL = "sglang_shipped_control"
+
+
+def plugin_free_env() -> dict[str, str]:
+    """This process's environment without the evokernel plugin's settings (the package, its
+    shadow check, the MoE config folder the plugin points SGLang at): what an engine of a
+    comparison starts from, its own package added where it has one."""
+    return {k: v for k, v in os.environ.items() if k not in (PACKAGE_ENV, CHECK_ENV, "SGLANG_MOE_CONFIG_DIR")}
 
 
 @dataclass(frozen=True)
@@ -617,11 +625,7 @@ class SGLangEvaluator:
         cpus = cpu_sets(len(variants)) if self.pin_cpus else [[] for _ in variants]
         report.meta["cpus"] = {name: c for name, c in zip(variants, cpus)}
         engines: dict[str, _Engine] = {}
-        base_env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("EVOKERNEL_SGLANG_PACKAGE", "EVOKERNEL_SGLANG_CHECK", "SGLANG_MOE_CONFIG_DIR")
-        }
+        base_env = plugin_free_env()
         # the engines start together (importing SGLang takes ~30 s of CPU each) but load one at
         # a time, in turn on a lock file: SGLang sizes its KV cache from the memory free when
         # it starts, so engines loading together would each count the others' memory as
@@ -631,12 +635,8 @@ class SGLangEvaluator:
             for (name, variant), mine in zip(variants.items(), cpus):
                 env = dict(
                     base_env,
-                    **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(variant.package).resolve())} if variant.package else {}),
-                    **(
-                        {"EVOKERNEL_SGLANG_CHECK": str(self.check_calls)}
-                        if variant.package and self.check_calls
-                        else {}
-                    ),
+                    **({PACKAGE_ENV: str(Path(variant.package).resolve())} if variant.package else {}),
+                    **({CHECK_ENV: str(self.check_calls)} if variant.package and self.check_calls else {}),
                     **({"EVOKERNEL_BENCH_CPUS": ",".join(map(str, mine))} if mine else {}),
                 )
                 engines[name] = _Engine(
@@ -790,9 +790,9 @@ def profile_engine(
 
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")}
+    env = plugin_free_env()
     if package is not None:
-        env["EVOKERNEL_SGLANG_PACKAGE"] = str(Path(package).resolve())
+        env[PACKAGE_ENV] = str(Path(package).resolve())
     plan = {"warm": [[batch_size, input_len]], "max_batch": batch_size}
     engine = _Engine("profile", list(server_argv), plan, env, log_dir / "profile.log")
     try:

@@ -192,7 +192,8 @@ class ServingComparison:
         `Variant`: a package and/or server arguments of its own, e.g. SGLang at its best
         value of a flag), replayed in rotated rounds; `progress` gets the comparison so far
         after every replay (to save it: a caller's deadline)."""
-        from evokernel.evaluators.sglang import Variant
+        from evokernel.evaluators.sglang import Variant, plugin_free_env
+        from evokernel.integrations.sglang.plugin import PACKAGE_ENV
 
         self.log_dir.mkdir(parents=True, exist_ok=True)
         requests = sorted(self.trace.requests, key=lambda r: r.arrival_s)[: self.num_prompts]
@@ -206,9 +207,7 @@ class ServingComparison:
                 if k not in (BASELINE, CONTROL)
             },
         }
-        base_env = {
-            k: v for k, v in os.environ.items() if k not in ("EVOKERNEL_SGLANG_PACKAGE", "SGLANG_MOE_CONFIG_DIR")
-        }
+        base_env = plugin_free_env()  # (a served engine never runs the shadow checks)
         argv = [*self.server_argv, "--mem-fraction-static", str(self.mem)]
         servers: dict[str, _Server] = {}
         errors: dict[str, str] = {}
@@ -218,7 +217,7 @@ class ServingComparison:
             # starts: servers starting together would each count the others' memory as theirs)
             for i, (name, variant) in enumerate(variants.items()):
                 pkg = variant.package
-                env = dict(base_env, **({"EVOKERNEL_SGLANG_PACKAGE": str(Path(pkg).resolve())} if pkg else {}))
+                env = dict(base_env, **({PACKAGE_ENV: str(Path(pkg).resolve())} if pkg else {}))
                 server = servers[name] = _Server(
                     name, [*argv, *variant.args], self.port + 10 * i, env, self.log_dir / f"server_{name}.log"
                 )

@@ -242,7 +242,9 @@ def _eager_decode_check(runner: Any, next_ids: Any, batch: Any) -> str:
     probe's batch outside the CUDA graphs, so the decode hook runs eagerly and compares its output
     with SGLang's kernel on the engine's own cache (a captured call cannot be read back). Its
     tokens are not part of the probe. Returns "" when off, else what happened."""
-    if not os.environ.get("EVOKERNEL_SGLANG_CHECK", "").strip("0"):
+    from evokernel.integrations.sglang.plugin import check_calls
+
+    if not check_calls():
         return ""
     mr = getattr(runner, "torch_runner", runner)
     if not hasattr(mr, "decode_cuda_graph_runner"):

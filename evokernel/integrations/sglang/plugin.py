@@ -78,6 +78,7 @@ __all__ = [
     "extend_attention_hook",
     "PACKAGE_ENV",
     "CHECK_ENV",
+    "check_calls",
     "FUSED_EXPERTS",
     "DECODE_ATTENTION",
     "EXTEND_ATTENTION",
@@ -644,17 +645,21 @@ def extend_attention_hook(
     return hook
 
 
+def check_calls() -> int:
+    """CHECK_ENV's value: eager calls per shape the attention hooks check (0: none; a value
+    that is not a number counts as 0)."""
+    try:
+        return max(0, int(os.environ.get(CHECK_ENV, "0") or 0))
+    except ValueError:
+        return 0
+
+
 class _Checks:
     """The shadow check of an attention hook (see CHECK_ENV): per shape key, the first `n`
     eager calls run SGLang's kernel into a copy of the output and compare."""
 
     def __init__(self, n: int | None = None):
-        if n is None:
-            try:
-                n = int(os.environ.get(CHECK_ENV, "0") or 0)
-            except ValueError:
-                n = 0
-        self.n = max(0, n)
+        self.n = max(0, n) if n is not None else check_calls()
         self.seen: dict[str, dict[str, Any]] = {}
 
     def wanted(self, key: str) -> bool:
