@@ -98,9 +98,13 @@ def explain_misses(row: dict[str, Any], layers: int) -> None:
     differs from it by (a) the package's attention inside the engine against that figure (the
     graph runs the split and reduce kernels back to back; the microbenchmark times each call
     alone), (b) the rest of the GPU step, engine against engine, and, on wall clock, (c) the
-    host time per step (wall minus GPU), engine against engine. A missed prediction gets
-    `why_missed`: the terms in ms and the largest one for the GPU-time prediction ("gpu") and
-    for the wall-clock one ("wall"), each where that prediction missed.
+    host time per step (wall minus GPU), engine against engine. Where the driver's kernel stage
+    measured each engine's host time in its own process (`host_in_process_ms`: the same steps'
+    wall clock there minus the GPU's busy time and its own gaps), (c) splits into what the engines
+    do differently on the host (`engine_host_ms`) and what differed between the timed runs
+    (`run_to_run_host_ms`: the rest; the host's states, not the package). A missed prediction
+    gets `why_missed`: the terms in ms and the largest one for the GPU-time prediction ("gpu")
+    and for the wall-clock one ("wall"), each where that prediction missed.
 
     >>> r = {"micro_winner_ms": 0.05, "evokernel": {"step_ms": 2.5, "gpu_ms_per_step": 1.0, "attention_ms": 0.1},
     ...      "sglang_shipped": {"step_ms": 3.0, "gpu_ms_per_step": 2.0, "attention_ms": 1.2},
@@ -112,12 +116,18 @@ def explain_misses(row: dict[str, Any], layers: int) -> None:
     "the package's attention in the engine's graph against layers x the microbenchmark"
     >>> w["attention_vs_micro_ms"], w["rest_of_gpu_step_ms"], w["host_ms"]
     (-0.1, 0.1, 0.5)
+    >>> r["evokernel"]["host_in_process_ms"], r["sglang_shipped"]["host_in_process_ms"] = 0.9, 0.85
+    >>> explain_misses(r, 4); w = r["vs_sglang_shipped"]["why_missed"]
+    >>> w["engine_host_ms"], w["run_to_run_host_ms"], w["wall"]
+    (0.05, 0.45, 'host time that differed between the timed runs, not between the engines')
     """
     evo, micro = row.get("evokernel") or {}, row.get("micro_winner_ms")
     names = {
         "attention_vs_micro_ms": "the package's attention in the engine's graph against layers x the microbenchmark",
         "rest_of_gpu_step_ms": "the rest of the GPU step between the engines",
         "host_ms": "host time (wall minus GPU) between the engine processes",
+        "engine_host_ms": "host time the package's engine spends more per step (in each engine's own process)",
+        "run_to_run_host_ms": "host time that differed between the timed runs, not between the engines",
     }
     for ref in ("sglang_shipped", "sglang_best_flag"):
         got, base = row.get(f"vs_{ref}"), row.get(ref) or {}
@@ -143,12 +153,45 @@ def explain_misses(row: dict[str, Any], layers: int) -> None:
             terms["host_ms"] = round(
                 (evo["step_ms"] - evo["gpu_ms_per_step"]) - (base["step_ms"] - base["gpu_ms_per_step"]), 4
             )
+            mine, theirs = evo.get("host_in_process_ms"), base.get("host_in_process_ms")
+            if mine is not None and theirs is not None:
+                terms["engine_host_ms"] = round(mine - theirs, 4)
+                terms["run_to_run_host_ms"] = round(terms["host_ms"] - terms["engine_host_ms"], 4)
         if got.get("missed_kernel_time"):
             terms["gpu"] = names[max(gpu_terms, key=lambda k: abs(gpu_terms[k]))]
         if got.get("missed") and "host_ms" in terms:
-            wall = {k: v for k, v in terms.items() if k in names}
+            split = "engine_host_ms" in terms  # host_ms is then their sum: the parts compete, not the whole
+            wall = {k: v for k, v in terms.items() if k in names and not (split and k == "host_ms")}
             terms["wall"] = names[max(wall, key=lambda k: abs(wall[k]))]
         got["why_missed"] = terms
+
+
+def step_breakdown_markdown(ab: dict[str, Any]) -> list[str]:
+    """Where each engine's decode step goes, measured in its own process by the driver's kernel
+    stage (profiled steps, then the same steps timed without the profiler): wall clock, GPU
+    kernel time, the device's own gaps between kernels and the host's share, and kernels per
+    step. Empty where the stage did not record them (records before session 23).
+
+    >>> ab = {"kernel_time": {"evokernel": {"b1": {"wall_ms_per_step": 2.0, "gpu_ms_per_step": 1.2,
+    ...       "busy_ms_per_step": 1.2, "device_gap_ms_per_step": 0.2, "host_ms_per_step": 0.6,
+    ...       "kernels_per_step": 150.0}}, "sglang_shipped": {"b1": {"gpu_ms_per_step": 5.0}}}}
+    >>> print("\\n".join(step_breakdown_markdown(ab)))
+    | variant | point | wall ms (in process) | GPU kernels ms | device gaps ms | host ms | kernels per step |
+    |---|---|---|---|---|---|---|
+    | evokernel | b1 | 2.000 | 1.200 | 0.200 | 0.600 | 150 |
+    <BLANKLINE>
+    """
+    rows = [
+        f"| {v} | {point} | {_f(k.get('wall_ms_per_step'))} | {_f(k.get('gpu_ms_per_step'))} | "
+        f"{_f(k.get('device_gap_ms_per_step'))} | {_f(k.get('host_ms_per_step'))} | {k['kernels_per_step']:.0f} |"
+        for v, per in ab.get("kernel_time", {}).items()
+        for point, k in per.items()
+        if k.get("wall_ms_per_step") is not None and k.get("kernels_per_step") is not None
+    ]
+    if not rows:
+        return []
+    head = "| variant | point | wall ms (in process) | GPU kernels ms | device gaps ms | host ms | kernels per step |"
+    return [head, "|---" * 7 + "|", *rows, ""]
 
 
 def prefill_kernels_markdown(
@@ -436,10 +479,13 @@ def main() -> None:
             runs = report.samples.get(v, {}).get(p, [])
             lat = sorted(x["median_decode_latency"] for x in runs if "median_decode_latency" in x)
             att = report.attention_ms(v, p)
-            kern = report.kernels.get(v, {}).get(p, {}).get("gpu_ms_per_step")
+            kt_v = report.kernels.get(v, {}).get(p, {})
+            kern = kt_v.get("gpu_ms_per_step")
             row[v] = {
                 "step_ms": 1e3 * lat[len(lat) // 2] if lat else None,
                 "gpu_ms_per_step": kern,
+                # the step's wall clock split in the engine's own process (the driver's kernel stage)
+                "host_in_process_ms": kt_v.get("host_ms_per_step"),
                 "attention_ms": att,
                 "attention_share": att / kern if att is not None and kern else None,
                 "attention_bw_fraction": row["kv_bytes"] / (att * 1e-3) / COPY_BANDWIDTH if att else None,
@@ -516,6 +562,7 @@ def main() -> None:
         markdown(doc)
         + [f"\npromotion (A/B verdicts per change): {by_verdict}", "", "numerics against shipped:", *numerics, ""]
         + prefill_kernels_markdown(ab)
+        + step_breakdown_markdown(ab)
         + ab_markdown(ab)
     )
     (out / "sglang_long.md").write_text("\n".join(lines) + "\n")

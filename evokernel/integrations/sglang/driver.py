@@ -30,8 +30,10 @@ EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to 
   and one untimed step, S decode steps (CUDA graphs as served) under torch.profiler, CUDA
   activity only: GPU kernel time per step (`gpu_ms_per_step`, the sum of the kernels' durations)
   and per kernel name (`by_kernel`, ms per step), and the prefill's kernels (`prefill_gpu_ms`,
-  `prefill_by_kernel`, ms). Wall clock per step adds the host's launch
-  work and gaps to this; the two together say where a step's time goes;
+  `prefill_by_kernel`, ms), and where a step's wall clock goes in this one process: the same
+  steps timed without the profiler (`wall_ms_per_step`), kernels per step, the time some kernel
+  ran (`busy_ms_per_step`), the device's own gaps between kernels (`device_gap_ms_per_step`)
+  and the rest (`host_ms_per_step`: the GPU waiting for the host), see `step_timeline`;
 - {"cmd": "quit"}.
 
 With "load_lock" (a file path) in the plan, the process imports SGLang first and then loads
@@ -53,7 +55,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["main"]
@@ -196,26 +198,40 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
     next_ids, _ = runner.decode(next_ids, batch)  # the first step outside the window
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
+        for _ in range(steps):  # synchronised per step, as the timed runs step (one_batch)
             next_ids, _ = runner.decode(next_ids, batch)
+            torch.cuda.synchronize()
+    walls = []  # the same steps' wall clock in this process, profiler off
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        next_ids, _ = runner.decode(next_ids, batch)
         torch.cuda.synchronize()
+        walls.append(time.perf_counter() - t0)
     runner.cleanup(batch)
-    by = _kernel_times(prof)
+    events = _kernel_events(prof)
+    by = _kernel_times(events)
     if not by:
         return {"error": "the profiler recorded no kernels"}
-    pre = _kernel_times(prefill)
+    pre = _kernel_times(_kernel_events(prefill))
+    wall_ms = sorted(walls)[len(walls) // 2] * 1e3
+    line = step_timeline(events, steps)
     return {
         "steps": steps,
         "gpu_ms_per_step": sum(by.values()) / steps / 1e3,
         "by_kernel": {k: v / steps / 1e3 for k, v in sorted(by.items(), key=lambda kv: -kv[1])},
+        # where a step's wall clock goes, in this one process: the kernels, the device's own gaps
+        # between them (graph nodes, queued launches) and the rest (the GPU waiting for the host)
+        "wall_ms_per_step": wall_ms,
+        **line,
+        "host_ms_per_step": wall_ms - line["busy_ms_per_step"] - line["device_gap_ms_per_step"],
         # the batch's prefill (one extend, not graph-captured): which attention kernel ran it
         "prefill_gpu_ms": sum(pre.values()) / 1e3,
         "prefill_by_kernel": {k: v / 1e3 for k, v in sorted(pre.items(), key=lambda kv: -kv[1])},
     }
 
 
-def _kernel_times(prof: Any) -> dict[str, float]:
-    """Microseconds per kernel name in a CUDA-activity profile."""
+def _kernel_events(prof: Any) -> list[dict[str, Any]]:
+    """The kernels of a CUDA-activity profile, as its Chrome trace lists them (ts, dur in us)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -223,11 +239,66 @@ def _kernel_times(prof: Any) -> dict[str, float]:
         prof.export_chrome_trace(path)
         with open(path) as f:
             events = json.load(f).get("traceEvents", [])
+    return [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+
+
+def _kernel_times(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Microseconds per kernel name.
+
+    >>> _kernel_times([{"name": "a", "dur": 2.0}, {"name": "b", "dur": 1.0}, {"name": "a", "dur": 3.0}])
+    {'a': 5.0, 'b': 1.0}
+    """
     by: dict[str, float] = {}
     for e in events:
-        if e.get("cat") == "kernel" and e.get("ph") == "X":
-            by[e["name"]] = by.get(e["name"], 0.0) + float(e.get("dur", 0.0))
+        by[e["name"]] = by.get(e["name"], 0.0) + float(e.get("dur", 0.0))
     return by
+
+
+#: an idle gap between kernels shorter than this (us) is the device's own launch latency (the
+#: next node of a CUDA graph, a launch already queued); a longer one is the GPU waiting for the host
+DEVICE_GAP_US = 10.0
+
+
+def step_timeline(
+    events: Sequence[Mapping[str, Any]], steps: int, device_gap_us: float = DEVICE_GAP_US
+) -> dict[str, Any]:
+    """Per step of `steps` profiled decode steps (each synchronised): kernels launched, time some
+    kernel ran (`busy`: the union of the kernels' intervals, so kernels overlapping on two streams
+    count once), idle gaps between kernels shorter than `device_gap_us` (the device's own: graph
+    nodes one after another) and longer ones (the GPU waiting for the host), in ms. A step's
+    wall clock minus busy and device gaps is its host time: the comparison of two engines' host
+    time then needs no second process's run.
+
+    >>> ev = [{"ts": 0, "dur": 10}, {"ts": 12, "dur": 10}, {"ts": 15, "dur": 2}, {"ts": 100, "dur": 10}, {"ts": 113, "dur": 5}]
+    >>> t = step_timeline(ev, 2); t["kernels_per_step"], t["busy_ms_per_step"], t["device_gap_ms_per_step"]
+    (2.5, 0.0175, 0.0025)
+    >>> t["host_gap_ms_per_step"], t["device_gap_us"]
+    (0.039, 10.0)
+    """
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events)
+    busy = short = long = 0.0
+    end = None
+    for lo, hi in spans:
+        if end is None or lo > end:
+            if end is not None:
+                gap = lo - end
+                if gap < device_gap_us:
+                    short += gap
+                else:
+                    long += gap
+            busy += hi - lo
+            end = hi
+        elif hi > end:
+            busy += hi - end
+            end = hi
+    n = max(1, steps)
+    return {
+        "kernels_per_step": len(spans) / n,
+        "busy_ms_per_step": round(busy / n / 1e3, 6),
+        "device_gap_ms_per_step": round(short / n / 1e3, 6),
+        "host_gap_ms_per_step": round(long / n / 1e3, 6),
+        "device_gap_us": device_gap_us,
+    }
 
 
 def _hooks() -> dict[str, Any]:
