@@ -46,6 +46,9 @@ CASES = [
     ({"NUM_SPLITS": 16, "REDUCE": 1, "BLOCK_N": 16}, [33, 2], (8, 1, 128), 16, "float32", 2),
     ({"NUM_SPLITS": 2, "BLOCK_N": 16}, [19, 50], (4, 4, 64), 1, "float16", 1),  # page size 1, multi-head
     ({"NUM_SPLITS": 4, "BLOCK_N": 64}, [70, 129], (4, 2, 64), 16, "float16", 1),  # a block spans pages
+    # 128 splits: the reductions read them 32 (4 warps) or 8 (1 warp) a load, most of them empty
+    ({"NUM_SPLITS": 128, "BLOCK_N": 16}, [300, 7], (8, 2, 64), 1, "float16", 1),
+    ({"NUM_SPLITS": 128, "BLOCK_N": 16, "REDUCE": 1, "num_warps": 1}, [300, 7], (8, 2, 64), 1, "float16", 2),
 ]
 
 _SCRIPT = r"""
@@ -192,6 +195,8 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"REDUCE": 1, "NUM_SPLITS": 16},
         {"NUM_SPLITS": 1, "BLOCK_N": 64, "num_warps": 2},
         {"BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "REDUCE": 1},
+        {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2, "REDUCE": 1},
+        {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2},
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -220,6 +225,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         "REDUCE": p["REDUCE"],
         "INPUT_PRECISION": "tf32",
         "SLOTS": False,
+        "CHUNK": triton_decode.combine_chunk(p["NUM_SPLITS"], p["num_warps"]),
     }
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
@@ -231,7 +237,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         assert "atom" in stage1.asm["ptx"]
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     splits = max(p["NUM_SPLITS"], 1)
-    reduce = {"HEAD_DIM": 128, "SPLITS": splits, "SPLITS_P2": splits}
+    reduce = {"HEAD_DIM": 128, "SPLITS": splits, "CHUNK": triton_decode.combine_chunk(splits, 4)}
     stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
     assert stage2.metadata.shared >= 0
 

@@ -214,10 +214,17 @@ def prefill_gluon_class(genome: Genome) -> str:
 
 
 def decode_space(
-    *, head_dim: int = 128, group: int = 4, elem_bytes: int = 2, shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES
+    *,
+    head_dim: int = 128,
+    group: int = 4,
+    elem_bytes: int = 2,
+    shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
+    max_splits: int = 128,
 ) -> SearchSpace:
     """Splits, tile, warps, stages and the reduction of the paged decode template for one
-    head_dim and GQA group size (H_q / H_kv query heads share a program: at least 16 rows)."""
+    head_dim and GQA group size (H_q / H_kv query heads share a program: at least 16 rows).
+    NUM_SPLITS: "auto" (0) or a power of two up to `max_splits` (128 since session 23, when the
+    reductions stopped reading one split a load; the recorded H200 decode landscapes cover 64)."""
     D = head_dim
     rows = max(16, 1 << (max(1, group) - 1).bit_length())
 
@@ -247,7 +254,8 @@ def decode_space(
 
     return SearchSpace(
         [
-            Ordinal("NUM_SPLITS", [0, 1, 2, 4, 8, 16, 32, 64], default=8),  # 0: auto (see template_decode.auto_splits)
+            # 0: auto (see template_decode.auto_splits)
+            Ordinal("NUM_SPLITS", [0] + [1 << i for i in range(max(1, max_splits).bit_length())], default=8),
             PowerOfTwo("BLOCK_N", 16, 128),
             PowerOfTwo("num_warps", 1, 8),
             IntRange("num_stages", 1, 4),

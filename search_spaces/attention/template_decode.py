@@ -17,14 +17,15 @@ combines the splits of a (sequence, KV head) with the usual max-shifted weights.
 
 The genome (`PARAMS`):
 
-- NUM_SPLITS: 1, 2, 4, ..., 64 KV splits, or 0 for "auto": enough splits for about two
+- NUM_SPLITS: 1, 2, 4, ..., 128 KV splits, or 0 for "auto": enough splits for about two
   programs per SM given B x H_kv programs, at most one per 256 keys of the longest context
   the block table can name, at most 64. One split writes the output directly (no stage 2);
 - BLOCK_N: keys per step of the KV loop; num_warps, num_stages: of stage 1;
-- REDUCE: how splits are combined. 0: a separate reduce kernel (one program per sequence and
-  query head, all of its splits read in one load, launched after stage 1; until session 22 one
-  program per sequence and KV head looped over the splits: the recorded H200 landscapes and
-  figures before then timed that one). 1: in stage 1 itself, by the last program of a
+- REDUCE: how splits are combined (both read a query head's splits up to 8 per warp a load,
+  unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
+  the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
+  12-layer engine at b1 x 32768 that reduce took 7.5 us of every layer's 34 us). 0: a separate reduce kernel, one
+  program per sequence and query head, launched after stage 1. 1: in stage 1 itself, by the last program of a
   (sequence, KV head) to finish: each program bumps an atomic counter after writing its
   partial (release), and the one that sees NUM_SPLITS - 1 (acquire) reads all partials,
   writes the output and resets the counter (a buffer kept zeroed between calls, so no
@@ -80,6 +81,50 @@ def sglang_default_params() -> dict[str, int]:
 
 
 @triton.jit
+def _combine_head(
+    b,
+    h,
+    part_o_ptr,
+    part_lse_ptr,
+    o_ptr,
+    H,
+    stride_ob,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    CHUNK: tl.constexpr,
+    VOLATILE: tl.constexpr,
+):
+    """O of query head h of sequence b from its SPLITS partial outputs and log-sum-exps (base 2;
+    -inf for an empty split), CHUNK splits a load (SPLITS x D fp32 in SPLITS / CHUNK loads,
+    unrolled, so the program waits for memory about once rather than once per split)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    row = (b * H + h).to(tl.int64) * SPLITS
+    m = tl.full([1], float("-inf"), tl.float32)
+    l = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DIM], tl.float32)
+    for c in tl.static_range(0, SPLITS, CHUNK):
+        offs_s = c + tl.arange(0, CHUNK)
+        smask = offs_s < SPLITS
+        lse = tl.load(part_lse_ptr + row + offs_s, mask=smask, other=float("-inf"), volatile=VOLATILE)
+        part = tl.load(
+            part_o_ptr + (row + offs_s)[:, None] * HEAD_DIM + offs_d[None, :],
+            mask=smask[:, None],
+            other=0.0,
+            volatile=VOLATILE,
+        )
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        base = tl.where(m_new > float("-inf"), m_new, 0.0)  # every split so far empty: weights 0, not nan
+        alpha = tl.exp2(m - base)
+        w = tl.where(lse > float("-inf"), tl.exp2(lse - base), 0.0)
+        acc = acc * alpha + tl.sum(w[:, None] * part, 0)
+        l = l * alpha + tl.sum(w, 0)
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty))
+
+
+@triton.jit
 def _combine(
     b,
     kv_head,
@@ -91,36 +136,14 @@ def _combine(
     stride_oh,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
-    BLOCK_H: tl.constexpr,
     SPLITS: tl.constexpr,
+    CHUNK: tl.constexpr,
     VOLATILE: tl.constexpr,
 ):
-    """O of the query heads of one (sequence, KV head) from the SPLITS partial outputs and
-    their log-sum-exps (base 2; -inf for an empty split)."""
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, HEAD_DIM)
-    hmask = offs_h < GROUP
-    rows = (b * H + kv_head * GROUP + offs_h).to(tl.int64) * SPLITS
-    m = tl.full([BLOCK_H], -1.0e30, tl.float32)
-    l = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
-    for s in range(SPLITS):
-        lse = tl.load(part_lse_ptr + rows + s, mask=hmask, other=float("-inf"), volatile=VOLATILE)
-        part = tl.load(
-            part_o_ptr + (rows + s)[:, None] * HEAD_DIM + offs_d[None, :],
-            mask=hmask[:, None],
-            other=0.0,
-            volatile=VOLATILE,
-        )
-        m_new = tl.maximum(m, lse)
-        alpha = tl.exp2(m - m_new)
-        w = tl.exp2(lse - m_new)
-        acc = acc * alpha[:, None] + w[:, None] * part
-        l = l * alpha + w
-        m = m_new
-    out = acc / tl.where(l > 0, l, 1.0)[:, None]
-    o_ptrs = o_ptr + b * stride_ob + (kv_head * GROUP + offs_h)[:, None] * stride_oh + offs_d[None, :]
-    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=hmask[:, None])
+    """O of the GROUP query heads of one (sequence, KV head), one head after another (unrolled)."""
+    for i in tl.static_range(GROUP):
+        _combine_head(b, kv_head * GROUP + i, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+                      HEAD_DIM, SPLITS, CHUNK, VOLATILE)  # fmt: skip
 
 
 @triton.jit
@@ -157,6 +180,7 @@ def _split_kernel(
     REDUCE: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     SLOTS: tl.constexpr = False,
+    CHUNK: tl.constexpr = 8,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
@@ -229,8 +253,8 @@ def _split_kernel(
                     stride_oh,
                     GROUP,
                     HEAD_DIM,
-                    BLOCK_H,
                     SPLITS,
+                    CHUNK,
                     True,
                 )
                 tl.atomic_xchg(count_ptr + b * H_kv + kv_head, 0)
@@ -246,24 +270,23 @@ def _reduce_kernel(
     stride_oh,
     HEAD_DIM: tl.constexpr,
     SPLITS: tl.constexpr,
-    SPLITS_P2: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):
-    """Stage 2 as its own launch: one program per (query head, sequence), every split's partial
-    and log-sum-exp read in one load (SPLITS x D fp32), so the program waits for memory once
-    instead of once per split; B x H_q programs rather than B x H_kv."""
-    h = tl.program_id(0)
-    b = tl.program_id(1)
-    offs_s = tl.arange(0, SPLITS_P2)
-    offs_d = tl.arange(0, HEAD_DIM)
-    smask = offs_s < SPLITS
-    row = (b * H + h).to(tl.int64) * SPLITS
-    lse = tl.load(part_lse_ptr + row + offs_s, mask=smask, other=float("-inf"))
-    part = tl.load(part_o_ptr + (row + offs_s)[:, None] * HEAD_DIM + offs_d[None, :], mask=smask[:, None], other=0.0)
-    m = tl.max(lse, 0)
-    w = tl.where(lse > float("-inf"), tl.exp2(lse - tl.where(m > float("-inf"), m, 0.0)), 0.0)
-    l = tl.sum(w, 0)
-    out = tl.sum(w[:, None] * part, 0) / tl.where(l > 0, l, 1.0)
-    tl.store(o_ptr + b * stride_ob + h * stride_oh + offs_d, out.to(o_ptr.dtype.element_ty))
+    """Stage 2 as its own launch: one program per (query head, sequence), its splits' partials
+    and log-sum-exps read CHUNK splits a load (`_combine_head`); B x H_q programs rather than
+    B x H_kv."""
+    _combine_head(tl.program_id(1), tl.program_id(0), part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+                  HEAD_DIM, SPLITS, CHUNK, False)  # fmt: skip
+
+
+def combine_chunk(splits: int, num_warps: int) -> int:
+    """Splits a reduction load reads at once: all of them up to 8 per warp (a [CHUNK, D] fp32
+    tile is then about 32 registers a thread at D=128), a power of two.
+
+    >>> combine_chunk(32, 4), combine_chunk(128, 4), combine_chunk(4, 8), combine_chunk(64, 1)
+    (32, 32, 4, 8)
+    """
+    return min(triton.next_power_of_2(max(1, splits)), 8 * max(1, num_warps))
 
 
 #: the module's kernel launches, through their compiled handles after the first of each signature
@@ -416,6 +439,7 @@ def _decode(
         REDUCE=int(bool(REDUCE)),
         SLOTS=slots,
         INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        CHUNK=combine_chunk(splits, num_warps),
         **consts,
         num_warps=num_warps,
         num_stages=num_stages,
@@ -432,7 +456,7 @@ def _decode(
             o.stride(1),
             HEAD_DIM=D,
             SPLITS=splits,
-            SPLITS_P2=triton.next_power_of_2(splits),
+            CHUNK=combine_chunk(splits, 4),
             num_warps=4,
         )
     return o
