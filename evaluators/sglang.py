@@ -11,7 +11,8 @@ anything is timed. Then the plan is run `repeats` times, variant after variant f
 point, the order rotated each round, so baseline and candidates see the same GPU state;
 each timed run follows untimed runs of the same batch for `prerun_s` seconds (the GPU's
 clocks come up after the other engines' turns; each sample records the SM clock before and
-after), and each engine runs on its own share of the CPUs (`pin_cpus`); the figures are
+after), and each engine runs on its own share of the CPUs (`pin_cpus`), the shares moved one
+engine along every round (`rotated`: one set of cores' host speed is no engine's); the figures are
 medians with their spread (min, max). A round's figure for a point is the fastest of
 `best_of` consecutive runs: an engine's step time falls in one of two host states per run
 (measured on the H200: 0.79-0.86 or 0.98-1.18 ms at batch 1, the GPU clock at 1980 MHz in
@@ -422,6 +423,17 @@ def cpu_sets(n: int, available: Sequence[int] | None = None) -> list[list[int]]:
     return [cpus[i * per : (i + 1) * per] for i in range(n)]
 
 
+def rotated(sets: Sequence[Sequence[int]], r: int) -> list[list[int]]:
+    """Round r's CPU sets: engine k takes set (k + r) mod n, so over n rounds each engine runs
+    on every set once (a set's cores may be slower hosts: interrupts, a sibling's load).
+
+    >>> rotated([[0, 1], [2, 3], [4, 5]], 1)
+    [[2, 3], [4, 5], [0, 1]]
+    """
+    n = len(sets)
+    return [list(sets[(k + r) % n]) for k in range(n)] if n else []
+
+
 class _Engine:
     """One `evokernel.integrations.sglang.driver` process and its command pipes."""
 
@@ -701,10 +713,18 @@ class SGLangEvaluator:
             if progress is not None:  # the kernel times and numerics, before the rounds
                 progress(report)
             started = time.monotonic()
+            where = dict(zip(variants, cpus))  # each engine's CPUs this round
             for r in range(self.repeats):
                 if not another_round(r, time.monotonic() - started, time.monotonic() - t_start, self.deadline_s):
                     report.meta["stopped"] = f"deadline after {r} round(s)"
                     break
+                if r and all(cpus):  # the CPU sets move one engine along each round
+                    where = dict(zip(variants, rotated(cpus, r)))
+                    for name in names:
+                        got = ask(name, {"cmd": "pin", "cpus": where[name]})
+                        if "error" in got:
+                            report.errors.setdefault(name, f"round {r} pin: {got['error']}")
+                    report.meta.setdefault("cpus_by_round", {})[str(r)] = {n: where[n] for n in names}
                 for b, i, o in plan["points"]:
                     point = f"b{b}_i{i}_o{o}"
                     order = names[r % len(names) :] + names[: r % len(names)]
@@ -724,7 +744,9 @@ class SGLangEvaluator:
                         if "error" in got:
                             report.errors.setdefault(name, f"{point}: {got['error']}")
                         else:
-                            report.samples.setdefault(name, {}).setdefault(point, []).append(dict(got, round=r))
+                            report.samples.setdefault(name, {}).setdefault(point, []).append(
+                                dict(got, round=r, **({"cpus": where[name]} if where.get(name) else {}))
+                            )
                 if progress is not None:  # what a round measured, before the next (a caller's deadline)
                     report.meta["rounds_done"] = r + 1
                     progress(report)

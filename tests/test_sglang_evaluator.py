@@ -290,3 +290,35 @@ def test_variants_carry_their_own_server_arguments_and_engines_start_together(tm
     assert report.meta["variants"]["kv32"] == {"package": None, "args": ["--triton-attention-num-kv-splits", "32"]}
     assert report.meta["variants"]["pkg"]["package"] == str(tmp_path)
     assert set(report.errors) == {BASELINE, "kv32", "pkg"} and not report.samples
+
+
+def test_the_engines_cpu_sets_rotate_between_rounds_and_the_driver_moves_every_thread():
+    """Each engine's share of the CPUs moves one engine along every round, so a slow set of
+    cores is no one engine's; the driver's `pin` moves all of its threads (here this process's:
+    a helper thread started before the move goes along)."""
+    import os
+    import threading
+
+    from evokernel.evaluators.sglang import cpu_sets, rotated
+    from evokernel.integrations.sglang.driver import _pin
+
+    sets = cpu_sets(3, range(9))
+    by_round = [rotated(sets, r) for r in range(3)]
+    for k in range(3):  # over three rounds, engine k runs once on each set
+        assert sorted(map(tuple, (rnd[k] for rnd in by_round))) == sorted(map(tuple, sets))
+    for rnd in by_round:  # and in every round the sets stay disjoint
+        assert sorted(c for s in rnd for c in s) == list(range(9))
+    before = os.sched_getaffinity(0)
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait)
+    helper.start()
+    try:
+        one = min(before)
+        got = _pin([one])
+        assert got["pinned"] == [one] and got["threads"] >= 2
+        assert os.sched_getaffinity(0) == {one} and os.sched_getaffinity(helper.native_id) == {one}
+    finally:
+        stop.set()
+        helper.join()
+        _pin(sorted(before))
+    assert os.sched_getaffinity(0) == before

@@ -34,6 +34,9 @@ EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to 
   steps timed without the profiler (`wall_ms_per_step`), kernels per step, the time some kernel
   ran (`busy_ms_per_step`), the device's own gaps between kernels (`device_gap_ms_per_step`)
   and the rest (`host_ms_per_step`: the GPU waiting for the host), see `step_timeline`;
+- {"cmd": "pin", "cpus": [c, ...]} -> every thread of the process moved onto those CPUs
+  (`{"pinned": [...], "threads": n}`): the evaluator rotates the engines' CPU sets between rounds,
+  so no engine's figures carry one set of cores' host speed;
 - {"cmd": "quit"}.
 
 With "load_lock" (a file path) in the plan, the process imports SGLang first and then loads
@@ -143,6 +146,20 @@ def _host_counters() -> dict[str, int]:
     except OSError:
         pass
     return out
+
+
+def _pin(cpus: Sequence[int]) -> dict[str, Any]:
+    """Every thread of this process (SGLang's and torch's included) onto `cpus`; threads started
+    later inherit it from their creator."""
+    want = {int(c) for c in cpus}
+    moved = 0
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else [str(os.getpid())]:
+        try:
+            os.sched_setaffinity(int(tid), want)
+            moved += 1
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+    return {"pinned": sorted(want), "threads": moved}
 
 
 def _sm_clock() -> int | None:
@@ -505,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
                         runs_host=[r.get("host") for r in runs],
                     )
                 answer(got if got is not None else {"error": "batch does not fit the KV cache"})
+            elif msg.get("cmd") == "pin":
+                answer(_pin(msg["cpus"]))
             elif msg.get("cmd") == "profile":
                 answer(
                     _profile(
