@@ -112,6 +112,16 @@ def write(out: Path, doc: dict[str, Any]) -> None:
             g = doc["geomean"][kind].get(b)
             cells += ["", f"**{g:.3f}**" if g else "-"]
         lines += ["| " + " | ".join(cells) + " |", ""]
+        split = [r for r in rows if r.get("kernels_us")]
+        if split:
+            lines += ["winners' kernels (us per call, torch.profiler; the split kernel's rate over the KV bytes):", ""]
+            lines += [
+                f"- {r['shape']}: "
+                + ", ".join(f"{k[:40]} {v:.1f}" for k, v in r["kernels_us"].items())
+                + (f"; split kernel {r['split_kernel_rate']:.0f} GB/s" if r.get("split_kernel_rate") else "")
+                for r in split
+            ]
+            lines.append("")
     if doc["skipped"]:
         lines += ["skipped: " + "; ".join(doc["skipped"]), ""]
     (out / "attention.md").write_text("\n".join(lines))
@@ -138,6 +148,31 @@ def jobs_from(args: argparse.Namespace) -> list[tuple[str, str, dict[str, Any]]]
         }
         jobs.append(("decode", spec, params))
     return jobs
+
+
+def kernel_breakdown(fn: Any, args: tuple, calls: int = 50) -> dict[str, float]:
+    """Microseconds per call of each kernel `fn(*args)` launches, from torch.profiler's CUDA
+    activity over `calls` calls (after one warm call): for the split-KV decode, the split
+    kernel and the reduction apart, which one do_bench time of the call cannot tell.
+
+    >>> kernel_breakdown(lambda: None, (), calls=2)  # no GPU, nothing launched: no kernels
+    {}
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if not torch.cuda.is_available():
+        return {}
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    from evokernel.integrations.sglang.driver import _kernel_events, _kernel_times
+
+    by = _kernel_times(_kernel_events(prof))  # the trace's kernel durations, as the engine's stage reads them
+    return {k: round(v / calls, 3) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}
 
 
 def main() -> None:
@@ -246,6 +281,14 @@ def main() -> None:
             "rate": (work or 0.0) / (ms * 1e-3) / (1e12 if kind == "prefill" else 1e9) if ms else None,
             **part,
         }
+        if kind == "decode" and args.device != "cpu":
+            # where the winner's time goes: the split kernel against the bytes, the reduction apart
+            inputs = mod.make_inputs(shape, seed=0, device=args.device)
+            params = {k: int(v) for k, v in part["winner"].items() if k in decode_t.PARAMS}
+            us = kernel_breakdown(lambda *a: decode_t.decode(*a, **params), inputs)
+            split = sum(v for k, v in us.items() if "split" in k)
+            row["kernels_us"] = us
+            row["split_kernel_rate"] = (work or 0.0) / (split * 1e-6) / 1e9 if split else None
         if kind == "prefill":
             sdpa = [(x, n) for n, x in row["baselines"].items() if n.startswith("sdpa_") and x]
             best = min(sdpa) if sdpa else (None, None)
