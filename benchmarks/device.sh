@@ -37,6 +37,7 @@
 #                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40),
 #                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value),
 #                   SERVING_CONTROL=1 (a second shipped server: the A/A),
+#                   SERVING_CHUNK=-1 (every server's --chunked-prefill-size: -1 runs whole prompts, so they reach the prefill hook),
 #                   LAYERS (the model with that many decoder layers instead of 4), MEM (--mem-fraction-static, 0.3),
 #                   PREFILL_FROM=benchmarks/results/attention_prefill_gluon.json (its Gluon winners for the
 #                   model's heads join the package: prefill entries, judged on the prompts' prefill latency)
@@ -331,7 +332,7 @@ PY
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
       ${PREFILL_FROM:+--prefill-from "$PREFILL_FROM"} \
       --deadline $(( ${DEADLINE:-540} - 10 )) \
-      ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} ${SERVING_CONTROL:+--serving-control} \
+      ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} ${SERVING_CONTROL:+--serving-control} ${SERVING_CHUNK:+--serving-chunk "$SERVING_CHUNK"} \
       ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1
   echo "exit $?"
   gzip -f "$D"/*.db 2>/dev/null

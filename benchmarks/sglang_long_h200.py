@@ -296,6 +296,14 @@ def main() -> None:
     ap.add_argument("--serving-prompts", type=int, default=40)
     ap.add_argument("--serving-rounds", type=int, default=2)
     ap.add_argument("--serving-control", action="store_true", help="a second shipped server (the A/A)")
+    ap.add_argument(
+        "--serving-chunk",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="every server's --chunked-prefill-size (-1: no chunking): SGLang's default 8192 gives each "
+        "later chunk of a long prompt a cached prefix, which the prefill hook leaves to SGLang's kernel",
+    )
     ap.add_argument("--skip-ab", action="store_true", help="with --package: only the serving comparison")
     ap.add_argument("--render", default=None, metavar="JSON", help="only recompute and re-render a saved result")
     args = ap.parse_args()
@@ -573,6 +581,21 @@ def main() -> None:
             print(f"---- {name}.log (tail) ----\n" + log.read_text()[-3000:], flush=True)
 
 
+def serving_args(argv: list[str], chunk: int | None = None) -> list[str]:
+    """The servers' shared arguments from the engines': without the memory share (the serving
+    comparison sets its own) and, with `chunk`, SGLang's chunked prefill at that size for every
+    server (-1: none, so a whole prompt reaches one prefill call).
+
+    >>> serving_args(["--model-path", "m", "--mem-fraction-static", "0.45", "--tp", "1"], -1)
+    ['--model-path', 'm', '--tp', '1', '--chunked-prefill-size', '-1']
+    """
+    server = list(argv)
+    if "--mem-fraction-static" in server:
+        i = server.index("--mem-fraction-static")
+        del server[i : i + 2]
+    return server + (["--chunked-prefill-size", str(chunk)] if chunk is not None else [])
+
+
 def serving(
     args: argparse.Namespace,
     argv: list[str],
@@ -592,9 +615,7 @@ def serving(
     variants: dict[str, Any] = {"evokernel": Variant(package=package)}
     if flag_args:
         variants["sglang_best_flag"] = Variant(args=flag_args)
-    server = list(argv)  # the engines' arguments; the comparison adds its own memory share
-    i = server.index("--mem-fraction-static")
-    del server[i : i + 2]
+    server = serving_args(argv, args.serving_chunk)
     t = time.monotonic()
     cmp = ServingComparison(
         server,
