@@ -169,9 +169,9 @@ def kernel_breakdown(fn: Any, args: tuple, calls: int = 50) -> dict[str, float]:
         for _ in range(calls):
             fn(*args)
         torch.cuda.synchronize()
-    from evokernel.integrations.sglang.driver import _kernel_events, _kernel_times
+    from evokernel.integrations.sglang.driver import kernel_events, kernel_times
 
-    by = _kernel_times(_kernel_events(prof))  # the trace's kernel durations, as the engine's stage reads them
+    by = kernel_times(kernel_events(prof))  # the trace's kernel durations, as the engine's stage reads them
     return {k: round(v / calls, 3) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}
 
 

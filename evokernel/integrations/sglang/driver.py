@@ -61,7 +61,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "kernel_events", "kernel_times", "step_timeline"]
 
 
 def _reply(fd: int, obj: dict[str, Any]) -> None:
@@ -225,11 +225,11 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - t0)
     runner.cleanup(batch)
-    events = _kernel_events(prof)
-    by = _kernel_times(events)
+    events = kernel_events(prof)
+    by = kernel_times(events)
     if not by:
         return {"error": "the profiler recorded no kernels"}
-    pre = _kernel_times(_kernel_events(prefill))
+    pre = kernel_times(kernel_events(prefill))
     wall_ms = sorted(walls)[len(walls) // 2] * 1e3
     line = step_timeline(events, steps)
     return {
@@ -247,7 +247,7 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
     }
 
 
-def _kernel_events(prof: Any) -> list[dict[str, Any]]:
+def kernel_events(prof: Any) -> list[dict[str, Any]]:
     """The kernels of a CUDA-activity profile, as its Chrome trace lists them (ts, dur in us)."""
     import tempfile
 
@@ -259,10 +259,10 @@ def _kernel_events(prof: Any) -> list[dict[str, Any]]:
     return [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
 
 
-def _kernel_times(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def kernel_times(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Microseconds per kernel name.
 
-    >>> _kernel_times([{"name": "a", "dur": 2.0}, {"name": "b", "dur": 1.0}, {"name": "a", "dur": 3.0}])
+    >>> kernel_times([{"name": "a", "dur": 2.0}, {"name": "b", "dur": 1.0}, {"name": "a", "dur": 3.0}])
     {'a': 5.0, 'b': 1.0}
     """
     by: dict[str, float] = {}
