@@ -607,6 +607,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
             "REDUCE": reduce,
             "INPUT_PRECISION": "tf32",
             "SLOTS": False,
+            "CHUNK": 8,
             "GROUP": 4,
             "HEAD_DIM": 64,
             "BLOCK_H": 16,
