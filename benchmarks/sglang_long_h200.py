@@ -118,9 +118,10 @@ def explain_misses(row: dict[str, Any], layers: int) -> None:
     alone), (b) the rest of the GPU step, engine against engine, and, on wall clock, (c) the
     host time per step (wall minus GPU), engine against engine. Where the driver's kernel stage
     measured each engine's host time in its own process (`host_in_process_ms`: the same steps'
-    wall clock there minus the GPU's busy time and its own gaps), (c) splits into what the engines
-    do differently on the host (`engine_host_ms`) and what differed between the timed runs
-    (`run_to_run_host_ms`: the rest; the host's states, not the package). A missed prediction
+    wall clock there minus the GPU's busy time and its own gaps), (c) splits into the device's
+    own gaps between kernels, engine against engine (`device_gaps_ms`: launch gaps inside the
+    graph), what the engines do differently on the host (`engine_host_ms`) and what differed
+    between the timed runs (`run_to_run_host_ms`: the rest; the host's states, not the package). A missed prediction
     gets `why_missed`: the terms in ms and the largest one for the GPU-time prediction ("gpu")
     and for the wall-clock one ("wall"), each where that prediction missed.
 
@@ -135,15 +136,17 @@ def explain_misses(row: dict[str, Any], layers: int) -> None:
     >>> w["attention_vs_micro_ms"], w["rest_of_gpu_step_ms"], w["host_ms"]
     (-0.1, 0.1, 0.5)
     >>> r["evokernel"]["host_in_process_ms"], r["sglang_shipped"]["host_in_process_ms"] = 0.9, 0.85
+    >>> r["evokernel"]["device_gap_ms"], r["sglang_shipped"]["device_gap_ms"] = 0.2, 0.1
     >>> explain_misses(r, 4); w = r["vs_sglang_shipped"]["why_missed"]
-    >>> w["engine_host_ms"], w["run_to_run_host_ms"], w["wall"]
-    (0.05, 0.45, 'host time that differed between the timed runs, not between the engines')
+    >>> w["device_gaps_ms"], w["engine_host_ms"], w["run_to_run_host_ms"], w["wall"]
+    (0.1, 0.05, 0.35, 'host time that differed between the timed runs, not between the engines')
     """
     evo, micro = row.get("evokernel") or {}, row.get("micro_winner_ms")
     names = {
         "attention_vs_micro_ms": "the package's attention in the engine's graph against layers x the microbenchmark",
         "rest_of_gpu_step_ms": "the rest of the GPU step between the engines",
         "host_ms": "host time (wall minus GPU) between the engine processes",
+        "device_gaps_ms": "the device's own gaps between kernels (launches inside the graph) between the engines",
         "engine_host_ms": "host time the package's engine spends more per step (in each engine's own process)",
         "run_to_run_host_ms": "host time that differed between the timed runs, not between the engines",
     }
@@ -172,9 +175,14 @@ def explain_misses(row: dict[str, Any], layers: int) -> None:
                 (evo["step_ms"] - evo["gpu_ms_per_step"]) - (base["step_ms"] - base["gpu_ms_per_step"]), 4
             )
             mine, theirs = evo.get("host_in_process_ms"), base.get("host_in_process_ms")
+            gaps = (evo.get("device_gap_ms"), base.get("device_gap_ms"))
             if mine is not None and theirs is not None:
                 terms["engine_host_ms"] = round(mine - theirs, 4)
-                terms["run_to_run_host_ms"] = round(terms["host_ms"] - terms["engine_host_ms"], 4)
+                if None not in gaps:
+                    terms["device_gaps_ms"] = round(gaps[0] - gaps[1], 4)
+                terms["run_to_run_host_ms"] = round(
+                    terms["host_ms"] - terms["engine_host_ms"] - terms.get("device_gaps_ms", 0.0), 4
+                )
         if got.get("missed_kernel_time"):
             terms["gpu"] = names[max(gpu_terms, key=lambda k: abs(gpu_terms[k]))]
         if got.get("missed") and "host_ms" in terms:
@@ -512,6 +520,7 @@ def main() -> None:
                 "gpu_ms_per_step": kern,
                 # the step's wall clock split in the engine's own process (the driver's kernel stage)
                 "host_in_process_ms": kt_v.get("host_ms_per_step"),
+                "device_gap_ms": kt_v.get("device_gap_ms_per_step"),
                 "attention_ms": att,
                 "attention_share": att / kern if att is not None and kern else None,
                 "attention_bw_fraction": row["kv_bytes"] / (att * 1e-3) / COPY_BANDWIDTH if att else None,
