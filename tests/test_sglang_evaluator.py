@@ -322,3 +322,13 @@ def test_the_engines_cpu_sets_rotate_between_rounds_and_the_driver_moves_every_t
         helper.join()
         _pin(sorted(before))
     assert os.sched_getaffinity(0) == before
+
+
+def test_a_pin_to_cpus_the_process_may_not_use_is_an_answer_not_a_crash():
+    import os
+
+    from evokernel.integrations.sglang.driver import _pin
+
+    before = os.sched_getaffinity(0)
+    got = _pin([max(before) + 4096])  # no such CPU
+    assert "cannot pin" in got["error"] and os.sched_getaffinity(0) == before

@@ -159,6 +159,8 @@ def _pin(cpus: Sequence[int]) -> dict[str, Any]:
             moved += 1
         except ProcessLookupError:  # a thread that ended meanwhile
             pass
+        except OSError as exc:  # CPUs this process may not use: it stays where it was
+            return {"error": f"cannot pin to {sorted(want)}: {exc}", "threads": moved}
     return {"pinned": sorted(want), "threads": moved}
 
 
