@@ -49,6 +49,8 @@ CASES = [
     # 128 splits: the reductions read them 32 (4 warps) or 8 (1 warp) a load, most of them empty
     ({"NUM_SPLITS": 128, "BLOCK_N": 16}, [300, 7], (8, 2, 64), 1, "float16", 1),
     ({"NUM_SPLITS": 128, "BLOCK_N": 16, "REDUCE": 1, "num_warps": 1}, [300, 7], (8, 2, 64), 1, "float16", 2),
+    # one sequence of 2 query heads on the interpreter's 4 "SMs": each reduce program combines half a head
+    ({"NUM_SPLITS": 8, "BLOCK_N": 16}, [100], (2, 1, 64), 1, "float16", 1),
 ]
 
 _SCRIPT = r"""
@@ -237,9 +239,11 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         assert "atom" in stage1.asm["ptx"]
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     splits = max(p["NUM_SPLITS"], 1)
-    reduce = {"HEAD_DIM": 128, "SPLITS": splits, "CHUNK": triton_decode.combine_chunk(splits, 4)}
-    stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
-    assert stage2.metadata.shared >= 0
+    for block_d in (128, 32):  # a program per head, and a quarter of a head (batch 1)
+        chunk = triton_decode.combine_chunk(splits, 4, block_d)
+        reduce = {"HEAD_DIM": 128, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": chunk}
+        stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
+        assert stage2.metadata.shared >= 0
 
 
 # (config overrides, context lengths, (H_q, H_kv, D), dtype of kv_indices)

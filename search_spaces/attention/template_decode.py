@@ -25,7 +25,8 @@ The genome (`PARAMS`):
   unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
   the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
   12-layer engine at b1 x 32768 that reduce took 7.5 us of every layer's 34 us). 0: a separate reduce kernel, one
-  program per sequence and query head, launched after stage 1. 1: in stage 1 itself, by the last program of a
+  program per sequence, query head and block of columns (`reduce_block_d`: the whole head unless
+  B x H_q programs leave SMs idle), launched after stage 1. 1: in stage 1 itself, by the last program of a
   (sequence, KV head) to finish: each program bumps an atomic counter after writing its
   partial (release), and the one that sees NUM_SPLITS - 1 (acquire) reads all partials,
   writes the output and resets the counter (a buffer kept zeroed between calls, so no
@@ -84,6 +85,7 @@ def sglang_default_params() -> dict[str, int]:
 def _combine_head(
     b,
     h,
+    d0,
     part_o_ptr,
     part_lse_ptr,
     o_ptr,
@@ -91,18 +93,20 @@ def _combine_head(
     stride_ob,
     stride_oh,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     SPLITS: tl.constexpr,
     CHUNK: tl.constexpr,
     VOLATILE: tl.constexpr,
 ):
-    """O of query head h of sequence b from its SPLITS partial outputs and log-sum-exps (base 2;
-    -inf for an empty split), CHUNK splits a load (SPLITS x D fp32 in SPLITS / CHUNK loads,
-    unrolled, so the program waits for memory about once rather than once per split)."""
-    offs_d = tl.arange(0, HEAD_DIM)
+    """Columns d0 .. d0 + BLOCK_D of the output of query head h of sequence b from its SPLITS
+    partial outputs and log-sum-exps (base 2; -inf for an empty split), CHUNK splits a load
+    (SPLITS x BLOCK_D fp32 in SPLITS / CHUNK loads, unrolled, so the program waits for memory
+    about once rather than once per split)."""
+    offs_d = d0 + tl.arange(0, BLOCK_D)
     row = (b * H + h).to(tl.int64) * SPLITS
     m = tl.full([1], float("-inf"), tl.float32)
     l = tl.zeros([1], tl.float32)
-    acc = tl.zeros([HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_D], tl.float32)
     for c in tl.static_range(0, SPLITS, CHUNK):
         offs_s = c + tl.arange(0, CHUNK)
         smask = offs_s < SPLITS
@@ -142,8 +146,8 @@ def _combine(
 ):
     """O of the GROUP query heads of one (sequence, KV head), one head after another (unrolled)."""
     for i in tl.static_range(GROUP):
-        _combine_head(b, kv_head * GROUP + i, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-                      HEAD_DIM, SPLITS, CHUNK, VOLATILE)  # fmt: skip
+        _combine_head(b, kv_head * GROUP + i, 0, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+                      HEAD_DIM, HEAD_DIM, SPLITS, CHUNK, VOLATILE)  # fmt: skip
 
 
 @triton.jit
@@ -269,24 +273,38 @@ def _reduce_kernel(
     stride_ob,
     stride_oh,
     HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
     SPLITS: tl.constexpr,
     CHUNK: tl.constexpr,
 ):
-    """Stage 2 as its own launch: one program per (query head, sequence), its splits' partials
-    and log-sum-exps read CHUNK splits a load (`_combine_head`); B x H_q programs rather than
-    B x H_kv."""
-    _combine_head(tl.program_id(1), tl.program_id(0), part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-                  HEAD_DIM, SPLITS, CHUNK, False)  # fmt: skip
+    """Stage 2 as its own launch: one program per (query head, sequence, BLOCK_D columns), its
+    splits' partials and log-sum-exps read CHUNK splits a load (`_combine_head`); B x H_q x
+    D / BLOCK_D programs (`reduce_block_d`: enough to reach the SMs at batch 1)."""
+    _combine_head(tl.program_id(1), tl.program_id(0), tl.program_id(2) * BLOCK_D, part_o_ptr, part_lse_ptr, o_ptr,
+                  H, stride_ob, stride_oh, HEAD_DIM, BLOCK_D, SPLITS, CHUNK, False)  # fmt: skip
 
 
-def combine_chunk(splits: int, num_warps: int) -> int:
-    """Splits a reduction load reads at once: all of them up to 8 per warp (a [CHUNK, D] fp32
-    tile is then about 32 registers a thread at D=128), a power of two.
+def combine_chunk(splits: int, num_warps: int, block_d: int = 128) -> int:
+    """Splits a reduction load reads at once: all of them, up to a [CHUNK, block_d] fp32 tile of
+    about 32 registers a thread (8 splits per warp at 128 columns), a power of two.
 
-    >>> combine_chunk(32, 4), combine_chunk(128, 4), combine_chunk(4, 8), combine_chunk(64, 1)
-    (32, 32, 4, 8)
+    >>> combine_chunk(32, 4), combine_chunk(128, 4), combine_chunk(4, 8), combine_chunk(64, 1), combine_chunk(128, 4, 32)
+    (32, 32, 4, 8, 128)
     """
-    return min(triton.next_power_of_2(max(1, splits)), 8 * max(1, num_warps))
+    return min(triton.next_power_of_2(max(1, splits)), max(1, 1024 * max(1, num_warps) // max(1, block_d)))
+
+
+def reduce_block_d(head_dim: int, rows: int, sms: int) -> int:
+    """Columns of the head a reduce program combines: the whole head where the B x H_q rows fill
+    the SMs, else a half, a quarter ... (at least 32 columns) so that about one program per SM
+    runs (batch 1 of 32 query heads: 4 programs a head on 132 SMs).
+
+    >>> reduce_block_d(128, 32, 132), reduce_block_d(128, 128, 132), reduce_block_d(128, 512, 132), reduce_block_d(64, 8, 132)
+    (32, 64, 128, 32)
+    """
+    want = 1 << (max(1, math.ceil(sms / max(1, rows))) - 1).bit_length()
+    parts = max(1, min(want, head_dim // 32))
+    return head_dim // parts
 
 
 #: the module's kernel launches, through their compiled handles after the first of each signature
@@ -445,9 +463,10 @@ def _decode(
         num_stages=num_stages,
     )
     if splits > 1 and not REDUCE:
+        block_d = reduce_block_d(D, B * H, num_sms(q.device))
         _LAUNCHES(
             _reduce_kernel,
-            (H, B),
+            (H, B, D // block_d),
             part_o,
             part_lse,
             o,
@@ -455,8 +474,9 @@ def _decode(
             o.stride(0),
             o.stride(1),
             HEAD_DIM=D,
+            BLOCK_D=block_d,
             SPLITS=splits,
-            CHUNK=combine_chunk(splits, 4),
+            CHUNK=combine_chunk(splits, 4, block_d),
             num_warps=4,
         )
     return o
