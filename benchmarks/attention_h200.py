@@ -309,7 +309,14 @@ def main() -> None:
         tag = spec.replace(":", "-").replace(",", "_")
         # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
         # of it, usually): the search starts where the sweep found the fast region
-        seeds = landscape_seeds(LANDSCAPES[kind], space) if not args.no_seeds else []
+        seeds = []
+        if not args.no_seeds and kind == "decode":
+            # the recorded decode sweep predates PREFETCH: its fastest points as they ran, and the
+            # best three again with the indices fetched a step ahead
+            seeds = landscape_seeds(LANDSCAPES[kind], space, fill={"PREFETCH": 0})
+            seeds += [dict(s, PREFETCH=1) for s in seeds[:3] if space.is_valid(dict(s, PREFETCH=1))]
+        elif not args.no_seeds:
+            seeds = landscape_seeds(LANDSCAPES[kind], space)
         part, report = search_against(
             space,
             ev,
@@ -338,7 +345,7 @@ def main() -> None:
         }
         if kind == "decode" and args.device != "cpu":
             # where the winner's time goes: the split kernel against the bytes, the reduction apart
-            params = {k: int(v) for k, v in part["winner"].items() if k in decode_t.PARAMS}
+            params = {k: int(v) for k, v in part["winner"].items() if k in (*decode_t.PARAMS, *decode_t.OPTIONAL)}
             try:  # figures beside the search's: a failure here is recorded, the row and the run go on
                 inputs = mod.make_inputs(shape, seed=0, device=args.device)
                 us = kernel_breakdown(lambda *a: decode_t.decode(*a, **params), inputs)

@@ -43,11 +43,15 @@ def test_shipped_landscapes_load():
     from evokernel.search_spaces.attention import attention_space, decode_space
 
     decode = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768"))
-    dspace = decode_space(head_dim=128, group=4, max_splits=64)  # the space the sweep covered
+    dspace = decode_space(head_dim=128, group=4, max_splits=64, prefetch=False)  # the space the sweep covered
     assert decode.space.names == dspace.names and len(decode) == len(dspace.valid_points()) == 795
     for name in attention:  # every attention landscape is a sample of its template's space
         ls = Landscape.load(builtin(name))
-        space = decode_space(head_dim=128, group=4) if "decode" in name else attention_space(head_dim=128, causal=True)
+        space = (
+            decode_space(head_dim=128, group=4, prefetch=False)
+            if "decode" in name
+            else attention_space(head_dim=128, causal=True)
+        )
         assert ls.space.names == space.names and len(ls) >= 50, name
         assert all(
             space.is_valid(dict(zip(space.names, p), WARP_SPEC=0) if "prefill" in name else dict(zip(space.names, p)))

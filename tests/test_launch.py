@@ -608,6 +608,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
             "INPUT_PRECISION": "tf32",
             "SLOTS": False,
             "CHUNK": 8,
+            "PREFETCH": 0,
             "GROUP": 4,
             "HEAD_DIM": 64,
             "BLOCK_H": 16,

@@ -26,6 +26,7 @@ from evokernel.search_spaces import decode_class, decode_space
 from evokernel.search_spaces.attention import template_decode as triton_decode
 from evokernel.search_spaces.attention.template_decode import (
     DEFAULTS,
+    OPTIONAL,
     PARAMS,
     auto_splits,
     candidate_source,
@@ -51,6 +52,8 @@ CASES = [
     ({"NUM_SPLITS": 128, "BLOCK_N": 16, "REDUCE": 1, "num_warps": 1}, [300, 7], (8, 2, 64), 1, "float16", 2),
     # one sequence of 2 query heads on the interpreter's 4 "SMs": each reduce program combines half a head
     ({"NUM_SPLITS": 8, "BLOCK_N": 16}, [100], (2, 1, 64), 1, "float16", 1),
+    # the pages of the next step fetched a step ahead: blocks spanning pages, a split's last block partial
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PREFETCH": 1, "num_stages": 3}, [70, 129, 5], (4, 2, 64), 16, "float16", 1),
 ]
 
 _SCRIPT = r"""
@@ -112,7 +115,8 @@ def test_auto_splits_fill_the_gpu_without_splitting_short_contexts():
 
 def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_point():
     space = decode_space(head_dim=128, group=4)
-    assert set(space.names) == set(PARAMS) and space.is_valid(DEFAULTS) and sglang_default_params() == DEFAULTS
+    assert set(space.names) == set(PARAMS) | set(OPTIONAL) and space.is_valid(DEFAULTS)
+    assert sglang_default_params() == DEFAULTS and DEFAULTS["PREFETCH"] == 0
     assert DEFAULTS["NUM_SPLITS"] == 8 and space["NUM_SPLITS"].default == 8
     assert "duplicate" in space.why_invalid(dict(DEFAULTS, NUM_SPLITS=1, REDUCE=1))
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
@@ -199,6 +203,7 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"BLOCK_N": 128, "num_warps": 8, "num_stages": 3, "REDUCE": 1},
         {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2, "REDUCE": 1},
         {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2},
+        {"NUM_SPLITS": 64, "BLOCK_N": 64, "num_stages": 4, "PREFETCH": 1},
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -228,6 +233,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         "INPUT_PRECISION": "tf32",
         "SLOTS": False,
         "CHUNK": triton_decode.combine_chunk(p["NUM_SPLITS"], p["num_warps"]),
+        "PREFETCH": p["PREFETCH"],
     }
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
@@ -252,6 +258,7 @@ SLOT_CASES = [
     ({"NUM_SPLITS": 8, "BLOCK_N": 32, "REDUCE": 1}, [33, 1, 64], (4, 1, 64), "int32"),
     ({"NUM_SPLITS": 1, "BLOCK_N": 16}, [19, 50], (4, 4, 64), "int64"),
     ({"NUM_SPLITS": 0, "BLOCK_N": 16}, [300, 2], (8, 2, 64), "int32"),
+    ({"NUM_SPLITS": 8, "BLOCK_N": 16, "PREFETCH": 1, "REDUCE": 1}, [100, 33, 1], (8, 2, 64), "int64"),
 ]
 
 _SLOTS_SCRIPT = r"""
@@ -293,3 +300,27 @@ def test_the_token_slot_layout_of_a_serving_engine_matches_the_reference() -> No
         lens, (hq, _, d) = case[1], case[2]
         assert g["shape"] == [len(lens), hq, d] and g["same_buffer"], (case, g)
         assert g["err"] < 2e-3, (case, g)
+
+
+def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
+    """Compiled for sm_90: with the slot indices loaded in the step that uses them, the gathered
+    K/V loads get one buffer whatever num_stages says (the same shared memory at 2, 3 and 4
+    stages); with PREFETCH=1 (the next step's indices loaded a step ahead) each stage past the
+    second adds a K and a V tile."""
+    from tests.test_triton_attention import compile_sm90
+
+    ptrs = {
+        "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32", "lens_ptr": "*i32",
+        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "count_ptr": "*i32", "qk_scale": "fp32",
+    }  # fmt: skip
+    tile = 2 * 64 * 128 * 2  # a K and a V tile of 64 keys x 128 bf16
+
+    def shared(stages: int, prefetch: int) -> int:
+        consts = {"GROUP": 8, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": 64, "PAGE": 1, "BLOCK_N": 64, "REDUCE": 0,
+                  "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch}  # fmt: skip
+        return compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=4, num_stages=stages).metadata.shared
+
+    plain = [shared(st, 0) for st in (2, 3, 4)]
+    ahead = [shared(st, 1) for st in (2, 3, 4)]
+    assert max(plain) - min(plain) < tile // 4  # one buffer: num_stages 3 and 4 add nothing
+    assert ahead[1] - ahead[0] >= tile and ahead[2] - ahead[1] >= tile

@@ -220,11 +220,13 @@ def decode_space(
     elem_bytes: int = 2,
     shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
     max_splits: int = 128,
+    prefetch: bool = True,
 ) -> SearchSpace:
     """Splits, tile, warps, stages and the reduction of the paged decode template for one
     head_dim and GQA group size (H_q / H_kv query heads share a program: at least 16 rows).
     NUM_SPLITS: "auto" (0) or a power of two up to `max_splits` (128 since session 23, when the
-    reductions stopped reading one split a load; the recorded H200 decode landscapes cover 64)."""
+    reductions stopped reading one split a load; the recorded H200 decode landscapes cover 64).
+    `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none)."""
     D = head_dim
     rows = max(16, 1 << (max(1, group) - 1).bit_length())
 
@@ -260,6 +262,7 @@ def decode_space(
             PowerOfTwo("num_warps", 1, 8),
             IntRange("num_stages", 1, 4),
             _flag("REDUCE"),
+            *([_flag("PREFETCH")] if prefetch else []),
         ],
         constraints=[
             Constraint(shared_memory, "shared memory"),
@@ -274,4 +277,8 @@ def decode_space(
 def decode_class(genome: Genome) -> str:
     """Niche in the elite archive: how the context is split and how the splits are combined."""
     splits = genome["NUM_SPLITS"] or "auto"
-    return f"splits{splits}/n{genome['BLOCK_N']}" + ("/lastblock" if genome["REDUCE"] else "")
+    return (
+        f"splits{splits}/n{genome['BLOCK_N']}"
+        + ("/lastblock" if genome["REDUCE"] else "")
+        + ("/prefetch" if genome.params.get("PREFETCH") else "")
+    )

@@ -21,6 +21,11 @@ The genome (`PARAMS`):
   programs per SM given B x H_kv programs, at most one per 256 keys of the longest context
   the block table can name, at most 64. One split writes the output directly (no stage 2);
 - BLOCK_N: keys per step of the KV loop; num_warps, num_stages: of stage 1;
+- PREFETCH (optional, 0 where absent): 1 loads each step's slot indices one step ahead. The
+  K/V loads are gathers through those indices; loaded in the same step, Triton's pipeliner
+  gives the gathers one buffer whatever num_stages says (sm_90: the same shared memory at 2, 3
+  and 4 stages), so a program keeps one K/V tile in flight; fetched a step ahead, num_stages
+  3 and 4 keep two and three (session 23; compiled, not yet timed);
 - REDUCE: how splits are combined (both read a query head's splits up to 8 per warp a load,
   unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
   the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
@@ -61,6 +66,7 @@ from evokernel.search_spaces.gemm.template import num_sms
 
 __all__ = [
     "PARAMS",
+    "OPTIONAL",
     "DEFAULTS",
     "decode_slots",
     "decode",
@@ -71,9 +77,11 @@ __all__ = [
 ]
 
 PARAMS: tuple[str, ...] = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
+#: genes a configuration may leave out (0 where absent: what configurations before them ran)
+OPTIONAL: tuple[str, ...] = ("PREFETCH",)
 #: SGLang's Triton decode backend's defaults (`triton_attention_num_kv_splits` = 8; grouped
 #: stage 1 with BLOCK_N 32, 4 warps, 2 stages; a separate stage-2 kernel).
-DEFAULTS: dict[str, int] = {"NUM_SPLITS": 8, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "REDUCE": 0}
+DEFAULTS: dict[str, int] = {"NUM_SPLITS": 8, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "REDUCE": 0, "PREFETCH": 0}
 
 
 def sglang_default_params() -> dict[str, int]:
@@ -185,6 +193,7 @@ def _split_kernel(
     INPUT_PRECISION: tl.constexpr,
     SLOTS: tl.constexpr = False,
     CHUNK: tl.constexpr = 8,
+    PREFETCH: tl.constexpr = 0,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
@@ -210,10 +219,18 @@ def _split_kernel(
     m = tl.full([BLOCK_H], -1.0e30, tl.float32)
     l = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
+    if PREFETCH:  # the first tile's pages here; each step then loads the next tile's
+        offs_f = lo + tl.arange(0, BLOCK_N)
+        page_next = tl.load(bt_ptr + first + offs_f // PAGE, mask=offs_f < hi, other=0).to(tl.int64)
     for n0 in tl.range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         nmask = offs_n < hi
-        page = tl.load(bt_ptr + first + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
+        if PREFETCH:
+            page = page_next
+            offs_f = offs_n + BLOCK_N
+            page_next = tl.load(bt_ptr + first + offs_f // PAGE, mask=offs_f < hi, other=0).to(tl.int64)
+        else:
+            page = tl.load(bt_ptr + first + offs_n // PAGE, mask=nmask, other=0).to(tl.int64)
         slot = offs_n % PAGE
         k = tl.load(
             k_ptr + (page * stride_kp + slot * stride_ks + kv_head * stride_kh)[:, None] + offs_d[None, :],
@@ -346,12 +363,13 @@ def decode(
     num_warps: int,
     num_stages: int,
     REDUCE: int = 0,
+    PREFETCH: int = 0,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode step's attention over the paged cache with one configuration (into `out`,
     [B, H_q, D], where given)."""
     return _decode(q, k_cache, v_cache, block_table, context_lens, False, sm_scale, NUM_SPLITS, BLOCK_N,
-                   num_warps, num_stages, REDUCE, out)  # fmt: skip
+                   num_warps, num_stages, REDUCE, PREFETCH, out)  # fmt: skip
 
 
 def decode_slots(
@@ -367,6 +385,7 @@ def decode_slots(
     num_warps: int,
     num_stages: int,
     REDUCE: int = 0,
+    PREFETCH: int = 0,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The same attention over a serving engine's token-slot cache (SGLang's Triton backend
@@ -377,7 +396,7 @@ def decode_slots(
     assert k_buffer.ndim == 3 and v_buffer.shape == k_buffer.shape, f"k_buffer {tuple(k_buffer.shape)}"
     assert kv_indptr.ndim == 1 and kv_indptr.shape[0] == q.shape[0] + 1, "kv_indptr must be [B + 1]"
     return _decode(q, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), kv_indices, kv_indptr, True, sm_scale,
-                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, out)  # fmt: skip
+                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, PREFETCH, out)  # fmt: skip
 
 
 def _decode(
@@ -393,6 +412,7 @@ def _decode(
     num_warps: int,
     num_stages: int,
     REDUCE: int,
+    PREFETCH: int,
     out: torch.Tensor | None,
 ) -> torch.Tensor:
     assert q.ndim == 3 and k_cache.ndim == 4 and v_cache.shape == k_cache.shape, (
@@ -458,6 +478,7 @@ def _decode(
         SLOTS=slots,
         INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         CHUNK=combine_chunk(splits, num_warps),
+        PREFETCH=int(bool(PREFETCH)),
         **consts,
         num_warps=num_warps,
         num_stages=num_stages,
@@ -497,7 +518,7 @@ def kernel(q, k_cache, v_cache, block_table, context_lens):
 
 def candidate_source(params: Mapping[str, int]) -> str:
     """The text of a candidate module running `decode` at `params`."""
-    check_params(params, PARAMS)
+    check_params(params, PARAMS, optional=OPTIONAL)
     config = ", ".join(f'"{k}": {int(params[k])}' for k in sorted(params))
     return _CANDIDATE.format(config="{" + config + "}")
 

@@ -228,6 +228,8 @@ def _read(path: Path) -> dict[int, dict[str, int]]:
 
 
 DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
+#: decode genes a configuration may lack (template_decode.OPTIONAL: 0 where absent)
+DECODE_OPTIONAL = ("PREFETCH",)
 
 
 def _decode_winners(
@@ -253,7 +255,7 @@ def _decode_winners(
             report.skipped.append(f"{run.id}: no decode elite")
             continue
         elite = min(elites, key=lambda e: e.latency_ms)
-        params = {k: int(elite.genome.params[k]) for k in DECODE_KEYS}
+        params = {k: int(elite.genome.params[k]) for k in (*DECODE_KEYS, *DECODE_OPTIONAL) if k in elite.genome.params}
         for sh in shapes:
             key = (int(sh["Hq"]), int(sh["Hkv"]), int(sh["D"]), int(sh["B"]))
             if key not in best or elite.latency_ms < best[key][0]:

@@ -102,6 +102,7 @@ FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_e
 #: SGLang 0.5.17's decode attention (its Triton backend imports it from here when built).
 DECODE_ATTENTION = "sglang.kernels.ops.attention.decode_attention.decode_attention_fwd"
 DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")  # template_decode.PARAMS
+DECODE_OPTIONAL = ("PREFETCH",)  # template_decode.OPTIONAL: 0 where an entry has none
 #: SGLang 0.5.17's extend (prefill) attention (its Triton backend imports it from here when built).
 EXTEND_ATTENTION = "sglang.kernels.ops.attention.extend_attention.extend_attention_fwd"
 #: the prefill kernels' genes per form (template_prefill.PARAMS, template_prefill_gluon.GLUON_PARAMS)
@@ -217,7 +218,9 @@ class DecodeTable:
                 if heads[0] % heads[1]:
                     raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
                 entries[heads] = {
-                    int(b): {k: int(c[k]) for k in (*DECODE_KEYS, "context") if k in c or k != "context"}
+                    int(b): {
+                        k: int(c[k]) for k in (*DECODE_KEYS, *DECODE_OPTIONAL, "context") if k in c or k in DECODE_KEYS
+                    }
                     if c is not None
                     else None  # SGLang's own kernel (a change the promotion reverted)
                     for b, c in per_b.items()
@@ -516,7 +519,7 @@ def decode_attention_hook(table: DecodeTable, *, run: Callable[..., Any] | None 
             stats["fallback"] += 1
             return original(*args, **kwargs)
         B, Hq, D = (int(x) for x in q.shape)
-        params = {n: config[n] for n in DECODE_KEYS}
+        params = {n: config[n] for n in (*DECODE_KEYS, *DECODE_OPTIONAL) if n in config}
         if not params["NUM_SPLITS"] and config.get("context"):
             params["NUM_SPLITS"] = resolve(B, int(k.shape[1]), int(config["context"]), q.device)
         run(q, k, v, a["kv_indptr"][: B + 1], a["kv_indices"], sm_scale=float(a["sm_scale"]), out=o, **params)
