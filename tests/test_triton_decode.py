@@ -322,5 +322,7 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
 
     plain = [shared(st, 0) for st in (2, 3, 4)]
     ahead = [shared(st, 1) for st in (2, 3, 4)]
-    assert max(plain) - min(plain) < tile // 4  # one buffer: num_stages 3 and 4 add nothing
+    # (Triton 3.9: plain is the same at 2, 3 and 4 stages, one buffer; a later Triton may
+    # pipeline the same-step gather deeper, so only what PREFETCH guarantees is asserted)
+    assert all(a >= p for a, p in zip(ahead, plain))
     assert ahead[1] - ahead[0] >= tile and ahead[2] - ahead[1] >= tile
