@@ -13,9 +13,9 @@ each K/V tile is read once for the whole group: the decode win on tensor-core GP
 Two stages. Stage 1: each (split, KV head, sequence) program runs the online softmax over
 its share of the sequence's keys (the context cut into NUM_SPLITS ranges, each a multiple
 of BLOCK_N) and writes a partial output and its log-sum-exp (base 2) in fp32. Stage 2
-combines the splits of a (sequence, KV head) with the usual max-shifted weights.
+combines each query head's splits with the usual max-shifted weights.
 
-The genome (`PARAMS`):
+The genome (`PARAMS`, and `OPTIONAL`):
 
 - NUM_SPLITS: 1, 2, 4, ..., 128 KV splits, or 0 for "auto": enough splits for about two
   programs per SM given B x H_kv programs, at most one per 256 keys of the longest context
@@ -29,10 +29,10 @@ The genome (`PARAMS`):
 - REDUCE: how splits are combined (both read a query head's splits up to 8 per warp a load,
   unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
   the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
-  12-layer engine at b1 x 32768 that reduce took 7.5 us of every layer's 34 us). 0: a separate reduce kernel, one
-  program per sequence, query head and block of columns (`reduce_block_d`: the whole head unless
-  B x H_q programs leave SMs idle), launched after stage 1. 1: in stage 1 itself, by the last program of a
-  (sequence, KV head) to finish: each program bumps an atomic counter after writing its
+  12-layer engine at b1 x 32768 that reduce took 7.5 us of every layer's 34 us). 0: a
+  separate reduce kernel, one program per sequence, query head and block of columns
+  (`reduce_block_d`: the whole head unless B x H_q programs leave SMs idle), launched after
+  stage 1. 1: in stage 1 itself, by the last program of a (sequence, KV head) to finish: each program bumps an atomic counter after writing its
   partial (release), and the one that sees NUM_SPLITS - 1 (acquire) reads all partials,
   writes the output and resets the counter (a buffer kept zeroed between calls, so no
   memset either). No second launch; the price is the atomics and a serial tail.
