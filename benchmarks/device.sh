@@ -306,6 +306,14 @@ sglang_long() {
   # the searches alone (SEARCH_ONLY=1) need no SGLang: carry .whl; the engines need .sgl too
   # (both do not fit one carry with scipy's wheel: run the searches first, then PACKAGE=...)
   [ -z "${SEARCH_ONLY:-}" ] && { source benchmarks/device_sglang_env.sh || exit 2; }
+  if [ -n "${SEARCH_ONLY:-}" ] && [ -z "${SKIP_TESTS:-}" ]; then
+    # the decode kernels compiled by this machine's Triton for sm_90: shared memory per stage with
+    # and without PREFETCH (printed), no spills (~30 s)
+    cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null
+    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rA \
+       tests/test_triton_decode.py -k "sm90 or ahead") > "$OUT/tests.log" 2>&1
+    echo "tests rc=$?"; grep -a "shared memory" "$OUT/tests.log" | tail -3; tail -3 "$OUT/tests.log"
+  fi
   if [ -z "${SEARCH_ONLY:-}" ] && [ -z "${SKIP_TESTS:-}" ]; then
     # the plugin inside the real SGLang first: its hook against SGLang's own decode kernel (~40 s)
     cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null

@@ -322,6 +322,7 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
 
     plain = [shared(st, 0) for st in (2, 3, 4)]
     ahead = [shared(st, 1) for st in (2, 3, 4)]
+    print(f"shared memory at num_stages 2, 3, 4 (BLOCK_N 64): {plain} without PREFETCH, {ahead} with it")
     # (Triton 3.9: plain is the same at 2, 3 and 4 stages, one buffer; a later Triton may
     # pipeline the same-step gather deeper, so only what PREFETCH guarantees is asserted)
     assert all(a >= p for a, p in zip(ahead, plain))
