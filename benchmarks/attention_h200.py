@@ -309,14 +309,12 @@ def main() -> None:
         tag = spec.replace(":", "-").replace(",", "_")
         # seeds: the fastest points of the recorded H200 landscape of this kind (another shape
         # of it, usually): the search starts where the sweep found the fast region
-        seeds = []
-        if not args.no_seeds and kind == "decode":
-            # the recorded decode sweep predates PREFETCH: its fastest points as they ran, and the
-            # best three again with the indices fetched a step ahead
-            seeds = landscape_seeds(LANDSCAPES[kind], space, fill={"PREFETCH": 0})
+        # (the recorded decode sweep predates PREFETCH: its fastest points as they ran, and the
+        # best three again with the indices fetched a step ahead)
+        fill = {"PREFETCH": 0} if kind == "decode" else None
+        seeds = [] if args.no_seeds else landscape_seeds(LANDSCAPES[kind], space, fill=fill)
+        if kind == "decode":
             seeds += [dict(s, PREFETCH=1) for s in seeds[:3] if space.is_valid(dict(s, PREFETCH=1))]
-        elif not args.no_seeds:
-            seeds = landscape_seeds(LANDSCAPES[kind], space)
         part, report = search_against(
             space,
             ev,

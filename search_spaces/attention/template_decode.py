@@ -137,28 +137,6 @@ def _combine_head(
 
 
 @triton.jit
-def _combine(
-    b,
-    kv_head,
-    part_o_ptr,
-    part_lse_ptr,
-    o_ptr,
-    H,
-    stride_ob,
-    stride_oh,
-    GROUP: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    SPLITS: tl.constexpr,
-    CHUNK: tl.constexpr,
-    VOLATILE: tl.constexpr,
-):
-    """O of the GROUP query heads of one (sequence, KV head), one head after another (unrolled)."""
-    for i in tl.static_range(GROUP):
-        _combine_head(b, kv_head * GROUP + i, 0, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
-                      HEAD_DIM, HEAD_DIM, SPLITS, CHUNK, VOLATILE)  # fmt: skip
-
-
-@triton.jit
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -262,22 +240,10 @@ def _split_kernel(
         if REDUCE == 1:
             tl.debug_barrier()  # every thread's partial is written before the release below
             done = tl.atomic_add(count_ptr + b * H_kv + kv_head, 1, sem="acq_rel")
-            if done == SPLITS - 1:
-                _combine(
-                    b,
-                    kv_head,
-                    part_o_ptr,
-                    part_lse_ptr,
-                    o_ptr,
-                    H,
-                    stride_ob,
-                    stride_oh,
-                    GROUP,
-                    HEAD_DIM,
-                    SPLITS,
-                    CHUNK,
-                    True,
-                )
+            if done == SPLITS - 1:  # the group's query heads, one after another (unrolled)
+                for i in tl.static_range(GROUP):
+                    _combine_head(b, kv_head * GROUP + i, 0, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob,
+                                  stride_oh, HEAD_DIM, HEAD_DIM, SPLITS, CHUNK, True)  # fmt: skip
                 tl.atomic_xchg(count_ptr + b * H_kv + kv_head, 0)
 
 
