@@ -122,6 +122,10 @@ def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
     big = decode_space(head_dim=256, group=64, shared_memory_bytes=100 * 1024)
     assert "shared memory" in big.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_stages=2))
+    # 128-key tiles at 4 stages: three K/V tiles in flight with PREFETCH (fits 227 KB), four
+    # counted without (the same-step gather's buffers are not known ahead of the compiler)
+    assert space.is_valid(dict(DEFAULTS, BLOCK_N=128, num_stages=4, num_warps=8, PREFETCH=1))
+    assert "shared memory" in space.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_stages=4, num_warps=8))
     assert "registers" in space.why_invalid(dict(DEFAULTS, BLOCK_N=64, num_warps=1))  # spills on sm_90
     many_heads = decode_space(head_dim=256, group=64)  # 64 query heads a program: 64x256 accumulators
     assert "registers" in many_heads.why_invalid(dict(DEFAULTS, num_stages=1, num_warps=1))

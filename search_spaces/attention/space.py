@@ -231,10 +231,14 @@ def decode_space(
     rows = max(16, 1 << (max(1, group) - 1).bit_length())
 
     def shared_memory(p: Point) -> str | None:
-        need = (rows * D + 2 * p.num_stages * p.BLOCK_N * D) * elem_bytes
+        # K/V tiles in flight: num_stages - 1 with the indices a step ahead (sm_90 compiles:
+        # one K and one V tile per stage past the first); without, num_stages (an over-estimate:
+        # the same-step gather gets one buffer on Triton 3.9, a later Triton may pipeline it)
+        tiles = max(1, p.num_stages - 1) if p.get("PREFETCH") else p.num_stages
+        need = (rows * D + 2 * tiles * p.BLOCK_N * D) * elem_bytes
         if need > shared_memory_bytes:
             return (
-                f"shared memory: ({rows}*D + 2*num_stages*BLOCK_N*D) * {elem_bytes} B = {need} B "
+                f"shared memory: ({rows}*D + 2*{tiles} tiles*BLOCK_N*D) * {elem_bytes} B = {need} B "
                 f"> {shared_memory_bytes} B"
             )
         return None
