@@ -66,6 +66,9 @@
 #                   DEADLINE (520), GATE=1 (each winner also through the gate with the held-out shape);
 #                   PROFILE="spec ..." with PROFILE_CONFIG: Nsight Compute on one call of that configuration
 #                   and one of cuDNN per shape (before the benchmark; PROFILE_S 150), packed into ncu.tgz
+#   decode-reduce   issue 29: each decode package entry with its splits combined by the separate kernel and by
+#                   the last program (REDUCE=1), graph-replayed beside SGLang's default [decode_reduce_h200.py];
+#                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), DEADLINE (200); carry .whl
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -75,7 +78,7 @@ set -u
 step=${1:-}
 [ -n "$step" ] && shift
 case "$step" in
-  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|sglang-long|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock|prefill-gluon) ;;
+  gemm|moe|attention|gate|footing|launch|sandbox|coop|sglang|sglang-long|model-level|profile|sweep-attention|sweep-moe|sweep-matmul|pair|ray|wallclock|prefill-gluon|decode-reduce) ;;
   *) sed -n '2,/^set -u$/{/^#/p}' "$0"; echo "unknown step: '$step'" >&2; exit 2 ;;
 esac
 source benchmarks/device_setup.sh || exit 1
@@ -621,8 +624,17 @@ print(*(",".join(map(str, x)) for x in (c[:h], c[h:2 * h])) if h >= 2 else "")')
   ls -la "$root"
 }
 
+decode_reduce() {
+  # issue 29: the decode's two reductions (separate kernel, last program's grouped combine) per
+  # package entry, graph-replayed beside SGLang's default (decode_reduce_h200.py); carry .whl
+  python3 benchmarks/decode_reduce_h200.py --out "$OUT/reduce" ${PACKAGE:+--package "$PACKAGE"} \
+      ${POINTS:+--points $POINTS} --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
+  echo "exit $?"; tail -25 "$OUT/reduce.log"
+}
+
 case "$step" in
   gemm|moe|attention|gate|footing|launch|coop|sglang|profile|pair|ray) "$step" "$@" ;;
+  decode-reduce) decode_reduce ;;
   sandbox) sandbox "$@" ;;
   model-level) model_level ;;
   sglang-long) sglang_long ;;

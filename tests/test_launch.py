@@ -609,6 +609,8 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
             "SLOTS": False,
             "CHUNK": 8,
             "PREFETCH": 0,
+            "GROUP_HEADS": 0,
+            "SPLITS_P2": 1,
             "GROUP": 4,
             "HEAD_DIM": 64,
             "BLOCK_H": 16,

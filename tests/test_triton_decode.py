@@ -45,6 +45,8 @@ CASES = [
     ({"NUM_SPLITS": 16, "BLOCK_N": 16}, [40, 7], (4, 1, 64), 8, "float16", 1),  # more splits than pages
     ({"NUM_SPLITS": 4, "REDUCE": 1}, [40, 7, 100], (4, 1, 64), 8, "float16", 2),  # the counters come back to zero
     ({"NUM_SPLITS": 16, "REDUCE": 1, "BLOCK_N": 16}, [33, 2], (8, 1, 128), 16, "float32", 2),
+    # the last program combines 4 of a group's 6 query heads a load (group_heads), the second load half masked
+    ({"NUM_SPLITS": 8, "REDUCE": 1, "BLOCK_N": 16}, [90, 3], (12, 2, 128), 1, "float16", 2),
     ({"NUM_SPLITS": 2, "BLOCK_N": 16}, [19, 50], (4, 4, 64), 1, "float16", 1),  # page size 1, multi-head
     ({"NUM_SPLITS": 4, "BLOCK_N": 64}, [70, 129], (4, 2, 64), 16, "float16", 1),  # a block spans pages
     # 128 splits: the reductions read them 32 (4 warps) or 8 (1 warp) a load, most of them empty
@@ -239,6 +241,9 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         "CHUNK": triton_decode.combine_chunk(p["NUM_SPLITS"], p["num_warps"]),
         "PREFETCH": p["PREFETCH"],
     }
+    # the last program's grouped combine (a [heads, splits, 128] tile a load) where it fits
+    heads = triton_decode.group_heads(p["NUM_SPLITS"], 4, p["num_warps"]) if p["REDUCE"] else 0
+    consts.update(GROUP_HEADS=heads, SPLITS_P2=(1 << (p["NUM_SPLITS"] - 1).bit_length()) if heads else 1)
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
     )
@@ -321,7 +326,8 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
 
     def shared(stages: int, prefetch: int) -> int:
         consts = {"GROUP": 8, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": 64, "PAGE": 1, "BLOCK_N": 64, "REDUCE": 0,
-                  "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch}  # fmt: skip
+                  "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch,
+                  "GROUP_HEADS": 0, "SPLITS_P2": 1}  # fmt: skip
         return compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=4, num_stages=stages).metadata.shared
 
     plain = [shared(st, 0) for st in (2, 3, 4)]

@@ -137,6 +137,53 @@ def _combine_head(
 
 
 @triton.jit
+def _combine_group(
+    b,
+    h0,
+    part_o_ptr,
+    part_lse_ptr,
+    o_ptr,
+    H,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    SPLITS_P2: tl.constexpr,
+    HEADS: tl.constexpr,
+):
+    """The outputs of query heads h0 .. h0 + GROUP of sequence b from their partials, HEADS heads
+    a load: a [HEADS, SPLITS, HEAD_DIM] fp32 tile (a group's rows are contiguous), the GROUP /
+    HEADS loads independent of each other (unrolled), read past L1 (other programs wrote them)."""
+    offs_g = tl.arange(0, HEADS)
+    offs_s = tl.arange(0, SPLITS_P2)
+    offs_d = tl.arange(0, HEAD_DIM)
+    smask = offs_s < SPLITS
+    for c in tl.static_range(0, GROUP, HEADS):
+        hh = c + offs_g
+        hmask = hh < GROUP
+        rows = (b * H + h0 + hh).to(tl.int64) * SPLITS
+        m2 = hmask[:, None] & smask[None, :]
+        lse = tl.load(
+            part_lse_ptr + rows[:, None] + offs_s[None, :], mask=m2, other=float("-inf"), cache_modifier=".cg"
+        )
+        part = tl.load(
+            part_o_ptr + (rows[:, None, None] + offs_s[None, :, None]) * HEAD_DIM + offs_d[None, None, :],
+            mask=m2[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        m = tl.max(lse, 1)
+        base = tl.where(m > float("-inf"), m, 0.0)  # every split empty: weights 0, not nan
+        w = tl.where(lse > float("-inf"), tl.exp2(lse - base[:, None]), 0.0)
+        l = tl.sum(w, 1)
+        acc = tl.sum(w[:, :, None] * part, 1)
+        out = acc / tl.where(l > 0, l, 1.0)[:, None]
+        o_ptrs = o_ptr + b * stride_ob + (h0 + hh)[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=hmask[:, None])
+
+
+@triton.jit
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -172,6 +219,8 @@ def _split_kernel(
     SLOTS: tl.constexpr = False,
     CHUNK: tl.constexpr = 8,
     PREFETCH: tl.constexpr = 0,
+    GROUP_HEADS: tl.constexpr = 0,
+    SPLITS_P2: tl.constexpr = 1,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
@@ -240,10 +289,14 @@ def _split_kernel(
         if REDUCE == 1:
             tl.debug_barrier()  # every thread's partial is written before the release below
             done = tl.atomic_add(count_ptr + b * H_kv + kv_head, 1, sem="acq_rel")
-            if done == SPLITS - 1:  # the group's query heads, one after another (unrolled)
-                for i in tl.static_range(GROUP):
-                    _combine_head(b, kv_head * GROUP + i, 0, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob,
-                                  stride_oh, HEAD_DIM, HEAD_DIM, SPLITS, CHUNK, True)  # fmt: skip
+            if done == SPLITS - 1:
+                if GROUP_HEADS > 0:  # the group's query heads GROUP_HEADS a load (`group_heads`)
+                    _combine_group(b, kv_head * GROUP, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob, stride_oh,
+                                   GROUP, HEAD_DIM, SPLITS, SPLITS_P2, GROUP_HEADS)  # fmt: skip
+                else:  # too many splits for one head's tile: one head after another, CHUNK splits a load
+                    for i in tl.static_range(GROUP):
+                        _combine_head(b, kv_head * GROUP + i, 0, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob,
+                                      stride_oh, HEAD_DIM, HEAD_DIM, SPLITS, CHUNK, True)  # fmt: skip
                 tl.atomic_xchg(count_ptr + b * H_kv + kv_head, 0)
 
 
@@ -275,6 +328,21 @@ def combine_chunk(splits: int, num_warps: int, block_d: int = 128) -> int:
     (32, 32, 4, 8, 128)
     """
     return min(triton.next_power_of_2(max(1, splits)), max(1, 1024 * max(1, num_warps) // max(1, block_d)))
+
+
+def group_heads(splits: int, group: int, num_warps: int, head_dim: int = 128) -> int:
+    """Query heads the last program of a group (REDUCE=1) combines a load: as many as fit a
+    [heads, splits, head_dim] fp32 tile of about 32 registers a thread, a power of two up to the
+    group's; 0 where one head's splits alone do not fit (then one head after another).
+
+    >>> group_heads(16, 8, 4), group_heads(8, 8, 4), group_heads(2, 8, 4), group_heads(64, 8, 4), group_heads(32, 8, 4)
+    (2, 4, 8, 0, 1)
+    """
+    s = triton.next_power_of_2(max(1, splits))
+    rows = 1024 * max(1, num_warps) // max(1, head_dim)
+    if s > rows:
+        return 0
+    return min(triton.next_power_of_2(max(1, group)), 1 << ((rows // s).bit_length() - 1))
 
 
 def reduce_block_d(head_dim: int, rows: int, sms: int) -> int:
@@ -412,6 +480,7 @@ def _decode(
     counts = _counters(q.device, B * H_kv) if (splits > 1 and REDUCE) else o
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
+    heads_a_load = group_heads(splits, group, num_warps, D) if (splits > 1 and REDUCE) else 0
     _LAUNCHES(
         _split_kernel,
         (splits, H_kv, B),
@@ -445,6 +514,8 @@ def _decode(
         INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         CHUNK=combine_chunk(splits, num_warps),
         PREFETCH=int(bool(PREFETCH)),
+        GROUP_HEADS=heads_a_load,
+        SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
         **consts,
         num_warps=num_warps,
         num_stages=num_stages,

@@ -1,0 +1,165 @@
+"""The split-KV decode's two ways of combining its splits, side by side on the engine's footing.
+
+    python benchmarks/decode_reduce_h200.py --out OUT [--package PACKAGE] [--points 1:32768 ...]
+
+For each (batch, context) point of the long-context issue (qwen3-30b-a3b heads, page size 1 as
+SGLang keeps its cache), the package's decode entry for that batch is replayed from CUDA graphs
+(`evokernel.judge.footing.side_by_side(mode="graph")`, input sets rotated so that together they
+are at least twice the L2, as an engine's layers each read their own cache) with its splits
+combined
+
+- by the separate reduce kernel (REDUCE=0, a second launch), and
+- by the last program of each (sequence, KV head) group (REDUCE=1, one launch; since session 24
+  it combines the group's query heads several a load where a [heads, splits, D] tile fits),
+
+both beside SGLang's default split-KV parameters, interleaved, with per-round paired ratios.
+Each variant's output is checked against the problem's fp32 reference first (a variant that
+fails is reported, not timed). Writes decode_reduce.json and decode_reduce.md under --out,
+row by row (a deadline keeps the script inside a device call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
+PACKAGE = ROOT / "benchmarks" / "results" / "sglang_long_s24" / "package"
+POINTS = ["1:32768", "4:16384", "8:8192", "16:8192", "32:4096"]
+L2_BYTES = 60 * 2**20
+COPY_BW = 4.3e12  # the H200's measured device copy, bytes/s
+
+
+def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
+    """The entry as shipped and with the other reduction; where the entry's own tile cannot take
+    the grouped combine (one warp: 128 keys and 4 warps; `splits` too many for its warps: 8
+    warps), the same two there as well."""
+    from evokernel.search_spaces.attention import template_decode as t
+
+    base = {k: int(entry[k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry}
+    out = {
+        "separate": dict(base, REDUCE=0),
+        "fused": dict(base, REDUCE=1),
+    }
+    if base["num_warps"] < 4 or base["BLOCK_N"] < 64:
+        wide = dict(base, BLOCK_N=128, num_warps=4, num_stages=2)
+        out["separate_n128w4"] = dict(wide, REDUCE=0)
+        out["fused_n128w4"] = dict(wide, REDUCE=1)
+    elif not t.group_heads(splits, 8, base["num_warps"]) and t.group_heads(splits, 8, 8):
+        out["separate_w8"] = dict(base, num_warps=8, REDUCE=0)
+        out["fused_w8"] = dict(base, num_warps=8, REDUCE=1)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--package", default=str(PACKAGE))
+    ap.add_argument("--points", nargs="+", default=POINTS, help="BATCH:CONTEXT")
+    ap.add_argument("--deadline", type=float, default=200.0)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    import torch
+
+    from evokernel.judge.footing import side_by_side
+    from evokernel.judge.problem import Problem
+    from evokernel.search_spaces.attention import template_decode as t
+
+    table = json.loads((Path(args.package) / "kernels" / "decode_attention.json").read_text())
+    entries = table["Hq=32,Hkv=4,D=128"]
+    doc: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "torch": torch.__version__,
+        "package": args.package,
+        "rows": [],
+        "skipped": [],
+    }
+    for spec in args.points:
+        if time.monotonic() - t0 > args.deadline:
+            doc["skipped"].append(f"{spec}: deadline")
+            continue
+        batch, context = (int(x) for x in spec.split(":"))
+        entry = entries.get(str(batch))
+        if not entry:
+            doc["skipped"].append(f"{spec}: no package entry")
+            continue
+        problem = Problem.load(
+            DECODE, params={"model": "qwen3-30b-a3b", "batch": batch, "context": [context], "page": 1}
+        )
+        mod, shape = problem.module, problem.shapes[0]
+        work = float(mod.bytes(shape))
+        n = max(2, math.ceil(2 * L2_BYTES / work))
+        sets = [mod.make_inputs(shape, seed=100 + i, device="cuda") for i in range(n)]
+        ref = mod.reference(*sets[0]).float()
+        fns: dict[str, Any] = {}
+        row: dict[str, Any] = {"point": spec, "entry": entry, "bytes": work, "sets": n, "errors": {}, "max_err": {}}
+        splits = int(entry["NUM_SPLITS"]) or t.auto_splits(batch, 4, context, t.num_sms(torch.device("cuda")))
+        row["splits"] = splits
+        for name, params in {**variants(entry, splits), "sglang_default": t.sglang_default_params()}.items():
+            try:
+                got = t.decode(*sets[0], **params).float()
+                torch.cuda.synchronize()
+                err = float((got - ref).abs().max())
+                row["max_err"][name] = err
+                if not math.isfinite(err) or err > 2e-2:
+                    row["errors"][name] = f"max error {err:.3g} against the fp32 reference"
+                    continue
+            except Exception as exc:  # a variant that fails is a result of this benchmark
+                row["errors"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                continue
+            fns[name] = lambda s, p=params: t.decode(*s, **p)
+        if "separate" not in fns:
+            doc["rows"].append(row)
+            continue
+        got = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
+        row["footing"] = got["footing"].describe()
+        row["ms"] = {k: v.median_ms for k, v in got["timed"].items()}
+        row["vs_separate"] = got["ratios"]  # separate / name, per round: median and 95% interval
+        row["bw_fraction"] = {k: work / (ms * 1e-3) / COPY_BW for k, ms in row["ms"].items() if ms}
+        doc["rows"].append(row)
+        del sets
+        torch.cuda.empty_cache()
+        (out / "decode_reduce.json").write_text(json.dumps(doc, indent=1, default=str))
+        print(
+            json.dumps({"point": spec, "ms": row["ms"], "bw": row["bw_fraction"], "errors": row["errors"]}), flush=True
+        )
+    (out / "decode_reduce.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "decode_reduce.md").write_text(render(doc))
+    print(render(doc))
+    return 0
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = [
+        "| point | variant | graph ms | copy-BW fraction | separate / variant, paired [95%] | max err |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        for name, ms in row.get("ms", {}).items():
+            r = row["vs_separate"].get(name, {})
+            ratio = f"{r['median']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if r else "-"
+            lines.append(
+                f"| b{row['point'].replace(':', ' x ')} | {name} | {ms:.4f} | {row['bw_fraction'][name]:.2f} | "
+                f"{ratio} | {row['max_err'].get(name, float('nan')):.2g} |"
+            )
+        for name, why in row.get("errors", {}).items():
+            lines.append(f"| b{row['point'].replace(':', ' x ')} | {name} | failed: {why} | | | |")
+    if doc.get("skipped"):
+        lines += ["", "skipped: " + "; ".join(doc["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
