@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 DECODE = ROOT / "examples" / "problems" / "attention_decode_bf16.py"
 PACKAGE = ROOT / "benchmarks" / "results" / "sglang_long_s24" / "package"
