@@ -311,10 +311,11 @@ def main() -> None:
         # of it, usually): the search starts where the sweep found the fast region
         # (the recorded decode sweep predates PREFETCH: its fastest points as they ran, and the
         # best three again with the indices fetched a step ahead)
-        fill = {"PREFETCH": 0} if kind == "decode" else None
+        fill = {"PREFETCH": 0, "PDL": 0} if kind == "decode" else None
         seeds = [] if args.no_seeds else landscape_seeds(LANDSCAPES[kind], space, fill=fill)
-        if kind == "decode":
+        if kind == "decode":  # (and the best three with the reduce kernel launched early: PDL)
             seeds += [dict(s, PREFETCH=1) for s in seeds[:3] if space.is_valid(dict(s, PREFETCH=1))]
+            seeds += [dict(s, PDL=1) for s in seeds[:3] if space.is_valid(dict(s, PDL=1))]
         part, report = search_against(
             space,
             ev,

@@ -45,8 +45,9 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
 
     base = {k: int(entry[k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry}
     out = {
-        "separate": dict(base, REDUCE=0),
-        "fused": dict(base, REDUCE=1),
+        "separate": dict(base, REDUCE=0, PDL=0),
+        "separate_pdl": dict(base, REDUCE=0, PDL=1),
+        "fused": dict(base, REDUCE=1, PDL=0),
     }
     if base["num_warps"] < 4 or base["BLOCK_N"] < 64:
         wide = dict(base, BLOCK_N=128, num_warps=4, num_stages=2)

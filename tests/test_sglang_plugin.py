@@ -111,7 +111,7 @@ def test_auto_splits_resolve_at_the_context_the_search_tuned_not_at_the_engines_
     from evokernel.search_spaces.attention.template_decode import auto_splits
 
     table = DecodeTable.from_json(
-        {"Hq=8,Hkv=2,D=64": {"1": dict(DEC, NUM_SPLITS=0, context=32768), "8": dict(DEC, PREFETCH=1)}}
+        {"Hq=8,Hkv=2,D=64": {"1": dict(DEC, NUM_SPLITS=0, context=32768), "8": dict(DEC, PREFETCH=1, PDL=1)}}
     )
     assert table.lookup(8, 2, 64, 1)["context"] == 32768 and "context" not in table.lookup(8, 2, 64, 8)
     seen: list[dict] = []
@@ -123,6 +123,7 @@ def test_auto_splits_resolve_at_the_context_the_search_tuned_not_at_the_engines_
              torch.zeros(100_000, dtype=torch.int32), None, None, None, 8, 0.125, 1.0, 1.0)  # fmt: skip
     assert seen[0]["NUM_SPLITS"] == auto_splits(1, 2, 32768, 4) and seen[1]["NUM_SPLITS"] == DEC["NUM_SPLITS"]
     assert "PREFETCH" not in seen[0] and seen[1]["PREFETCH"] == 1  # optional: passed where the entry has it
+    assert "PDL" not in seen[0] and seen[1]["PDL"] == 1
     assert hook.stats == {"template": 2, "fallback": 0}
 
 
@@ -610,7 +611,8 @@ def test_export_writes_the_decode_table_from_page_1_decode_searches(tmp_path: Pa
     assert package.moe is None and package.decode is not None
     assert list(package.decode.entries) == [(4, 1, 64)] and list(package.decode.entries[(4, 1, 64)]) == [2]
     assert package.decode.entries[(4, 1, 64)][2]["context"] == 48  # where "auto" splits resolve in the engine
-    assert package.decode.entries[(4, 1, 64)][2]["PREFETCH"] in (0, 1)  # the optional gene travels with the entry
+    entry = package.decode.entries[(4, 1, 64)][2]
+    assert entry["PREFETCH"] in (0, 1) and entry["PDL"] in (0, 1)  # the optional genes travel with the entry
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["kernels"] == [
         {"op": "decode_attention", "target": DECODE_ATTENTION, "table": "kernels/decode_attention.json"}

@@ -21,6 +21,7 @@ import pytest
 from ._interpreter import run_interpreted
 import torch
 
+from evokernel import Genome
 from evokernel.judge.problem import Problem, load_module
 from evokernel.search_spaces import decode_class, decode_space
 from evokernel.search_spaces.attention import template_decode as triton_decode
@@ -56,6 +57,8 @@ CASES = [
     ({"NUM_SPLITS": 8, "BLOCK_N": 16}, [100], (2, 1, 64), 1, "float16", 1),
     # the pages of the next step fetched a step ahead: blocks spanning pages, a split's last block partial
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PREFETCH": 1, "num_stages": 3}, [70, 129, 5], (4, 2, 64), 16, "float16", 1),
+    # a programmatic dependent launch asked for where none exists (the interpreter): the same result
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 1}, [70, 129, 5], (4, 2, 64), 1, "float16", 1),
 ]
 
 _SCRIPT = r"""
@@ -121,6 +124,9 @@ def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_
     assert sglang_default_params() == DEFAULTS and DEFAULTS["PREFETCH"] == 0
     assert DEFAULTS["NUM_SPLITS"] == 8 and space["NUM_SPLITS"].default == 8
     assert "duplicate" in space.why_invalid(dict(DEFAULTS, NUM_SPLITS=1, REDUCE=1))
+    assert "duplicate" in space.why_invalid(dict(DEFAULTS, REDUCE=1, PDL=1))  # no reduce kernel to launch early
+    assert "duplicate" in space.why_invalid(dict(DEFAULTS, NUM_SPLITS=1, PDL=1))
+    assert space.is_valid(dict(DEFAULTS, PDL=1)) and decode_class(Genome.of(dict(DEFAULTS, PDL=1))).endswith("/pdl")
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
     big = decode_space(head_dim=256, group=64, shared_memory_bytes=100 * 1024)
     assert "shared memory" in big.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_stages=2))
@@ -210,6 +216,7 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2, "REDUCE": 1},
         {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2},
         {"NUM_SPLITS": 64, "BLOCK_N": 64, "num_stages": 4, "PREFETCH": 1},
+        {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 1},
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -244,6 +251,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     # the last program's grouped combine (a [heads, splits, 128] tile a load) where it fits
     heads = triton_decode.group_heads(p["NUM_SPLITS"], 4, p["num_warps"]) if p["REDUCE"] else 0
     consts.update(GROUP_HEADS=heads, SPLITS_P2=(1 << (p["NUM_SPLITS"] - 1).bit_length()) if heads else 1)
+    consts["PDL"] = p["PDL"]
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
     )
@@ -252,13 +260,16 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         assert "async_copy_global_to_local" in stage1.asm["ttgir"]
     if p["REDUCE"]:
         assert "atom" in stage1.asm["ptx"]
+    # PDL: stage 1 lets its dependent launch early, stage 2 waits for stage 1's results
+    assert ("griddepcontrol.launch_dependents" in stage1.asm["ptx"]) == bool(p["PDL"])
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     splits = max(p["NUM_SPLITS"], 1)
     for block_d in (128, 32):  # a program per head, and a quarter of a head (batch 1)
         chunk = triton_decode.combine_chunk(splits, 4, block_d)
-        reduce = {"HEAD_DIM": 128, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": chunk}
+        reduce = {"HEAD_DIM": 128, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": chunk, "PDL": p["PDL"]}
         stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
         assert stage2.metadata.shared >= 0
+        assert ("griddepcontrol.wait" in stage2.asm["ptx"]) == bool(p["PDL"])
 
 
 # (config overrides, context lengths, (H_q, H_kv, D), dtype of kv_indices)
@@ -327,7 +338,7 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
     def shared(stages: int, prefetch: int) -> int:
         consts = {"GROUP": 8, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": 64, "PAGE": 1, "BLOCK_N": 64, "REDUCE": 0,
                   "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch,
-                  "GROUP_HEADS": 0, "SPLITS_P2": 1}  # fmt: skip
+                  "GROUP_HEADS": 0, "SPLITS_P2": 1, "PDL": 0}  # fmt: skip
         return compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=4, num_stages=stages).metadata.shared
 
     plain = [shared(st, 0) for st in (2, 3, 4)]

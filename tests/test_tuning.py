@@ -97,7 +97,7 @@ def test_landscape_seeds_and_geomean():
         "attention_decode_bf16_h200_llama3-8b_B1_C32768",
         decode_space(head_dim=128, group=4),
         top=2,
-        fill={"PREFETCH": 0},
+        fill={"PREFETCH": 0, "PDL": 0},
     )
     assert len(seeds) == 2 and seeds[0]["BLOCK_N"] == 128
     assert geomean([1.0, 4.0, None, 0.0]) == 2.0 and geomean([]) is None

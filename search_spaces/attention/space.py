@@ -221,12 +221,14 @@ def decode_space(
     shared_memory_bytes: int = H200_SHARED_MEMORY_BYTES,
     max_splits: int = 128,
     prefetch: bool = True,
+    pdl: bool = True,
 ) -> SearchSpace:
     """Splits, tile, warps, stages and the reduction of the paged decode template for one
     head_dim and GQA group size (H_q / H_kv query heads share a program: at least 16 rows).
     NUM_SPLITS: "auto" (0) or a power of two up to `max_splits` (128 since session 23, when the
     reductions stopped reading one split a load; the recorded H200 decode landscapes cover 64).
-    `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none)."""
+    `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none); `pdl`:
+    the PDL gene (session 24: the reduce kernel as a programmatic dependent launch)."""
     D = head_dim
     rows = max(16, 1 << (max(1, group) - 1).bit_length())
 
@@ -256,6 +258,8 @@ def decode_space(
     def reduce(p: Point) -> str | None:
         if p.NUM_SPLITS == 1 and p.REDUCE:
             return "reduce: one split writes the output itself (REDUCE=1 would duplicate REDUCE=0)"
+        if p.get("PDL") and (p.NUM_SPLITS == 1 or p.REDUCE):
+            return "reduce: no separate reduce kernel to launch early (PDL=1 would duplicate PDL=0)"
         return None
 
     return SearchSpace(
@@ -267,6 +271,7 @@ def decode_space(
             IntRange("num_stages", 1, 4),
             _flag("REDUCE"),
             *([_flag("PREFETCH")] if prefetch else []),
+            *([_flag("PDL")] if pdl else []),
         ],
         constraints=[
             Constraint(shared_memory, "shared memory"),
@@ -285,4 +290,5 @@ def decode_class(genome: Genome) -> str:
         f"splits{splits}/n{genome['BLOCK_N']}"
         + ("/lastblock" if genome["REDUCE"] else "")
         + ("/prefetch" if genome.params.get("PREFETCH") else "")
+        + ("/pdl" if genome.params.get("PDL") else "")
     )

@@ -26,6 +26,11 @@ The genome (`PARAMS`, and `OPTIONAL`):
   gives the gathers one buffer whatever num_stages says (sm_90: the same shared memory at 2, 3
   and 4 stages), so a program keeps one K/V tile in flight; fetched a step ahead, num_stages
   3 and 4 keep two and three (session 23; compiled, not yet timed);
+- PDL (optional, 0 where absent): 1 launches the separate reduce kernel as a programmatic
+  dependent launch (sm_90+: stage 1 lets it launch once its last programs have started, and
+  its programs wait for stage 1's results in `griddepcontrol.wait`), so the reduction's launch
+  and ramp overlap stage 1's tail instead of following it; nothing where there is no separate
+  reduce kernel (REDUCE=1, one split), on the CPU interpreter or before sm_90 (session 24);
 - REDUCE: how splits are combined (both read a query head's splits up to 8 per warp a load,
   unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
   the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
@@ -54,6 +59,7 @@ True
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 
 import torch
@@ -78,10 +84,18 @@ __all__ = [
 
 PARAMS: tuple[str, ...] = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
 #: genes a configuration may leave out (0 where absent: what configurations before them ran)
-OPTIONAL: tuple[str, ...] = ("PREFETCH",)
+OPTIONAL: tuple[str, ...] = ("PREFETCH", "PDL")
 #: SGLang's Triton decode backend's defaults (`triton_attention_num_kv_splits` = 8; grouped
 #: stage 1 with BLOCK_N 32, 4 warps, 2 stages; a separate stage-2 kernel).
-DEFAULTS: dict[str, int] = {"NUM_SPLITS": 8, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "REDUCE": 0, "PREFETCH": 0}
+DEFAULTS: dict[str, int] = {
+    "NUM_SPLITS": 8,
+    "BLOCK_N": 32,
+    "num_warps": 4,
+    "num_stages": 2,
+    "REDUCE": 0,
+    "PREFETCH": 0,
+    "PDL": 0,
+}
 
 
 def sglang_default_params() -> dict[str, int]:
@@ -221,6 +235,7 @@ def _split_kernel(
     PREFETCH: tl.constexpr = 0,
     GROUP_HEADS: tl.constexpr = 0,
     SPLITS_P2: tl.constexpr = 1,
+    PDL: tl.constexpr = 0,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
@@ -229,6 +244,8 @@ def _split_kernel(
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2)
+    if PDL:  # the reduce kernel may launch once every program here has started (it waits for our results)
+        tl.extra.cuda.gdc_launch_dependents()
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, HEAD_DIM)
     hmask = offs_h < GROUP
@@ -312,10 +329,15 @@ def _reduce_kernel(
     BLOCK_D: tl.constexpr,
     SPLITS: tl.constexpr,
     CHUNK: tl.constexpr,
+    PDL: tl.constexpr = 0,
 ):
     """Stage 2 as its own launch: one program per (query head, sequence, BLOCK_D columns), its
     splits' partials and log-sum-exps read CHUNK splits a load (`_combine_head`); B x H_q x
-    D / BLOCK_D programs (`reduce_block_d`: enough to reach the SMs at batch 1)."""
+    D / BLOCK_D programs (`reduce_block_d`: enough to reach the SMs at batch 1). PDL: launched
+    as stage 1's programmatic dependent, so first wait until stage 1 has finished and its
+    partials are visible."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     _combine_head(tl.program_id(1), tl.program_id(0), tl.program_id(2) * BLOCK_D, part_o_ptr, part_lse_ptr, o_ptr,
                   H, stride_ob, stride_oh, HEAD_DIM, BLOCK_D, SPLITS, CHUNK, False)  # fmt: skip
 
@@ -372,6 +394,20 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return _COUNTERS[key]
 
 
+_PDL: dict[int, bool] = {}
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Whether a launch on `device` can be a programmatic dependent launch: a CUDA device of
+    compute capability 9.0 or later, not Triton's interpreter (asked once per device)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _PDL:
+        _PDL[index] = torch.cuda.get_device_capability(index)[0] >= 9
+    return _PDL[index]
+
+
 def auto_splits(batch: int, kv_heads: int, max_context: int, sms: int) -> int:
     """NUM_SPLITS=0: a power of two of splits giving about two programs per SM, at most one
     split per 256 keys of `max_context`, at most 64.
@@ -398,12 +434,13 @@ def decode(
     num_stages: int,
     REDUCE: int = 0,
     PREFETCH: int = 0,
+    PDL: int = 0,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode step's attention over the paged cache with one configuration (into `out`,
     [B, H_q, D], where given)."""
     return _decode(q, k_cache, v_cache, block_table, context_lens, False, sm_scale, NUM_SPLITS, BLOCK_N,
-                   num_warps, num_stages, REDUCE, PREFETCH, out)  # fmt: skip
+                   num_warps, num_stages, REDUCE, PREFETCH, PDL, out)  # fmt: skip
 
 
 def decode_slots(
@@ -420,6 +457,7 @@ def decode_slots(
     num_stages: int,
     REDUCE: int = 0,
     PREFETCH: int = 0,
+    PDL: int = 0,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The same attention over a serving engine's token-slot cache (SGLang's Triton backend
@@ -430,7 +468,7 @@ def decode_slots(
     assert k_buffer.ndim == 3 and v_buffer.shape == k_buffer.shape, f"k_buffer {tuple(k_buffer.shape)}"
     assert kv_indptr.ndim == 1 and kv_indptr.shape[0] == q.shape[0] + 1, "kv_indptr must be [B + 1]"
     return _decode(q, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), kv_indices, kv_indptr, True, sm_scale,
-                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, PREFETCH, out)  # fmt: skip
+                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, PREFETCH, PDL, out)  # fmt: skip
 
 
 def _decode(
@@ -447,6 +485,7 @@ def _decode(
     num_stages: int,
     REDUCE: int,
     PREFETCH: int,
+    PDL: int,
     out: torch.Tensor | None,
 ) -> torch.Tensor:
     assert q.ndim == 3 and k_cache.ndim == 4 and v_cache.shape == k_cache.shape, (
@@ -481,6 +520,7 @@ def _decode(
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
     heads_a_load = group_heads(splits, group, num_warps, D) if (splits > 1 and REDUCE) else 0
+    pdl = bool(PDL) and splits > 1 and not REDUCE and pdl_supported(q.device)
     _LAUNCHES(
         _split_kernel,
         (splits, H_kv, B),
@@ -516,6 +556,7 @@ def _decode(
         PREFETCH=int(bool(PREFETCH)),
         GROUP_HEADS=heads_a_load,
         SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
+        PDL=int(pdl),
         **consts,
         num_warps=num_warps,
         num_stages=num_stages,
@@ -536,6 +577,7 @@ def _decode(
             SPLITS=splits,
             CHUNK=combine_chunk(splits, 4, block_d),
             num_warps=4,
+            **({"PDL": 1, "launch_pdl": True} if pdl else {}),
         )
     return o
 

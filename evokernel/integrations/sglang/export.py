@@ -229,7 +229,7 @@ def _read(path: Path) -> dict[int, dict[str, int]]:
 
 DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")
 #: decode genes a configuration may lack (template_decode.OPTIONAL: 0 where absent)
-DECODE_OPTIONAL = ("PREFETCH",)
+DECODE_OPTIONAL = ("PREFETCH", "PDL")
 
 
 def _decode_winners(

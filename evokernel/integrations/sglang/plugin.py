@@ -102,7 +102,7 @@ FUSED_EXPERTS = "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe.fused_e
 #: SGLang 0.5.17's decode attention (its Triton backend imports it from here when built).
 DECODE_ATTENTION = "sglang.kernels.ops.attention.decode_attention.decode_attention_fwd"
 DECODE_KEYS = ("NUM_SPLITS", "BLOCK_N", "num_warps", "num_stages", "REDUCE")  # template_decode.PARAMS
-DECODE_OPTIONAL = ("PREFETCH",)  # template_decode.OPTIONAL: 0 where an entry has none
+DECODE_OPTIONAL = ("PREFETCH", "PDL")  # template_decode.OPTIONAL: 0 where an entry has none
 #: SGLang 0.5.17's extend (prefill) attention (its Triton backend imports it from here when built).
 EXTEND_ATTENTION = "sglang.kernels.ops.attention.extend_attention.extend_attention_fwd"
 #: the prefill kernels' genes per form (template_prefill.PARAMS, template_prefill_gluon.GLUON_PARAMS)
