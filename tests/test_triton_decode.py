@@ -348,3 +348,30 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
     # pipeline the same-step gather deeper, so only what PREFETCH guarantees is asserted)
     assert all(a >= p for a, p in zip(ahead, plain))
     assert ahead[1] - ahead[0] >= tile and ahead[2] - ahead[1] >= tile
+
+
+_PDL_FALLBACK_SCRIPT = r"""
+import json, logging, torch
+from evokernel.search_spaces.attention import template_decode as t
+seen = []
+logging.getLogger(t.__name__).addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: seen.append(r.getMessage())})())
+t.pdl_supported = lambda device: True  # as on an H200: the launch is tried (the interpreter has no griddepcontrol)
+g = torch.Generator().manual_seed(0)
+q = torch.randn(2, 8, 64, generator=g).half()
+kv = torch.randn(300, 1, 2, 64, generator=g).half()
+table = torch.arange(300, dtype=torch.int32).view(2, 150)
+lens = torch.tensor([150, 70], dtype=torch.int32)
+cfg = dict(NUM_SPLITS=4, BLOCK_N=16, num_warps=4, num_stages=2)
+with_pdl = t.decode(q, kv, kv, table, lens, **cfg, PDL=1)
+plain = t.decode(q, kv, kv, table, lens, **cfg, PDL=0)
+print(json.dumps({"diff": (with_pdl.float() - plain.float()).abs().max().item(), "warned": seen}))
+"""
+
+
+def test_a_programmatic_dependent_launch_that_fails_runs_both_kernels_plainly() -> None:
+    """PDL=1 where the launch cannot be made (here Triton's interpreter, which has no
+    griddepcontrol): the same output, from both kernels launched the ordinary way, and a warning
+    that says so once."""
+    got = run_interpreted(_PDL_FALLBACK_SCRIPT)
+    assert got["diff"] == 0.0
+    assert len(got["warned"]) == 1 and "no programmatic dependent launch" in got["warned"][0]

@@ -58,6 +58,7 @@ True
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -395,6 +396,7 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
 
 
 _PDL: dict[int, bool] = {}
+log = logging.getLogger(__name__)
 
 
 def pdl_supported(device: torch.device) -> bool:
@@ -402,10 +404,17 @@ def pdl_supported(device: torch.device) -> bool:
     compute capability 9.0 or later, not Triton's interpreter (asked once per device)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     if index not in _PDL:
         _PDL[index] = torch.cuda.get_device_capability(index)[0] >= 9
     return _PDL[index]
+
+
+def _index(device: torch.device) -> int:
+    """The CUDA device's index (the current device where it names none); -1 for any other."""
+    if device.type != "cuda":
+        return -1
+    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def auto_splits(batch: int, kv_heads: int, max_context: int, sms: int) -> int:
@@ -521,64 +530,73 @@ def _decode(
     consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
     heads_a_load = group_heads(splits, group, num_warps, D) if (splits > 1 and REDUCE) else 0
     pdl = bool(PDL) and splits > 1 and not REDUCE and pdl_supported(q.device)
-    _LAUNCHES(
-        _split_kernel,
-        (splits, H_kv, B),
-        q,
-        k_cache,
-        v_cache,
-        block_table,
-        context_lens,
-        o,
-        part_o,
-        part_lse,
-        counts,
-        scale,
-        H,
-        H_kv,
-        q.stride(0),
-        q.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
-        0 if slots else block_table.stride(0),
-        o.stride(0),
-        o.stride(1),
-        PAGE=page,
-        BLOCK_N=BLOCK_N,
-        REDUCE=int(bool(REDUCE)),
-        SLOTS=slots,
-        INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        CHUNK=combine_chunk(splits, num_warps),
-        PREFETCH=int(bool(PREFETCH)),
-        GROUP_HEADS=heads_a_load,
-        SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
-        PDL=int(pdl),
-        **consts,
-        num_warps=num_warps,
-        num_stages=num_stages,
-    )
-    if splits > 1 and not REDUCE:
-        block_d = reduce_block_d(D, B * H, num_sms(q.device))
+
+    def launch(with_pdl: bool) -> None:
         _LAUNCHES(
-            _reduce_kernel,
-            (H, B, D // block_d),
+            _split_kernel,
+            (splits, H_kv, B),
+            q,
+            k_cache,
+            v_cache,
+            block_table,
+            context_lens,
+            o,
             part_o,
             part_lse,
-            o,
+            counts,
+            scale,
             H,
+            H_kv,
+            q.stride(0),
+            q.stride(1),
+            k_cache.stride(0),
+            k_cache.stride(1),
+            k_cache.stride(2),
+            v_cache.stride(0),
+            v_cache.stride(1),
+            v_cache.stride(2),
+            0 if slots else block_table.stride(0),
             o.stride(0),
             o.stride(1),
-            HEAD_DIM=D,
-            BLOCK_D=block_d,
-            SPLITS=splits,
-            CHUNK=combine_chunk(splits, 4, block_d),
-            num_warps=4,
-            **({"PDL": 1, "launch_pdl": True} if pdl else {}),
+            PAGE=page,
+            BLOCK_N=BLOCK_N,
+            REDUCE=int(bool(REDUCE)),
+            SLOTS=slots,
+            INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+            CHUNK=combine_chunk(splits, num_warps),
+            PREFETCH=int(bool(PREFETCH)),
+            GROUP_HEADS=heads_a_load,
+            SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
+            PDL=int(with_pdl),
+            **consts,
+            num_warps=num_warps,
+            num_stages=num_stages,
         )
+        if splits > 1 and not REDUCE:
+            block_d = reduce_block_d(D, B * H, num_sms(q.device))
+            meta = {"HEAD_DIM": D, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": combine_chunk(splits, 4, block_d)}
+            _LAUNCHES(
+                _reduce_kernel,
+                (H, B, D // block_d),
+                part_o,
+                part_lse,
+                o,
+                H,
+                o.stride(0),
+                o.stride(1),
+                **meta,
+                num_warps=4,
+                **({"PDL": 1, "launch_pdl": True} if with_pdl else {}),
+            )
+
+    if pdl:
+        try:
+            launch(True)
+            return o
+        except Exception as exc:  # a Triton without the launch option or the instructions: both run plainly
+            _PDL[_index(q.device)] = False
+            log.warning("decode: no programmatic dependent launch here (%s); the reduce kernel runs after", exc)
+    launch(False)
     return o
 
 
