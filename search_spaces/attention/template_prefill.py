@@ -393,7 +393,7 @@ def _attn_tile(
         tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=offs_m[:, None] < length)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["B", "num_tiles"])  # (they follow the batch: no compile per value class)
 def _attn_kernel(
     q_ptr,
     k_ptr,
