@@ -25,7 +25,7 @@ The genome (`PARAMS`, and `OPTIONAL`):
   K/V loads are gathers through those indices; loaded in the same step, Triton's pipeliner
   gives the gathers one buffer whatever num_stages says (sm_90: the same shared memory at 2, 3
   and 4 stages), so a program keeps one K/V tile in flight; fetched a step ahead, num_stages
-  3 and 4 keep two and three (session 23; compiled, not yet timed);
+  3 and 4 keep two and three (session 23; on the H200 no search kept it: session 24);
 - PDL (optional, 0 where absent): 1 launches the separate reduce kernel as a programmatic
   dependent launch (sm_90+: stage 1 lets it launch once its last programs have started, and
   its programs wait for stage 1's results in `griddepcontrol.wait`), so the reduction's launch
@@ -40,7 +40,10 @@ The genome (`PARAMS`, and `OPTIONAL`):
   stage 1. 1: in stage 1 itself, by the last program of a (sequence, KV head) to finish: each program bumps an atomic counter after writing its
   partial (release), and the one that sees NUM_SPLITS - 1 (acquire) reads all partials,
   writes the output and resets the counter (a buffer kept zeroed between calls, so no
-  memset either). No second launch; the price is the atomics and a serial tail.
+  memset either); it combines the group's query heads several a load where a [heads, splits,
+  D] tile fits (`group_heads`), else one head after another. No second launch; the price is
+  the atomics and a tail on a few programs (session 24, graph-replayed: 7% slower than the
+  separate kernel at 4 x 16384, level at 8 x 8192 to 32 x 4096).
 
 `decode(q, k_cache, v_cache, block_table, context_lens, **params)` runs one configuration;
 `candidate_source(params)` writes the candidate a search evaluates; `sglang_default_params()`
