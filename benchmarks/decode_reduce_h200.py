@@ -16,6 +16,13 @@ both beside SGLang's default split-KV parameters, interleaved, with per-round pa
 Each variant's output is checked against the problem's fp32 reference first (a variant that
 fails is reported, not timed). Writes decode_reduce.json and decode_reduce.md under --out,
 row by row (a deadline keeps the script inside a device call).
+
+    python benchmarks/decode_reduce_h200.py --profile 1:32768 [--package PACKAGE]
+
+under `ncu --profile-from-start off` (`device.sh decode-reduce` with NCU="1:32768 ..."): the
+point's entry with the separate reduce kernel, plainly and with PDL, each warmed up and then
+called once between cudaProfilerStart and cudaProfilerStop (what the split kernel waits on at
+batch 1, where it reads 0.72 of the copy bandwidth).
 """
 
 from __future__ import annotations
@@ -59,13 +66,51 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
     return out
 
 
+def _problem(spec: str) -> tuple[Any, dict[str, Any], int, int]:
+    from evokernel.judge.problem import Problem
+
+    batch, context = (int(x) for x in spec.split(":"))
+    problem = Problem.load(DECODE, params={"model": "qwen3-30b-a3b", "batch": batch, "context": [context], "page": 1})
+    return problem.module, problem.shapes[0], batch, context
+
+
+def profile_once(spec: str, package: str) -> None:
+    """The point's entry (separate reduce kernel, without and with PDL), warmed up, then each
+    called once inside cudaProfilerStart / cudaProfilerStop."""
+    import torch
+
+    from evokernel.search_spaces.attention import template_decode as t
+
+    mod, shape, batch, context = _problem(spec)
+    entry = json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())["Hq=32,Hkv=4,D=128"]
+    base = {k: int(entry[str(batch)][k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry[str(batch)]}
+    inputs = mod.make_inputs(shape, seed=1, device="cuda")
+    calls = {"separate": dict(base, REDUCE=0, PDL=0), "separate_pdl": dict(base, REDUCE=0, PDL=1)}
+    for params in calls.values():
+        for _ in range(3):
+            t.decode(*inputs, **params)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for params in calls.values():
+        t.decode(*inputs, **params)
+        torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    print(f"profiled {spec}: {calls}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--profile", metavar="BATCH:CONTEXT", help="one call of each reduction, for ncu")
     ap.add_argument("--package", default=str(PACKAGE))
     ap.add_argument("--points", nargs="+", default=POINTS, help="BATCH:CONTEXT")
     ap.add_argument("--deadline", type=float, default=200.0)
     args = ap.parse_args()
+    if args.profile:
+        profile_once(args.profile, args.package)
+        return 0
+    if not args.out:
+        ap.error("--out is required (or --profile)")
     t0 = time.monotonic()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +118,6 @@ def main() -> int:
     import torch
 
     from evokernel.judge.footing import side_by_side
-    from evokernel.judge.problem import Problem
     from evokernel.search_spaces.attention import template_decode as t
 
     table = json.loads((Path(args.package) / "kernels" / "decode_attention.json").read_text())
@@ -90,15 +134,11 @@ def main() -> int:
         if time.monotonic() - t0 > args.deadline:
             doc["skipped"].append(f"{spec}: deadline")
             continue
-        batch, context = (int(x) for x in spec.split(":"))
+        mod, shape, batch, context = _problem(spec)
         entry = entries.get(str(batch))
         if not entry:
             doc["skipped"].append(f"{spec}: no package entry")
             continue
-        problem = Problem.load(
-            DECODE, params={"model": "qwen3-30b-a3b", "batch": batch, "context": [context], "page": 1}
-        )
-        mod, shape = problem.module, problem.shapes[0]
         work = float(mod.bytes(shape))
         n = max(2, math.ceil(2 * L2_BYTES / work))
         sets = [mod.make_inputs(shape, seed=100 + i, device="cuda") for i in range(n)]

@@ -68,7 +68,8 @@
 #                   and one of cuDNN per shape (before the benchmark; PROFILE_S 150), packed into ncu.tgz
 #   decode-reduce   issue 29: each decode package entry with its splits combined by the separate kernel and by
 #                   the last program (REDUCE=1), graph-replayed beside SGLang's default [decode_reduce_h200.py];
-#                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), DEADLINE (200); carry .whl
+#                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), DEADLINE (200); NCU="1:32768 ..."
+#                   first profiles one call of each way per point with Nsight Compute (NCU_S 120, ncu_decode.tgz); carry .whl
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -625,8 +626,25 @@ print(*(",".join(map(str, x)) for x in (c[:h], c[h:2 * h])) if h >= 2 else "")')
 }
 
 decode_reduce() {
-  # issue 29: the decode's two reductions (separate kernel, last program's grouped combine) per
-  # package entry, graph-replayed beside SGLang's default (decode_reduce_h200.py); carry .whl
+  # issue 29: the decode's reductions (separate kernel, with PDL, last program's grouped combine)
+  # per package entry, graph-replayed beside SGLang's default (decode_reduce_h200.py); carry .whl
+  if [ -n "${NCU:-}" ]; then  # Nsight Compute on one call of each way at these points (~10 s each)
+    local N=/tmp/ncu_decode t0=$SECONDS
+    mkdir -p $N
+    for spec in $NCU; do
+      local tag=${spec//:/_}
+      timeout -k 5 $(( ${NCU_S:-120} - (SECONDS - t0) )) ncu --clock-control none --profile-from-start off \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+          --section SchedulerStats --section Occupancy --section LaunchStats \
+          --export "$N/$tag" --force-overwrite \
+          python3 benchmarks/decode_reduce_h200.py --profile "$spec" ${PACKAGE:+--package "$PACKAGE"} > "$N/$tag.log" 2>&1
+      echo "ncu $spec rc=$? at $(( SECONDS - t0 )) s"
+      for page in details raw; do
+        ncu --import "$N/$tag.ncu-rep" --page $page --csv > "$N/$tag.$page.csv" 2>>"$N/$tag.log"
+      done
+    done
+    tar -czf "$OUT/ncu_decode.tgz" -C $N --exclude='*.ncu-rep' .
+  fi
   python3 benchmarks/decode_reduce_h200.py --out "$OUT/reduce" ${PACKAGE:+--package "$PACKAGE"} \
       ${POINTS:+--points $POINTS} --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
   echo "exit $?"; tail -25 "$OUT/reduce.log"
