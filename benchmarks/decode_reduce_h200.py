@@ -66,6 +66,20 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
     return out
 
 
+def _entries(package: str) -> dict[str, dict[str, int]]:
+    """The package's decode entries for the model's heads, by batch size."""
+    return json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())["Hq=32,Hkv=4,D=128"]
+
+
+def _splits(entry: dict[str, int], batch: int, context: int) -> int:
+    """The splits the entry runs at (NUM_SPLITS, or what "auto" resolves to on this GPU)."""
+    import torch
+
+    from evokernel.search_spaces.attention import template_decode as t
+
+    return int(entry["NUM_SPLITS"]) or t.auto_splits(batch, 4, context, t.num_sms(torch.device("cuda")))
+
+
 def _problem(spec: str) -> tuple[Any, dict[str, Any], int, int]:
     from evokernel.judge.problem import Problem
 
@@ -82,10 +96,10 @@ def profile_once(spec: str, package: str) -> None:
     from evokernel.search_spaces.attention import template_decode as t
 
     mod, shape, batch, context = _problem(spec)
-    entry = json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())["Hq=32,Hkv=4,D=128"]
-    base = {k: int(entry[str(batch)][k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry[str(batch)]}
+    entry = _entries(package)[str(batch)]
+    ways = variants(entry, _splits(entry, batch, context))
+    calls = {name: ways[name] for name in ("separate", "separate_pdl")}
     inputs = mod.make_inputs(shape, seed=1, device="cuda")
-    calls = {"separate": dict(base, REDUCE=0, PDL=0), "separate_pdl": dict(base, REDUCE=0, PDL=1)}
     for params in calls.values():
         for _ in range(3):
             t.decode(*inputs, **params)
@@ -120,8 +134,7 @@ def main() -> int:
     from evokernel.judge.footing import side_by_side
     from evokernel.search_spaces.attention import template_decode as t
 
-    table = json.loads((Path(args.package) / "kernels" / "decode_attention.json").read_text())
-    entries = table["Hq=32,Hkv=4,D=128"]
+    entries = _entries(args.package)
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
@@ -145,8 +158,7 @@ def main() -> int:
         ref = mod.reference(*sets[0]).float()
         fns: dict[str, Any] = {}
         row: dict[str, Any] = {"point": spec, "entry": entry, "bytes": work, "sets": n, "errors": {}, "max_err": {}}
-        splits = int(entry["NUM_SPLITS"]) or t.auto_splits(batch, 4, context, t.num_sms(torch.device("cuda")))
-        row["splits"] = splits
+        row["splits"] = splits = _splits(entry, batch, context)
         for name, params in {**variants(entry, splits), "sglang_default": t.sglang_default_params()}.items():
             try:
                 got = t.decode(*sets[0], **params).float()
