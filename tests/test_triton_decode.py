@@ -57,6 +57,11 @@ CASES = [
     ({"NUM_SPLITS": 8, "BLOCK_N": 16}, [100], (2, 1, 64), 1, "float16", 1),
     # the pages of the next step fetched a step ahead: blocks spanning pages, a split's last block partial
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PREFETCH": 1, "num_stages": 3}, [70, 129, 5], (4, 2, 64), 16, "float16", 1),
+    # three times a power of two splits (session 25): the reductions' loads masked past the last split,
+    # split ranges rounded to whole blocks so the last splits are empty
+    ({"NUM_SPLITS": 12, "BLOCK_N": 16}, [300, 7, 41], (8, 2, 64), 1, "float16", 1),
+    ({"NUM_SPLITS": 6, "BLOCK_N": 16, "REDUCE": 1}, [300, 7], (8, 1, 64), 1, "float16", 2),
+    ({"NUM_SPLITS": 96, "BLOCK_N": 16, "REDUCE": 1, "num_warps": 1}, [300, 7], (8, 2, 64), 1, "float16", 2),
     # a programmatic dependent launch asked for where none exists (the interpreter): the same result
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 1}, [70, 129, 5], (4, 2, 64), 1, "float16", 1),
 ]
@@ -128,6 +133,8 @@ def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_
     assert "duplicate" in space.why_invalid(dict(DEFAULTS, NUM_SPLITS=1, PDL=1))
     assert space.is_valid(dict(DEFAULTS, PDL=1)) and decode_class(Genome.of(dict(DEFAULTS, PDL=1))).endswith("/pdl")
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
+    assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=96)) and space.is_valid(dict(DEFAULTS, NUM_SPLITS=24, PDL=1))
+    assert space["NUM_SPLITS"].values[:8] == (0, 1, 2, 3, 4, 6, 8, 12)  # auto, then the splits in order
     big = decode_space(head_dim=256, group=64, shared_memory_bytes=100 * 1024)
     assert "shared memory" in big.why_invalid(dict(DEFAULTS, BLOCK_N=128, num_stages=2))
     # 128-key tiles at 4 stages: three K/V tiles in flight with PREFETCH (fits 227 KB), four
