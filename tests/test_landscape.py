@@ -43,7 +43,8 @@ def test_shipped_landscapes_load():
     from evokernel.search_spaces.attention import attention_space, decode_space
 
     decode = Landscape.load(builtin("attention_decode_bf16_h200_llama3-8b_B1_C32768"))
-    dspace = decode_space(head_dim=128, group=4, max_splits=64, prefetch=False, pdl=False, thirds=False)  # the sweep's space
+    # the sweep's space
+    dspace = decode_space(head_dim=128, group=4, max_splits=64, prefetch=False, pdl=False, thirds=False)
     assert decode.space.names == dspace.names and len(decode) == len(dspace.valid_points()) == 795
     for name in attention:  # every attention landscape is a sample of its template's space
         ls = Landscape.load(builtin(name))
