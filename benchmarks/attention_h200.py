@@ -260,7 +260,6 @@ def main() -> None:
     from evokernel.judge.device import gpu_name, use_device
     from evokernel.judge.problem import Problem
     from evokernel.search_spaces import attention_class, attention_space, decode_class, decode_space
-    from evokernel.search_spaces.attention.space import fill_splits
     from evokernel.search_spaces.attention import template_prefill as prefill_t
     from evokernel.search_spaces.attention import template_decode as decode_t
     from evokernel.store import SQLiteStore
@@ -317,13 +316,6 @@ def main() -> None:
         if kind == "decode":  # (and the best three with the reduce kernel launched early: PDL)
             seeds += [dict(s, PREFETCH=1) for s in seeds[:3] if space.is_valid(dict(s, PREFETCH=1))]
             seeds += [dict(s, PDL=1) for s in seeds[:3] if space.is_valid(dict(s, PDL=1))]
-            # (and with the splits for a third program an SM, which the winners' sm_90 compile fits
-            # where auto gives two: Nsight Compute, session 25)
-            sms = torch.cuda.get_device_properties(args.device).multi_processor_count if args.device != "cpu" else 132
-            third = fill_splits(int(shape["B"]), int(mod.HKV), sms)
-            for extra in ({}, {"PDL": 1}):
-                seeds += [dict(s, NUM_SPLITS=third, **extra) for s in seeds[:2]
-                          if space.is_valid(dict(s, NUM_SPLITS=third, **extra))]  # fmt: skip
         part, report = search_against(
             space,
             ev,

@@ -23,7 +23,6 @@ is learned by the search (`SearchOptions.learn_failures`).
 
 from __future__ import annotations
 
-import math
 
 from evokernel.core.genome import Genome
 from evokernel.core.geometry import Geometry
@@ -231,9 +230,11 @@ def decode_space(
     NUM_SPLITS: "auto" (0) or a power of two up to `max_splits` (128 since session 23, when the
     reductions stopped reading one split a load; the recorded H200 decode landscapes cover 64),
     and with `thirds` three times a power of two as well (3, 6, 12, ..., 96: session 25). Auto
-    gives about two programs per SM, where the H200's sm_90 compile of the winners fits three
+    gives about two programs per SM where the H200's sm_90 compile of the winners fits three
     (146 registers a thread, 74 KB of shared memory: Nsight Compute at b1 x 32768 and 4 x 16384
-    found 1.9 programs an SM and the DRAM 63% / 76% busy); 1.5x auto's splits fill the third.
+    found 1.9 programs an SM and the DRAM 63% / 76% busy); 1.5x auto's splits fill the third,
+    and on the H200 that was no faster (session 25: 96 splits 2.5% slower at b1 x 32768, 24 and
+    12 level at 4 x 16384 and 8 x 8192), so no seed starts there.
     `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none); `pdl`:
     the PDL gene (session 24: the reduce kernel as a programmatic dependent launch)."""
     D = head_dim
@@ -299,17 +300,6 @@ def split_values(max_splits: int = 128, thirds: bool = True) -> list[int]:
     """
     twos = [1 << i for i in range(max(1, max_splits).bit_length())]
     return [0] + sorted(set(twos + ([3 * t for t in twos if 3 * t < max_splits] if thirds else [])))
-
-
-def fill_splits(batch: int, kv_heads: int, sms: int, per_sm: int = 3, max_splits: int = 128) -> int:
-    """The value of `split_values` nearest (in ratio) to `per_sm` programs per SM for `batch`
-    sequences of `kv_heads` KV heads: the seeds' third program an SM (session 25).
-
-    >>> fill_splits(1, 4, 132), fill_splits(4, 4, 132), fill_splits(8, 4, 132), fill_splits(32, 4, 132)
-    (96, 24, 12, 3)
-    """
-    want = per_sm * sms / max(1, batch * kv_heads)
-    return min((v for v in split_values(max_splits) if v), key=lambda v: abs(math.log(v / want)))
 
 
 def decode_class(genome: Genome) -> str:
