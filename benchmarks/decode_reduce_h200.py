@@ -54,7 +54,10 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
     out = {
         "separate": dict(base, REDUCE=0, PDL=0),
         "separate_pdl": dict(base, REDUCE=0, PDL=1),
+        # (PDL bit 2: the split kernel itself a dependent of the kernel before it, here the last call's)
+        "separate_pdl3": dict(base, REDUCE=0, PDL=3),
         "fused": dict(base, REDUCE=1, PDL=0),
+        "fused_wait": dict(base, REDUCE=1, PDL=2),
     }
     if base["num_warps"] < 4 or base["BLOCK_N"] < 64:
         wide = dict(base, BLOCK_N=128, num_warps=4, num_stages=2)
@@ -119,6 +122,7 @@ def main() -> int:
     ap.add_argument("--package", default=str(PACKAGE))
     ap.add_argument("--points", nargs="+", default=POINTS, help="BATCH:CONTEXT")
     ap.add_argument("--deadline", type=float, default=200.0)
+    ap.add_argument("--only", nargs="+", default=None, help="time these variants (and SGLang's default) only")
     args = ap.parse_args()
     if args.profile:
         profile_once(args.profile, args.package)
@@ -159,7 +163,8 @@ def main() -> int:
         fns: dict[str, Any] = {}
         row: dict[str, Any] = {"point": spec, "entry": entry, "bytes": work, "sets": n, "errors": {}, "max_err": {}}
         row["splits"] = splits = _splits(entry, batch, context)
-        for name, params in {**variants(entry, splits), "sglang_default": t.sglang_default_params()}.items():
+        ways = {k: v for k, v in variants(entry, splits).items() if not args.only or k in args.only}
+        for name, params in {**ways, "sglang_default": t.sglang_default_params()}.items():
             try:
                 got = t.decode(*sets[0], **params).float()
                 torch.cuda.synchronize()
@@ -179,7 +184,7 @@ def main() -> int:
             got = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
         except Exception as exc:  # e.g. a capture that refuses a programmatic dependent launch
             row["errors"]["side_by_side"] = f"{type(exc).__name__}: {str(exc)[:300]}; timed again without PDL"
-            fns = {k: f for k, f in fns.items() if not k.endswith("_pdl")}
+            fns = {k: f for k, f in fns.items() if not ways.get(k, {}).get("PDL")}
             got = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
         row["footing"] = got["footing"].describe()
         row["ms"] = {k: v.median_ms for k, v in got["timed"].items()}

@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from evokernel.search_spaces.attention import decode_space
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,16 +25,23 @@ def test_each_entry_is_timed_with_both_reductions_and_where_its_tile_cannot_grou
     table = json.loads((ROOT / "benchmarks/results/sglang_long_s24/package/kernels/decode_attention.json").read_text())
     entries = table["Hq=32,Hkv=4,D=128"]
     b4 = bench.variants(entries["4"], 16)  # 16 splits x 4 warps: two query heads a load
-    assert list(b4) == ["separate", "separate_pdl", "fused"]
+    assert list(b4) == ["separate", "separate_pdl", "separate_pdl3", "fused", "fused_wait"]
     assert b4["separate"]["REDUCE"] == 0 and b4["separate_pdl"]["PDL"] == 1 and b4["fused"]["REDUCE"] == 1
+    assert b4["separate_pdl3"]["PDL"] == 3 and b4["fused_wait"] == dict(b4["fused"], PDL=2)
+    space = decode_space(head_dim=128, group=8)
+    assert all(space.is_valid(p) for p in b4.values())  # every variant a point of the search space
     assert "separate_w8" in bench.variants(entries["1"], 64)  # 64 splits fit a head a load only with 8 warps
     assert "fused_n128w4" in bench.variants(entries["16"], 16)  # one warp: also at 128 keys and 4 warps
 
 
-def test_the_recorded_table_renders_from_its_json() -> None:
+def test_the_recorded_tables_render_from_their_json() -> None:
     bench = _bench()
     where = ROOT / "benchmarks/results/decode_reduce"
     doc = json.loads((where / "decode_reduce.json").read_text())
     assert bench.render(doc) == (where / "decode_reduce.md").read_text()
     b4 = next(r for r in doc["rows"] if r["point"] == "4:16384")
     assert b4["vs_separate"]["fused"]["hi"] < 1.0  # S24d: the grouped last-program reduction is slower at b4
+    s25 = json.loads((where / "s25" / "decode_reduce.json").read_text())
+    assert bench.render(s25) == (where / "s25" / "decode_reduce.md").read_text()
+    b1 = next(r for r in s25["rows"] if r["point"] == "1:32768")
+    assert b1["vs_separate"]["separate_pdl"]["lo"] > 1.0  # S25a: the early reduce launch pays at b1 only

@@ -612,6 +612,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
             "GROUP_HEADS": 0,
             "SPLITS_P2": 1,
             "PDL": 0,
+            "WAIT": 0,
             "GROUP": 4,
             "HEAD_DIM": 64,
             "BLOCK_H": 16,

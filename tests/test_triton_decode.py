@@ -64,6 +64,8 @@ CASES = [
     ({"NUM_SPLITS": 96, "BLOCK_N": 16, "REDUCE": 1, "num_warps": 1}, [300, 7], (8, 2, 64), 1, "float16", 2),
     # a programmatic dependent launch asked for where none exists (the interpreter): the same result
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 1}, [70, 129, 5], (4, 2, 64), 1, "float16", 1),
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 3}, [70, 129, 5], (4, 2, 64), 1, "float16", 1),
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 2, "REDUCE": 1}, [70, 129, 5], (4, 2, 64), 1, "float16", 2),
 ]
 
 _SCRIPT = r"""
@@ -132,6 +134,10 @@ def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_
     assert "duplicate" in space.why_invalid(dict(DEFAULTS, REDUCE=1, PDL=1))  # no reduce kernel to launch early
     assert "duplicate" in space.why_invalid(dict(DEFAULTS, NUM_SPLITS=1, PDL=1))
     assert space.is_valid(dict(DEFAULTS, PDL=1)) and decode_class(Genome.of(dict(DEFAULTS, PDL=1))).endswith("/pdl")
+    # bit 2 (stage 1 a dependent of the kernel before it) holds with any reduction
+    assert space.is_valid(dict(DEFAULTS, REDUCE=1, PDL=2)) and space.is_valid(dict(DEFAULTS, NUM_SPLITS=1, PDL=2))
+    assert "duplicate" in space.why_invalid(dict(DEFAULTS, REDUCE=1, PDL=3))
+    assert decode_class(Genome.of(dict(DEFAULTS, PDL=3))).endswith("/pdl/pdlwait")
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=96)) and space.is_valid(dict(DEFAULTS, NUM_SPLITS=24, PDL=1))
     assert space["NUM_SPLITS"].values[:8] == (0, 1, 2, 3, 4, 6, 8, 12)  # auto, then the splits in order
@@ -224,6 +230,8 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"NUM_SPLITS": 128, "BLOCK_N": 64, "num_stages": 2},
         {"NUM_SPLITS": 64, "BLOCK_N": 64, "num_stages": 4, "PREFETCH": 1},
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 1},
+        {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 3},  # both kernels dependents
+        {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 2, "REDUCE": 1},  # stage 1 alone, its last program combining
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -258,7 +266,8 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     # the last program's grouped combine (a [heads, splits, 128] tile a load) where it fits
     heads = triton_decode.group_heads(p["NUM_SPLITS"], 4, p["num_warps"]) if p["REDUCE"] else 0
     consts.update(GROUP_HEADS=heads, SPLITS_P2=(1 << (p["NUM_SPLITS"] - 1).bit_length()) if heads else 1)
-    consts["PDL"] = p["PDL"]
+    early, wait = p["PDL"] & 1, p["PDL"] >> 1
+    consts.update(PDL=early, WAIT=wait)
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
     )
@@ -267,16 +276,18 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         assert "async_copy_global_to_local" in stage1.asm["ttgir"]
     if p["REDUCE"]:
         assert "atom" in stage1.asm["ptx"]
-    # PDL: stage 1 lets its dependent launch early, stage 2 waits for stage 1's results
-    assert ("griddepcontrol.launch_dependents" in stage1.asm["ptx"]) == bool(p["PDL"])
+    # PDL bit 1: stage 1 lets its dependent launch early, stage 2 waits for stage 1's results;
+    # bit 2: stage 1 waits for the kernel before it
+    assert ("griddepcontrol.launch_dependents" in stage1.asm["ptx"]) == bool(early)
+    assert ("griddepcontrol.wait" in stage1.asm["ptx"]) == bool(wait)
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     splits = max(p["NUM_SPLITS"], 1)
     for block_d in (128, 32):  # a program per head, and a quarter of a head (batch 1)
         chunk = triton_decode.combine_chunk(splits, 4, block_d)
-        reduce = {"HEAD_DIM": 128, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": chunk, "PDL": p["PDL"]}
+        reduce = {"HEAD_DIM": 128, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": chunk, "PDL": early}
         stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
         assert stage2.metadata.shared >= 0
-        assert ("griddepcontrol.wait" in stage2.asm["ptx"]) == bool(p["PDL"])
+        assert ("griddepcontrol.wait" in stage2.asm["ptx"]) == bool(early)
 
 
 # (config overrides, context lengths, (H_q, H_kv, D), dtype of kv_indices)
@@ -371,14 +382,18 @@ lens = torch.tensor([150, 70], dtype=torch.int32)
 cfg = dict(NUM_SPLITS=4, BLOCK_N=16, num_warps=4, num_stages=2)
 with_pdl = t.decode(q, kv, kv, table, lens, **cfg, PDL=1)
 plain = t.decode(q, kv, kv, table, lens, **cfg, PDL=0)
-print(json.dumps({"diff": (with_pdl.float() - plain.float()).abs().max().item(), "warned": seen}))
+waits = t.decode(q, kv, kv, table, lens, **cfg, PDL=2, REDUCE=1)  # stage 1 as a dependent, no reduce kernel
+fused = t.decode(q, kv, kv, table, lens, **cfg, PDL=0, REDUCE=1)
+print(json.dumps({"diff": (with_pdl.float() - plain.float()).abs().max().item(),
+                  "diff_wait": (waits.float() - fused.float()).abs().max().item(), "warned": seen}))
 """
 
 
 def test_a_programmatic_dependent_launch_that_fails_runs_both_kernels_plainly() -> None:
-    """PDL=1 where the launch cannot be made (here Triton's interpreter, which has no
-    griddepcontrol): the same output, from both kernels launched the ordinary way, and a warning
-    that says so once."""
+    """PDL=1 (and 2) where the launch cannot be made (here Triton's interpreter, which has no
+    griddepcontrol): the same output, from the kernels launched the ordinary way, and a warning
+    that says so."""
     got = run_interpreted(_PDL_FALLBACK_SCRIPT)
-    assert got["diff"] == 0.0
-    assert len(got["warned"]) == 1 and "no programmatic dependent launch" in got["warned"][0]
+    assert got["diff"] == 0.0 and got["diff_wait"] == 0.0
+    # (pdl_supported is patched to say yes each time, so each PDL call tries and warns)
+    assert len(got["warned"]) == 2 and all("no programmatic dependent launch" in w for w in got["warned"])

@@ -236,7 +236,8 @@ def decode_space(
     and on the H200 that was no faster (session 25: 96 splits 2.5% slower at b1 x 32768, 24 and
     12 level at 4 x 16384 and 8 x 8192), so no seed starts there.
     `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none); `pdl`:
-    the PDL gene (session 24: the reduce kernel as a programmatic dependent launch)."""
+    the PDL gene (session 24: the reduce kernel as a programmatic dependent launch; session 25:
+    its second bit, the split kernel as the dependent of the kernel before it)."""
     D = head_dim
     rows = max(16, 1 << (max(1, group) - 1).bit_length())
 
@@ -266,8 +267,8 @@ def decode_space(
     def reduce(p: Point) -> str | None:
         if p.NUM_SPLITS == 1 and p.REDUCE:
             return "reduce: one split writes the output itself (REDUCE=1 would duplicate REDUCE=0)"
-        if p.get("PDL") and (p.NUM_SPLITS == 1 or p.REDUCE):
-            return "reduce: no separate reduce kernel to launch early (PDL=1 would duplicate PDL=0)"
+        if p.get("PDL", 0) & 1 and (p.NUM_SPLITS == 1 or p.REDUCE):
+            return "reduce: no separate reduce kernel to launch early (PDL bit 1 would duplicate PDL without it)"
         return None
 
     return SearchSpace(
@@ -279,7 +280,8 @@ def decode_space(
             IntRange("num_stages", 1, 4),
             _flag("REDUCE"),
             *([_flag("PREFETCH")] if prefetch else []),
-            *([_flag("PDL")] if pdl else []),
+            # bit 1: the reduce kernel launched early; bit 2: stage 1 launched early (template_decode)
+            *([Choice("PDL", [0, 1, 2, 3])] if pdl else []),
         ],
         constraints=[
             Constraint(shared_memory, "shared memory"),
@@ -309,5 +311,6 @@ def decode_class(genome: Genome) -> str:
         f"splits{splits}/n{genome['BLOCK_N']}"
         + ("/lastblock" if genome["REDUCE"] else "")
         + ("/prefetch" if genome.params.get("PREFETCH") else "")
-        + ("/pdl" if genome.params.get("PDL") else "")
+        + ("/pdl" if genome.params.get("PDL", 0) & 1 else "")
+        + ("/pdlwait" if genome.params.get("PDL", 0) & 2 else "")
     )

@@ -26,11 +26,16 @@ The genome (`PARAMS`, and `OPTIONAL`):
   gives the gathers one buffer whatever num_stages says (sm_90: the same shared memory at 2, 3
   and 4 stages), so a program keeps one K/V tile in flight; fetched a step ahead, num_stages
   3 and 4 keep two and three (session 23; on the H200 no search kept it: session 24);
-- PDL (optional, 0 where absent): 1 launches the separate reduce kernel as a programmatic
-  dependent launch (sm_90+: stage 1 lets it launch once its last programs have started, and
+- PDL (optional, 0 where absent), two bits of programmatic dependent launches (sm_90+;
+  nothing on the CPU interpreter or before sm_90). Bit 1 (session 24): the separate reduce
+  kernel is stage 1's dependent (stage 1 lets it launch once its last programs have started,
   its programs wait for stage 1's results in `griddepcontrol.wait`), so the reduction's launch
-  and ramp overlap stage 1's tail instead of following it; nothing where there is no separate
-  reduce kernel (REDUCE=1, one split), on the CPU interpreter or before sm_90 (session 24);
+  and ramp overlap stage 1's tail; nothing where there is no separate reduce kernel (REDUCE=1,
+  one split). Bit 2 (session 25): stage 1 itself is the dependent of whatever kernel precedes
+  it on the stream (an engine's previous layer, the previous call), its programs waiting in
+  `griddepcontrol.wait` before their first read, so its launch and the scheduling of its
+  programs overlap that kernel's tail. On the H200 bit 1 paid 4% at b1 x 32768 in graph replay
+  and nothing at b4-b32 (session 25);
 - REDUCE: how splits are combined (both read a query head's splits up to 8 per warp a load,
   unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
   the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
@@ -240,14 +245,18 @@ def _split_kernel(
     GROUP_HEADS: tl.constexpr = 0,
     SPLITS_P2: tl.constexpr = 1,
     PDL: tl.constexpr = 0,
+    WAIT: tl.constexpr = 0,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
     sequence's slots back to back, lens_ptr their offsets, sequence b's from lens_ptr[b] to
-    lens_ptr[b + 1]; the caches are [slots, 1, H_kv, D])."""
+    lens_ptr[b + 1]; the caches are [slots, 1, H_kv, D]). WAIT: launched as the dependent of the
+    kernel before it, so wait for that kernel's results before reading anything."""
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2)
+    if WAIT:  # q, the cache and the indices may come from the kernel we were launched beside
+        tl.extra.cuda.gdc_wait()
     if PDL:  # the reduce kernel may launch once every program here has started (it waits for our results)
         tl.extra.cuda.gdc_launch_dependents()
     offs_h = tl.arange(0, BLOCK_H)
@@ -532,9 +541,11 @@ def _decode(
     scale = (sm_scale if sm_scale is not None else 1.0 / math.sqrt(D)) * 1.4426950408889634
     consts = {"GROUP": group, "HEAD_DIM": D, "BLOCK_H": block_h, "SPLITS": splits}
     heads_a_load = group_heads(splits, group, num_warps, D) if (splits > 1 and REDUCE) else 0
-    pdl = bool(PDL) and splits > 1 and not REDUCE and pdl_supported(q.device)
+    early_reduce = bool(PDL & 1) and splits > 1 and not REDUCE
+    pdl = (early_reduce or bool(PDL & 2)) and pdl_supported(q.device)
 
     def launch(with_pdl: bool) -> None:
+        wait = with_pdl and bool(PDL & 2)
         _LAUNCHES(
             _split_kernel,
             (splits, H_kv, B),
@@ -570,10 +581,12 @@ def _decode(
             PREFETCH=int(bool(PREFETCH)),
             GROUP_HEADS=heads_a_load,
             SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
-            PDL=int(with_pdl),
+            PDL=int(with_pdl and early_reduce),
+            WAIT=int(wait),
             **consts,
             num_warps=num_warps,
             num_stages=num_stages,
+            **({"launch_pdl": True} if wait else {}),
         )
         if splits > 1 and not REDUCE:
             block_d = reduce_block_d(D, B * H, num_sms(q.device))
@@ -589,7 +602,7 @@ def _decode(
                 o.stride(1),
                 **meta,
                 num_warps=4,
-                **({"PDL": 1, "launch_pdl": True} if with_pdl else {}),
+                **({"PDL": 1, "launch_pdl": True} if (with_pdl and early_reduce) else {}),
             )
 
     if pdl:
