@@ -17,6 +17,10 @@ Each variant's output is checked against the problem's fp32 reference first (a v
 fails is reported, not timed). Writes decode_reduce.json and decode_reduce.md under --out,
 row by row (a deadline keeps the script inside a device call).
 
+With --refine DEST, a copy of the package goes to DEST with each entry that a variant beat at
+the entry's own context replaced by that variant (`refine`): the micro stage of the promotion
+cascade on the engine's footing, whose package the engine A/B then judges.
+
     python benchmarks/decode_reduce_h200.py --profile 1:32768 [--package PACKAGE]
 
 under `ncu --profile-from-start off` (`device.sh decode-reduce` with NCU="1:32768 ..."): the
@@ -42,6 +46,7 @@ PACKAGE = ROOT / "benchmarks" / "results" / "sglang_long_s24" / "package"
 POINTS = ["1:32768", "4:16384", "8:8192", "16:8192", "32:4096"]
 L2_BYTES = 60 * 2**20
 COPY_BW = 4.3e12  # the H200's measured device copy, bytes/s
+HEADS = "Hq=32,Hkv=4,D=128"  # the model's decode table key
 
 
 def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
@@ -69,9 +74,76 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
     return out
 
 
+def refine(
+    doc: dict[str, Any], entries: dict[str, dict[str, int]], min_gain: float = 0.01
+) -> tuple[dict[str, dict[str, int]], list[dict[str, Any]]]:
+    """The package's decode entries with each one replaced by the variant that beat it on this
+    footing (graph replay, back to back: the engine's), and what changed. Only a point at the
+    entry's own tuned context counts; a variant replaces the entry where its paired interval
+    (both against the separate reduction) lies above the entry's and its median is at least
+    `min_gain` faster. The A/B in the engine still decides whether the change ships."""
+    from evokernel.search_spaces.attention import template_decode as t
+
+    new = {k: dict(v) for k, v in entries.items()}
+    changes: list[dict[str, Any]] = []
+    for row in doc["rows"]:
+        ratios = row.get("vs_separate") or {}
+        batch, context = row["point"].split(":")
+        entry = entries.get(batch)
+        if not ratios or not entry or int(entry.get("context", 0)) != int(context):
+            continue
+        ways = variants(entry, int(row["splits"]))
+        base = {k: int(entry.get(k, 0)) for k in (*t.PARAMS, *t.OPTIONAL)}
+        current = next((k for k, v in ways.items() if v == base), None)
+        if current not in ratios:
+            continue
+        ref = ratios[current]
+        better = [
+            k
+            for k, r in ratios.items()
+            if k in ways and k != current and k not in row.get("errors", {})
+            and r["lo"] > ref["hi"] and r["median"] >= ref["median"] * (1 + min_gain)
+        ]  # fmt: skip
+        if better:
+            best = max(better, key=lambda k: ratios[k]["median"])
+            new[batch] = {**entry, **ways[best]}
+            changes.append(
+                {
+                    "batch": int(batch),
+                    "context": int(context),
+                    "from": current,
+                    "to": best,
+                    "speedup": ratios[best]["median"] / ref["median"],
+                    "params": ways[best],
+                }  # fmt: skip
+            )
+    return new, changes
+
+
+def write_refined(package: str, dest: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """A copy of `package` at `dest` with its decode entries refined (`refine`) from this run's
+    rows; its manifest's provenance says which entries changed and by how much."""
+    import shutil
+
+    shutil.copytree(package, dest, dirs_exist_ok=True)
+    table_path = dest / "kernels" / "decode_attention.json"
+    table = json.loads(table_path.read_text())
+    table[HEADS], changes = refine(doc, table[HEADS])
+    table_path.write_text(json.dumps(table, indent=1))
+    manifest_path = dest / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest.setdefault("provenance", {})["refined_on_graph_footing"] = {
+        "from": str(package),
+        "command": doc.get("command"),
+        "changes": changes,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    return changes
+
+
 def _entries(package: str) -> dict[str, dict[str, int]]:
     """The package's decode entries for the model's heads, by batch size."""
-    return json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())["Hq=32,Hkv=4,D=128"]
+    return json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())[HEADS]
 
 
 def _splits(entry: dict[str, int], batch: int, context: int) -> int:
@@ -123,6 +195,7 @@ def main() -> int:
     ap.add_argument("--points", nargs="+", default=POINTS, help="BATCH:CONTEXT")
     ap.add_argument("--deadline", type=float, default=200.0)
     ap.add_argument("--only", nargs="+", default=None, help="time these variants (and SGLang's default) only")
+    ap.add_argument("--refine", metavar="DEST", help="write the package with each entry beaten here replaced")
     args = ap.parse_args()
     if args.profile:
         profile_once(args.profile, args.package)
@@ -197,6 +270,8 @@ def main() -> int:
         print(
             json.dumps({"point": spec, "ms": row["ms"], "bw": row["bw_fraction"], "errors": row["errors"]}), flush=True
         )
+    if args.refine:
+        doc["refined"] = write_refined(args.package, Path(args.refine), doc)
     (out / "decode_reduce.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "decode_reduce.md").write_text(render(doc))
     print(render(doc))

@@ -68,7 +68,8 @@
 #                   and one of cuDNN per shape (before the benchmark; PROFILE_S 150), packed into ncu.tgz
 #   decode-reduce   issue 29: each decode package entry with its splits combined by the separate kernel and by
 #                   the last program (REDUCE=1), graph-replayed beside SGLang's default [decode_reduce_h200.py];
-#                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), VARIANTS (all), DEADLINE (200); NCU="1:32768 ..."
+#                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), VARIANTS (all), DEADLINE (200),
+#                   REFINE=1 (a copy of the package with each entry beaten here replaced: $OUT/refined); NCU="1:32768 ..."
 #                   first profiles one call of each way per point with Nsight Compute (NCU_S 120, ncu_decode.tgz); carry .whl
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
@@ -646,7 +647,8 @@ decode_reduce() {
     tar -czf "$OUT/ncu_decode.tgz" -C $N --exclude='*.ncu-rep' .
   fi
   python3 benchmarks/decode_reduce_h200.py --out "$OUT/reduce" ${PACKAGE:+--package "$PACKAGE"} \
-      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
+      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} \
+      --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
   echo "exit $?"; tail -25 "$OUT/reduce.log"
 }
 

@@ -45,3 +45,24 @@ def test_the_recorded_tables_render_from_their_json() -> None:
     assert bench.render(s25) == (where / "s25" / "decode_reduce.md").read_text()
     b1 = next(r for r in s25["rows"] if r["point"] == "1:32768")
     assert b1["vs_separate"]["separate_pdl"]["lo"] > 1.0  # S25a: the early reduce launch pays at b1 only
+
+
+def test_a_package_is_refined_only_where_a_variant_beat_its_entry(tmp_path: Path) -> None:
+    """S25a's record against S24's package: the early reduce launch (PDL=1) beat b1's entry by
+    4.1% [0.8%, 5.2%]; at b32 it and the last-program reduction were 0.8% faster, under the 1%
+    floor; nothing else beat its entry. The copy says what changed; the original is untouched."""
+    bench = _bench()
+    doc = json.loads((ROOT / "benchmarks/results/decode_reduce/s25/decode_reduce.json").read_text())
+    package = ROOT / "benchmarks/results/sglang_long_s24/package"
+    entries = bench._entries(str(package))
+    new, changes = bench.refine(doc, entries)
+    assert [(c["batch"], c["from"], c["to"]) for c in changes] == [(1, "separate", "separate_pdl")]
+    assert new["1"] == dict(entries["1"], PDL=1) and all(new[b] == entries[b] for b in entries if b != "1")
+    assert bench.refine(doc, entries, min_gain=0.0)[1][-1]["batch"] == 32  # without the floor, b32 changes too
+    dest = tmp_path / "refined"
+    assert bench.write_refined(str(package), dest, doc) == changes
+    table = json.loads((dest / "kernels" / "decode_attention.json").read_text())[bench.HEADS]
+    assert table["1"]["PDL"] == 1 and table["1"]["context"] == 32768
+    manifest = json.loads((dest / "manifest.json").read_text())
+    assert manifest["provenance"]["refined_on_graph_footing"]["changes"] == changes
+    assert "PDL" not in bench._entries(str(package))["1"]
