@@ -66,3 +66,26 @@ def test_a_package_is_refined_only_where_a_variant_beat_its_entry(tmp_path: Path
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["provenance"]["refined_on_graph_footing"]["changes"] == changes
     assert "PDL" not in bench._entries(str(package))["1"]
+
+
+def test_the_long_context_report_predicts_a_refined_entry_from_its_refined_figure(tmp_path: Path) -> None:
+    """The A/B's predictions (sglang_long_h200.refined_figures) read the refined package's
+    manifest: b1's graph figure from the search divided by the 1.041x its refinement measured;
+    the other points keep the search's."""
+    bench = _bench()
+    spec = importlib.util.spec_from_file_location("sglang_long_h200", ROOT / "benchmarks" / "sglang_long_h200.py")
+    assert spec is not None and spec.loader is not None
+    long = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(long)
+    doc = json.loads((ROOT / "benchmarks/results/decode_reduce/s25/decode_reduce.json").read_text())
+    dest = tmp_path / "refined"
+    bench.write_refined(str(ROOT / "benchmarks/results/sglang_long_s24/package"), dest, doc)
+    micro = json.loads((ROOT / "benchmarks/results/sglang_long_s25/attention.json").read_text())
+    winners = {}
+    for r in micro["rows"]:
+        _, b, c = r["spec"].split(":")[:3]
+        winners[(int(b), int(c))] = long.micro_figure(r)
+    got = long.refined_figures(winners, json.loads((dest / "manifest.json").read_text()))
+    speedup = doc["rows"][0]["vs_separate"]["separate_pdl"]["median"]
+    assert abs(got[(1, 32768)][0] - winners[(1, 32768)][0] / speedup) < 1e-12 and "refined" in got[(1, 32768)][1]
+    assert all(got[k] == winners[k] for k in winners if k != (1, 32768))
