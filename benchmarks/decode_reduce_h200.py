@@ -141,6 +141,22 @@ def write_refined(package: str, dest: Path, doc: dict[str, Any]) -> list[dict[st
     return changes
 
 
+def fixed_cost(doc: dict[str, Any], variant: str = "separate", skip: tuple[str, ...] = ()) -> tuple[float, float]:
+    """Least squares of the variant's graph-replayed time per call against the KV bytes it reads,
+    over the rows (points in `skip` left out): (fixed us a call, streaming bytes/s). The split
+    kernel's time is bytes / bandwidth plus what does not shrink with the context (the first
+    dependent loads, launches, ramp and tail, the reduction)."""
+    import numpy as np
+
+    rows = [r for r in doc["rows"] if variant in r.get("ms", {}) and r["point"] not in skip]
+    if len(rows) < 2:
+        raise ValueError(f"need two points timed with {variant!r}, got {len(rows)}")
+    x = np.array([r["bytes"] for r in rows])
+    y = np.array([r["ms"][variant] * 1e-3 for r in rows])
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept * 1e6), float(1.0 / slope)
+
+
 def _entries(package: str) -> dict[str, dict[str, int]]:
     """The package's decode entries for the model's heads, by batch size."""
     return json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())[HEADS]

@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 from evokernel.search_spaces.attention import decode_space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +91,18 @@ def test_the_long_context_report_predicts_a_refined_entry_from_its_refined_figur
     speedup = doc["rows"][0]["vs_separate"]["separate_pdl"]["median"]
     assert abs(got[(1, 32768)][0] - winners[(1, 32768)][0] / speedup) < 1e-12 and "refined" in got[(1, 32768)][1]
     assert all(got[k] == winners[k] for k in winners if k != (1, 32768))
+
+
+def test_the_decode_time_is_a_fixed_cost_plus_streaming_at_the_copy_bandwidth() -> None:
+    """S25a, the separate reduction at b4 ... b32 (134-269 MB of KV a call): 7.6 us a call plus
+    the bytes at 4.21 TB/s (0.98 of the copy bandwidth); b1 (67 MB, 64 splits) lies 2.6 us above
+    that line. So the 0.8-of-copy target is a bound on the fixed cost: at most 3.9 us at b1,
+    7.8 us at b4 and b8."""
+    bench = _bench()
+    doc = json.loads((ROOT / "benchmarks/results/decode_reduce/s25/decode_reduce.json").read_text())
+    fixed, bw = bench.fixed_cost(doc, skip=("1:32768",))
+    assert 7.0 < fixed < 8.1 and 0.96 < bw / bench.COPY_BW < 1.0
+    b1 = doc["rows"][0]
+    assert b1["point"] == "1:32768" and 2.0 < b1["ms"]["separate"] * 1e3 - (fixed + b1["bytes"] / bw * 1e6) < 3.2
+    with pytest.raises(ValueError, match="two points"):
+        bench.fixed_cost(doc, variant="separate_w8")
