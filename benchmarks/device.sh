@@ -34,7 +34,7 @@
 #                   wall clock, GPU kernel time per step, numerics, predicted vs measured (sglang_long_h200.py)
 #                   POINTS ("1:32768 ..."), BUDGET (14), SEARCH_S (180), REPEATS (3), FLAGS ("16 32 64"), TILES ("256"),
 #                   SEARCH_ONLY=1 (searches + export only: carry .whl), PACKAGE/MICRO (skip the searches: carry .sgl),
-#                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40),
+#                   SERVING=examples/workloads/long_context_poisson.jsonl (then the serving comparison; SERVING_PROMPTS 40, SERVING_ROUNDS 2),
 #                   ONLY_SERVING=1 (with PACKAGE: the serving comparison alone, at the first FLAGS value),
 #                   SERVING_CONTROL=1 (a second shipped server: the A/A),
 #                   SERVING_CHUNK=-1 (every server's --chunked-prefill-size: -1 runs whole prompts, so they reach the prefill hook),
@@ -345,7 +345,7 @@ PY
       ${PACKAGE:+--package "$PACKAGE"} ${MICRO:+--micro "$MICRO"} ${NO_CONTROL:+--no-control} \
       ${PREFILL_FROM:+--prefill-from "$PREFILL_FROM"} \
       --deadline $(( ${DEADLINE:-540} - 10 )) \
-      ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} ${SERVING_CONTROL:+--serving-control} ${SERVING_CHUNK:+--serving-chunk "$SERVING_CHUNK"} \
+      ${SEARCH_ONLY:+--search-only} ${SERVING:+--serving "$SERVING" --serving-prompts ${SERVING_PROMPTS:-40}} ${SERVING_ROUNDS:+--serving-rounds $SERVING_ROUNDS} ${SERVING_CONTROL:+--serving-control} ${SERVING_CHUNK:+--serving-chunk "$SERVING_CHUNK"} \
       ${ONLY_SERVING:+--skip-ab} > "$OUT/long.log" 2>&1
   echo "exit $?"
   gzip -f "$D"/*.db 2>/dev/null
