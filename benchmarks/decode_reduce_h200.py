@@ -61,8 +61,11 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
         "separate_pdl": dict(base, REDUCE=0, PDL=1),
         # (PDL bit 2: the split kernel itself a dependent of the kernel before it, here the last call's)
         "separate_pdl3": dict(base, REDUCE=0, PDL=3),
+        # (and bit 4: its lengths, indices and first tile's L2 prefetch before its wait)
+        "separate_pdl7": dict(base, REDUCE=0, PDL=7),
         "fused": dict(base, REDUCE=1, PDL=0),
         "fused_wait": dict(base, REDUCE=1, PDL=2),
+        "fused_early": dict(base, REDUCE=1, PDL=6),
     }
     if base["num_warps"] < 4 or base["BLOCK_N"] < 64:
         wide = dict(base, BLOCK_N=128, num_warps=4, num_stages=2)

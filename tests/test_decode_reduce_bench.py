@@ -27,7 +27,15 @@ def test_each_entry_is_timed_with_both_reductions_and_where_its_tile_cannot_grou
     table = json.loads((ROOT / "benchmarks/results/sglang_long_s24/package/kernels/decode_attention.json").read_text())
     entries = table["Hq=32,Hkv=4,D=128"]
     b4 = bench.variants(entries["4"], 16)  # 16 splits x 4 warps: two query heads a load
-    assert list(b4) == ["separate", "separate_pdl", "separate_pdl3", "fused", "fused_wait"]
+    assert list(b4) == [
+        "separate",
+        "separate_pdl",
+        "separate_pdl3",
+        "separate_pdl7",
+        "fused",
+        "fused_wait",
+        "fused_early",
+    ]
     assert b4["separate"]["REDUCE"] == 0 and b4["separate_pdl"]["PDL"] == 1 and b4["fused"]["REDUCE"] == 1
     assert b4["separate_pdl3"]["PDL"] == 3 and b4["fused_wait"] == dict(b4["fused"], PDL=2)
     space = decode_space(head_dim=128, group=8)

@@ -613,6 +613,7 @@ def test_a_launch_cache_keys_its_launches_by_all_that_triton_specialises(device:
             "SPLITS_P2": 1,
             "PDL": 0,
             "WAIT": 0,
+            "EARLY": 0,
             "GROUP": 4,
             "HEAD_DIM": 64,
             "BLOCK_H": 16,

@@ -66,6 +66,8 @@ CASES = [
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 1}, [70, 129, 5], (4, 2, 64), 1, "float16", 1),
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 3}, [70, 129, 5], (4, 2, 64), 1, "float16", 1),
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 2, "REDUCE": 1}, [70, 129, 5], (4, 2, 64), 1, "float16", 2),
+    # bit 4 asked for where no wait exists (the interpreter): no prefetch, the same result
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PDL": 7}, [70, 129, 5, 7], (4, 2, 64), 1, "float16", 1),
 ]
 
 _SCRIPT = r"""
@@ -138,6 +140,9 @@ def test_space_rules_out_duplicates_and_what_cannot_fit_and_renders_every_valid_
     assert space.is_valid(dict(DEFAULTS, REDUCE=1, PDL=2)) and space.is_valid(dict(DEFAULTS, NUM_SPLITS=1, PDL=2))
     assert "duplicate" in space.why_invalid(dict(DEFAULTS, REDUCE=1, PDL=3))
     assert decode_class(Genome.of(dict(DEFAULTS, PDL=3))).endswith("/pdl/pdlwait")
+    assert decode_class(Genome.of(dict(DEFAULTS, PDL=7))).endswith("/pdl/pdlwait/early")
+    assert space.is_valid(dict(DEFAULTS, PDL=6)) and space.is_valid(dict(DEFAULTS, PDL=6, PREFETCH=1))
+    assert 4 not in space["PDL"].values and 5 not in space["PDL"].values  # bit 4 alone: no wait to read before
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=0, REDUCE=1))
     assert space.is_valid(dict(DEFAULTS, NUM_SPLITS=96)) and space.is_valid(dict(DEFAULTS, NUM_SPLITS=24, PDL=1))
     assert space["NUM_SPLITS"].values[:8] == (0, 1, 2, 3, 4, 6, 8, 12)  # auto, then the splits in order
@@ -232,6 +237,7 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 1},
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 3},  # both kernels dependents
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 2, "REDUCE": 1},  # stage 1 alone, its last program combining
+        {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 7},  # and the first step's reads before the wait
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -266,8 +272,8 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     # the last program's grouped combine (a [heads, splits, 128] tile a load) where it fits
     heads = triton_decode.group_heads(p["NUM_SPLITS"], 4, p["num_warps"]) if p["REDUCE"] else 0
     consts.update(GROUP_HEADS=heads, SPLITS_P2=(1 << (p["NUM_SPLITS"] - 1).bit_length()) if heads else 1)
-    early, wait = p["PDL"] & 1, p["PDL"] >> 1
-    consts.update(PDL=early, WAIT=wait)
+    early, wait, ahead = p["PDL"] & 1, (p["PDL"] >> 1) & 1, p["PDL"] >> 2
+    consts.update(PDL=early, WAIT=wait, EARLY=ahead)
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
     )
@@ -280,6 +286,10 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     # bit 2: stage 1 waits for the kernel before it
     assert ("griddepcontrol.launch_dependents" in stage1.asm["ptx"]) == bool(early)
     assert ("griddepcontrol.wait" in stage1.asm["ptx"]) == bool(wait)
+    if wait:  # bit 4: the lengths and indices loaded and the first tile prefetched before the wait; else nothing
+        before, after = stage1.asm["ptx"].split("griddepcontrol.wait", 1)
+        assert ("ld.global" in before) == ("prefetch.global.L2" in before) == bool(ahead), before[-2000:]
+        assert "prefetch.global.L2" not in after
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     splits = max(p["NUM_SPLITS"], 1)
     for block_d in (128, 32):  # a program per head, and a quarter of a head (batch 1)
@@ -356,7 +366,7 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
     def shared(stages: int, prefetch: int) -> int:
         consts = {"GROUP": 8, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": 64, "PAGE": 1, "BLOCK_N": 64, "REDUCE": 0,
                   "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch,
-                  "GROUP_HEADS": 0, "SPLITS_P2": 1, "PDL": 0}  # fmt: skip
+                  "GROUP_HEADS": 0, "SPLITS_P2": 1, "PDL": 0, "WAIT": 0, "EARLY": 0}  # fmt: skip
         return compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=4, num_stages=stages).metadata.shared
 
     plain = [shared(st, 0) for st in (2, 3, 4)]

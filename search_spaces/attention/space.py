@@ -269,6 +269,8 @@ def decode_space(
             return "reduce: one split writes the output itself (REDUCE=1 would duplicate REDUCE=0)"
         if p.get("PDL", 0) & 1 and (p.NUM_SPLITS == 1 or p.REDUCE):
             return "reduce: no separate reduce kernel to launch early (PDL bit 1 would duplicate PDL without it)"
+        if p.get("PDL", 0) & 4 and not p.get("PDL", 0) & 2:
+            return "reduce: PDL bit 4 (reads before the wait) needs bit 2 (a wait)"
         return None
 
     return SearchSpace(
@@ -280,8 +282,9 @@ def decode_space(
             IntRange("num_stages", 1, 4),
             _flag("REDUCE"),
             *([_flag("PREFETCH")] if prefetch else []),
-            # bit 1: the reduce kernel launched early; bit 2: stage 1 launched early (template_decode)
-            *([Choice("PDL", [0, 1, 2, 3])] if pdl else []),
+            # bit 1: the reduce kernel launched early; bit 2: stage 1 launched early; bit 4: stage 1
+            # reads its indices and prefetches its first tile before its wait (template_decode)
+            *([Choice("PDL", [0, 1, 2, 3, 6, 7])] if pdl else []),
         ],
         constraints=[
             Constraint(shared_memory, "shared memory"),
@@ -313,4 +316,5 @@ def decode_class(genome: Genome) -> str:
         + ("/prefetch" if genome.params.get("PREFETCH") else "")
         + ("/pdl" if genome.params.get("PDL", 0) & 1 else "")
         + ("/pdlwait" if genome.params.get("PDL", 0) & 2 else "")
+        + ("/early" if genome.params.get("PDL", 0) & 4 else "")
     )

@@ -34,8 +34,14 @@ The genome (`PARAMS`, and `OPTIONAL`):
   one split). Bit 2 (session 25): stage 1 itself is the dependent of whatever kernel precedes
   it on the stream (an engine's previous layer, the previous call), its programs waiting in
   `griddepcontrol.wait` before their first read, so its launch and the scheduling of its
-  programs overlap that kernel's tail. On the H200 bit 1 paid 4% at b1 x 32768 in graph replay
-  and nothing at b4-b32 (session 25);
+  programs overlap that kernel's tail. Bit 4 (with bit 2, session 25): before the wait, each
+  program reads its sequence's length and its first tile's indices and asks L2 for that tile's
+  keys and values (a prefetch: no registers, and L2 is where the other kernel's writes land, so
+  the cache's newest token is safe), so the chain of dependent loads that starts every program
+  runs while that kernel finishes. Correct where the kernel before attention does not write the
+  lengths or the indices (a decode step in SGLang: they are set before its graph replays; the
+  kernel before is `set_kv_buffer`). On the H200 bit 1 paid 4% at b1 x 32768 in graph replay
+  and nothing at b4-b32 (session 25); bits 2 and 4 are untimed;
 - REDUCE: how splits are combined (both read a query head's splits up to 8 per warp a load,
   unrolled: `_combine_head`; before sessions 22 (REDUCE=0) and 23 (REDUCE=1) they looped over
   the splits one load at a time, which the recorded H200 landscapes and figures timed: on the
@@ -207,6 +213,27 @@ def _combine_group(
 
 
 @triton.jit
+def _prefetch_l2(ptrs):
+    """Ask L2 for the lines at `ptrs` (`prefetch.global.L2`: a hint, nothing loaded to registers)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _online_step(q, k, v, nmask, m, l, acc, qk_scale, INPUT_PRECISION: tl.constexpr):
+    """One K/V tile into the running softmax of the group's query rows: (m, l, acc) updated."""
+    qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+    qk = tl.where(nmask[None, :], qk, float("-inf"))
+    m_new = tl.maximum(m, tl.max(qk, 1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(qk - m_new[:, None])
+    l = l * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
+    return m_new, l, acc
+
+
+@triton.jit
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -246,16 +273,20 @@ def _split_kernel(
     SPLITS_P2: tl.constexpr = 1,
     PDL: tl.constexpr = 0,
     WAIT: tl.constexpr = 0,
+    EARLY: tl.constexpr = 0,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
     sequence's slots back to back, lens_ptr their offsets, sequence b's from lens_ptr[b] to
     lens_ptr[b + 1]; the caches are [slots, 1, H_kv, D]). WAIT: launched as the dependent of the
-    kernel before it, so wait for that kernel's results before reading anything."""
+    kernel before it, so wait for that kernel's results before reading anything; with EARLY, read
+    the lengths and the first tile's indices first and ask L2 for that tile's keys and values
+    (`_prefetch_l2`: a hint, no registers; L2 is where the other kernel's writes land, so nothing
+    stale is fetched), then wait, then read q and run the loop (its first loads meet L2)."""
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2)
-    if WAIT:  # q, the cache and the indices may come from the kernel we were launched beside
+    if WAIT and not EARLY:  # q, the cache and the indices may come from the kernel we were launched beside
         tl.extra.cuda.gdc_wait()
     if PDL:  # the reduce kernel may launch once every program here has started (it waits for our results)
         tl.extra.cuda.gdc_launch_dependents()
@@ -263,7 +294,6 @@ def _split_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     hmask = offs_h < GROUP
     heads = kv_head * GROUP + offs_h
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
     if SLOTS:
         first = tl.load(lens_ptr + b).to(tl.int64)
         length = tl.load(lens_ptr + b + 1) - tl.load(lens_ptr + b)
@@ -273,6 +303,18 @@ def _split_kernel(
     per_split = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
     lo = split * per_split
     hi = tl.minimum(length, lo + per_split)
+    if EARLY:  # the first tile's K/V rows asked of L2 while the kernel before us finishes
+        offs_e = lo + tl.arange(0, BLOCK_N)
+        emask = offs_e < hi
+        page_e = tl.load(bt_ptr + first + offs_e // PAGE, mask=emask, other=0).to(tl.int64)
+        halves = tl.arange(0, 2) * (HEAD_DIM // 2)  # a row's two halves: its 128-byte lines at D=128 in bf16
+        row_k = tl.where(emask, page_e * stride_kp + (offs_e % PAGE) * stride_ks + kv_head * stride_kh, 0)
+        row_v = tl.where(emask, page_e * stride_vp + (offs_e % PAGE) * stride_vs + kv_head * stride_vh, 0)
+        _prefetch_l2(k_ptr + row_k[:, None] + halves[None, :])
+        _prefetch_l2(v_ptr + row_v[:, None] + halves[None, :])
+        if WAIT:
+            tl.extra.cuda.gdc_wait()
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
     m = tl.full([BLOCK_H], -1.0e30, tl.float32)
     l = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, HEAD_DIM], tl.float32)
@@ -299,14 +341,7 @@ def _split_kernel(
             mask=nmask[:, None],
             other=0.0,
         )
-        qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-        qk = tl.where(nmask[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m, tl.max(qk, 1))
-        alpha = tl.exp2(m - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l = l * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
-        m = m_new
+        m, l, acc = _online_step(q, k, v, nmask, m, l, acc, qk_scale, INPUT_PRECISION)
     if SPLITS == 1:
         out = acc / tl.where(l > 0, l, 1.0)[:, None]
         o_ptrs = o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
@@ -543,6 +578,7 @@ def _decode(
     heads_a_load = group_heads(splits, group, num_warps, D) if (splits > 1 and REDUCE) else 0
     early_reduce = bool(PDL & 1) and splits > 1 and not REDUCE
     pdl = (early_reduce or bool(PDL & 2)) and pdl_supported(q.device)
+    assert not (PDL & 4 and not PDL & 2), "PDL bit 4 (reads before the wait) needs bit 2 (the wait)"
 
     def launch(with_pdl: bool) -> None:
         wait = with_pdl and bool(PDL & 2)
@@ -583,6 +619,7 @@ def _decode(
             SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
             PDL=int(with_pdl and early_reduce),
             WAIT=int(wait),
+            EARLY=int(wait and bool(PDL & 4)),  # (a prefetch: inline PTX, so not on the interpreter)
             **consts,
             num_warps=num_warps,
             num_stages=num_stages,
