@@ -517,8 +517,9 @@ def main() -> None:
     for r in micro.get("rows", []):
         _, b, c = r["spec"].split(":")[:3]
         winners[(int(b), int(c))] = micro_figure(r)
-    if (Path(package) / "manifest.json").exists():  # entries refined on the engine's footing since the search
-        winners = refined_figures(winners, json.loads((Path(package) / "manifest.json").read_text()))
+    manifest = Path(package) / "manifest.json"
+    if manifest.exists():  # entries refined on the engine's footing since the search
+        winners = refined_figures(winners, json.loads(manifest.read_text()))
     layers = int(model["num_hidden_layers"])
     rows = []
     paired = ab["paired"]["decode_throughput"].get("evokernel", {})

@@ -23,7 +23,6 @@ is learned by the search (`SearchOptions.learn_failures`).
 
 from __future__ import annotations
 
-
 from evokernel.core.genome import Genome
 from evokernel.core.geometry import Geometry
 from evokernel.search_spaces.attention.template_prefill import DEFAULTS as ATTENTION_DEFAULTS
@@ -237,7 +236,8 @@ def decode_space(
     12 level at 4 x 16384 and 8 x 8192), so no seed starts there.
     `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none); `pdl`:
     the PDL gene (session 24: the reduce kernel as a programmatic dependent launch; session 25:
-    its second bit, the split kernel as the dependent of the kernel before it)."""
+    its second and third bits, the split kernel as the dependent of the kernel before it and its
+    reads before the wait)."""
     D = head_dim
     rows = max(16, 1 << (max(1, group) - 1).bit_length())
 
@@ -269,8 +269,6 @@ def decode_space(
             return "reduce: one split writes the output itself (REDUCE=1 would duplicate REDUCE=0)"
         if p.get("PDL", 0) & 1 and (p.NUM_SPLITS == 1 or p.REDUCE):
             return "reduce: no separate reduce kernel to launch early (PDL bit 1 would duplicate PDL without it)"
-        if p.get("PDL", 0) & 4 and not p.get("PDL", 0) & 2:
-            return "reduce: PDL bit 4 (reads before the wait) needs bit 2 (a wait)"
         return None
 
     return SearchSpace(
@@ -283,7 +281,8 @@ def decode_space(
             _flag("REDUCE"),
             *([_flag("PREFETCH")] if prefetch else []),
             # bit 1: the reduce kernel launched early; bit 2: stage 1 launched early; bit 4: stage 1
-            # reads its indices and prefetches its first tile before its wait (template_decode)
+            # reads its indices and prefetches its first tile before its wait, so only with bit 2
+            # (template_decode)
             *([Choice("PDL", [0, 1, 2, 3, 6, 7])] if pdl else []),
         ],
         constraints=[
@@ -310,11 +309,12 @@ def split_values(max_splits: int = 128, thirds: bool = True) -> list[int]:
 def decode_class(genome: Genome) -> str:
     """Niche in the elite archive: how the context is split and how the splits are combined."""
     splits = genome["NUM_SPLITS"] or "auto"
+    pdl = genome.params.get("PDL", 0)
     return (
         f"splits{splits}/n{genome['BLOCK_N']}"
         + ("/lastblock" if genome["REDUCE"] else "")
         + ("/prefetch" if genome.params.get("PREFETCH") else "")
-        + ("/pdl" if genome.params.get("PDL", 0) & 1 else "")
-        + ("/pdlwait" if genome.params.get("PDL", 0) & 2 else "")
-        + ("/early" if genome.params.get("PDL", 0) & 4 else "")
+        + ("/pdl" if pdl & 1 else "")
+        + ("/pdlwait" if pdl & 2 else "")
+        + ("/early" if pdl & 4 else "")
     )

@@ -26,7 +26,7 @@ The genome (`PARAMS`, and `OPTIONAL`):
   gives the gathers one buffer whatever num_stages says (sm_90: the same shared memory at 2, 3
   and 4 stages), so a program keeps one K/V tile in flight; fetched a step ahead, num_stages
   3 and 4 keep two and three (session 23; on the H200 no search kept it: session 24);
-- PDL (optional, 0 where absent), two bits of programmatic dependent launches (sm_90+;
+- PDL (optional, 0 where absent), three bits of programmatic dependent launches (sm_90+;
   nothing on the CPU interpreter or before sm_90). Bit 1 (session 24): the separate reduce
   kernel is stage 1's dependent (stage 1 lets it launch once its last programs have started,
   its programs wait for stage 1's results in `griddepcontrol.wait`), so the reduction's launch
@@ -221,19 +221,6 @@ def _prefetch_l2(ptrs):
 
 
 @triton.jit
-def _online_step(q, k, v, nmask, m, l, acc, qk_scale, INPUT_PRECISION: tl.constexpr):
-    """One K/V tile into the running softmax of the group's query rows: (m, l, acc) updated."""
-    qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
-    qk = tl.where(nmask[None, :], qk, float("-inf"))
-    m_new = tl.maximum(m, tl.max(qk, 1))
-    alpha = tl.exp2(m - m_new)
-    p = tl.exp2(qk - m_new[:, None])
-    l = l * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
-    return m_new, l, acc
-
-
-@triton.jit
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -341,7 +328,14 @@ def _split_kernel(
             mask=nmask[:, None],
             other=0.0,
         )
-        m, l, acc = _online_step(q, k, v, nmask, m, l, acc, qk_scale, INPUT_PRECISION)
+        qk = tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+        qk = tl.where(nmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m, tl.max(qk, 1))
+        alpha = tl.exp2(m - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
+        m = m_new
     if SPLITS == 1:
         out = acc / tl.where(l > 0, l, 1.0)[:, None]
         o_ptrs = o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
