@@ -225,28 +225,31 @@ class ABReport:
         self.meta.setdefault("composite", {})[name] = chosen
         return chosen
 
-    def attention_ms(self, variant: str, point: str) -> float | None:
+    def attention_ms(self, variant: str, point: str, attributed: bool = False) -> float | None:
         """The decode attention's GPU time per decode step (ms) of a variant at a point, from
-        its profiled kernels (`DECODE_ATTENTION_KERNELS`), or None where none was profiled."""
+        its profiled kernels (`DECODE_ATTENTION_KERNELS`), or None where none was profiled: the
+        sum of their durations, or with `attributed` the step's busy time credited to them
+        (`driver.kernel_attribution`: a kernel launched early beside the one before it counts
+        from when that one ends; the durations where the profile has no attribution)."""
         got = self.kernels.get(variant, {}).get(point)
         if not got:
             return None
-        return sum(ms for k, ms in got.get("by_kernel", {}).items() if k in DECODE_ATTENTION_KERNELS)
+        by = got.get("attributed_by_kernel") if attributed else None
+        by = by if by is not None else got.get("by_kernel", {})
+        return sum(ms for k, ms in by.items() if k in DECODE_ATTENTION_KERNELS)
 
-    def kernel_ratios(self, reference: str = BASELINE) -> dict[str, dict[str, float]]:
+    def kernel_ratios(self, reference: str = BASELINE, key: str = "gpu_ms_per_step") -> dict[str, dict[str, float]]:
         """variant -> point -> the reference's GPU kernel time per decode step over the
-        variant's (a speedup), with "geomean" over the decode points both have."""
+        variant's (a speedup), with "geomean" over the decode points both have. `key`: the sum
+        of the kernels' durations (`gpu_ms_per_step`), or the time some kernel ran
+        (`busy_ms_per_step`: overlapping kernels counted once)."""
         ref = self.kernels.get(reference, {})
         decode_points = set(self.plan.get("decode_points", []))
         out: dict[str, dict[str, float]] = {}
         for variant, points in self.kernels.items():
             if variant == reference:
                 continue
-            got = {
-                p: ref[p]["gpu_ms_per_step"] / k["gpu_ms_per_step"]
-                for p, k in points.items()
-                if p in ref and k.get("gpu_ms_per_step") and ref[p].get("gpu_ms_per_step")
-            }
+            got = {p: ref[p][key] / k[key] for p, k in points.items() if p in ref and k.get(key) and ref[p].get(key)}
             on = [r for p, r in got.items() if p in decode_points]
             if on:
                 got["geomean"] = math.exp(sum(map(math.log, on)) / len(on))
@@ -393,8 +396,14 @@ class ABReport:
         if self.kernels:
             doc["kernel_time"] = self.kernels
             doc["kernel_time_ratio"] = {ref: self.kernel_ratios(ref) for ref in [BASELINE, *composites]}
+            doc["busy_time_ratio"] = {
+                ref: self.kernel_ratios(ref, "busy_ms_per_step") for ref in [BASELINE, *composites]
+            }
             doc["attention_ms_per_step"] = {
                 v: {p: self.attention_ms(v, p) for p in points} for v, points in self.kernels.items()
+            }
+            doc["attention_attributed_ms_per_step"] = {
+                v: {p: self.attention_ms(v, p, attributed=True) for p in points} for v, points in self.kernels.items()
             }
         return {
             **doc,

@@ -252,13 +252,20 @@ def test_long_context_points_a_best_flag_composite_and_kernel_times():
         report.kernels[name] = {
             p: {
                 "gpu_ms_per_step": 0.9 * t,
+                "busy_ms_per_step": 0.8 * t,
                 "by_kernel": {DECODE_ATTENTION_KERNELS[0]: attn[p], "moe": 0.9 * t - attn[p]},
             }
             for p, t in ((a, ta), (b, tb))
         }
+    # the package's split kernel launched early beside the kernel before it: its duration counts the
+    # overlap, the attribution does not (credited to the predecessor, which ran then anyway)
+    report.kernels["pkg"][a]["attributed_by_kernel"] = {"_split_kernel": 0.3, "_reduce_kernel": 0.05, "moe": 0.45}
+    report.kernels["pkg"][a]["by_kernel"] = {"_split_kernel": 0.4, "_reduce_kernel": 0.1, "moe": 0.4}
     chosen = report.composite("sglang_best_flag", [BASELINE, "kv64", "kv16"])
     assert chosen == {a: "kv64", b: BASELINE}
     assert report.attention_ms("pkg", a) == pytest.approx(0.5) and report.attention_ms("nobody", a) is None
+    assert report.attention_ms("pkg", a, attributed=True) == pytest.approx(0.35)
+    assert report.attention_ms("kv64", a, attributed=True) == report.attention_ms("kv64", a)  # no overlap profiled
     doc = report.to_json()
     best = doc["geomean"]["sglang_best_flag"]
     assert best["pkg"] == pytest.approx(((1.3 / 1.0) * (2.3 / 2.0)) ** 0.5)
@@ -268,6 +275,9 @@ def test_long_context_points_a_best_flag_composite_and_kernel_times():
     ratio = doc["kernel_time_ratio"]["sglang_best_flag"]["pkg"]
     assert ratio[a] == pytest.approx(1.3) and ratio["geomean"] == pytest.approx(((1.3) * (2.3 / 2.0)) ** 0.5)
     assert doc["attention_ms_per_step"]["pkg"][b] == pytest.approx(0.6)
+    assert doc["attention_attributed_ms_per_step"]["pkg"][a] == pytest.approx(0.35)
+    busy = doc["busy_time_ratio"][BASELINE]["pkg"]
+    assert busy[a] == pytest.approx(2.4) and busy["geomean"] == pytest.approx((2.4 * 2.3 / 2.0) ** 0.5)
     assert doc["meta"]["composite"]["sglang_best_flag"] == chosen
 
 
@@ -332,3 +342,27 @@ def test_a_pin_to_cpus_the_process_may_not_use_is_an_answer_not_a_crash():
     before = os.sched_getaffinity(0)
     got = _pin([max(before) + 4096])  # no such CPU
     assert "cannot pin" in got["error"] and os.sched_getaffinity(0) == before
+
+
+def test_overlapping_kernels_of_a_dependent_launch_are_credited_once_to_the_one_that_ran_first():
+    """A decode step as the profiler lists it with programmatic dependent launches: the split
+    kernel starts under the projection's tail and waits, the reduce kernel starts under the
+    split kernel's. The durations count the overlaps twice; the attribution credits each
+    instant once, to the older kernel, and sums to the step's busy time."""
+    from evokernel.integrations.sglang.driver import kernel_attribution, kernel_times, step_timeline
+
+    events = []
+    for step in range(3):
+        t = 1000.0 * step
+        events += [
+            {"name": "proj", "ts": t, "dur": 20.0},
+            {"name": "_split_kernel", "ts": t + 17.0, "dur": 30.0},  # 3 us under proj, waiting
+            {"name": "_reduce_kernel", "ts": t + 45.0, "dur": 4.0},  # 2 us under the split kernel
+            {"name": "moe", "ts": t + 50.0, "dur": 40.0},  # after a 1 us gap
+        ]
+    by, credited = kernel_times(events), kernel_attribution(events)
+    assert by["_split_kernel"] == 90.0 and by["_reduce_kernel"] == 12.0
+    assert credited == {"proj": 60.0, "_split_kernel": 81.0, "_reduce_kernel": 6.0, "moe": 120.0}
+    busy = step_timeline(events, 3)["busy_ms_per_step"]
+    assert sum(credited.values()) / 3 / 1e3 == pytest.approx(busy)
+    assert sum(by.values()) / 3 / 1e3 > busy  # the durations' sum counts 5 us a step twice

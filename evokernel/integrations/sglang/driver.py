@@ -29,7 +29,9 @@ EVOKERNEL_BENCH_CPUS ("0,1,2,3") pins the process and every thread it starts to 
 - {"cmd": "kernels", "batch_size": B, "input_len": I, "steps": S} -> after a prefill of the batch
   and one untimed step, S decode steps (CUDA graphs as served) under torch.profiler, CUDA
   activity only: GPU kernel time per step (`gpu_ms_per_step`, the sum of the kernels' durations)
-  and per kernel name (`by_kernel`, ms per step), and the prefill's kernels (`prefill_gpu_ms`,
+  and per kernel name (`by_kernel`, ms per step; `attributed_by_kernel`: the step's busy time
+  credited to one kernel at each instant, see `kernel_attribution`, which differs from the
+  durations only where kernels overlap, as a programmatic dependent launch makes them), and the prefill's kernels (`prefill_gpu_ms`,
   `prefill_by_kernel`, ms), and where a step's wall clock goes in this one process: the same
   steps timed without the profiler (`wall_ms_per_step`), kernels per step, the time some kernel
   ran (`busy_ms_per_step`), the device's own gaps between kernels (`device_gap_ms_per_step`)
@@ -53,6 +55,7 @@ Failures are replies ({"error": ...}), never a silent death: the parent reads th
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import sys
@@ -238,6 +241,9 @@ def _kernels(runner: Any, batch_size: int, input_len: int, steps: int, seed: int
         "steps": steps,
         "gpu_ms_per_step": sum(by.values()) / steps / 1e3,
         "by_kernel": {k: v / steps / 1e3 for k, v in sorted(by.items(), key=lambda kv: -kv[1])},
+        "attributed_by_kernel": {
+            k: v / steps / 1e3 for k, v in sorted(kernel_attribution(events).items(), key=lambda kv: -kv[1])
+        },
         # where a step's wall clock goes, in this one process: the kernels, the device's own gaps
         # between them (graph nodes, queued launches) and the rest (the GPU waiting for the host)
         "wall_ms_per_step": wall_ms,
@@ -270,6 +276,38 @@ def kernel_times(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     by: dict[str, float] = {}
     for e in events:
         by[e["name"]] = by.get(e["name"], 0.0) + float(e.get("dur", 0.0))
+    return by
+
+
+def kernel_attribution(events: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Microseconds per kernel name of the time some kernel ran (the union of their intervals),
+    each instant credited to the oldest kernel running then (the one that started first). Where
+    no two kernels run at once this is `kernel_times`. Where they overlap, the overlap counts
+    once: a kernel launched as the programmatic dependent of the one before it starts while
+    that one finishes and waits for its results (`gdc_wait`), so it is credited from the moment
+    its predecessor ends, and the time it spent waiting (or prefetching) under its predecessor
+    goes to the predecessor, which was running then anyway. The sum over names is the busy time.
+
+    >>> ev = [{"name": "p", "ts": 0, "dur": 10}, {"name": "d", "ts": 8, "dur": 6}, {"name": "r", "ts": 13, "dur": 3}]
+    >>> kernel_attribution(ev)
+    {'p': 10.0, 'd': 4.0, 'r': 2.0}
+    >>> kernel_attribution([{"name": "a", "ts": 0, "dur": 2}, {"name": "b", "ts": 5, "dur": 1}, {"name": "a", "ts": 7, "dur": 3}])
+    {'a': 5.0, 'b': 1.0}
+    """
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)), str(e["name"])) for e in events)
+    cuts = sorted({t for lo, hi, _ in spans for t in (lo, hi)})
+    by: dict[str, float] = {}
+    running: list[tuple[float, float, str]] = []  # a heap by start: the oldest kernel on top
+    i = 0
+    for a, b in zip(cuts, cuts[1:]):
+        while i < len(spans) and spans[i][0] <= a:
+            heapq.heappush(running, spans[i])
+            i += 1
+        while running and running[0][1] <= a:  # ended: the next oldest takes over
+            heapq.heappop(running)
+        if running:
+            name = running[0][2]
+            by[name] = by.get(name, 0.0) + (b - a)
     return by
 
 
