@@ -160,6 +160,28 @@ def fixed_cost(doc: dict[str, Any], variant: str = "separate", skip: tuple[str, 
     return float(intercept * 1e6), float(1.0 / slope)
 
 
+def fits(doc: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """`fixed_cost` per variant over the batch-1 rows and over the others (b4 ... b32), where
+    two or more of a group's rows timed it: variant -> "b1" / "b4+" -> {"fixed_us", "stream_bw_fraction"}
+    (bytes/s as a fraction of the copy bandwidth). What a variant (PDL, the reduction) changes
+    is the fixed cost a call; these say by how much, per group."""
+    groups = {"b1": lambda b: b == 1, "b4+": lambda b: b >= 4}
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    names = sorted({k for r in doc["rows"] for k in r.get("ms", {})})
+    for name in names:
+        for group, takes in groups.items():
+            skip = tuple(r["point"] for r in doc["rows"] if not takes(int(r["point"].split(":")[0])))
+            rows = [r for r in doc["rows"] if name in r.get("ms", {}) and r["point"] not in skip]
+            if len({r["bytes"] for r in rows}) < 2:
+                continue
+            fixed, bw = fixed_cost(doc, name, skip)
+            out.setdefault(name, {})[group] = {
+                "fixed_us": round(fixed, 2),
+                "stream_bw_fraction": round(bw / COPY_BW, 3),
+            }
+    return out
+
+
 def _entries(package: str) -> dict[str, dict[str, int]]:
     """The package's decode entries for the model's heads, by batch size."""
     return json.loads((Path(package) / "kernels" / "decode_attention.json").read_text())[HEADS]
@@ -291,6 +313,7 @@ def main() -> int:
         )
     if args.refine:
         doc["refined"] = write_refined(args.package, Path(args.refine), doc)
+    doc["fits"] = fits(doc)
     (out / "decode_reduce.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "decode_reduce.md").write_text(render(doc))
     print(render(doc))
@@ -312,6 +335,17 @@ def render(doc: dict[str, Any]) -> str:
             )
         for name, why in row.get("errors", {}).items():
             lines.append(f"| b{row['point'].replace(':', ' x ')} | {name} | failed: {why} | | | |")
+    if doc.get("fits"):
+        lines += [
+            "",
+            "time a call = fixed + KV bytes / streaming bandwidth, least squares per variant (`fits`):",
+            "",
+            "| variant | rows | fixed us a call | streaming BW / copy BW |",
+            "|---|---|---|---|",
+        ]
+        for name, groups in doc["fits"].items():
+            for group, fit in groups.items():
+                lines.append(f"| {name} | {group} | {fit['fixed_us']:.2f} | {fit['stream_bw_fraction']:.3f} |")
     if doc.get("skipped"):
         lines += ["", "skipped: " + "; ".join(doc["skipped"])]
     return "\n".join(lines) + "\n"

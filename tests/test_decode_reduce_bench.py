@@ -114,3 +114,18 @@ def test_the_decode_time_is_a_fixed_cost_plus_streaming_at_the_copy_bandwidth() 
     assert b1["point"] == "1:32768" and 2.0 < b1["ms"]["separate"] * 1e3 - (fixed + b1["bytes"] / bw * 1e6) < 3.2
     with pytest.raises(ValueError, match="two points"):
         bench.fixed_cost(doc, variant="separate_w8")
+    got = bench.fits(doc)  # per variant and group; S25a timed b1 at one context, so no b1 line yet
+    assert got["separate"]["b4+"]["fixed_us"] == pytest.approx(fixed, abs=0.01) and "b1" not in got["separate"]
+    assert set(got) == {"separate", "separate_pdl", "fused", "sglang_default"}  # the variants timed at b4 ... b32
+    assert "| separate | b4+ | 7." in bench.render(dict(doc, fits=got))
+    # a batch-1 context scan: 10 us + bytes at 4 TB/s, b4 rows left to their own line
+    scan = {
+        "rows": [
+            {"point": f"1:{c}", "bytes": c * 2048.0, "ms": {"separate": 1e-2 + c * 2048 / 4e9}}
+            for c in (32768, 65536, 131072)
+        ]
+    }
+    b1 = bench.fits(scan)["separate"]["b1"]
+    assert b1["fixed_us"] == pytest.approx(10.0, abs=0.01) and b1["stream_bw_fraction"] == pytest.approx(
+        4e12 / bench.COPY_BW, abs=1e-3
+    )
