@@ -57,6 +57,10 @@ CASES = [
     ({"NUM_SPLITS": 8, "BLOCK_N": 16}, [100], (2, 1, 64), 1, "float16", 1),
     # the pages of the next step fetched a step ahead: blocks spanning pages, a split's last block partial
     ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PREFETCH": 1, "num_stages": 3}, [70, 129, 5], (4, 2, 64), 16, "float16", 1),
+    # two steps ahead (the L2 hints themselves are inline PTX, left out here): splits of 1, 2 and 3+ blocks,
+    # a split shorter than a block, pages spanning blocks, with each reduction
+    ({"NUM_SPLITS": 4, "BLOCK_N": 16, "PREFETCH": 2}, [70, 129, 5, 33], (4, 2, 64), 16, "float16", 1),
+    ({"NUM_SPLITS": 2, "BLOCK_N": 16, "PREFETCH": 2, "REDUCE": 1}, [100, 1, 17], (8, 2, 64), 1, "float16", 2),
     # three times a power of two splits (session 25): the reductions' loads masked past the last split,
     # split ranges rounded to whole blocks so the last splits are empty
     ({"NUM_SPLITS": 12, "BLOCK_N": 16}, [300, 7, 41], (8, 2, 64), 1, "float16", 1),
@@ -238,6 +242,8 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 3},  # both kernels dependents
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 2, "REDUCE": 1},  # stage 1 alone, its last program combining
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 7},  # and the first step's reads before the wait
+        {"NUM_SPLITS": 64, "BLOCK_N": 128, "PREFETCH": 2},  # the next tile asked of L2 each step
+        {"NUM_SPLITS": 16, "BLOCK_N": 64, "PREFETCH": 2, "PDL": 7, "num_stages": 3},
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -268,6 +274,9 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         "SLOTS": False,
         "CHUNK": triton_decode.combine_chunk(p["NUM_SPLITS"], p["num_warps"]),
         "PREFETCH": p["PREFETCH"],
+        "L2_HINTS": 1,
+        "L2_LINES": 2,
+        "L2_LINE": 64,
     }
     # the last program's grouped combine (a [heads, splits, 128] tile a load) where it fits
     heads = triton_decode.group_heads(p["NUM_SPLITS"], 4, p["num_warps"]) if p["REDUCE"] else 0
@@ -286,10 +295,16 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     # bit 2: stage 1 waits for the kernel before it
     assert ("griddepcontrol.launch_dependents" in stage1.asm["ptx"]) == bool(early)
     assert ("griddepcontrol.wait" in stage1.asm["ptx"]) == bool(wait)
+    ptx = stage1.asm["ptx"]
     if wait:  # bit 4: the lengths and indices loaded and the first tile prefetched before the wait; else nothing
-        before, after = stage1.asm["ptx"].split("griddepcontrol.wait", 1)
+        before, after = ptx.split("griddepcontrol.wait", 1)
         assert ("ld.global" in before) == ("prefetch.global.L2" in before) == bool(ahead), before[-2000:]
-        assert "prefetch.global.L2" not in after
+        assert ("prefetch.global.L2" in after) == (p["PREFETCH"] == 2)
+    # PREFETCH=2: the next tile's rows asked of L2 inside the loop, two lines (of 128 bytes) a row
+    # of K and of V: 2 x 2 x BLOCK_N a step over the program's threads; without it no hint but bit 4's
+    assert ("prefetch.global.L2" in ptx) == (p["PREFETCH"] == 2 or bool(wait and ahead))
+    if p["PREFETCH"] == 2:
+        assert ptx.count("prefetch.global.L2") >= 4 * p["BLOCK_N"] // (32 * p["num_warps"])
     parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
     splits = max(p["NUM_SPLITS"], 1)
     for block_d in (128, 32):  # a program per head, and a quarter of a head (batch 1)

@@ -234,7 +234,8 @@ def decode_space(
     found 1.9 programs an SM and the DRAM 63% / 76% busy); 1.5x auto's splits fill the third,
     and on the H200 that was no faster (session 25: 96 splits 2.5% slower at b1 x 32768, 24 and
     12 level at 4 x 16384 and 8 x 8192), so no seed starts there.
-    `prefetch`: the PREFETCH gene (session 23; the recorded landscapes' space has none); `pdl`:
+    `prefetch`: the PREFETCH gene (session 23; its value 2, the next tile asked of L2 a step
+    ahead: session 26; the recorded landscapes' space has none); `pdl`:
     the PDL gene (session 24: the reduce kernel as a programmatic dependent launch; session 25:
     its second and third bits, the split kernel as the dependent of the kernel before it and its
     reads before the wait)."""
@@ -279,7 +280,8 @@ def decode_space(
             PowerOfTwo("num_warps", 1, 8),
             IntRange("num_stages", 1, 4),
             _flag("REDUCE"),
-            *([_flag("PREFETCH")] if prefetch else []),
+            # 1: the indices a step ahead; 2: two steps ahead, the next tile's rows asked of L2 (template_decode)
+            *([Choice("PREFETCH", [0, 1, 2])] if prefetch else []),
             # bit 1: the reduce kernel launched early; bit 2: stage 1 launched early; bit 4: stage 1
             # reads its indices and prefetches its first tile before its wait, so only with bit 2
             # (template_decode)
@@ -313,7 +315,7 @@ def decode_class(genome: Genome) -> str:
     return (
         f"splits{splits}/n{genome['BLOCK_N']}"
         + ("/lastblock" if genome["REDUCE"] else "")
-        + ("/prefetch" if genome.params.get("PREFETCH") else "")
+        + {0: "", 1: "/prefetch", 2: "/l2ahead"}.get(genome.params.get("PREFETCH", 0), "/prefetch")
         + ("/pdl" if pdl & 1 else "")
         + ("/pdlwait" if pdl & 2 else "")
         + ("/early" if pdl & 4 else "")

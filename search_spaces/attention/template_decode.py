@@ -25,7 +25,13 @@ The genome (`PARAMS`, and `OPTIONAL`):
   K/V loads are gathers through those indices; loaded in the same step, Triton's pipeliner
   gives the gathers one buffer whatever num_stages says (sm_90: the same shared memory at 2, 3
   and 4 stages), so a program keeps one K/V tile in flight; fetched a step ahead, num_stages
-  3 and 4 keep two and three (session 23; on the H200 no search kept it: session 24);
+  3 and 4 keep two and three (session 23; on the H200 no search kept it: session 24). 2
+  (session 26) loads them two steps ahead and asks L2 (`prefetch.global.L2`) for the next
+  tile's K/V rows at the start of each step, from indices already in registers: the next tile
+  streams from DRAM while this one is read and computed, with no second shared-memory buffer
+  (sm_90 compiles of the b1-b8 winners hold one K/V tile, so a program reads one tile at a
+  time and waits on each: Nsight Compute found the split kernel's warps stalled on L1TEX
+  loads, the DRAM 63-76% busy, session 25). Untimed;
 - PDL (optional, 0 where absent), three bits of programmatic dependent launches (sm_90+;
   nothing on the CPU interpreter or before sm_90). Bit 1 (session 24): the separate reduce
   kernel is stage 1's dependent (stage 1 lets it launch once its last programs have started,
@@ -221,6 +227,34 @@ def _prefetch_l2(ptrs):
 
 
 @triton.jit
+def _prefetch_tile(
+    k_ptr,
+    v_ptr,
+    page,
+    offs,
+    mask,
+    kv_head,
+    stride_kp,
+    stride_ks,
+    stride_kh,
+    stride_vp,
+    stride_vs,
+    stride_vh,
+    PAGE: tl.constexpr,
+    LINES: tl.constexpr,
+    LINE: tl.constexpr,
+):
+    """Ask L2 for a tile's K and V rows (tokens `offs` of the KV head, at slots `page`; rows
+    off `mask` ask for the cache's first line, harmlessly): LINES lines of LINE elements a row
+    (128 bytes each: a 128-wide bf16 head is two)."""
+    lines = tl.arange(0, LINES) * LINE
+    row_k = tl.where(mask, page * stride_kp + (offs % PAGE) * stride_ks + kv_head * stride_kh, 0)
+    row_v = tl.where(mask, page * stride_vp + (offs % PAGE) * stride_vs + kv_head * stride_vh, 0)
+    _prefetch_l2(k_ptr + row_k[:, None] + lines[None, :])
+    _prefetch_l2(v_ptr + row_v[:, None] + lines[None, :])
+
+
+@triton.jit
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -261,6 +295,9 @@ def _split_kernel(
     PDL: tl.constexpr = 0,
     WAIT: tl.constexpr = 0,
     EARLY: tl.constexpr = 0,
+    L2_HINTS: tl.constexpr = 0,
+    L2_LINES: tl.constexpr = 2,
+    L2_LINE: tl.constexpr = 64,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
@@ -269,7 +306,12 @@ def _split_kernel(
     kernel before it, so wait for that kernel's results before reading anything; with EARLY, read
     the lengths and the first tile's indices first and ask L2 for that tile's keys and values
     (`_prefetch_l2`: a hint, no registers; L2 is where the other kernel's writes land, so nothing
-    stale is fetched), then wait, then read q and run the loop (its first loads meet L2)."""
+    stale is fetched), then wait, then read q and run the loop (its first loads meet L2).
+    PREFETCH=1: each step's slot indices loaded a step ahead; 2: two steps ahead, and each step
+    asks L2 for the next tile's rows (indices already in registers: no wait) before it loads its
+    own, so the next tile streams from DRAM while this one is read and computed, without a
+    second shared-memory buffer. L2_HINTS=0 leaves the prefetch instructions out (inline PTX:
+    Triton's interpreter has none; what is computed is the same)."""
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2)
@@ -294,11 +336,8 @@ def _split_kernel(
         offs_e = lo + tl.arange(0, BLOCK_N)
         emask = offs_e < hi
         page_e = tl.load(bt_ptr + first + offs_e // PAGE, mask=emask, other=0).to(tl.int64)
-        halves = tl.arange(0, 2) * (HEAD_DIM // 2)  # a row's two halves: its 128-byte lines at D=128 in bf16
-        row_k = tl.where(emask, page_e * stride_kp + (offs_e % PAGE) * stride_ks + kv_head * stride_kh, 0)
-        row_v = tl.where(emask, page_e * stride_vp + (offs_e % PAGE) * stride_vs + kv_head * stride_vh, 0)
-        _prefetch_l2(k_ptr + row_k[:, None] + halves[None, :])
-        _prefetch_l2(v_ptr + row_v[:, None] + halves[None, :])
+        _prefetch_tile(k_ptr, v_ptr, page_e, offs_e, emask, kv_head, stride_kp, stride_ks, stride_kh, stride_vp,
+                       stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
         if WAIT:
             tl.extra.cuda.gdc_wait()
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
@@ -308,6 +347,11 @@ def _split_kernel(
     if PREFETCH:  # the first tile's pages here; each step then loads the next tile's
         offs_f = lo + tl.arange(0, BLOCK_N)
         page_next = tl.load(bt_ptr + first + offs_f // PAGE, mask=offs_f < hi, other=0).to(tl.int64)
+        if PREFETCH == 2 and L2_HINTS:  # the second tile asked of L2 now (each step asks for the one after next)
+            offs_a = offs_f + BLOCK_N
+            page_a = tl.load(bt_ptr + first + offs_a // PAGE, mask=offs_a < hi, other=0).to(tl.int64)
+            _prefetch_tile(k_ptr, v_ptr, page_a, offs_a, offs_a < hi, kv_head, stride_kp, stride_ks, stride_kh,
+                           stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
     for n0 in tl.range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         nmask = offs_n < hi
@@ -336,6 +380,11 @@ def _split_kernel(
         l = l * alpha + tl.sum(p, 1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
         m = m_new
+        if PREFETCH == 2 and L2_HINTS:  # the tile after next asked of L2: it streams during the next step
+            offs_a = offs_n + 2 * BLOCK_N
+            page_a = tl.load(bt_ptr + first + offs_a // PAGE, mask=offs_a < hi, other=0).to(tl.int64)
+            _prefetch_tile(k_ptr, v_ptr, page_a, offs_a, offs_a < hi, kv_head, stride_kp, stride_ks, stride_kh,
+                           stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
     if SPLITS == 1:
         out = acc / tl.where(l > 0, l, 1.0)[:, None]
         o_ptrs = o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
@@ -608,7 +657,10 @@ def _decode(
             SLOTS=slots,
             INPUT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
             CHUNK=combine_chunk(splits, num_warps),
-            PREFETCH=int(bool(PREFETCH)),
+            PREFETCH=int(PREFETCH),
+            L2_HINTS=int(os.environ.get("TRITON_INTERPRET") != "1"),  # (inline PTX: not on the interpreter)
+            L2_LINES=max(1, D * k_cache.element_size() // 128),
+            L2_LINE=max(1, 128 // k_cache.element_size()),
             GROUP_HEADS=heads_a_load,
             SPLITS_P2=triton.next_power_of_2(splits) if heads_a_load else 1,
             PDL=int(with_pdl and early_reduce),
