@@ -63,9 +63,10 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
         "separate_pdl3": dict(base, REDUCE=0, PDL=3),
         # (and bit 4: its lengths, indices and first tile's L2 prefetch before its wait)
         "separate_pdl7": dict(base, REDUCE=0, PDL=7),
-        # (PREFETCH=2: each step asks L2 for the tile after next, one K/V buffer as before)
-        "separate_l2": dict(base, REDUCE=0, PDL=0, PREFETCH=2),
-        "separate_l2_pdl7": dict(base, REDUCE=0, PDL=7, PREFETCH=2),
+        # (PREFETCH=2: each step asks L2 for the tile after next; at 2 stages one K/V buffer as the
+        # winners hold without it (a third stage would add a second: 139 KB at BLOCK_N 128, one program an SM)
+        "separate_l2": dict(base, REDUCE=0, PDL=0, PREFETCH=2, num_stages=min(2, base["num_stages"])),
+        "separate_l2_pdl7": dict(base, REDUCE=0, PDL=7, PREFETCH=2, num_stages=min(2, base["num_stages"])),
         "fused": dict(base, REDUCE=1, PDL=0),
         "fused_wait": dict(base, REDUCE=1, PDL=2),
         "fused_early": dict(base, REDUCE=1, PDL=6),
