@@ -163,11 +163,11 @@ def test_a_regression_is_a_caveat_with_its_figures_and_an_llm_summary_is_stored_
 
 def test_the_lessons_command_prints_and_refuses_to_summarize_without_a_key(tmp_path: Path, capsys, monkeypatch):
     from evokernel.cli import main
-    from evokernel.store.knowledge import _lesson
+    from evokernel.store.knowledge import new_lesson
 
     db = tmp_path / "k.db"
     SQLiteStore(db).save_lessons(
-        [_lesson("caveat", "op", "cpu", {}, "BK=256 with 5 stages exceeds shared memory", {}, "r")]
+        [new_lesson("caveat", "op", "cpu", {}, "BK=256 with 5 stages exceeds shared memory", {}, "r")]
     )
     assert main(["lessons", str(db)]) == 0
     assert "[caveat] op cpu: BK=256 with 5 stages" in capsys.readouterr().out

@@ -22,9 +22,7 @@ of it against the unchanged model's genome, the figures of the ablation and the 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import msgspec
 
 from evokernel.core.genome import Genome, Value
-from evokernel.store.knowledge import Lesson
+from evokernel.store.knowledge import Lesson, new_lesson
 from evokernel.core.space import SearchSpace
 
 __all__ = ["AblationRow", "AblationReport", "ablate", "record", "genome_diff", "alone", "without"]
@@ -207,23 +205,6 @@ def genome_diff(space: SearchSpace, params: Mapping[str, Value]) -> str:
     return "".join(difflib.unified_diff(a, b, "baseline/genome.json", "winner/genome.json"))
 
 
-def _lesson(
-    kind: str, op: str, gpu: str, toolchain: dict[str, Any], text: str, evidence: dict[str, Any], run_id: str
-) -> Lesson:
-    digest = hashlib.sha256(json.dumps([kind, op, gpu, text], sort_keys=True).encode()).hexdigest()[:16]
-    return Lesson(
-        id=digest,
-        kind=kind,
-        op=op,
-        gpu=gpu,
-        toolchain=toolchain,
-        text=text,
-        evidence=evidence,
-        run_id=run_id,
-        created=time.time(),
-    )
-
-
 def record(
     store: Any,
     report: AblationReport,
@@ -246,7 +227,7 @@ def record(
         )
         contrib = f"; the winner without it: {r.contribution:.3f}x slower" if r.contribution is not None else ""
         lessons.append(
-            _lesson(
+            new_lesson(
                 "caveat",
                 report.model,
                 gpu,

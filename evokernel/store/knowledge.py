@@ -43,7 +43,7 @@ from evokernel.judge.candidate import bind_config
 from evokernel.core.genome import Genome
 from evokernel.core.result import Status
 
-__all__ = ["Lesson", "KnowledgeRecorder", "lessons_for", "kernels", "failure_class", "summarize"]
+__all__ = ["Lesson", "new_lesson", "KnowledgeRecorder", "lessons_for", "kernels", "failure_class", "summarize"]
 
 
 class Lesson(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,9 +76,11 @@ def failure_class(status: str, error: str) -> str:
     }.get(status, status)
 
 
-def _lesson(
+def new_lesson(
     kind: str, op: str, gpu: str, toolchain: dict[str, Any], text: str, evidence: dict[str, Any], run_id: str
 ) -> Lesson:
+    """A lesson stamped now, its id the digest of what it says (kind, op, GPU, text): the same
+    lesson learned again by another run replaces the first rather than standing twice."""
     digest = hashlib.sha256(json.dumps([kind, op, gpu, text], sort_keys=True).encode()).hexdigest()[:16]
     return Lesson(
         id=digest,
@@ -172,7 +174,7 @@ class KnowledgeRecorder:
             shown = "; ".join(("a rewritten source" if g.source else g.short()) for g in examples)
             first = inds[0].result.error.strip().splitlines()[0][:160] if inds[0].result.error.strip() else ""
             lessons.append(
-                _lesson(
+                new_lesson(
                     "caveat",
                     op,
                     gpu,
@@ -203,7 +205,7 @@ class KnowledgeRecorder:
             shapes = ", ".join(ind.result.per_shape) or "its shapes"
             if gain < 0:  # a regression: slower than its parent by more than the noise
                 lessons.append(
-                    _lesson(
+                    new_lesson(
                         "caveat",
                         op,
                         gpu,
@@ -223,7 +225,7 @@ class KnowledgeRecorder:
                 )
                 continue
             lessons.append(
-                _lesson(
+                new_lesson(
                     "pattern",
                     op,
                     gpu,
@@ -381,7 +383,7 @@ def summarize(
     if not text:
         log.warning("lesson summary dropped: %s", reply.error or "empty summary")
         return None
-    lesson = _lesson(
+    lesson = new_lesson(
         "summary",
         op,
         gpu,

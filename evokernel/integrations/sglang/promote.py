@@ -276,7 +276,7 @@ def record(
     store: Any, decisions: Sequence[Decision], *, gpu: str, toolchain: Mapping[str, Any], run_id: str = ""
 ) -> list[Any]:
     """Each dead end as a caveat lesson (op `LESSON_OP`) with its figures; returns them."""
-    from evokernel.store.knowledge import _lesson
+    from evokernel.store.knowledge import new_lesson
 
     lessons = []
     for d in decisions:
@@ -288,7 +288,7 @@ def record(
             for p, v in d.points.items()
         )
         lessons.append(
-            _lesson(
+            new_lesson(
                 "caveat",
                 LESSON_OP,
                 gpu,
