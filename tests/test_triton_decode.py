@@ -322,6 +322,7 @@ SLOT_CASES = [
     ({"NUM_SPLITS": 1, "BLOCK_N": 16}, [19, 50], (4, 4, 64), "int64"),
     ({"NUM_SPLITS": 0, "BLOCK_N": 16}, [300, 2], (8, 2, 64), "int32"),
     ({"NUM_SPLITS": 8, "BLOCK_N": 16, "PREFETCH": 1, "REDUCE": 1}, [100, 33, 1], (8, 2, 64), "int64"),
+    ({"NUM_SPLITS": 2, "BLOCK_N": 16, "PREFETCH": 2}, [100, 33, 1], (8, 2, 64), "int32"),
 ]
 
 _SLOTS_SCRIPT = r"""
