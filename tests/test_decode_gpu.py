@@ -3,7 +3,7 @@ dependent launches (PDL bits 1, 2, 4) and the L2 hints (PREFETCH=2; bit 4's firs
 when kernels start and what L2 holds, never what is computed. So each variant's output is
 bitwise the plain configuration's, eagerly and replayed from a CUDA graph that holds several
 calls back to back (where the programmatic edges live), and the plain one is within bf16's
-error of an fp32 reference. Skipped without a GPU; run on the GPU machine with
+error of an fp32 reference (1% of each sequence's output, as a norm). Skipped without a GPU; run on the GPU machine with
 
     python3 -m pytest -q -p no:cacheprovider -o addopts="" -rA tests/test_decode_gpu.py
 
@@ -69,8 +69,11 @@ def _call(inputs: tuple[torch.Tensor, ...], params: dict[str, int], out: torch.T
 def test_a_launch_variant_computes_what_the_plain_configuration_does(name: str, over: dict, same_as: dict) -> None:
     sets = [_inputs(s) for s in range(3)]
     plain = [_call(x, dict(BASE, **same_as), torch.empty_like(x[0])).clone() for x in sets]
-    for x, want in zip(sets, plain):
-        torch.testing.assert_close(want.float(), _reference(*x), atol=2e-2, rtol=2e-2)
+    for x, want in zip(sets, plain):  # per sequence, relative to its output's size (a long one's is small)
+        ref = _reference(*x)
+        for b in range(len(LENS)):
+            rel = ((want[b].float() - ref[b]).norm() / ref[b].norm()).item()
+            assert rel < 1e-2, (name, b, rel)
     outs = [torch.empty_like(x[0]) for x in sets]
     params = dict(BASE, **over)
     for x, o, want in zip(sets, outs, plain):  # eagerly, each call after another
