@@ -3,7 +3,8 @@ dependent launches (PDL bits 1, 2, 4) and the L2 hints (PREFETCH=2; bit 4's firs
 when kernels start and what L2 holds, never what is computed. So each variant's output is
 bitwise the plain configuration's, eagerly and replayed from a CUDA graph that holds several
 calls back to back (where the programmatic edges live), and the plain one is within bf16's
-error of an fp32 reference (1% of each sequence's output, as a norm). Skipped without a GPU; run on the GPU machine with
+error of an fp32 reference (1% of each sequence's output, as a norm). Skipped without a GPU;
+run on the GPU machine with
 
     python3 -m pytest -q -p no:cacheprovider -o addopts="" -rA tests/test_decode_gpu.py
 
