@@ -230,9 +230,10 @@ def _prefetch_l2(ptrs):
 def _prefetch_tile(
     k_ptr,
     v_ptr,
-    page,
+    bt_ptr,
+    first,
     offs,
-    mask,
+    hi,
     kv_head,
     stride_kp,
     stride_ks,
@@ -244,9 +245,11 @@ def _prefetch_tile(
     LINES: tl.constexpr,
     LINE: tl.constexpr,
 ):
-    """Ask L2 for a tile's K and V rows (tokens `offs` of the KV head, at slots `page`; rows
-    off `mask` ask for the cache's first line, harmlessly): LINES lines of LINE elements a row
-    (128 bytes each: a 128-wide bf16 head is two)."""
+    """Ask L2 for a tile's K and V rows: tokens `offs` (those from `hi` on ask for the cache's
+    first line, harmlessly) of the KV head, their slots read from the indices at bt_ptr + first;
+    LINES lines of LINE elements a row (128 bytes each: a 128-wide bf16 head is two)."""
+    mask = offs < hi
+    page = tl.load(bt_ptr + first + offs // PAGE, mask=mask, other=0).to(tl.int64)
     lines = tl.arange(0, LINES) * LINE
     row_k = tl.where(mask, page * stride_kp + (offs % PAGE) * stride_ks + kv_head * stride_kh, 0)
     row_v = tl.where(mask, page * stride_vp + (offs % PAGE) * stride_vs + kv_head * stride_vh, 0)
@@ -333,11 +336,8 @@ def _split_kernel(
     lo = split * per_split
     hi = tl.minimum(length, lo + per_split)
     if EARLY:  # the first tile's K/V rows asked of L2 while the kernel before us finishes
-        offs_e = lo + tl.arange(0, BLOCK_N)
-        emask = offs_e < hi
-        page_e = tl.load(bt_ptr + first + offs_e // PAGE, mask=emask, other=0).to(tl.int64)
-        _prefetch_tile(k_ptr, v_ptr, page_e, offs_e, emask, kv_head, stride_kp, stride_ks, stride_kh, stride_vp,
-                       stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
+        _prefetch_tile(k_ptr, v_ptr, bt_ptr, first, lo + tl.arange(0, BLOCK_N), hi, kv_head, stride_kp, stride_ks,
+                       stride_kh, stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
         if WAIT:
             tl.extra.cuda.gdc_wait()
     q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + offs_d[None, :], mask=hmask[:, None], other=0.0)
@@ -348,10 +348,8 @@ def _split_kernel(
         offs_f = lo + tl.arange(0, BLOCK_N)
         page_next = tl.load(bt_ptr + first + offs_f // PAGE, mask=offs_f < hi, other=0).to(tl.int64)
         if PREFETCH == 2 and L2_HINTS:  # the second tile asked of L2 now (each step asks for the one after next)
-            offs_a = offs_f + BLOCK_N
-            page_a = tl.load(bt_ptr + first + offs_a // PAGE, mask=offs_a < hi, other=0).to(tl.int64)
-            _prefetch_tile(k_ptr, v_ptr, page_a, offs_a, offs_a < hi, kv_head, stride_kp, stride_ks, stride_kh,
-                           stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
+            _prefetch_tile(k_ptr, v_ptr, bt_ptr, first, offs_f + BLOCK_N, hi, kv_head, stride_kp, stride_ks,
+                           stride_kh, stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
     for n0 in tl.range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         nmask = offs_n < hi
@@ -381,10 +379,8 @@ def _split_kernel(
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
         m = m_new
         if PREFETCH == 2 and L2_HINTS:  # the tile after next asked of L2: it streams during the next step
-            offs_a = offs_n + 2 * BLOCK_N
-            page_a = tl.load(bt_ptr + first + offs_a // PAGE, mask=offs_a < hi, other=0).to(tl.int64)
-            _prefetch_tile(k_ptr, v_ptr, page_a, offs_a, offs_a < hi, kv_head, stride_kp, stride_ks, stride_kh,
-                           stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
+            _prefetch_tile(k_ptr, v_ptr, bt_ptr, first, offs_n + 2 * BLOCK_N, hi, kv_head, stride_kp, stride_ks,
+                           stride_kh, stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
     if SPLITS == 1:
         out = acc / tl.where(l > 0, l, 1.0)[:, None]
         o_ptrs = o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
