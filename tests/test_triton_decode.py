@@ -379,10 +379,11 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
     }  # fmt: skip
     tile = 2 * 64 * 128 * 2  # a K and a V tile of 64 keys x 128 bf16
 
-    def shared(stages: int, prefetch: int) -> int:
+    def shared(stages: int, prefetch: int, hints: int = 0) -> int:
         consts = {"GROUP": 8, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": 64, "PAGE": 1, "BLOCK_N": 64, "REDUCE": 0,
                   "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch,
-                  "GROUP_HEADS": 0, "SPLITS_P2": 1, "PDL": 0, "WAIT": 0, "EARLY": 0}  # fmt: skip
+                  "GROUP_HEADS": 0, "SPLITS_P2": 1, "PDL": 0, "WAIT": 0, "EARLY": 0, "L2_HINTS": hints,
+                  "L2_LINES": 2, "L2_LINE": 64}  # fmt: skip
         return compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=4, num_stages=stages).metadata.shared
 
     plain = [shared(st, 0) for st in (2, 3, 4)]
@@ -392,6 +393,8 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
     # pipeline the same-step gather deeper, so only what PREFETCH guarantees is asserted)
     assert all(a >= p for a, p in zip(ahead, plain))
     assert ahead[1] - ahead[0] >= tile and ahead[2] - ahead[1] >= tile
+    # PREFETCH=2 with its L2 hints: the pipeline PREFETCH=1 gets (the hints read indices the loop does not carry)
+    assert [shared(st, 2, 1) for st in (2, 3, 4)] == ahead
 
 
 _PDL_FALLBACK_SCRIPT = r"""
