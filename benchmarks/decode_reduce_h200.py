@@ -67,6 +67,8 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
         # winners hold without it (a third stage would add a second: 139 KB at BLOCK_N 128, one program an SM)
         "separate_l2": dict(base, REDUCE=0, PDL=0, PREFETCH=2, num_stages=min(2, base["num_stages"])),
         "separate_l2_pdl7": dict(base, REDUCE=0, PDL=7, PREFETCH=2, num_stages=min(2, base["num_stages"])),
+        # (and where the entry runs more stages, the same at 2 without the hints: what the stages alone change)
+        **({"separate_s2": dict(base, REDUCE=0, PDL=0, num_stages=2)} if base["num_stages"] > 2 else {}),
         "fused": dict(base, REDUCE=1, PDL=0),
         "fused_wait": dict(base, REDUCE=1, PDL=2),
         "fused_early": dict(base, REDUCE=1, PDL=6),

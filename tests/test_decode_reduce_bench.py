@@ -43,6 +43,7 @@ def test_each_entry_is_timed_with_both_reductions_and_where_its_tile_cannot_grou
     assert b4["separate_l2"] == dict(b4["separate"], PREFETCH=2) and b4["separate_l2_pdl7"]["PDL"] == 7
     b1 = bench.variants(entries["1"], 64)  # 3 stages: the L2 variants at 2 (one K/V buffer, three programs an SM)
     assert entries["1"]["num_stages"] == 3 and b1["separate_l2"] == dict(b1["separate"], PREFETCH=2, num_stages=2)
+    assert b1["separate_s2"] == dict(b1["separate"], num_stages=2) and "separate_s2" not in b4  # (b4 runs 2)
     space = decode_space(head_dim=128, group=8)
     assert all(space.is_valid(p) for p in b4.values())  # every variant a point of the search space
     assert "separate_w8" in bench.variants(entries["1"], 64)  # 64 splits fit a head a load only with 8 warps
