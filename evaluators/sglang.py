@@ -466,15 +466,23 @@ class _Engine:
         os.close(cmd_r)
         os.close(reply_w)
         self._buf = b""
+        #: why the engine can answer nothing more: a command it did not answer in time would have
+        #: its late reply read as the next command's, and it would still be running on the GPU
+        #: beside the other engines' timed runs, so it is stopped and every later ask says why
+        self.broken: str | None = None
 
     def read(self, timeout_s: float) -> dict[str, Any]:
         import select
 
+        if self.broken:
+            return {"error": self.broken}
         deadline = time.monotonic() + timeout_s
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
-                return {"error": f"no answer after {timeout_s:.0f} s"}
+                self.broken = f"no answer after {timeout_s:.0f} s (the engine was stopped; see {self.log.name})"
+                self._stop()
+                return {"error": self.broken}
             ready, _, _ = select.select([self.reply_r], [], [], left)
             if ready:
                 chunk = os.read(self.reply_r, 1 << 16)
@@ -485,24 +493,35 @@ class _Engine:
         return json.loads(line)
 
     def ask(self, msg: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if self.broken:
+            return {"error": self.broken}
         try:
             os.write(self.cmd_w, (json.dumps(msg) + "\n").encode())
         except OSError as exc:
             return {"error": f"the engine process is gone ({exc})"}
         return self.read(timeout_s)
 
+    def _stop(self) -> None:
+        """Kill the engine's process group now (it stops using the GPU)."""
+        import signal
+
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
     def close(self) -> None:
-        try:
-            os.write(self.cmd_w, b'{"cmd": "quit"}\n')
-        except OSError:
-            pass
+        if not self.broken:
+            try:
+                os.write(self.cmd_w, b'{"cmd": "quit"}\n')
+            except OSError:
+                pass
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            import signal
-
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            self._stop()
         for fd in (self.cmd_w, self.reply_r):
             try:
                 os.close(fd)

@@ -366,3 +366,44 @@ def test_overlapping_kernels_of_a_dependent_launch_are_credited_once_to_the_one_
     busy = step_timeline(events, 3)["busy_ms_per_step"]
     assert sum(credited.values()) / 3 / 1e3 == pytest.approx(busy)
     assert sum(by.values()) / 3 / 1e3 > busy  # the durations' sum counts 5 us a step twice
+
+
+def test_an_engine_that_misses_a_deadline_is_stopped_and_its_late_reply_never_answers_another_command(
+    tmp_path: Path,
+) -> None:
+    """A driver that answers its first command after the evaluator gave up on it: the late reply
+    would be read as the next command's answer (a sample filed under the wrong point) and the
+    command would go on running beside the other engines' timed runs. So the engine is killed at
+    the deadline and every later ask is an error saying why."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from evokernel.evaluators.sglang import _Engine
+
+    driver = (
+        "import json, os, sys, time\n"
+        "cmd, rep = (int(x) for x in sys.argv[1:3])\n"
+        "for i, line in enumerate(os.fdopen(cmd, 'rb')):\n"
+        "    if i == 0: time.sleep(1.0)\n"
+        "    os.write(rep, (json.dumps({'answer_to': json.loads(line)['point']}) + '\\n').encode())\n"
+    )
+    engine = object.__new__(_Engine)
+    cmd_r, engine.cmd_w = os.pipe()
+    engine.reply_r, reply_w = os.pipe()
+    engine.name, engine._buf, engine.broken = "late", b"", None
+    engine.log = open(tmp_path / "late.log", "w")
+    engine.proc = subprocess.Popen(
+        [sys.executable, "-c", driver, str(cmd_r), str(reply_w)], pass_fds=(cmd_r, reply_w), start_new_session=True
+    )
+    os.close(cmd_r)
+    os.close(reply_w)
+    try:
+        first = engine.ask({"cmd": "run", "point": "A"}, timeout_s=0.3)
+        assert "no answer after" in first["error"] and engine.proc.poll() is not None  # stopped at the deadline
+        time.sleep(1.0)  # when the late reply would have come
+        second = engine.ask({"cmd": "run", "point": "B"}, timeout_s=2.0)
+        assert second == first and "answer_to" not in second
+    finally:
+        engine.close()
