@@ -170,7 +170,9 @@ class ServingComparison:
 
     def _bench(self, server: _Server, requests: Sequence[Any], out: Path) -> dict[str, float] | str:
         """One replay of `requests` against `server` (`evokernel.integrations.sglang.replay`):
-        its metrics, or why there are none; every request's timing is written to `out`."""
+        its metrics, or why there are none; every request's timing is written to `out`. A
+        replay in which any request failed (an error, a timeout) is not a result: its metrics
+        would cover the requests that finished, the fast ones, and flatter the server."""
         from evokernel.integrations.sglang.replay import replay, summarise
 
         timings = replay("127.0.0.1", server.port, requests, timeout_s=self.run_timeout_s, vocab=self.vocab)
@@ -178,9 +180,13 @@ class ServingComparison:
         if server.proc.poll() is not None:
             return f"the server exited ({server.proc.returncode}) during the replay; see {server.log.name}"
         try:
-            return summarise(timings)
+            got = summarise(timings)
         except ValueError as exc:
             return f"{exc}; see {out.name}"
+        if got["failed"]:
+            errors = sorted({t.error or "" for t in timings if not t.ok})
+            return f"{got['failed']:.0f} of {len(timings)} requests failed ({errors[:3]}); see {out.name}"
+        return got
 
     def compare(
         self,
@@ -262,5 +268,13 @@ class ServingComparison:
             },
             "runs": runs,
             "errors": errors,
-            **summarise_rounds(runs),
+            **self._summary(runs, errors),
         }
+
+    @staticmethod
+    def _summary(runs: Mapping[str, list[dict[str, float]]], errors: Mapping[str, str]) -> dict[str, Any]:
+        """`summarise_rounds`, with no ratio for a server that failed a replay (or against a
+        baseline that did): its other rounds stand in `variants`, the failure in `errors`."""
+        out = summarise_rounds(runs)
+        out["vs_baseline"] = {k: v for k, v in out["vs_baseline"].items() if k not in errors and BASELINE not in errors}
+        return out

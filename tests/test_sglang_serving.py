@@ -77,6 +77,8 @@ ap.add_argument("--host", default="127.0.0.1")
 ap.add_argument("--port", type=int, required=True)
 args, _ = ap.parse_known_args()
 TTFT = 0.02 if os.environ.get("EVOKERNEL_SGLANG_PACKAGE") else 0.06
+# (a server that fails prompts longer than this: the package's, where the test asks for it)
+FAIL_OVER = int(os.environ.get("STAND_IN_FAIL_OVER", "0")) if os.environ.get("EVOKERNEL_SGLANG_PACKAGE") else 0
 print("argv", json.dumps(sys.argv[1:]), flush=True)
 
 
@@ -90,6 +92,10 @@ class H(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if FAIL_OVER and len(body["input_ids"]) > FAIL_OVER:
+            self.send_response(500)
+            self.end_headers()
+            return
         self.send_response(200)
         self.end_headers()
         time.sleep(TTFT)
@@ -148,3 +154,32 @@ def test_the_comparison_launches_a_server_per_variant_and_replays_the_trace_in_r
     assert "--triton-attention-num-kv-splits" in log and "--mem-fraction-static" in log
     timings = [json.loads(x) for x in (tmp_path / "s" / "run_evokernel_0.jsonl").read_text().splitlines()]
     assert [t["input_len"] for t in timings] == [64, 32, 48] and all(t["error"] is None for t in timings)
+
+
+@pytest.mark.slow
+def test_a_server_that_fails_some_requests_gets_no_ratio_from_the_ones_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The package's stand-in server answers short prompts fast and fails the long ones: over
+    the requests it finished it would read faster than the baseline, so its replays are errors
+    and it gets no ratio (the baseline still has its figures)."""
+    import socket
+
+    fake = tmp_path / "fake"
+    (fake / "sglang").mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (fake / "sglang" / "launch_server.py").write_text(_STAND_IN_SERVER)
+    monkeypatch.setenv("PYTHONPATH", f"{fake}:{__import__('os').environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("STAND_IN_FAIL_OVER", "40")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1] + 100
+    trace = Trace([Request(32, 4, 0.0), Request(64, 6, 0.05), Request(16, 4, 0.1)])
+    cmp = ServingComparison(
+        ["--model-path", str(tmp_path)], trace, rounds=1, warm_prompts=1, log_dir=tmp_path / "s", port=port,
+        load_timeout_s=60, run_timeout_s=30,
+    )  # fmt: skip
+    doc = cmp.compare({"evokernel": tmp_path})
+    assert "1 of 3 requests failed" in doc["errors"]["evokernel"], doc["errors"]
+    assert "evokernel" not in doc["runs"] and doc["vs_baseline"] == {}
+    assert doc["runs"][BASELINE][0]["completed"] == 3
