@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evokernel.evaluators.sglang import BASELINE, CONTROL, ABReport, SGLangEvaluator
-from evokernel.integrations.sglang.plugin import FORMAT, Package
+from evokernel.integrations.sglang.plugin import FORMAT, Package, PackageError
 from evokernel.integrations.sglang.promote import (
     LESSON_OP,
     changes,
@@ -264,6 +264,14 @@ def test_the_promote_command_refuses_with_one_line(tmp_path: Path, evokernel_cmd
     if importlib.util.find_spec("sglang") is None:
         assert_one_line_error(run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out)), "needs SGLang")
     assert not out.exists()
+    # the package itself (or a folder inside it) as --out: refused before any A/B, the package kept
+    pkg = tmp_path / "pkg"
+    assert_one_line_error(run(str(pkg), "--model-path", "m", "--out", str(pkg)), "would replace the package")
+    assert_one_line_error(run(str(pkg), "--model-path", "m", "--out", str(pkg / "p")), "inside one another")
+    assert (pkg / "manifest.json").exists() and changes(pkg)
+    with pytest.raises(PackageError, match="would replace the package"):
+        restrict(pkg, tmp_path / "x" / ".." / "pkg", keep=set())
+    assert (pkg / "manifest.json").exists()
 
 
 class _Engines:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     from evokernel.evaluators.sglang import BASELINE, SGLangEvaluator
     from evokernel.integrations.sglang.plugin import PackageError
-    from evokernel.integrations.sglang.promote import changes, promote
+    from evokernel.integrations.sglang.promote import changes, overlapping, promote
     from evokernel.judge.env import toolchain
     from evokernel.store import open_store
 
@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         found = changes(args.package)
     except PackageError as exc:
         raise ConfigError(str(exc)) from None
+    if clash := overlapping(args.package, args.out):  # before the A/B, not after it
+        raise ConfigError(f"{clash}: name another --out")
     if not found:
         raise ConfigError(f"{args.package} makes no change to what SGLang runs: nothing to promote")
     if importlib.util.find_spec("sglang") is None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.integrations.sglang.plugin import Package, serving
+from evokernel.integrations.sglang.plugin import Package, PackageError, serving
 
 __all__ = [
     "Change",
@@ -170,12 +170,29 @@ def groups(found: Sequence[Change], batches: Sequence[int]) -> list[list[Change]
     return [members for members, _ in out]
 
 
+def overlapping(package: str | Path, out: str | Path) -> str | None:
+    """Why `out` cannot receive a promoted copy of `package` (it is the package, inside it or
+    holds it: replacing it would delete the package), or None.
+
+    >>> overlapping("pkg", "pkg/../pkg"), overlapping("pkg", "pkg/promoted") is not None, overlapping("a", "b")
+    ("the promoted package's folder pkg/../pkg would replace the package pkg itself", True, None)
+    """
+    a, b = Path(package).resolve(), Path(out).resolve()
+    if a == b:
+        return f"the promoted package's folder {out} would replace the package {package} itself"
+    if a in b.parents or b in a.parents:
+        return f"the promoted package's folder {out} and the package {package} are inside one another"
+    return None
+
+
 def restrict(root: str | Path, out: str | Path, keep: Collection[str]) -> Path:
     """A copy of the package at `root` in `out` where every change not in `keep` (ids) is
     reverted: a table entry to null (SGLang's kernel for the batch sizes nearest to it), a
     config entry to SGLang's shipped one (or removed where SGLang ships none there), a whole
     file deleted. The manifest lists what was reverted."""
     root, out = Path(root), Path(out)
+    if clash := overlapping(root, out):
+        raise PackageError(clash)
     found = changes(root)
     if out.exists():
         shutil.rmtree(out)
