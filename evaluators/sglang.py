@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evokernel.core.errors import EvaluatorError
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result, Status
 from evokernel.integrations.sglang.plugin import CHECK_ENV, PACKAGE_ENV
@@ -734,8 +735,14 @@ class SGLangEvaluator:
             for name, got in logits.items():
                 if name == BASELINE:
                     continue
-                if "error" in got or "error" in logits[BASELINE]:
-                    report.numerics[name] = {"ok": False, "reason": got.get("error") or logits[BASELINE]["error"]}
+                if "error" in logits[BASELINE]:  # nothing to compare against: not the variant's failure
+                    report.numerics[name] = {
+                        "ok": False,
+                        "reason": f"the baseline's probe: {logits[BASELINE]['error']}",
+                    }
+                    report.errors.setdefault(BASELINE, f"numerics probe: {logits[BASELINE]['error']}")
+                elif "error" in got:
+                    report.numerics[name] = {"ok": False, "reason": got["error"]}
                 else:
                     report.numerics[name] = compare_numerics(logits[BASELINE], got, rtol=self.rtol)
             if progress is not None:  # the kernel times and numerics, before the rounds
@@ -796,6 +803,8 @@ class SGLangEvaluator:
                 continue
             # a fitness, not a verdict: the A/A control would only cost an engine and its runs
             report = self.compare({genome.id: folder}, control=False)
+            if BASELINE in report.errors:  # SGLang as shipped failed (memory, flags): no genome can be judged
+                raise EvaluatorError(f"SGLang as shipped (the baseline) failed: {report.errors[BASELINE][:1000]}")
             if genome.id in report.errors:
                 yield Result.failed(Status.RUNTIME_ERROR, report.errors[genome.id][:2000])
                 continue

@@ -106,6 +106,14 @@ def test_without_sglang_every_engine_reports_why_and_nothing_is_measured(tmp_pat
     # each engine had its own CPUs (disjoint), where the machine has enough of them
     sets = [set(c) for c in report.meta["cpus"].values()]
     assert len(sets) == 3 and not any(a & b for i, a in enumerate(sets) for b in sets[i + 1 :])
+    # as a search's evaluator: SGLang as shipped failing is the evaluator's failure (the run stops and
+    # can resume), not a wrong genome
+    from evokernel.core.errors import EvaluatorError
+    from evokernel.core.genome import Genome
+
+    ev.package = lambda genome: tmp_path
+    with pytest.raises(EvaluatorError, match="the baseline"):
+        list(ev.evaluate([Genome.of({"BLOCK_SIZE_M": 16})]))
 
 
 def test_a_trace_weights_the_batch_sizes_and_sets_the_lengths():
