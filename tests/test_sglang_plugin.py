@@ -61,6 +61,35 @@ def test_a_broken_package_is_reported_and_leaves_sglang_unchanged(tmp_path: Path
     (tmp_path / "kernels" / "fused_moe.json").write_text('{"E=4,N=32": {"8": {"up": {}}}}')
     with pytest.raises(PackageError, match="entry 'E=4,N=32' is malformed"):
         Package.load(tmp_path)
+    # what a hand-edited or truncated package holds: each a PackageError with where, never a traceback
+    broken = [
+        ({"format": FORMAT, "kernels": 3}, {}, "kernels is 3"),
+        ({"format": FORMAT, "configs": 5}, {}, "configs is 5"),
+        (
+            {"format": FORMAT, "kernels": [{"op": "decode_attention", "table": "d.json"}]},
+            {"d.json": '{"Hq=32,Hkv=0,D=128": {"1": {}}}'},
+            "not a positive multiple",
+        ),
+        (
+            {"format": FORMAT, "configs": "configs"},
+            {"configs/E=8,N=64,device_name=X.json": '{"1": {"BLOCK_'},
+            "not JSON",
+        ),
+        ({"format": FORMAT, "configs": "configs"}, {"configs/E=8,N=64,device_name=X.json": '{"1": [16]}'}, "malformed"),
+    ]
+    for i, (manifest, files, why) in enumerate(broken):
+        root = tmp_path / f"broken{i}"
+        (root / "configs").mkdir(parents=True)
+        (root / "manifest.json").write_text(json.dumps(manifest))
+        for name, text in files.items():
+            (root / name).write_text(text)
+        with pytest.raises(PackageError, match=why):
+            Package.load(root)
+        monkeypatch.setenv("EVOKERNEL_SGLANG_PACKAGE", str(root))
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="evokernel.sglang"):
+            register()
+        assert "SGLang runs unchanged" in caplog.text and "SGLANG_MOE_CONFIG_DIR" not in os.environ
 
 
 def test_the_table_picks_the_nearest_batch_size_like_sglang():

@@ -215,8 +215,8 @@ class DecodeTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]))
-                if heads[0] % heads[1]:
-                    raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
+                if min(heads[:3]) <= 0 or heads[0] % heads[1]:
+                    raise ValueError(f"Hq={heads[0]} is not a positive multiple of Hkv={heads[1]} (D={heads[2]})")
                 entries[heads] = {
                     int(b): {
                         k: int(c[k]) for k in (*DECODE_KEYS, *DECODE_OPTIONAL, "context") if k in c or k in DECODE_KEYS
@@ -288,8 +288,8 @@ class PrefillTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]), bool(int(parts["causal"])))
-                if heads[0] % heads[1]:
-                    raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
+                if min(heads[:3]) <= 0 or heads[0] % heads[1]:
+                    raise ValueError(f"Hq={heads[0]} is not a positive multiple of Hkv={heads[1]} (D={heads[2]})")
                 entries[heads] = {
                     int(n): cls.entry(c, f"{where}: {key} at {n}", head_dim=heads[2]) if c is not None else None
                     for n, c in per_s.items()
@@ -314,6 +314,26 @@ class PrefillTable:
             return None
         n = serving(per_s, seqlen, self.reach)
         return None if n is None else per_s[n]
+
+
+def _check_configs(folder: Path) -> None:
+    """Every fused-MoE config file under `folder` as SGLang reads one: a JSON object of batch
+    sizes (integers) to objects of integer kernel parameters. SGLang would otherwise fail on
+    a broken file inside the engine, or run on half of it."""
+    for f in sorted(folder.rglob("E=*.json")):  # (the files SGLang looks up by their name)
+        try:
+            data = json.loads(f.read_text())
+        except ValueError as exc:
+            raise PackageError(f"config {f} is not JSON: {exc}") from exc
+        try:
+            if not isinstance(data, dict) or not data:
+                raise TypeError("expected an object of batch sizes")
+            for m, c in data.items():
+                int(m)
+                if not isinstance(c, dict) or not all(isinstance(v, int) for v in c.values()):
+                    raise TypeError(f"batch size {m}: expected an object of integer parameters, got {c!r}")
+        except (TypeError, ValueError) as exc:
+            raise PackageError(f"config {f} is malformed ({exc})") from exc
 
 
 class Package:
@@ -352,10 +372,17 @@ class Package:
                 f"expected {FORMAT!r}"
             )
         configs = manifest.get("configs")
+        if configs is not None and not isinstance(configs, str):
+            raise PackageError(f"{path}: configs is {configs!r}, expected a folder's name")
         if configs and not (root / configs).is_dir():
             raise PackageError(f"{path}: configs folder {configs!r} is missing")
+        if configs:
+            _check_configs(root / configs)
+        kernels = manifest.get("kernels") or []
+        if not isinstance(kernels, list):
+            raise PackageError(f"{path}: kernels is {kernels!r}, expected a list of {{op, table}} entries")
         tables: dict[str, Any] = {}
-        for kernel in manifest.get("kernels") or []:
+        for kernel in kernels:
             op = kernel.get("op") if isinstance(kernel, dict) else None
             if op not in _TABLES:
                 raise PackageError(
@@ -756,6 +783,11 @@ def register() -> None:
         package = Package.load(where)
     except PackageError as exc:
         log.error("evokernel plugin: %s; SGLang runs unchanged", exc)
+        return
+    except Exception as exc:  # a package this evokernel did not foresee: never take SGLang down with it
+        log.error(
+            "evokernel plugin: %s could not be read (%s: %s); SGLang runs unchanged", where, type(exc).__name__, exc
+        )
         return
     if package.config_dir is not None and "SGLANG_MOE_CONFIG_DIR" not in os.environ:
         os.environ["SGLANG_MOE_CONFIG_DIR"] = str(package.config_dir)
