@@ -318,40 +318,44 @@ class ABReport:
             points = self.samples[variant]
             base = self.samples.get(BASELINE if variant == CONTROL else reference, {})
             control = floor if variant != CONTROL else {}
-            per_point: dict[str, list[float]] = {}
+            per_point: dict[str, dict[Any, float]] = {}  # point -> round -> ratio
             for point, runs in points.items():
                 ref = base.get(point, [])
                 # by round: a run that failed in one engine must not shift the later rounds'
                 # pairs (samples without a round, from older reports, pair in order)
                 by_round = {b.get("round", j): b for j, b in enumerate(ref)}
-                pairs = [
-                    (m[key], b[key])
+                pairs = {
+                    m.get("round", j): (m[key], b[key])
                     for j, m in enumerate(runs)
                     if (b := by_round.get(m.get("round", j))) is not None
                     and key in m
                     and key in b
                     and m[key] > 0
                     and b[key] > 0
-                ]
+                }
                 if not pairs:
                     continue
-                per_point[point] = [(a / b) if higher_is_better else (b / a) for a, b in pairs]
+                per_point[point] = {r: (a / b) if higher_is_better else (b / a) for r, (a, b) in pairs.items()}
             res: dict[str, dict[str, Any]] = {}
-            for point, ratios in per_point.items():
+            for point, by_r in per_point.items():
+                ratios = list(by_r.values())
                 boots = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
                 res[point] = _verdict(statistics.median(ratios), boots, len(ratios), control.get(point))
             gm_points = [p for p in per_point if p in decode_points and key == "median_decode_throughput"]
-            n = min((len(per_point[p]) for p in gm_points), default=0)
+            # the rounds every point has (a round missing at one point leaves the geomean, so each
+            # resampled round contributes the same round's ratio at every point)
+            rounds = sorted(set.intersection(*(set(per_point[p]) for p in gm_points)), key=str) if gm_points else []
+            n = len(rounds)
             if gm_points and n:
 
-                def gmean(idx: list[int]) -> float:
+                def gmean(idx: list[Any]) -> float:
                     return math.exp(
-                        sum(math.log(statistics.median([per_point[p][i] for i in idx])) for p in gm_points)
+                        sum(math.log(statistics.median([per_point[p][r] for r in idx])) for p in gm_points)
                         / len(gm_points)
                     )
 
-                boots = sorted(gmean(rng.choices(range(n), k=n)) for _ in range(resamples))
-                res["geomean"] = _verdict(gmean(list(range(n))), boots, n, control.get("geomean"))
+                boots = sorted(gmean(rng.choices(rounds, k=n)) for _ in range(resamples))
+                res["geomean"] = _verdict(gmean(rounds), boots, n, control.get("geomean"))
             if variant == CONTROL:
                 floor = res
                 if reference != BASELINE:

@@ -235,6 +235,24 @@ def test_rounds_pair_by_their_number_when_an_engine_missed_one():
     assert paired["rounds"] == 2 and paired["median"] == pytest.approx(1.0)
 
 
+def test_the_paired_geomean_takes_each_round_at_every_point_or_not_at_all():
+    """Two decode points; the candidate's run at the second point failed in round 1. The
+    geomean pairs round 0 with round 0 and round 2 with round 2 across the points (not the
+    second point's round 2 with the first point's round 1) and leaves round 1 out."""
+    plan = SGLangEvaluator(["--model-path", "m"], batch_sizes=(1, 8), prefill_lens=(), repeats=3).plan()
+    report = ABReport(plan=plan)
+    a, b = plan["decode_points"]
+    report.samples[BASELINE] = {p: [dict(_run(0.05, 1e-3, 1), round=r) for r in range(3)] for p in (a, b)}
+    # the candidate: 1.0x at both points in round 0, 1.5x at both in round 2; at a 1.2x in round 1
+    faster = {0: 1.0, 1: 1.2, 2: 1.5}
+    report.samples["cand"] = {
+        a: [dict(_run(0.05, 1e-3 / faster[r], 1), round=r) for r in range(3)],
+        b: [dict(_run(0.05, 1e-3 / faster[r], 1), round=r) for r in (0, 2)],
+    }
+    gm = report.paired()["cand"]["geomean"]
+    assert gm["rounds"] == 2 and gm["median"] == pytest.approx(1.25)  # rounds 0 and 2: median 1.25 at both
+
+
 def test_long_context_points_a_best_flag_composite_and_kernel_times():
     """Issue 29's comparison: decode points at (batch, context) pairs, SGLang at each value of
     a flag as engines of their own, the best flag per point as one reference, and the GPU
