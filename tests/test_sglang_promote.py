@@ -95,6 +95,13 @@ def test_changes_groups_and_reverting_what_is_not_promoted(tmp_path: Path):
     assert len(manifest["provenance"]["reverted"]) == 3
     bare = restrict(root, tmp_path / "bare", keep=set())
     assert Package.load(bare).config_dir is None and not (bare / "configs").exists()
+    # a table whose keys are spelled otherwise than `changes` writes them (the plugin reads both)
+    table = root / "kernels" / "decode_attention.json"
+    table.write_text(json.dumps({"Hkv=4,Hq=32,D=128": json.loads(table.read_text())["Hq=32,Hkv=4,D=128"]}))
+    out = restrict(root, tmp_path / "respelled", {by["decode_attention", 1].id})
+    kept = Package.load(out).decode
+    assert kept is not None and kept.lookup(32, 4, 128, 1) == dict(DEC, NUM_SPLITS=64)
+    assert kept.lookup(32, 4, 128, 4) is None and kept.lookup(32, 4, 128, 32) is None
 
 
 def test_decisions_from_the_ab_dead_ends_in_the_knowledge_base_and_the_export_leaves_them_out(tmp_path: Path):
