@@ -674,7 +674,7 @@ class SGLangEvaluator:
         # the engines start together (importing SGLang takes ~30 s of CPU each) but load one at
         # a time, in turn on a lock file: SGLang sizes its KV cache from the memory free when
         # it starts, so engines loading together would each count the others' memory as
-        # theirs; an engine warms up (compiles) while the next one loads
+        # theirs; each warms up (compiles) inside its turn too, so the engines' load times add up
         lock = self.log_dir / ".load.lock"
         try:
             for (name, variant), mine in zip(variants.items(), cpus):

@@ -7,7 +7,9 @@ server arguments: `--model-path`, `--load-format dummy`, backends ...), after ca
 SGLang's own `load_plugins()`, so the evokernel plugin applies the package named by
 EVOKERNEL_SGLANG_PACKAGE exactly as it would in a served engine's scheduler. Then it warms
 every (batch size, input length) of the plan once (Triton compiles and autotunes outside
-any timed pass), says it is loaded (before the warm-up) and ready (after), and answers commands, one JSON object per line, on the
+any timed pass), both under the plan's load lock (the next engine sizes its KV cache from
+the memory free, so it must not see this one's warm-up peak), says it is loaded and then
+ready (the two replies come together, after the warm-up), and answers commands, one JSON object per line, on the
 file descriptors named by EVOKERNEL_BENCH_FDS ("<commands>,<replies>"), so SGLang's own
 prints on stdout never mix with them:
 
