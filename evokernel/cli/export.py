@@ -22,7 +22,12 @@ def add_parser(sub: Any) -> None:
         "at the configs of page-1 decode searches",
     )
     ex.add_argument("db", help="the search database: an SQLite file or a postgresql:// URL")
-    ex.add_argument("--out", required=True, help="folder to write (files in it are merged, not replaced)")
+    ex.add_argument(
+        "--out",
+        required=True,
+        help="folder to write (an existing package is merged into, not replaced: config files, kernel "
+        "tables and the manifest keep what this export does not overwrite)",
+    )
     ex.add_argument("--device-name", default=None, help="GPU name for the file names (default: what the run recorded)")
     ex.add_argument("--triton-version", default=None, help="Triton version for the folder (default: the run's)")
 

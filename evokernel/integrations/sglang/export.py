@@ -123,12 +123,114 @@ def _runnable_from_history(
     return None, None
 
 
+def _norm(key: str) -> str:
+    """A shape's name with its `k=v` parts in a fixed order (the gate names a shape by its
+    keys in the problem's order: `shape_key`; a run's recorded shapes may come back in another).
+
+    >>> _norm("M=256,E=128,I=768") == _norm("E=128,I=768,M=256")
+    True
+    """
+    return ",".join(sorted(str(key).split(",")))
+
+
+def _shape_name(shape: Mapping[str, Any]) -> str:
+    from evokernel.judge.problem import shape_key
+
+    return _norm(shape_key(shape))
+
+
+class _PerShape:
+    """The per-shape medians of a store's evaluations (`Result.per_shape`, named by the gate's
+    `shape_key`), per run and genome: the median over every ok reading of that shape."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._runs: dict[str, dict[str, dict[str, float]]] = {}
+
+    def at(self, run_id: str, genome_id: str, shape: Mapping[str, Any]) -> float | None:
+        if run_id not in self._runs:
+            self._runs[run_id] = self._load(run_id)
+        return self._runs[run_id].get(genome_id, {}).get(_shape_name(shape))
+
+    def _load(self, run_id: str) -> dict[str, dict[str, float]]:
+        import statistics
+
+        history = getattr(self.store, "history", None)
+        if history is None:
+            return {}
+        readings: dict[str, dict[str, list[float]]] = {}
+        for ev in history(run_id):
+            if not ev.result.is_ok or ev.result.estimated:
+                continue
+            for name, ms in (ev.result.per_shape or {}).items():
+                readings.setdefault(ev.genome.id, {}).setdefault(_norm(name), []).append(float(ms))
+        return {g: {n: statistics.median(xs) for n, xs in per.items()} for g, per in readings.items()}
+
+
+@dataclass
+class _Contender:
+    """One run's claim on one table key: its time at that shape when the store has it
+    (`at`), else only its aggregate over all its shapes (`aggregate`: a different workload
+    per run), and the shapes it was tuned over."""
+
+    run_id: str
+    at: float | None
+    aggregate: float
+    shapes: frozenset[str]
+    value: Any
+    context: int = 0
+
+    @property
+    def latency(self) -> float:
+        return self.at if self.at is not None else self.aggregate
+
+
+def _beats(new: _Contender, old: _Contender) -> tuple[bool, str]:
+    """Whether `new` takes a key from `old`, and the rule that decided. Times at the key's
+    own shape when both have one; else aggregates only over identical shape sets; else the
+    run tuned over fewer shapes (the most specific: a run of just that shape beats one that
+    shares its config with others); equal counts of different shapes: the aggregates, said so."""
+    if new.at is not None and old.at is not None:
+        return new.at < old.at, ""
+    if new.shapes == old.shapes:
+        return new.aggregate < old.aggregate, "no per-shape time; same shape set, so their aggregates"
+    if len(new.shapes) != len(old.shapes):
+        return len(new.shapes) < len(old.shapes), (
+            "no per-shape time for both and different shape sets: the run tuned over fewer shapes"
+        )
+    return new.aggregate < old.aggregate, (
+        "no per-shape time for both, different shape sets of the same size: their aggregates (different workloads)"
+    )
+
+
+def _pick(cands: Mapping[Any, list[_Contender]], report: MoeExport, label: Any) -> dict[Any, _Contender]:
+    """The winner per key (`_beats`, in order); a note for every key that a rule other than the
+    per-shape time decided between different runs (`label(key)` names the key)."""
+    out: dict[Any, _Contender] = {}
+    for key, cs in cands.items():
+        best = cs[0]
+        for c in cs[1:]:
+            wins, rule = _beats(c, best)
+            if rule and c.run_id != best.run_id:
+                w, lose = (c, best) if wins else (best, c)
+                report.notes.append(f"{label(key)}: run {w.run_id} over run {lose.run_id} ({rule})")
+            if wins:
+                best = c
+        out[key] = best
+    return out
+
+
 def _winners(
     store: Store, report: MoeExport, *, device_name: str | None, triton_version: str | None, shared_m: bool
 ) -> dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]]:
     """The best (up, down) per (Triton version dir, E, N, GPU, batch size) over the store's
-    fused-MoE runs: value (latency, up, down, run id)."""
-    best: dict[tuple[str, int, int, str, int], tuple[float, dict[str, int], dict[str, int], str]] = {}
+    fused-MoE runs: value (latency, up, down, run id). Runs are compared at each shape by
+    their elite's time at that shape (`Result.per_shape`), never by a run's aggregate over its
+    own shapes against another's (a run sharing one config over M=1 and M=256 has a lower
+    geomean than one tuned for M=256 alone); `_beats` says what decides where the store has no
+    per-shape time, and a note says so. The latency is the time at that shape where known."""
+    cands: dict[tuple[str, int, int, str, int], list[_Contender]] = {}
+    times = _PerShape(store)
     for run in store.runs():
         ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
         if not isinstance(ev, dict):
@@ -181,13 +283,14 @@ def _winners(
                 f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})"
             )
         up, down = got
-        E, N = int(shapes[0]["E"]), int(shapes[0]["I"])
         version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"
+        names = frozenset(_shape_name(sh) for sh in shapes)
         for shape in shapes:
-            key = (version_dir, E, N, str(gpu), int(shape["M"]))
-            if key not in best or elite.latency_ms < best[key][0]:
-                best[key] = (elite.latency_ms, up, down, run.id)
-    return best
+            key = (version_dir, int(shape["E"]), int(shape["I"]), str(gpu), int(shape["M"]))
+            at = times.at(run.id, elite.genome.id, shape)
+            cands.setdefault(key, []).append(_Contender(run.id, at, float(elite.latency_ms), names, (up, down)))
+    won = _pick(cands, report, lambda k: f"E={k[1]},N={k[2]} M={k[4]}")
+    return {k: (c.latency, c.value[0], c.value[1], c.run_id) for k, c in won.items()}
 
 
 def sglang_moe(
@@ -238,8 +341,14 @@ def _decode_winners(
     """The best decode configuration per (H_q, H_kv, D, batch size) over the store's paged
     decode runs at page size 1 (the token-slot cache SGLang's Triton backend keeps; runs at
     another page size are left out, with the reason): value (latency, params, run id,
-    context)."""
-    best: dict[tuple[int, int, int, int], tuple[float, dict[str, int], str, int]] = {}
+    context). Runs are compared at each shape (`_winners`). SGLang runs one configuration per
+    batch size whatever the context (its graphs are captured per batch size), so where runs
+    measured a batch size at different contexts the longest context decides: only the runs
+    measured there compete (with a note for the others), since a run at a short context says
+    nothing of its config's time at a long one, and the long context is where the split-KV
+    configuration matters and decode attention costs the most."""
+    cands: dict[tuple[int, int, int, int], list[_Contender]] = {}
+    times = _PerShape(store)
     for run in store.runs():
         ev = run.config.get("evaluator") if isinstance(run.config, dict) else None
         shapes = ev.get("shapes") if isinstance(ev, dict) else None
@@ -256,11 +365,27 @@ def _decode_winners(
             continue
         elite = min(elites, key=lambda e: e.latency_ms)
         params = {k: int(elite.genome.params[k]) for k in (*DECODE_KEYS, *DECODE_OPTIONAL) if k in elite.genome.params}
+        names = frozenset(_shape_name(sh) for sh in shapes)
         for sh in shapes:
             key = (int(sh["Hq"]), int(sh["Hkv"]), int(sh["D"]), int(sh["B"]))
-            if key not in best or elite.latency_ms < best[key][0]:
-                best[key] = (elite.latency_ms, params, run.id, int(sh["C"]))
-    return best
+            at = times.at(run.id, elite.genome.id, sh)
+            cands.setdefault(key, []).append(
+                _Contender(run.id, at, float(elite.latency_ms), names, params, context=int(sh["C"]))
+            )
+    # one configuration per batch size serves every context: the longest context measured decides
+    longest: dict[tuple[int, int, int, int], list[_Contender]] = {}
+    for key, cs in cands.items():
+        c_max = max(c.context for c in cs)
+        longest[key] = [c for c in cs if c.context == c_max]
+        for run_id in dict.fromkeys(
+            c.run_id for c in cs if c.context < c_max and c.run_id not in {x.run_id for x in longest[key]}
+        ):
+            report.notes.append(
+                f"decode Hq={key[0]},Hkv={key[1]},D={key[2]} B={key[3]}: run {run_id} left out, tuned at a shorter "
+                f"context than {c_max} (one configuration per batch size serves every context)"
+            )
+    won = _pick(longest, report, lambda k: f"decode Hq={k[0]},Hkv={k[1]},D={k[2]} B={k[3]}")
+    return {k: (c.latency, c.value, c.run_id, c.context) for k, c in won.items()}
 
 
 def _max_len(lens: str) -> int:
@@ -280,10 +405,11 @@ def _prefill_winners(
     store's packed (varlen) prefill runs whose space names the masking ("..._causal" or
     "..._full": `attention_space`, and `prefill_gluon_space(causal=...)`); value (latency,
     entry with its form, run id). Dense-layout runs and runs that do not say whether they were
-    causal are left out, with the reason."""
+    causal are left out, with the reason. Runs are compared at each shape (`_winners`)."""
     from evokernel.integrations.sglang.plugin import PREFILL_KEYS
 
-    best: dict[tuple[int, int, int, bool, int], tuple[float, dict[str, Any], str]] = {}
+    cands: dict[tuple[int, int, int, bool, int], list[_Contender]] = {}
+    times = _PerShape(store)
     for run in store.runs():
         cfg = run.config if isinstance(run.config, dict) else {}
         ev = cfg.get("evaluator")
@@ -313,11 +439,13 @@ def _prefill_winners(
             continue
         elite = min(elites, key=lambda e: e.latency_ms)
         entry = {"form": form, **{k: int(elite.genome.params[k]) for k in keys if k in elite.genome.params}}
+        names = frozenset(_shape_name(sh) for sh in shapes)
         for sh in shapes:
             key = (int(sh["Hq"]), int(sh["Hkv"]), int(sh["D"]), causal, _max_len(sh["lens"]))
-            if key not in best or elite.latency_ms < best[key][0]:
-                best[key] = (elite.latency_ms, entry, run.id)
-    return best
+            at = times.at(run.id, elite.genome.id, sh)
+            cands.setdefault(key, []).append(_Contender(run.id, at, float(elite.latency_ms), names, entry))
+    won = _pick(cands, report, lambda k: f"prefill Hq={k[0]},Hkv={k[1]},D={k[2]},causal={int(k[3])} S={k[4]}")
+    return {k: (c.latency, c.value, c.run_id) for k, c in won.items()}
 
 
 def prefill_entries_from_record(
@@ -400,7 +528,8 @@ def sglang_plugin_package(
 
     With `decode`, the store's paged decode runs at page size 1 give the table of the
     decode-attention hook (`out/kernels/decode_attention.json`: per heads and batch size, the
-    best run's configuration; a batch size tuned at several contexts keeps the fastest).
+    best run's configuration at that shape; a batch size tuned at several contexts keeps a run
+    measured at the longest, `_decode_winners`).
 
     With `prefill`, the store's packed prefill runs give the table of the prefill-attention
     hook (`out/kernels/prefill_attention.json`: per heads, masking and longest sequence, the
@@ -420,6 +549,7 @@ def sglang_plugin_package(
     )
 
     out = Path(out)
+    earlier = _earlier_manifest(out)
     seeded: list[str] = []
     if seed_shipped:
         keys = _winners(store, MoeExport(), device_name=device_name, triton_version=triton_version, shared_m=True)
@@ -456,7 +586,9 @@ def sglang_plugin_package(
                 {"E": E, "N": N, "M": m, "latency_ms": lat, "run": run}
                 for (_, E, N, _, m), (lat, _, _, run) in sorted(best.items())
             ]
-            _add_table(out, manifest, report, "fused_moe", FUSED_EXPERTS, MoeTable(entries).to_json(), provenance)
+            _add_table(
+                out, manifest, report, "fused_moe", FUSED_EXPERTS, MoeTable(entries).to_json(), provenance, earlier
+            )
     if decode:
         found = _decode_winners(store, report)
         if found:
@@ -468,7 +600,9 @@ def sglang_plugin_package(
                 {"Hq": hq, "Hkv": hkv, "D": d, "B": b, "C": c, "latency_ms": lat, "run": run}
                 for (hq, hkv, d, b), (lat, _, run, c) in sorted(found.items())
             ]
-            _add_table(out, manifest, report, "decode_attention", DECODE_ATTENTION, table.to_json(), provenance)
+            _add_table(
+                out, manifest, report, "decode_attention", DECODE_ATTENTION, table.to_json(), provenance, earlier
+            )
     if prefill:
         pre = _prefill_winners(store, report)
         if pre:
@@ -479,12 +613,15 @@ def sglang_plugin_package(
                 {"Hq": hq, "Hkv": hkv, "D": d, "causal": c, "seqlen": n, "latency_ms": lat, "run": run}
                 for (hq, hkv, d, c, n), (lat, _, run) in sorted(pre.items())
             ]
-            _add_table(out, manifest, report, "prefill_attention", EXTEND_ATTENTION, ptable.to_json(), provenance)
+            _add_table(
+                out, manifest, report, "prefill_attention", EXTEND_ATTENTION, ptable.to_json(), provenance, earlier
+            )
     if not report.files:
         raise ConfigError(
             "nothing to export: the store holds no fused-MoE, page-1 decode or packed prefill run with an elite"
             + (f" ({'; '.join(report.skipped[:3])})" if report.skipped else "")
         )
+    _keep_earlier(out, manifest, earlier, report)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     report.files.append(out / "manifest.json")
@@ -506,15 +643,66 @@ def _add_table(
     target: str,
     table: dict[str, Any],
     provenance: list[dict[str, Any]],
+    earlier: Mapping[str, Any] | None = None,
 ) -> None:
     """Write a kernel table at out/kernels/<op>.json and name it, with its provenance, in the
-    manifest being built."""
+    manifest being built. Where the package's `earlier` manifest named a table for this op,
+    its entries are merged: those exported now replace theirs (same key and size), the others
+    stay (and its provenance under provenance["earlier"][op])."""
+    from evokernel.integrations.sglang.plugin import _TABLES
+
     path = out / "kernels" / f"{op}.json"
+    before = {k.get("op"): k for k in (earlier or {}).get("kernels", []) if isinstance(k, dict)}
+    if op in before and (out / str(before[op].get("table", ""))).is_file():
+        old_path = out / str(before[op]["table"])
+        try:
+            merged = _TABLES[op].from_json(json.loads(old_path.read_text()), str(old_path)).to_json()
+        except ValueError as exc:  # PackageError, JSONDecodeError
+            raise ConfigError(
+                f"{old_path} is in the package at {out} but not a {op} table ({exc}); move it away"
+            ) from exc
+        for key, per in _TABLES[op].from_json(table, "the exported table").to_json().items():
+            merged.setdefault(key, {}).update(per)
+        table = merged
+        old_prov = (earlier or {}).get("provenance", {}).get(op)
+        if old_prov is not None:
+            manifest["provenance"].setdefault("earlier", {})[op] = old_prov
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table, indent=1) + "\n")
     report.files.append(path)
     manifest["kernels"].append({"op": op, "target": target, "table": f"kernels/{op}.json"})
     manifest["provenance"][op] = provenance
+
+
+def _earlier_manifest(out: Path) -> dict[str, Any]:
+    """The manifest of the package already at `out` ({} where there is none)."""
+    path = out / "manifest.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise ConfigError(f"{path} exists but is not a package manifest ({exc}); move it away") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} exists but is not a package manifest; move it away")
+    return data
+
+
+def _keep_earlier(out: Path, manifest: dict[str, Any], earlier: Mapping[str, Any], report: MoeExport) -> None:
+    """Keep in the manifest being built what the package's earlier manifest named and this
+    export did not write (a prefill table `add_prefill_table` added, a table of an op not
+    exported now, SGLang config files merged into), with its provenance."""
+    ops = {k["op"] for k in manifest["kernels"]}
+    for k in earlier.get("kernels", []):
+        if not isinstance(k, dict) or k.get("op") in ops or not (out / str(k.get("table", ""))).is_file():
+            continue
+        manifest["kernels"].append(k)
+        if k.get("op") in earlier.get("provenance", {}):
+            manifest["provenance"][k["op"]] = earlier["provenance"][k["op"]]
+        report.notes.append(f"{k.get('op')}: the package's table {k.get('table')} kept (not exported now)")
+    configs = earlier.get("configs")
+    if manifest.get("configs") is None and configs and any((out / str(configs)).rglob("*.json")):
+        manifest["configs"] = configs
 
 
 def _run_gpus(store: Store) -> set[str]:

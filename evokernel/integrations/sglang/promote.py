@@ -15,7 +15,9 @@ batch sizes whose lookup lands on it), against the A/A control:
 - `suspect`: slower at a point it shares with other changes of its variant: dropped, not
   recorded as a dead end (its own A/B has not been run; `groups` gives variants where it is);
 - `no_gain`: within noise wherever it serves: dropped (not shown to pay);
-- `unmeasured`: serves no measured point: dropped.
+- `unmeasured`: serves no measured point: dropped; or, when `promote` is told the model's
+  shapes (`heads`, `experts`), an entry for other heads or another (E, N): kept in the
+  package as it is, not A/B'd (the model under test never runs it), never a dead end.
 
 `promote` runs it: the changes in `groups` (no two changes of a group serve the same
 point, so one engine per group attributes every verdict), one A/B, the decisions, the
@@ -49,6 +51,7 @@ __all__ = [
     "dead_ends",
     "drop_dead_ends",
     "promote",
+    "fits",
     "LESSON_OP",
 ]
 
@@ -98,6 +101,27 @@ class Change(msgspec.Struct, frozen=True, kw_only=True):
         return serving(self.keys or (self.batch,), batch, None if self.op == "configs" else 2.0) == self.batch
 
 
+def fits(change: Change, *, heads: Sequence[int] | None = None, experts: Sequence[int] | None = None) -> bool:
+    """Whether the model of `heads` (H_q, H_kv, D) and `experts` (E, N) can run `change`: an
+    attention entry of its heads, a fused-MoE entry or SGLang config file of its (E, N). What
+    is not given matches anything.
+
+    >>> c = Change(op="decode_attention", key="Hq=64,Hkv=8,D=128", batch=1)
+    >>> fits(c, heads=(32, 4, 128)), fits(c, heads=(64, 8, 128)), fits(c, experts=(128, 768))
+    (False, True, True)
+    >>> fits(Change(op="configs", key="configs/triton_3_6_0/E=128,N=768,device_name=X.json"), experts=(256, 512))
+    False
+    """
+    fields = dict(re.findall(r"(\w+)=(\d+)", change.key if change.op != "configs" else Path(change.key).name))
+    if change.op in ("decode_attention", "prefill_attention"):
+        want, names = heads, ("Hq", "Hkv", "D")
+    else:
+        want, names = experts, ("E", "N")
+    if want is None or not all(n in fields for n in names):
+        return True
+    return tuple(int(fields[n]) for n in names) == tuple(int(x) for x in want)
+
+
 @dataclass
 class Decision:
     change: Change
@@ -105,6 +129,7 @@ class Decision:
     variant: str
     points: dict[str, dict[str, Any]] = field(default_factory=dict)  # served point -> its paired verdict
     shared_with: list[str] = field(default_factory=list)  # other changes of the variant at a slower point
+    reason: str = ""  # why a change was not measured (another model's entry)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +141,7 @@ class Decision:
             "variant": self.variant,
             "points": self.points,
             **({"shared_with": self.shared_with} if self.shared_with else {}),
+            **({"reason": self.reason} if self.reason else {}),
         }
 
 
@@ -378,6 +404,8 @@ def promote(
     name: str = "changes",
     composite: tuple[str, Sequence[str]] | None = None,
     progress: Any = None,
+    heads: Sequence[int] | None = None,
+    experts: Sequence[int] | None = None,
 ) -> Promotion:
     """The end-to-end stage of the cascade for the package at `root`: its changes in
     attributable groups, one engine per group beside SGLang as shipped and its A/A control
@@ -386,9 +414,17 @@ def promote(
     the promoted changes written to `out`. The groups' engines are named `name` (one group:
     the whole package) or `name`_0, `name`_1, ...; `composite` (a name and engines) adds a
     composite reference to the report (`ABReport.composite`, e.g. SGLang's best flag per point);
-    `progress` goes to the evaluator's `compare` (called with the report after every round)."""
+    `progress` goes to the evaluator's `compare` (called with the report after every round).
+
+    `heads` (H_q, H_kv, D) and `experts` (E, N) name the served model's shapes: a change for
+    other heads or another (E, N) (`fits`) is not A/B'd on this model (no engine is spent on
+    it; its verdict would be noise), is `unmeasured` with the reason, never recorded as a
+    dead end, and stays as it was in the promoted package (written when a change of the model
+    is promoted, as before). Not given: every change is judged."""
     work = Path(work)
-    found = changes(root)
+    everything = changes(root)
+    found = [c for c in everything if fits(c, heads=heads, experts=experts)]
+    foreign = [c for c in everything if c not in found]
     batches = sorted({_batch(p) for p in evaluator.plan()["decode_points"]})
     grouped = groups(found, batches)
     variants: dict[str, Any] = dict(extra or {})
@@ -405,5 +441,11 @@ def promote(
     if store is not None:
         record(store, decisions, gpu=gpu, toolchain=toolchain or {})
     keep = {d.change.id for d in decisions if d.verdict == "promoted"}
-    package = restrict(root, out, keep) if keep else None
+    model = ", ".join(f"{n} {tuple(v)}" for n, v in (("heads", heads), ("(E, N)", experts)) if v is not None)
+    decisions += [
+        Decision(c, "unmeasured", "", reason=f"another model's entry (the served model's {model}): kept, not A/B'd")
+        for c in foreign
+    ]
+    # another model's entries ship as they were: reverting them would undo their own model's tuning
+    package = restrict(root, out, keep | {c.id for c in foreign}) if keep else None
     return Promotion(decisions, ab, package, [[c.id for c in g] for g in grouped], report)
