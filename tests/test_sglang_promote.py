@@ -268,6 +268,9 @@ def test_the_promote_command_refuses_with_one_line(tmp_path: Path, evokernel_cmd
     assert_one_line_error(
         run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out), "--point", "1x3"), "expected BATCH:CONTEXT"
     )
+    assert_one_line_error(
+        run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out), "--heads", "32,4"), "expected HQ,HKV,D"
+    )
     if importlib.util.find_spec("sglang") is None:
         assert_one_line_error(run(str(tmp_path / "pkg"), "--model-path", "m", "--out", str(out)), "needs SGLang")
     assert not out.exists()

@@ -24,6 +24,21 @@ def _point(text: str) -> tuple[int, int]:
     return got
 
 
+def _ints(n: int, what: str) -> Any:
+    """An argparse type: n positive integers separated by commas (`what` names them)."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            got = tuple(int(x) for x in text.split(","))
+        except ValueError:
+            got = ()
+        if len(got) != n or min(got) < 1:
+            raise argparse.ArgumentTypeError(f"expected {what}, {n} positive integers, got {text!r}")
+        return got
+
+    return parse
+
+
 def add_parser(sub: Any) -> None:
     pr = sub.add_parser(
         "promote",
@@ -42,6 +57,17 @@ def add_parser(sub: Any) -> None:
         help="a decode point (repeatable; default 1:512 16:512 64:512 256:512)",
     )
     pr.add_argument("--output-len", type=positive_int, default=32, help="decode steps a run times (default 32)")
+    pr.add_argument(
+        "--heads",
+        type=_ints(3, "HQ,HKV,D"),
+        help="the served model's attention heads (query, KV, head dim): attention entries for other heads are kept "
+        "as they are, not A/B'd on this model",
+    )
+    pr.add_argument(
+        "--experts",
+        type=_ints(2, "E,N"),
+        help="the served model's experts and MoE intermediate size: MoE entries for another (E, N) are kept, not A/B'd",
+    )
     pr.add_argument("--repeats", type=positive_int, default=5, help="interleaved rounds (default 5)")
     pr.add_argument(
         "--server-arg",
@@ -98,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         store=store,
         gpu=torch.cuda.get_device_name(),
         toolchain=toolchain(),
+        heads=args.heads,
+        experts=args.experts,
     )
     if BASELINE in result.ab.get("errors", {}):
         raise ConfigError(
