@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import itertools
 import os
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+from evokernel.core.errors import EvaluatorError
+from evokernel.core.evaluator import Evaluator
+from evokernel.core.genome import Genome
+from evokernel.engine._stream import ResultStream
 from evokernel.store import Claims, Hit, Store
 
-__all__ = ["Claimer", "LEASE_S", "POLL_S", "CLAIM_EVERY"]
+__all__ = ["Claimer", "RenewingStream", "LEASE_S", "POLL_S", "CLAIM_EVERY"]
 
 #: How long a claim holds without renewal: a driver renews its claims while it measures
 #: (every third of this), so only a hung owner's claim runs out (a dead one's run lock is gone)
@@ -89,3 +96,74 @@ class Claimer:
                 return None
             time.sleep(POLL_S)
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+class RenewingStream(ResultStream):
+    """The evaluator's results (a `ResultStream`), the claims of `claimer` renewed every third
+    of a lease while a result is awaited, so one long evaluation does not let them run out
+    (and another driver measure the genome again).
+
+    Where claims are held and there is no deadline, the evaluator runs in a thread too, one
+    result at a time on demand (as it would in the caller's thread: nothing is measured ahead)."""
+
+    def __init__(self, evaluator: Evaluator, genomes: list[Genome], deadline: float | None, claimer: Claimer) -> None:
+        super().__init__(evaluator, genomes, deadline)
+        self.claimer = claimer
+        self.asked: threading.Semaphore | None = None
+        self.busy = False
+        self.thread: threading.Thread | None = None
+        if self.queue is None and genomes and claimer.store is not None and claimer.held:
+            self.it = None
+            self.queue = queue.Queue()
+            self.asked = threading.Semaphore(0)
+            self.thread = threading.Thread(target=self._on_demand, name=f"evokernel-evaluator-{self.name}", daemon=True)
+            self.thread.start()
+
+    def _on_demand(self) -> None:
+        assert self.asked is not None
+        it = self._checked()
+        try:
+            while True:
+                self.asked.acquire()
+                if self.stop:
+                    return
+                self.busy = True
+                item = next(it, self._END)
+                self.busy = False
+                self.queue.put((True, item))
+                if item is self._END:
+                    return
+        except BaseException as exc:  # handed to the search's thread
+            self.queue.put((False, exc))
+        finally:
+            it.close()
+
+    def _get(self) -> Any:
+        if self.queue is None:
+            return super()._get()
+        if self.asked is not None:
+            self.asked.release()
+        every = self.claimer.lease_s / 3
+        while True:
+            left = None if self.deadline is None else self.deadline - time.monotonic()
+            if left is not None and left <= every:
+                wait = max(0.0, left)
+            else:
+                wait = every
+            try:
+                ok, item = self.queue.get(timeout=wait)
+            except queue.Empty:
+                if left is not None and left <= every:
+                    return None  # the deadline
+                self.claimer.renew()
+                continue
+            if not ok:
+                raise item if isinstance(item, EvaluatorError) else self._fail(item)
+            return item
+
+    def close(self) -> None:
+        super().close()
+        if self.asked is not None and self.thread is not None:
+            self.asked.release()
+            if not self.busy:  # (one measuring is left to end: a thread cannot be stopped)
+                self.thread.join(timeout=5.0)

@@ -51,9 +51,22 @@ def allowed_operators(run: _Run, pool: list[Individual]) -> list[str]:
     ]
 
 
-def propose(run: _Run, population: list[Individual], taken: set[str]) -> Genome | None:
+def propose(run: _Run, population: list[Individual], taken: set[str], stored: Genome | None = None) -> Genome | None:
     """The next genome to evaluate (not in `taken`, its lineage set), or None when the space
-    is exhausted."""
+    is exhausted.
+
+    stored: on resume, the genome (lineage included) the run holds in the store at the
+    position this one takes. It is the answer: an operator need not propose the same again
+    (an LLM does not), and what is stored is not measured again. The proposal is still made,
+    so that a deterministic run draws its random numbers as it did and retraces itself, except
+    by a costly operator (an LLM call), which is not asked, nor paid, a second time."""
+    if stored is not None and (stored.id in run.seen or stored.id in taken):
+        stored = None  # (the store has it at another position: propose afresh)
+    child = _propose(run, population, taken, replaying=stored is not None)
+    return stored if stored is not None else child
+
+
+def _propose(run: _Run, population: list[Individual], taken: set[str], *, replaying: bool) -> Genome | None:
     pool = [p for p in population if p.result.is_ok]
     ctx = Context(run.s.space, run.rng, run.generation, run.archive, run.charge, deadline=run._deadline())
     by_name = {m.name: m for m in run.mutators}
@@ -63,6 +76,8 @@ def propose(run: _Run, population: list[Individual], taken: set[str]) -> Genome 
             break
         op = by_name[run.bandit.choose(run.rng, allowed)]
         parents = select_parents(run, pool, op.arity)
+        if replaying and isinstance(op, Costly) and op.costly:
+            return None
         try:
             child = op.propose([p.genome for p in parents], ctx)
         except Exception as exc:  # a broken operator costs a proposal, not the run

@@ -21,6 +21,7 @@ from evokernel.core.genome import Genome
 from evokernel.core.result import Result
 from evokernel.engine._stream import ResultStream
 from evokernel.engine.report import Individual, ReportedElite
+from evokernel.store._base import DropsElites
 
 if TYPE_CHECKING:
     from evokernel.core.archive import Archive
@@ -59,7 +60,7 @@ def remeasure(run: _Run) -> list[ReportedElite]:
     failed: set[str] = set()
     together = evaluator.remeasure if isinstance(evaluator, Remeasures) else None
     noises: dict[str, float] = {}
-    if run._out_of_budget() == "budget: wall time":
+    if run._out_of_time():
         # the time is spent: report what the search measured, without measuring again
         return _reported(run, top, samples, failed, noises)
     if together is not None and opt.remeasure and top:
@@ -100,8 +101,8 @@ def remeasure(run: _Run) -> list[ReportedElite]:
                 restored.append(e.genome)
                 _add_sample(e.genome.id, prior, samples, failed)
         run._restored(restored)
-        if not todo:
-            continue
+        if not todo or run._out_of_time():
+            continue  # (out of time: what is stored is read, nothing new is started)
         results = ResultStream(evaluator, todo, run._deadline())
         try:
             for g in todo:
@@ -146,8 +147,42 @@ def _reported(
                 run.archive.set(
                     Elite(niche=r.niche, genome=r.genome, latency_ms=r.latency_ms, noise=r.noise, run_id=run_id)
                 )
+        dropped = _unseat_failed(run, failed, done)
+    else:
+        dropped = []
     store.save_elites(run_id, run.archive_key, run.archive.take_changes())
+    if dropped and isinstance(store, DropsElites):
+        for niche in dropped:
+            store.drop_elite(run_id, niche)
     return out
+
+
+def _unseat_failed(run: _Run, failed: set[str], done: set[str]) -> list[str]:
+    """Niches whose elite failed its re-measurement and that no re-measured genome took: the
+    elite becomes the niche's fastest genome that passed (and was not disqualified); the
+    niches with none are returned, for their stored entry to be dropped (a flaky kernel
+    seeds no later run and is not exported)."""
+    dropped = []
+    for niche in sorted({e.niche for e in run.archive.top()} - done):
+        cur = run.archive.get(niche)
+        if cur is None or cur.genome.id not in failed:
+            continue
+        passed = [
+            i
+            for i in run.history
+            if i.result.is_ok
+            and not i.result.estimated
+            and i.genome.id not in failed
+            and run.archive.niche(i.genome) == niche
+        ]
+        best = min(passed, key=lambda i: (i.fitness, i.seq), default=None)
+        if best is None:
+            dropped.append(niche)
+            continue
+        run.archive.set(
+            Elite(niche=niche, genome=best.genome, latency_ms=best.fitness, noise=best.result.noise, run_id=run.run.id)
+        )
+    return dropped
 
 
 def _add_sample(gid: str, result: Result, samples: dict[str, list[float]], failed: set[str]) -> None:

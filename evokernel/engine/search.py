@@ -41,9 +41,9 @@ from evokernel.core.genome import Genome, canonical_json
 from evokernel.core.mutator import Mutator, observe, reset
 from evokernel.core.result import Result
 from evokernel.core.space import SearchSpace
-from evokernel.engine._stream import ResultStream, TooManyResults
+from evokernel.engine._stream import TooManyResults
 from evokernel.engine.bandit import OperatorBandit
-from evokernel.engine.claims import Claimer
+from evokernel.engine.claims import Claimer, RenewingStream
 from evokernel.engine.learned import FailureModel
 from evokernel.engine.propose import propose
 from evokernel.engine.options import Budget, SearchOptions
@@ -158,6 +158,7 @@ class _Run:
         self.best_ids: list[str] = []
         self.skipped: dict[str, int] = {}
         self.cost = 0.0
+        self.replay: dict[int, Genome] = {}  # on resume: the stored genome at each position
         self.generation = 0
         self.counts = {"measured": 0, "resumed": 0, "reused": 0}
         self.t0 = time.monotonic()
@@ -165,7 +166,10 @@ class _Run:
 
     # -- bookkeeping -------------------------------------------------------------------
     def charge(self, amount: float, what: str) -> None:
+        """Spend money (an LLM call): counted against `Budget.cost`, and logged as a `charge`
+        event, so that a resumed run starts from what the run spent before it was killed."""
         self.cost += float(amount)
+        self.s.store.log_event(self.run.id, "charge", {"amount": float(amount), "what": what})
 
     def _skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
@@ -177,6 +181,10 @@ class _Run:
         if b.wall_s is not None and time.monotonic() - self.t0 >= b.wall_s:
             return "budget: wall time"
         return ""
+
+    def _out_of_time(self) -> bool:
+        """Whether the wall-time budget is spent (whatever else is)."""
+        return self.budget.wall_s is not None and time.monotonic() - self.t0 >= self.budget.wall_s
 
     def _left(self) -> int:
         if self.budget.evaluations is None:
@@ -200,13 +208,13 @@ class _Run:
         elsewhere = self.claims.claim([g.id for g in todo])  # being measured by another driver
         todo = [g for g in todo if g.id not in elsewhere]
         self._restored([g for g in genomes if (hit := hits[g.id]) is not None and hit.in_run])
-        results = ResultStream(self.s.evaluator, todo, self._deadline())
+        results = RenewingStream(self.s.evaluator, todo, self._deadline(), self.claims)
         measured: list[str] = []
         waiting: list[Genome] = []
         done = False
         try:
             for g in genomes:
-                if self._out_of_budget() == "budget: wall time":
+                if self._out_of_time():
                     break
                 hit = hits[g.id]
                 if hit is not None:
@@ -245,12 +253,11 @@ class _Run:
         """Results of genomes other drivers were measuring, reused once stored; measured here
         where their claim ran out (the other driver died) or was given up without a result."""
         out: list[Individual] = []
-        out_of_time = lambda: self._out_of_budget() == "budget: wall time"  # noqa: E731
         lookup = lambda gid: self.s.store.lookup(self.run.id, gid, self.fingerprint)  # noqa: E731
         for g in genomes:
-            hit = self.claims.wait(g.id, lookup, out_of_time)
+            hit = self.claims.wait(g.id, lookup, self._out_of_time)
             if hit is None:
-                if out_of_time():
+                if self._out_of_time():
                     break
                 out += self.evaluate([g])  # this run holds its claim now
                 continue
@@ -339,6 +346,8 @@ class _Run:
             environment={**environment(), **_evaluator_environment(s.evaluator), "pid": os.getpid()},
         )
         self.claims = Claimer(s.store, self.run.id, self.fingerprint)
+        if self.run.resumed:
+            self._resume_state()
         try:
             for o in s.observers:
                 o.on_start(self.run.id, self.budget, self.run.resumed)
@@ -356,6 +365,15 @@ class _Run:
         for o in s.observers:
             o.on_finish(report)
         return report
+
+    def _resume_state(self) -> None:
+        """What a resumed run takes from the store besides results: the genome at each
+        position of its history (proposed again, an operator may propose another: the stored
+        one is evaluated) and the money it was charged (its proposals' results' costs are
+        added back as they are read)."""
+        store, run_id = self.s.store, self.run.id
+        self.replay = {e.seq: e.genome for e in store.history(run_id) if e.kind == "eval"}
+        self.cost = sum(float(p.get("amount", 0.0)) for kind, p, _ in store.events(run_id) if kind == "charge")
 
     def _partial(self) -> dict[str, Any]:
         """The summary of a run that did not finish: how far it got and its best so far."""
@@ -387,7 +405,7 @@ class _Run:
             taken: set[str] = set()
             batch: list[Genome] = []
             for _ in range(min(opt.children, self._left())):
-                child = propose(self, population, taken)
+                child = propose(self, population, taken, self.replay.get(len(self.history) + len(batch)))
                 if child is None:
                     break
                 batch.append(child)

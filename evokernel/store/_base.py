@@ -7,7 +7,7 @@ protocol, with the same queries (evokernel.store._sql).
 
 `Store` is what a search needs. What tools need besides is declared as capabilities, small
 protocols of their own (`ForgetsMeasured`, `FindsRuns`, `KeepsKnowledge`, `KeepsProfiles`,
-`Located`, `Claims`);
+`Located`, `Claims`, `DropsElites`);
 `CompleteStore` is all of them together, what `SQLiteStore` and `PostgresStore` are and what
 the CLI expects.
 """
@@ -30,6 +30,7 @@ __all__ = [
     "KeepsProfiles",
     "Located",
     "Claims",
+    "DropsElites",
     "CompleteStore",
     "CAPABILITIES",
     "RunInfo",
@@ -252,9 +253,32 @@ class Claims(Protocol):
 
 
 @runtime_checkable
-class CompleteStore(Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims, Protocol):
+class DropsElites(Protocol):
+    """Can take a niche's elite out of a run's archive.
+
+    Called by the engine's final re-measurement when a run's stored elite failed it (a flaky
+    kernel) and no other genome of its niche passed: it is not left to seed later runs or to
+    be exported. A store without it keeps the entry."""
+
+    def drop_elite(self, run_id: str, niche: str) -> None:
+        """Remove the run's elite of the niche (nothing if there is none)."""
+        ...
+
+
+@runtime_checkable
+class CompleteStore(
+    Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims, DropsElites, Protocol
+):
     """Everything the engine and the tools call on a store (SQLiteStore and PostgresStore are)."""
 
 
 #: The optional capabilities, for tools and the contract suite (tests/contracts).
-CAPABILITIES: tuple[type, ...] = (ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims)
+CAPABILITIES: tuple[type, ...] = (
+    ForgetsMeasured,
+    FindsRuns,
+    KeepsKnowledge,
+    KeepsProfiles,
+    Located,
+    Claims,
+    DropsElites,
+)

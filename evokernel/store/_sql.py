@@ -32,6 +32,19 @@ from evokernel.store._base import Evaluation, Hit, RunInfo
 __all__ = ["SQLStore"]
 
 
+class RecordClash(StoreError, sa.exc.IntegrityError):
+    """A write that clashes with what the run holds (a position or a genome recorded already):
+    a StoreError that says so, and still the IntegrityError it was."""
+
+    def __init__(self, cause: sa.exc.IntegrityError, message: str) -> None:
+        Exception.__init__(self, message)
+        self.message = message
+        self.statement, self.params, self.orig = cause.statement, cause.params, cause.orig
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class SQLStore:
     """A store on one SQLAlchemy connection. Subclasses set `path`, `_conn`, `_insert` (the
     dialect's INSERT, which has ON CONFLICT) and implement `_try_lock` / `_unlock`."""
@@ -212,10 +225,18 @@ class SQLStore:
         *,
         reuse: int | None = None,
     ) -> None:
-        with self._tx() as c:
-            self._put_genome(c, genome)
-            result_id = reuse if reuse is not None else self._put_result(c, run_id, genome, fingerprint, result)
-            self._put_evaluation(c, run_id, "eval", seq, genome, result_id, cached=reuse is not None)
+        try:
+            with self._tx() as c:
+                self._put_genome(c, genome)
+                result_id = reuse if reuse is not None else self._put_result(c, run_id, genome, fingerprint, result)
+                self._put_evaluation(c, run_id, "eval", seq, genome, result_id, cached=reuse is not None)
+        except sa.exc.IntegrityError as exc:
+            raise RecordClash(
+                exc,
+                f"run {run_id!r} in {self.path}: cannot record genome {genome.id} at position {seq}, which holds "
+                f"another evaluation (or the genome is recorded at another position): the run did not retrace "
+                f"the stored one ({type(exc.orig).__name__}: {exc.orig})",
+            ) from exc
 
     def forget_measured(self, run_id: str, genome_ids: list[str]) -> None:
         """Drop the run's evaluations of these genomes and the results measured for them: a
@@ -240,10 +261,17 @@ class SQLStore:
         return Result.decode(rows[0][0]) if rows else None
 
     def record_remeasurement(self, run_id: str, rep: int, genome: Genome, fingerprint: str, result: Result) -> None:
-        with self._tx() as c:
-            self._put_genome(c, genome)
-            result_id = self._put_result(c, run_id, genome, fingerprint, result)
-            self._put_evaluation(c, run_id, "remeasure", rep, genome, result_id, cached=False)
+        try:
+            with self._tx() as c:
+                self._put_genome(c, genome)
+                result_id = self._put_result(c, run_id, genome, fingerprint, result)
+                self._put_evaluation(c, run_id, "remeasure", rep, genome, result_id, cached=False)
+        except sa.exc.IntegrityError as exc:
+            raise RecordClash(
+                exc,
+                f"run {run_id!r} in {self.path}: re-measurement {rep} of genome {genome.id} is recorded already "
+                f"({type(exc.orig).__name__}: {exc.orig})",
+            ) from exc
 
     def _put_genome(self, c: sa.Connection, genome: Genome) -> None:
         c.execute(
@@ -368,6 +396,13 @@ class SQLStore:
                     updated=now,
                 )
                 c.execute(self._upsert(s.elites, row, ("run_id", "niche")))
+
+    def drop_elite(self, run_id: str, niche: str) -> None:
+        """Remove the run's elite of the niche (its genome failed its final re-measurement and
+        no other genome of the niche passed)."""
+        el = s.elites
+        with self._tx() as c:
+            c.execute(el.delete().where(el.c.run_id == run_id, el.c.niche == niche))
 
     def elites(
         self,
