@@ -22,8 +22,10 @@ __all__ = ["UniformCrossover"]
 
 
 class UniformCrossover:
-    """Mix two parents gene by gene; the child keeps the first (fitter) parent's source.
-    Children that violate a constraint are redrawn; identical parents give nothing."""
+    """Mix two parents gene by gene; the child keeps the first parent's source (parents come
+    in the order the engine's selection drew them, each the winner of its own tournament:
+    not sorted by fitness, which a mutator is not told). Children that violate a constraint
+    are redrawn; identical parents give nothing."""
 
     arity = 2
 

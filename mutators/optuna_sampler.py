@@ -2,14 +2,17 @@
 
 `OptunaSampler("tpe")` (or "cmaes", "gp", "nsga2", "qmc", "random", or any
 `optuna.samplers.BaseSampler`) keeps an in-memory study over the genome's space. Every
-genome the run evaluates, whichever operator proposed it, is told to the study, so the
-sampler learns from all of them: a completed trial with the log of its latency, or a failed
-trial for a configuration that did not compile, crashed or was wrong (never a made-up
-latency).
+genome the run evaluates, whichever operator proposed it, is told to the study: a completed
+trial with the log of its latency, or a failed trial for a configuration that did not
+compile, crashed or was wrong (never a made-up latency). What a sampler makes of them is
+its own: TPE and GP learn from every trial of the study, CMA-ES and NSGA-II only from the
+trials of their own generations (points they asked for themselves), QMC and random from none.
 
 Constraints are handled by repair: a point the sampler asks for that violates the space's
-constraints (or that the run has already evaluated) is told as failed, and the nearest valid
-unseen point of the grid is proposed instead.
+constraints (or that the run has already evaluated or been offered) is told as failed, and
+the nearest valid point not yet evaluated nor proposed is proposed instead. A trial whose
+point the engine dropped unevaluated (predicted to fail, stopped by the wall time) is told
+as failed when the next generation starts, not left running.
 
 The space maps onto Optuna's distributions as: ordered parameters as an integer index
 (powers of two become their exponent, so the samplers see a log scale), unordered choices
@@ -167,6 +170,10 @@ class OptunaSampler:
         self._pending: dict[str, Any] = {}  # genome id -> trial asked for it, not yet told
         self._backlog: list[tuple[Genome, Result]] = []  # evaluations seen before the study exists
         self._seen: set[str] = set()
+        # every genome id proposed and not evaluated yet, repaired points included (they have
+        # no trial of their own): a second repair in the same batch must not return it again
+        self._proposed: set[str] = set()
+        self._generation = 0
         self._valid: list[dict[str, Value]] | None = None
         self._valid_vectors: np.ndarray | None = None
 
@@ -175,25 +182,46 @@ class OptunaSampler:
         if self.study is None:
             self._start(ctx)
         assert self._codec is not None
+        if ctx.generation != self._generation:
+            self._generation = ctx.generation
+            self._drop_unevaluated()
         trial = self.study.ask(self._codec.dists)
         point = self._codec.to_point(trial.params)
-        genome = Genome.of(point) if ctx.space.is_valid(point) else None
-        if genome is not None and genome.id not in self._seen and genome.id not in self._pending:
+        genome = Genome.of(ctx.space.canonical(point)) if ctx.space.is_valid(point) else None
+        if genome is not None and not self._taken(genome.id):
             self._pending[genome.id] = trial
+            self._proposed.add(genome.id)
             return genome
         # invalid or already seen: a failure for the sampler, and the nearest unseen valid point instead
         self.study.tell(trial, state=_state("FAIL"))
         repaired = self._nearest_unseen(point, ctx)
-        return None if repaired is None else Genome.of(repaired)
+        if repaired is None:
+            return None
+        genome = Genome.of(repaired)
+        self._proposed.add(genome.id)
+        return genome
 
     def observe(self, genome: Genome, result: Result) -> None:
         self._seen.add(genome.id)
+        self._proposed.discard(genome.id)
         if self.study is None:
             self._backlog.append((genome, result))
             return
         self._tell(genome, result)
 
     # -- internals ---------------------------------------------------------------------
+    def _taken(self, gid: str) -> bool:
+        return gid in self._seen or gid in self._pending or gid in self._proposed
+
+    def _drop_unevaluated(self) -> None:
+        """A new generation: the trials asked earlier and never evaluated were dropped by the
+        engine (predicted to fail, proposed by another operator too, stopped by the wall
+        time). Tell them as failed rather than leave them running: a running trial stays a
+        constant-liar point for TPE forever. Their ids stay proposed, so not proposed again."""
+        for trial in self._pending.values():
+            self.study.tell(trial, state=_state("FAIL"))
+        self._pending.clear()
+
     def _start(self, ctx: Context) -> None:
         import optuna
 
@@ -243,7 +271,7 @@ class OptunaSampler:
             dist = np.abs(self._valid_vectors - self._codec.index_vector(point)).sum(axis=1)
             for i in np.argsort(dist, kind="stable"):
                 cand = self._valid[int(i)]
-                if Genome.of(cand).id not in self._seen and Genome.of(cand).id not in self._pending:
+                if not self._taken(Genome.of(cand).id):
                     return dict(cand)
             return None
         # too large to enumerate: breadth-first over neighbours, a few rings out
@@ -260,7 +288,7 @@ class OptunaSampler:
                         visited.add(key)
                         if space.is_valid(cand):
                             g = Genome.of(space.canonical(cand))
-                            if g.id not in self._seen and g.id not in self._pending:
+                            if not self._taken(g.id):
                                 return space.canonical(cand)
                         nxt.append(cand)
             frontier = nxt[:512]

@@ -103,16 +103,51 @@ class SearchSpec:
             raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")
         if not isinstance(evaluator, Evaluator):
             raise ConfigError(f"{target}: defines no `evaluator` (with name, fingerprint() and evaluate())")
+        descriptor, mutators, options, name, seeds = _checked_extras(mod, target)
         return cls(
             space,
             evaluator,
-            descriptor=getattr(mod, "descriptor", None),
-            mutators=getattr(mod, "mutators", None),
-            options=getattr(mod, "options", None),
-            name=getattr(mod, "name", None),
-            seeds=getattr(mod, "seeds", None) or (),
+            descriptor=descriptor,
+            mutators=mutators,
+            options=options,
+            name=name,
+            seeds=seeds,
             evaluator_factory=partial(evaluator_of_file, str(Path(path).resolve())),
         )
+
+
+def _checked_extras(mod: Any, target: str) -> tuple[Any, Any, Any, Any, Any]:
+    """The optional variables of a search file, each checked for its type: a mistyped one is
+    a one-line error naming the file and the variable, not a traceback in the middle of a run."""
+
+    def bad(var: str, want: str, value: Any) -> ConfigError:
+        return ConfigError(f"{target}: `{var}` must be {want}, not {type(value).__name__} {value!r:.60}")
+
+    descriptor = getattr(mod, "descriptor", None)
+    if descriptor is not None and not callable(descriptor):
+        raise bad("descriptor", "a function of a genome (returning its niche, a string)", descriptor)
+    mutators = getattr(mod, "mutators", None)
+    if mutators is not None:
+        if isinstance(mutators, (str, bytes, Mapping)) or not isinstance(mutators, Iterable):
+            raise bad("mutators", "a list of mutator objects", mutators)
+        mutators = list(mutators)
+        for m in mutators:
+            if not isinstance(m, Mutator):
+                raise bad("mutators", "a list of mutator objects (with name, arity and propose()), each", m)
+    options = getattr(mod, "options", None)
+    if options is not None and not isinstance(options, SearchOptions):
+        raise bad("options", "an evokernel SearchOptions", options)
+    name = getattr(mod, "name", None)
+    if name is not None and not isinstance(name, str):
+        raise bad("name", "a string", name)
+    seeds = getattr(mod, "seeds", None) or ()
+    if isinstance(seeds, (str, bytes, Mapping)) or not isinstance(seeds, Iterable):
+        raise bad("seeds", "a list of genomes or of dicts of parameters", seeds)
+    seeds = list(seeds)
+    for g in seeds:
+        if not isinstance(g, (Genome, Mapping)):
+            raise bad("seeds", "a list of genomes or of dicts of parameters, each", g)
+    return descriptor, mutators, options, name, seeds
 
 
 def evaluator_of_file(path: str) -> Evaluator:

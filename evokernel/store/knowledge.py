@@ -120,6 +120,8 @@ class KnowledgeRecorder:
         self.store, self.where, self.min_gain, self.render = store, dict(where), min_gain, render
         self.summarizer = summarizer  # an LLM provider: a prose summary of the lessons when the run ends
         self.run_id = ""
+        self.budget: Any = None  # the run's budget: the summary keeps within its wall time and dollars
+        self._started = 0.0
         self._pending: list[Any] = []
         self._by_id: dict[str, Any] = {}
 
@@ -138,6 +140,7 @@ class KnowledgeRecorder:
     # -- observer hooks -----------------------------------------------------------------
     def on_start(self, run_id: str, budget: Any, resumed: bool) -> None:
         self.run_id = run_id
+        self.budget, self._started = budget, time.monotonic()
 
     def on_evaluation(self, individual: Any, best: Any, evaluations: int) -> None:
         self._by_id[individual.genome.id] = individual
@@ -150,15 +153,37 @@ class KnowledgeRecorder:
 
     def on_finish(self, report: Any) -> None:
         self.flush()
-        if self.summarizer is not None:
-            summarize(
-                self.store,
-                self.summarizer,
-                op=self.where["op"],
-                gpu=self.where["gpu"],
-                toolchain=self.where["toolchain"],
-                run_id=self.run_id,
-            )
+        if self.summarizer is None:
+            return
+        import logging
+
+        log = logging.getLogger("evokernel.knowledge")
+        wall_s = getattr(self.budget, "wall_s", None)
+        cap = getattr(self.budget, "cost", None)
+        spent = float(getattr(report, "cost", 0.0) or 0.0)
+        if cap is not None and spent >= cap:
+            log.warning("lesson summary skipped: the run's LLM budget ($%.2f) is spent", cap)
+            return
+        time_left = None
+        if wall_s is not None:
+            # the run's clock started at or before on_start, and the report says how long it ran
+            elapsed = max(time.monotonic() - self._started, float(getattr(report, "wall_s", 0.0) or 0.0))
+            time_left = wall_s - elapsed
+            if time_left < 1.0:
+                log.warning("lesson summary skipped: no time left in the run's wall-time budget")
+                return
+        lesson = summarize(
+            self.store,
+            self.summarizer,
+            op=self.where["op"],
+            gpu=self.where["gpu"],
+            toolchain=self.where["toolchain"],
+            run_id=self.run_id,
+            time_left=time_left,
+        )
+        if lesson is not None and lesson.evidence.get("cost_usd"):
+            # the run's cost was reported before this call: say what the summary added
+            log.info("lesson summary cost $%.4f beyond the run's reported cost", lesson.evidence["cost_usd"])
 
     # -- lessons --------------------------------------------------------------------------
     def flush(self) -> list[Lesson]:
@@ -361,10 +386,13 @@ def summarize(
     toolchain: Mapping[str, Any] | None = None,
     run_id: str = "",
     limit: int = 40,
+    time_left: float | None = None,
 ) -> Lesson | None:
     """An LLM's prose summary of the lessons for this op and GPU, stored as a `summary`
     lesson (its evidence: the lessons it read, the model, tokens and dollars), or None when
-    there is nothing to summarise or the call fails (the failure is logged, never raised)."""
+    there is nothing to summarise or the call fails (the failure is logged, never raised).
+    With `time_left` (seconds), the call and its retries end within it (no call under 1 s)."""
+    import inspect
     import logging
 
     log = logging.getLogger("evokernel.knowledge")
@@ -377,8 +405,25 @@ def summarize(
     found = sorted(found, key=lambda le: -le.created)[:limit]
     if not found or provider is None or (hasattr(provider, "available") and provider.available() is not None):
         return None
+    kwargs: dict[str, Any] = {}
+    if time_left is not None:
+        if time_left < 1.0:
+            log.warning("lesson summary skipped: no time left")
+            return None
+        try:
+            takes = "time_left" in inspect.signature(provider.complete).parameters
+        except (TypeError, ValueError):
+            takes = False
+        if takes:  # (a provider of the user's without it is called as the LLM operator calls it)
+            kwargs["time_left"] = time_left
     prompt = f"Operation {op} on {gpu}.\n\n" + "\n".join(f"- [{le.kind}] {le.text}" for le in found)
-    reply = provider.complete([{"type": "text", "text": _SUMMARY_INSTRUCTIONS}], prompt, tool=_SUMMARY_TOOL)
+    try:
+        reply = provider.complete(
+            [{"type": "text", "text": _SUMMARY_INSTRUCTIONS}], prompt, tool=_SUMMARY_TOOL, **kwargs
+        )
+    except Exception as exc:  # a provider of the user's that raised: logged, never raised
+        log.warning("lesson summary dropped: provider failed: %s: %s", type(exc).__name__, str(exc)[:200])
+        return None
     text = str(reply.fields.get("summary") or reply.fields.get("text") or "").strip() if not reply.error else ""
     if not text:
         log.warning("lesson summary dropped: %s", reply.error or "empty summary")

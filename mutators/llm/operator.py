@@ -134,6 +134,12 @@ class LLMRewrite:
         reasons = [p.available() for p in self.providers]
         return None if any(r is None for r in reasons) else "; ".join(dict.fromkeys(r for r in reasons if r))
 
+    @property
+    def exhausted(self) -> bool:
+        """Nothing left to offer: every provider is off (a bad key, no such model) and no
+        variant of a structure waits to be tried. The engine stops choosing it."""
+        return not self._to_tune and self.available() is not None
+
     def _choose(self, rng: Any) -> int:
         """The provider for this call: a Beta draw of its gain rate (gains / calls) per mean
         dollar per call, so a cheap model that gains as often as a dear one wins; an unpriced
@@ -278,7 +284,17 @@ class LLMRewrite:
         if reply.cost_usd:
             ctx.charge(reply.cost_usd, f"{self.name} {getattr(self.provider, 'model', '')}")
         if reply.error:
-            self._drop(reply.error)
+            off = self.provider.available()
+            if off is None:
+                self._drop(reply.error)
+                return None
+            # a permanent error (a bad key, no access, no such model): that provider makes no
+            # more calls this run, said once here rather than once per proposal
+            key = reply.error.split(":")[0][:60]
+            st.dropped[key] = st.dropped.get(key, 0) + 1
+            model = getattr(self.provider, "model", type(self.provider).__name__)
+            log.warning("%s: %s is off for the rest of the run: %s", self.name, model, off)
+            self._said_off = self.available() is not None
             return None
         source = reply.source
         if reply.edits:

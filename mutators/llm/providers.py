@@ -68,7 +68,9 @@ def _price(model: str) -> tuple[float, float, float, float]:
 
 class AnthropicProvider:
     """Calls the Messages API through the official SDK: its retries (with backoff, honouring
-    retry-after) for 408/409/429/5xx and connection errors, then one answer or an error."""
+    retry-after) for 408/409/429/5xx and connection errors, then one answer or an error. A
+    permanent error (401, 403, 404, a 400 naming the model) switches the provider off:
+    `available()` says why from then on, and no more calls are made."""
 
     name = "anthropic"
 
@@ -90,9 +92,14 @@ class AnthropicProvider:
         self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         self._client = client
         self.max_retries, self.timeout_s = max_retries, timeout_s
+        # why calls stopped for good (a bad key, no access, no such model): set by the first
+        # such answer, so no call after it is paid for or waited on
+        self.off: str | None = None
 
     def available(self) -> str | None:
         """None if calls can be made, else why not (one line)."""
+        if self.off is not None:
+            return self.off
         if self._client is not None or self.api_key:
             try:
                 import anthropic  # noqa: F401
@@ -173,7 +180,13 @@ class AnthropicProvider:
                 **kwargs,
             )
         except anthropic.APIStatusError as exc:
-            return LLMReply(error=f"API error {exc.status_code} after retries: {str(exc)[:200]}")
+            why = f"API error {exc.status_code}: {str(exc)[:200]}"
+            if _permanent(exc, self.model):
+                self.off = why
+                return LLMReply(error=why)
+            if _retryable(exc.status_code) and getattr(client, "max_retries", 0):
+                why = f"API error {exc.status_code} after retries: {str(exc)[:200]}"
+            return LLMReply(error=why)
         except anthropic.APIConnectionError as exc:
             return LLMReply(error=f"connection failed after retries: {type(exc).__name__}: {str(exc)[:200]}")
         except anthropic.APIResponseValidationError as exc:
@@ -209,6 +222,24 @@ class AnthropicProvider:
             reply.fields = dict(call.input)
             return reply
         return _answer(reply, call.input)
+
+
+def _retryable(status: int) -> bool:
+    """The statuses the SDK retries (besides an explicit x-should-retry header)."""
+    return status in (408, 409, 429) or status >= 500
+
+
+def _permanent(exc: Any, model: str) -> bool:
+    """An error no later call can get past in this run: a bad key (401), no access (403), no
+    such model (404), or a request the API rejects for its model (400 naming the model)."""
+    import anthropic
+
+    if isinstance(exc, (anthropic.AuthenticationError, anthropic.PermissionDeniedError, anthropic.NotFoundError)):
+        return True
+    if isinstance(exc, anthropic.BadRequestError):
+        text = str(exc)
+        return model in text or re.search(r"\bmodel\b", text, re.IGNORECASE) is not None
+    return False
 
 
 class OpenAICompatibleProvider:
