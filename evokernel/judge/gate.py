@@ -128,41 +128,76 @@ class Verdict(msgspec.Struct, kw_only=True):
 
 
 # -- comparison ----------------------------------------------------------------------------
-def compare(refs: Sequence[Any], outs: Sequence[Any], tol: dict[str, float]) -> str | None:
-    """None if every output matches its reference within tolerance, else why not.
+def compare(
+    refs: Sequence[Any], outs: Sequence[Any], tol: Mapping[str, float] | Sequence[Mapping[str, float]]
+) -> str | None:
+    """None if every output matches its reference within tolerance, else why not. `tol`: one
+    {"rtol", "atol"} for every output, or one per output (each at its own dtype's).
 
     Scale-aware: the absolute tolerance is relative to the reference's RMS (floored at 1),
     so neither huge nor tiny outputs make the check meaningless. NaN or Inf must sit exactly
-    where the reference has them."""
+    where the reference has them, NaN where it has NaN and Inf of the same sign where it has
+    Inf. Complex outputs are compared as (real, imaginary) pairs, both parts checked."""
+    tols = [tol] * len(refs) if isinstance(tol, Mapping) else list(tol)
+    if len(tols) != len(refs):
+        raise ValueError(f"compare: {len(tols)} tolerances for {len(refs)} outputs")
+    for i, (ref, out, t) in enumerate(zip(refs, outs, tols)):
+        wrong = _compare_one(ref, out, t)
+        if wrong is not None:
+            return f"output {i}: {wrong}"
+    return None
+
+
+def _compare_one(ref: Any, out: Any, tol: Mapping[str, float]) -> str | None:
     import torch
 
-    for i, (ref, out) in enumerate(zip(refs, outs)):
-        if not (ref.is_floating_point() or ref.is_complex()):
-            if not torch.equal(ref, out):
-                n = int((ref != out).sum())
-                return f"output {i}: {n} of {ref.numel()} values differ (exact match required for {ref.dtype})"
-            continue
-        work = torch.float64 if ref.dtype == torch.float64 else torch.float32
-        r, o = ref.to(work), out.to(work)
-        finite = torch.isfinite(r)
-        bad_out = int((~torch.isfinite(o)).sum())
-        bad_ref = int((~finite).sum())
-        if bad_out != bad_ref or (bad_ref and not torch.equal(finite, torch.isfinite(o))):
-            return f"output {i}: {bad_out} NaN or Inf values where the reference has {bad_ref}"
-        if bad_ref:
-            r, o = torch.where(finite, r, 0), torch.where(finite, o, 0)
-        scale = max(1.0, float(r.square().mean().sqrt()))
-        excess = (o - r).abs_().sub_(r.abs().mul_(tol["rtol"]).add_(tol["atol"] * scale))
-        worst = float(excess.max()) if excess.numel() else 0.0
-        if worst > 0:
-            j = int(excess.argmax())
-            n = int((excess > 0).sum())
-            return (
-                f"output {i}: {n} of {r.numel()} values off by more than tolerance "
-                f"(worst {float(o.reshape(-1)[j]):.6g} vs {float(r.reshape(-1)[j]):.6g}, "
-                f"rtol {tol['rtol']}, atol {tol['atol']})"
-            )
+    if not (ref.is_floating_point() or ref.is_complex()):
+        if not torch.equal(ref, out):
+            n = int((ref != out).sum())
+            return f"{n} of {ref.numel()} values differ (exact match required for {ref.dtype})"
+        return None
+    r, o = _as_real(ref, out)
+    if r is None:
+        return f"a {out.dtype} output where the reference is {ref.dtype}"
+    finite = torch.isfinite(r)
+    bad_out = int((~torch.isfinite(o)).sum())
+    bad_ref = int((~finite).sum())
+    if bad_out != bad_ref:
+        return f"{bad_out} NaN or Inf values where the reference has {bad_ref}"
+    if bad_ref:
+        # NaN only where the reference has NaN; an infinity only where the reference has the same one
+        differ = (torch.isnan(r) ^ torch.isnan(o)) | ((torch.isinf(r) | torch.isinf(o)) & (r != o))
+        n = int(differ.sum())
+        if n:
+            return f"{n} NaN or Inf values unlike the reference's at their positions (NaN vs Inf, or Inf's sign)"
+        r, o = torch.where(finite, r, 0), torch.where(finite, o, 0)
+    scale = max(1.0, float(r.square().mean().sqrt()))
+    excess = (o - r).abs_().sub_(r.abs().mul_(tol["rtol"]).add_(tol["atol"] * scale))
+    worst = float(excess.max()) if excess.numel() else 0.0
+    if worst > 0:
+        j = int(excess.argmax())
+        n = int((excess > 0).sum())
+        return (
+            f"{n} of {r.numel()} values off by more than tolerance "
+            f"(worst {float(o.reshape(-1)[j]):.6g} vs {float(r.reshape(-1)[j]):.6g}, "
+            f"rtol {tol['rtol']}, atol {tol['atol']})"
+        )
     return None
+
+
+def _as_real(ref: Any, out: Any) -> tuple[Any, Any] | tuple[None, None]:
+    """Reference and output in the working precision (float64 for 64-bit data, else float32),
+    complex ones as (real, imaginary) pairs so neither part is dropped; (None, None) for a
+    complex output of a real reference (a cast would drop its imaginary part unchecked)."""
+    import torch
+
+    if ref.is_complex():
+        work = torch.complex128 if ref.dtype == torch.complex128 else torch.complex64
+        return torch.view_as_real(ref.to(work)), torch.view_as_real(out.to(work))
+    if out.is_complex():
+        return None, None
+    work = torch.float64 if ref.dtype == torch.float64 else torch.float32
+    return ref.to(work), out.to(work)
 
 
 def _as_list(x: Any) -> list[Any]:
@@ -181,6 +216,16 @@ def _is_tensor(x: Any) -> bool:
     import torch
 
     return isinstance(x, torch.Tensor)
+
+
+def _flop_dtypes(inputs: Sequence[Any]) -> list[str]:
+    """The dtypes whose peak rates bound a shape's arithmetic: its floating-point tensor
+    inputs' (else any tensor input's), host-side values skipped. The floor takes the highest
+    of their peaks, so it stays a lower bound on the time where the work runs in the fastest
+    of them (fp8 weights next to bf16 activations); empty where no input is a tensor."""
+    tensors = [t for t in inputs if _is_tensor(t)]
+    chosen = [t for t in tensors if t.is_floating_point()] or tensors
+    return list(dict.fromkeys(str(t.dtype).removeprefix("torch.") for t in chosen))
 
 
 def _plain(value: Any, where: str) -> Any:
@@ -370,7 +415,7 @@ class _Shape:
                 return f"malformed perturbation report for input {j}"
             seen.add(j)
             t = inputs[j]
-            new = torch.tensor(values, dtype=torch.float64).to(t.dtype)  # exact: the values are t.dtype's
+            new = torch.tensor(values, dtype=torch.float64).to(t.dtype)  # exact: t.dtype's values, sent as float64
             if t.element_size() == 1:  # fp8: written as bytes (index writes on fp8 are not in every build)
                 t.view(torch.uint8).view(-1)[torch.tensor(positions, device=t.device)] = new.view(torch.uint8).to(
                     t.device
@@ -805,7 +850,8 @@ class Judge:
                 )
             if len(got.perturbations) != len(got.sampled):
                 return Verdict(accepted=False, status=Status.INCORRECT, reason="perturbations missing from the worker")
-            changed = k == 0 or not any(_is_tensor(t) and t.is_floating_point() for t in pristine[0])
+            # nothing to see changed where the worker perturbs nothing: the same test as the worker's
+            changed = k == 0 or not any(perturbable(t, k) for group in pristine[:1] for t in group)
             for slot, which, changes in zip(shape.samples, got.sampled, got.perturbations):
                 if not 0 <= which < len(pristine):
                     return Verdict(accepted=False, status=Status.INCORRECT, reason="bad sample index from the worker")
@@ -885,9 +931,11 @@ class Judge:
         gbps = nbytes / (t.median_ms * 1e-3) / 1e9 if nbytes else None
         if self.peaks is None:
             return msgspec.structs.replace(t, tflops=tflops, gbps=gbps)
-        dtype = str(shape.inputs[0].dtype).removeprefix("torch.") if shape.inputs else "float32"
+        dtypes = _flop_dtypes(shape.inputs) or list(self.peaks.limit_matmul)
         floor = self.problem.roofline_floor_ms(
-            shape.shape, flops_per_s=self.peaks.limit_flops(dtype), bytes_per_s=self.peaks.limit_bytes
+            shape.shape,
+            flops_per_s=max(self.peaks.limit_flops(d) for d in dtypes),
+            bytes_per_s=self.peaks.limit_bytes,
         )
         if floor is not None and t.median_ms < floor:
             return Verdict(
@@ -899,7 +947,7 @@ class Judge:
                 ),
             )
         attainable = self.problem.roofline_floor_ms(
-            shape.shape, flops_per_s=self.peaks.flops(dtype), bytes_per_s=self.peaks.bytes
+            shape.shape, flops_per_s=max(self.peaks.flops(d) for d in dtypes), bytes_per_s=self.peaks.bytes
         )
         pct = 100.0 * attainable / t.median_ms if attainable else None
         return msgspec.structs.replace(t, tflops=tflops, gbps=gbps, roofline_pct=pct)
@@ -913,10 +961,10 @@ class Judge:
             accepted=False, reason=f"{kind}: {error}", status=status, label=label, log_tail=log_tail, fault=fault
         )
 
-    def _tolerance(self, refs: list[Any]) -> dict[str, float]:
-        dtypes = [str(r.dtype).removeprefix("torch.") for r in refs]
-        tols = [self.problem.tolerance(d) for d in dtypes]
-        return {"rtol": max(t["rtol"] for t in tols), "atol": max(t["atol"] for t in tols)}
+    def _tolerance(self, refs: list[Any]) -> list[dict[str, float]]:
+        """Each output's own tolerance, from its dtype (or the problem's TOLERANCE): a float32
+        output next to a bfloat16 one is held to float32's, not to the loosest of them."""
+        return [self.problem.tolerance(str(r.dtype).removeprefix("torch.")) for r in refs]
 
     def _canary(self) -> str | None:
         """A zero or constant output must fail the comparison, or the problem cannot tell
