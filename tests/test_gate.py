@@ -143,6 +143,7 @@ CLASSES: dict[str, list[str]] = {
         "cheats/patch_perf_counter.py",
         "cheats/patch_clock_during_call.py",
         "cheats/patch_event_elapsed_time.py",
+        "cheats/patch_timing_harness.py",
     ],
     "fast wrong path only while timed": [
         "cheats/timing_fastpath_flag.py",

@@ -6,8 +6,16 @@ shares with it, copies the outputs into result slots the judge owns, and times i
 sees a reference answer and never reports a verdict: the judge compares. Messages to the
 judge are msgspec structs, never pickles, so nothing the candidate sends is executed.
 
-The harness keeps references to the torch functions it relies on, taken before any
-candidate code runs, and reports a candidate that replaced them.
+The harness keeps references to the torch functions and the timing harness
+(`evokernel.judge.timing`) it relies on, taken before any candidate code runs, calls those,
+and reports a candidate that replaced them (`_tampering`): the names in torch, time,
+builtins, the timing module and this one, the code object of each function of those two
+modules, and the modules in `sys.modules`. It looks before and after each call, before and
+after each timing, and at each timed call whose outputs it copies (moments the candidate
+cannot foresee). That is a check, not a wall: the candidate runs in this process, and code
+that means to can still reach the harness's state (its frames, its lists) between two
+looks. The judge's own checks of the outputs (the copies, the re-check after timing) do not
+depend on it.
 """
 
 # One module on purpose, though over 400 lines: this is the candidate's whole side of the protocol and runs in a forked
@@ -32,6 +40,7 @@ from typing import Any
 import msgspec
 import torch
 
+from evokernel.judge import timing as _timing
 from evokernel.judge.device import cuda_index, device_kind
 
 __all__ = ["main", "Sandboxed", "Ready", "Done", "Timing", "Failed", "WorkerMessage", "VALUE_PREFIX"]
@@ -44,6 +53,17 @@ _copy = torch.Tensor.copy_
 _randbelow = secrets.randbelow
 _randbits = secrets.randbits
 _current_stream = torch.cuda.current_stream
+_getattr = builtins.getattr
+_getattr_static = inspect.getattr_static
+_modules = sys.modules
+# the timing harness, bound before any candidate code runs: a candidate that rebinds
+# `evokernel.judge.timing.time_cpu` (or any of these) changes nothing the worker calls
+_time_cpu = _timing.time_cpu
+_time_cuda = _timing.time_cuda
+_prewarm_cuda = _timing.prewarm_cuda
+_Perturber = _timing.Perturber
+_HostSync = _timing.HostSync
+_GraphCaptureError = _timing.GraphCaptureError
 _TIMING = {
     "torch.cuda.Event": torch.cuda.Event,
     "torch.cuda.synchronize": torch.cuda.synchronize,
@@ -64,20 +84,44 @@ def _plain_value(dtype: str) -> Any:
     return tuples(msgspec.json.decode(dtype[len(VALUE_PREFIX) :]))
 
 
-# what the harness relies on, captured before any candidate code runs
+# what the harness relies on, captured before any candidate code runs: path -> object
 _WATCHED: dict[str, Any] = {}
+# where watched paths start (the longest that prefixes a path), and the modules that must stay
+# the ones in sys.modules (a function's own `import torch` reads it from there)
+_ROOTS: dict[str, Any] = {
+    "torch": torch,
+    "time": time,
+    "builtins": builtins,
+    "evokernel.judge.timing": _timing,
+    __name__: sys.modules[__name__],
+}
 
 
-def _resolve(path: str) -> Any:
-    """The object at a dotted path; for class attributes the raw descriptor, which is stable."""
-    obj: Any = {"torch": torch, "time": time, "builtins": builtins}[path.split(".")[0]]
-    for part in path.split(".")[1:]:
-        obj = inspect.getattr_static(obj, part, None) if isinstance(obj, type) else getattr(obj, part, None)
+def _way(path: str) -> tuple[Any, tuple[str, ...]]:
+    """Where a dotted path starts (the longest of `_ROOTS` that prefixes it) and its steps."""
+    root = max((r for r in _ROOTS if path == r or path.startswith(r + ".")), key=len)
+    return _ROOTS[root], tuple(path[len(root) + 1 :].split(".")) if path != root else ()
+
+
+def _follow(obj: Any, steps: tuple[str, ...]) -> Any:
+    """The object `steps` lead to from `obj`; for class attributes the raw descriptor, which
+    is stable (so `X.f.__func__.__code__` for a staticmethod)."""
+    for step in steps:
+        obj = _getattr_static(obj, step, None) if _isinstance(obj, _type) else _getattr(obj, step, None)
     return obj
 
 
+def _resolve(path: str) -> Any:
+    """The object at a dotted path from one of `_ROOTS`."""
+    return _follow(*_way(path))
+
+
+_WAYS: dict[str, tuple[Any, tuple[str, ...]]] = {}  # path -> (start, steps): found once, followed at each look
+
+
 def _watch(path: str) -> None:
-    _WATCHED[path] = _resolve(path)
+    _WAYS[path] = _way(path)
+    _WATCHED[path] = _follow(*_WAYS[path])
 
 
 for _path in (
@@ -99,6 +143,11 @@ for _path in (
     "torch.empty",
     "torch.empty_like",
     "torch.randn",
+    "torch.randint",  # the perturbations' positions (timing.Perturber)
+    "torch.arange",
+    "torch.cat",
+    "torch.Generator",
+    "torch.Generator.manual_seed",
     "torch.allclose",
     "torch.equal",
     "time.perf_counter",
@@ -110,10 +159,20 @@ for _path in (
 
 
 def _tampering() -> str | None:
-    """Which watched function the candidate replaced, or an active torch mode, if any."""
-    changed = [p for p, f in _WATCHED.items() if _resolve(p) is not f]
+    """Which watched function (or code object, or module) the candidate replaced, or an
+    active torch mode, if any."""
+    changed = [p for p, way in _WAYS.items() if _follow(*way) is not _WATCHED[p]]
+    changed += [
+        f"sys.modules[{name!r}]" for name, m in _ROOTS.items() if name != "builtins" and _modules.get(name) is not m
+    ]
+    changed += [f"{__name__}._TIMING[{name!r}]" for name, f in _TIMING.items() if _WATCHED.get(name) is not f]
+    changed = [p for p in changed if not any(p.startswith(q + ".") for q in changed)]  # a rebinding says it all
     if changed:
-        return "candidate replaced " + ", ".join(changed)
+        return (
+            "candidate replaced "
+            + ", ".join(changed[:12])
+            + (f" and {len(changed) - 12} more" if len(changed) > 12 else "")
+        )
     for name in ("_len_torch_function_stack", "_len_torch_dispatch_stack"):
         fn = getattr(torch._C, name, None)
         if fn is not None and fn() > 0:
@@ -449,6 +508,50 @@ def _call(
     _send(conn, Done(trial=trial, ok=True, call_s=call_s))
 
 
+class _Reservoir:
+    """Which timed calls' outputs the judge checks: a uniform draw of `k = len(slots)` of all
+    the timed calls (reservoir sampling, Algorithm R), made after each call returned and from
+    the OS's randomness. The candidate cannot know which calls are checked, and no call is
+    safe: the n-th is taken with chance k/n, into a slot drawn at random, whatever came
+    before (a fixed chance per call until the slots were full left every call past the first
+    few dozen unchecked). The outputs are copied at once (the candidate may reuse its output
+    buffer), a replaced slot's copy overwritten; over n calls that is k(1 + H(n) - H(k))
+    copies on average, about k(1 + ln(n/k)): 45 for 8 slots and 1000 calls, none of them
+    inside a timed region. Each copy is also a look for tampering (`_tampering`), at a
+    moment the candidate cannot foresee."""
+
+    def __init__(self, slots: list[list[torch.Tensor]]) -> None:
+        self.slots = slots
+        self.sampled: list[int] = []  # per slot filled: the rotation set of the call it holds
+        self.pending: list[Any] = []  # per slot filled: that call's perturbation, read back after the loop
+        self.seen = 0  # timed calls offered
+        self.tampered: str | None = None  # what a look during the timing found
+
+    def offer(self, which: int, out: Any, last: bool, rec: Any) -> None:
+        """The timing harness's sampler (`timing.Sampler`), after each timed call; once more
+        for the final call (`last`), taken then only if no slot is filled."""
+        if last:
+            if not self.sampled and self.slots:
+                self._take(0, which, out, rec)
+            return
+        self.seen += 1
+        slot = self.seen - 1 if self.seen <= len(self.slots) else _randbelow(self.seen)
+        if slot < len(self.slots):
+            self._take(slot, which, out, rec)
+
+    def _take(self, slot: int, which: int, out: Any, rec: Any) -> None:
+        outs = list(out) if _isinstance(out, (tuple, list)) else [out]
+        for o, dst in zip(outs, self.slots[slot]):
+            _copy(dst, o)
+        if slot == len(self.sampled):
+            self.sampled.append(which)
+            self.pending.append(rec)  # read back after the timing loop: a read-back here would sync
+        else:
+            self.sampled[slot], self.pending[slot] = which, rec
+        if self.tampered is None:
+            self.tampered = _tampering()
+
+
 def _time(
     conn: Any,
     kernel: Any,
@@ -458,8 +561,6 @@ def _time(
     spec: dict[str, Any],
     device: str,
 ) -> None:
-    from evokernel.judge.timing import time_cpu, time_cuda
-
     def failed(kind: str, error: str) -> None:
         _send(
             conn,
@@ -470,47 +571,30 @@ def _time(
     if tamper:
         return failed("tampering", tamper)
     spec = dict(spec)
-    rate = float(spec.pop("sample_rate", 0.3))
+    spec.pop("sample_rate", None)  # no longer used: every timed call may be drawn (`_Reservoir`)
     k = int(spec.pop("perturb", 8))
-    sampled: list[int] = []
-    pending: list[Any] = []
-
-    def sample(which: int, out: Any, last: bool, rec: Any) -> None:
-        """Copy a timed call's outputs out for the judge, decided only after the call returned
-        and from the OS's randomness: the candidate cannot know which calls are checked."""
-        if len(sampled) >= len(sample_slots) or not (last and not sampled or _randbelow(1000) < rate * 1000):
-            return
-        outs = list(out) if _isinstance(out, (tuple, list)) else [out]
-        for o, slot in zip(outs, sample_slots[len(sampled)]):
-            _copy(slot, o)
-        sampled.append(which)
-        pending.append(rec)  # read back after the timing loop: a read-back here would sync
-
+    reservoir = _Reservoir(sample_slots)
     phases: dict[str, float] = {}
     try:
-        from evokernel.judge.timing import Perturber
-
-        perturber = Perturber(sets, k, _randbits(62)) if k > 0 else None
+        perturber = _Perturber(sets, k, _randbits(62)) if k > 0 else None
         fns = [(lambda s=s: kernel(*s)) for s in sets]
         if device == "cuda":
-            samples, graph, wall = time_cuda(
-                fns, **spec, watched=_TIMING, sample=sample, perturb=perturber, phases=phases
+            samples, graph, wall = _time_cuda(
+                fns, **spec, watched=_TIMING, sample=reservoir.offer, perturb=perturber, phases=phases
             )
         else:
-            samples, graph, wall = time_cpu(fns, **spec, sample=sample, watched=_TIMING, perturb=perturber)
+            samples, graph, wall = _time_cpu(fns, **spec, sample=reservoir.offer, watched=_TIMING, perturb=perturber)
         t0 = _perf_counter()
-        perturbations = Perturber.report_many(pending)
+        perturbations = _Perturber.report_many(reservoir.pending)
         phases["report"] = _perf_counter() - t0
     except Exception as exc:
-        from evokernel.judge.timing import GraphCaptureError, HostSync
-
         text = _error_text(exc)
-        if _isinstance(exc, HostSync):
+        if _isinstance(exc, _HostSync):
             return failed("host_sync", str(exc))
-        if _isinstance(exc, GraphCaptureError):
+        if _isinstance(exc, _GraphCaptureError):
             return failed("graph_capture", str(exc))
         return failed("cuda_error" if _is_cuda_error(text) else "raised", text)
-    tamper = _tampering()
+    tamper = reservoir.tampered or _tampering()
     if tamper:
         return failed("tampering", tamper)
     _send(
@@ -520,7 +604,7 @@ def _time(
             samples_ms=samples,
             graph=graph,
             wall_ms_per_call=wall,
-            sampled=sampled,
+            sampled=reservoir.sampled,
             perturbations=perturbations,
             phases=phases,
         ),
@@ -750,10 +834,8 @@ def _load(conn: Any, setup: Setup, source: str, n: int, stamps: dict[str, float]
             return None
     compile_s = _perf_counter() - t1
     if cuda and prewarm:
-        from evokernel.judge.timing import prewarm_cuda
-
         try:
-            prewarm_cuda(
+            _prewarm_cuda(
                 [getattr(torch, d) for spec in setup.input_specs for _, _, d in spec if not d.startswith(VALUE_PREFIX)],
                 [getattr(torch, d) for d in setup.output_dtypes],
             )
@@ -795,3 +877,55 @@ def _serve(conn: Any, kernel: Any, view: Any, device: str) -> str | None:
         elif op == "exit":
             return None
         del msg
+
+
+# -- what the harness relies on, besides torch's and time's functions ----------------------
+_BINDINGS = (
+    "_type",
+    "_isinstance",
+    "_perf_counter",
+    "_Tensor",
+    "_copy",
+    "_randbelow",
+    "_randbits",
+    "_current_stream",
+    "_getattr",
+    "_getattr_static",
+    "_modules",
+    "_time_cpu",
+    "_time_cuda",
+    "_prewarm_cuda",
+    "_Perturber",
+    "_HostSync",
+    "_GraphCaptureError",
+    "_TIMING",
+    "_WATCHED",
+    "_WAYS",
+    "_ROOTS",
+)
+
+
+def _harness_paths() -> list[str]:
+    """The timing module's and this module's own functions and classes, as those modules hold
+    them, with the code object of each function and method (so `f.__code__ = ...` is seen as
+    surely as a rebinding), and the bindings this module took at import."""
+    paths = [f"{__name__}.{name}" for name in _BINDINGS]
+    paths += [f"{__name__}.{name}.__code__" for name in ("_time_cpu", "_time_cuda", "_prewarm_cuda")]
+    paths += ["evokernel.judge.timing.HostSync", "evokernel.judge.timing.GraphCaptureError"]
+    for root, module in (("evokernel.judge.timing", _timing), (__name__, sys.modules[__name__])):
+        for name, obj in vars(module).items():
+            if _getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if inspect.isfunction(obj):
+                paths += [f"{root}.{name}", f"{root}.{name}.__code__"]
+            elif _isinstance(obj, _type):
+                paths.append(f"{root}.{name}")
+                for attr, member in vars(obj).items():
+                    wrapped = _isinstance(member, (staticmethod, classmethod))
+                    if inspect.isfunction(member.__func__ if wrapped else member):
+                        paths.append(f"{root}.{name}.{attr}{'.__func__' if wrapped else ''}.__code__")
+    return paths
+
+
+for _path in _harness_paths():
+    _watch(_path)

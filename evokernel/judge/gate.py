@@ -53,8 +53,8 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     recheck_seeds: int = 1  # checks per tuning shape after timing
     time: bool = True
     rotate: int = 3  # input sets rotated while timing
-    samples: int = 8  # timed calls whose outputs are checked, drawn at random after each call
-    sample_rate: float = 0.3  # chance that a timed call's output is copied out for checking
+    samples: int = 8  # timed calls whose outputs are checked: a uniform draw from all of them (reservoir)
+    sample_rate: float = 0.3  # unused since the reservoir draw (kept so saved options still load)
     timing: dict[str, Any] = msgspec.field(default_factory=dict)  # passed to bench.time_cuda / time_cpu
     # how timed calls run on CUDA: "on" replays each from a CUDA graph (every candidate, so
     # all figures of a search stand on one footing; a call that cannot be captured fails),

@@ -35,8 +35,10 @@ import functools
 import multiprocessing
 import os
 import re
+import select
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import threading
@@ -430,6 +432,86 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
 _decoder = msgspec.msgpack.Decoder(WorkerMessage)
 
 
+class _BadFrame(Exception):
+    """The candidate's process announced a message the judge will not read (too long, or a
+    negative length): a protocol failure, not a dead channel."""
+
+
+class _Frames:
+    """Reads the candidate's messages off the channel's descriptor under a deadline.
+
+    `Connection.recv_bytes` waits, without limit, until the length a message announces has
+    arrived, and `Connection.poll` says only that some byte has: a candidate that writes a
+    length and a byte of body, then sleeps, would hang the judge for good. So the judge reads
+    the frames itself, with the framing of CPython's `multiprocessing.connection.Connection`
+    (`_send_bytes`/`_recv_bytes`, 3.8 to 3.13): a 4-byte big-endian signed length, or -1 and
+    then an 8-byte big-endian unsigned length, followed by the message. It reads no further
+    than the message it is on (the next one stays in the pipe for `Connection.poll` to see),
+    and keeps what arrived of an unfinished message for the next read.
+
+    >>> import socket
+    >>> a, b = socket.socketpair()
+    >>> frames = _Frames(b.fileno(), 1 << 10)
+    >>> _ = a.send(struct.pack("!i", 3) + b"h")
+    >>> frames.read(time.monotonic() + 0.05) is None  # the deadline passed mid-message
+    True
+    >>> _ = a.send(b"ey")
+    >>> frames.read(time.monotonic() + 0.05)
+    b'hey'
+    >>> a.close()
+    >>> b.close()
+    """
+
+    def __init__(self, fd: int, max_bytes: int) -> None:
+        self.fd = fd
+        self.max_bytes = max_bytes
+        self.buf = bytearray()  # what arrived of the message being read
+
+    @property
+    def partial(self) -> bool:
+        """Whether part of a message has arrived and the rest has not."""
+        return bool(self.buf)
+
+    def read(self, deadline: float) -> bytes | None:
+        """The next whole message, or None if `deadline` (time.monotonic()) passed first
+        (what arrived is kept). Raises EOFError where the channel closed between messages,
+        OSError where it closed inside one, _BadFrame for a length the judge refuses."""
+        while True:
+            head, missing = self._missing()
+            if not missing:
+                data = bytes(self.buf[head:])
+                self.buf.clear()
+                return data
+            if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return None
+            chunk = os.read(self.fd, min(missing, 1 << 20))
+            if not chunk:
+                if self.buf:
+                    raise OSError("got end of file during message")
+                raise EOFError
+            self.buf += chunk
+
+    def _missing(self) -> tuple[int, int]:
+        """(header length, bytes still missing) of the message being read; the header
+        length is 0 while the header itself is incomplete."""
+        if len(self.buf) < 4:
+            return 0, 4 - len(self.buf)
+        (size,) = struct.unpack("!i", self.buf[:4])
+        head = 4
+        if size == -1:
+            if len(self.buf) < 12:
+                return 0, 12 - len(self.buf)
+            (size,) = struct.unpack("!Q", self.buf[4:12])
+            head = 12
+        if size < 0:
+            raise _BadFrame(f"the candidate's process sent a message of length {size}")
+        if size > self.max_bytes:
+            raise _BadFrame(
+                f"the candidate's process sent a message of {size} bytes, over the limit of {self.max_bytes}"
+            )
+        return head, head + size - len(self.buf)
+
+
 #: Failures before ready after which a trusted candidate's process can take the next one.
 _CLEAN_FAILURES = ("import", "no_kernel", "compile")
 
@@ -580,6 +662,7 @@ class Sandbox:
         self._inner_fd: int | None = None  # a pidfd on it
         self._userns: int | None = None  # its user namespace (inode), where it has no PID namespace
         self._pending: WorkerMessage | None = None  # read by `answered`, not yet handed to the judge
+        self._frames: _Frames | None = None  # reads the channel under deadlines (`_receive`)
         self._ipc_slot: tuple[bytes, int] | None = None  # this process's counter slot on the judge's block
         self.ready: Ready | None = None
         self.outcome: Outcome | None = None
@@ -628,6 +711,7 @@ class Sandbox:
             self.process.start()
         child.close()
         self.conn = parent
+        self._frames = _Frames(parent.fileno(), self.options.max_message_bytes)
         self.started_at = time.monotonic()
         return self
 
@@ -773,11 +857,13 @@ class Sandbox:
         pid) is taken here, and does not count."""
         if self.ready is not None or self.outcome is not None or self.conn is None or self._pending is not None:
             return True
-        if self.inner_pid is None and self.conn.poll(0):
+        if self.inner_pid is None and (self.conn.poll(0) or self._frames.partial):
             try:
-                data = self.conn.recv_bytes(self.options.max_message_bytes)
+                data = self._frames.read(time.monotonic())  # what has arrived, without waiting
+                if data is None:
+                    return False  # half a message: the rest comes, or `_receive`'s deadline passes
                 msg = _decoder.decode(data)
-            except (EOFError, OSError, msgspec.DecodeError):
+            except (EOFError, OSError, _BadFrame, msgspec.DecodeError):
                 return True  # the judge finds out what went wrong when it reads
             if not (isinstance(msg, Sandboxed) and self._adopt(msg.pid)):
                 self._pending = msg
@@ -793,15 +879,17 @@ class Sandbox:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                if not self.conn.poll(max(0.0, deadline - time.monotonic())):
-                    return self._stop(
-                        Outcome(
-                            kind="timeout", error=f"no answer after {timeout:.0f} s {doing}", log_tail=self.log_tail()
-                        )
-                    )
-                data = self.conn.recv_bytes(self.options.max_message_bytes)
+                # the whole message under the deadline: a candidate that sends a length and
+                # part of a message, then stops, times out like one that sends nothing
+                data = self._frames.read(deadline)
             except (EOFError, OSError):
                 return self._dead(doing)
+            except _BadFrame as exc:
+                return self._stop(Outcome(kind="protocol", error=str(exc)))
+            if data is None:
+                return self._stop(
+                    Outcome(kind="timeout", error=f"no answer after {timeout:.0f} s {doing}", log_tail=self.log_tail())
+                )
             try:
                 msg = _decoder.decode(data)
             except msgspec.DecodeError:
