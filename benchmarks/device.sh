@@ -71,8 +71,8 @@
 #                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), VARIANTS (all), DEADLINE (200),
 #                   REFINE=1 (a copy of the package with each entry beaten here replaced: $OUT/refined); NCU="1:32768 ..."
 #                   first profiles one call of each way per point with Nsight Compute (NCU_S 120, ncu_decode.tgz);
-#                   GPU tests first (tests/test_decode_gpu.py: launch variants bitwise the plain one; SKIP_TESTS,
-#                   TEST_TIMEOUT 120); carry .whl
+#                   GPU tests first (TESTS, default tests/test_decode_gpu.py: launch variants bitwise the plain one;
+#                   SKIP_TESTS, TEST_TIMEOUT 120); carry .whl
 #   pair            two steps at once on an nvidia-h200-x2 machine, one per GPU: JOB0, JOB1 (commands),
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
@@ -635,7 +635,7 @@ decode_reduce() {
   if [ -z "${SKIP_TESTS:-}" ]; then  # the launch variants compute what the plain configuration does
     cp -rL tests /tmp/pkg/ 2>/dev/null
     (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-120} python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
-        tests/test_decode_gpu.py > "$OUT/tests_decode.log" 2>&1; echo "rc=$?" >> "$OUT/tests_decode.log")
+        ${TESTS:-tests/test_decode_gpu.py} > "$OUT/tests_decode.log" 2>&1; echo "rc=$?" >> "$OUT/tests_decode.log")
     grep -E "passed|failed|rc=|Error|^E " "$OUT/tests_decode.log" | head -20
   fi
   if [ -n "${NCU:-}" ]; then  # Nsight Compute on one call of each way at these points (~10 s each)
