@@ -68,7 +68,7 @@ def test_a_broken_package_is_reported_and_leaves_sglang_unchanged(tmp_path: Path
         (
             {"format": FORMAT, "kernels": [{"op": "decode_attention", "table": "d.json"}]},
             {"d.json": '{"Hq=32,Hkv=0,D=128": {"1": {}}}'},
-            "not a positive multiple",
+            "must be positive",
         ),
         (
             {"format": FORMAT, "configs": "configs"},

@@ -215,8 +215,10 @@ class DecodeTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]))
-                if min(heads[:3]) <= 0 or heads[0] % heads[1]:
-                    raise ValueError(f"Hq={heads[0]} is not a positive multiple of Hkv={heads[1]} (D={heads[2]})")
+                if min(heads[:3]) <= 0:
+                    raise ValueError(f"Hq={heads[0]}, Hkv={heads[1]} and D={heads[2]} must be positive")
+                if heads[0] % heads[1]:
+                    raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
                 entries[heads] = {
                     int(b): {
                         k: int(c[k]) for k in (*DECODE_KEYS, *DECODE_OPTIONAL, "context") if k in c or k in DECODE_KEYS
@@ -288,8 +290,10 @@ class PrefillTable:
             try:
                 parts = dict(p.split("=") for p in key.split(","))
                 heads = (int(parts["Hq"]), int(parts["Hkv"]), int(parts["D"]), bool(int(parts["causal"])))
-                if min(heads[:3]) <= 0 or heads[0] % heads[1]:
-                    raise ValueError(f"Hq={heads[0]} is not a positive multiple of Hkv={heads[1]} (D={heads[2]})")
+                if min(heads[:3]) <= 0:
+                    raise ValueError(f"Hq={heads[0]}, Hkv={heads[1]} and D={heads[2]} must be positive")
+                if heads[0] % heads[1]:
+                    raise ValueError(f"Hq={heads[0]} is not a multiple of Hkv={heads[1]}")
                 entries[heads] = {
                     int(n): cls.entry(c, f"{where}: {key} at {n}", head_dim=heads[2]) if c is not None else None
                     for n, c in per_s.items()
