@@ -95,7 +95,8 @@ class ResultStream:
         except queue.Empty:
             return None
         if not ok:
-            raise item if isinstance(item, EvaluatorError) else self._fail(item)
+            # (an interrupt raised in the evaluator's thread is the run's interrupt, as in the caller's thread)
+            raise item if isinstance(item, (EvaluatorError, KeyboardInterrupt)) else self._fail(item)
         return item
 
     def next(self) -> Result | None:

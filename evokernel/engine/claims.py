@@ -158,7 +158,8 @@ class RenewingStream(ResultStream):
                 self.claimer.renew()
                 continue
             if not ok:
-                raise item if isinstance(item, EvaluatorError) else self._fail(item)
+                # (an interrupt raised in the evaluator's thread is the run's interrupt, as in the caller's thread)
+                raise item if isinstance(item, (EvaluatorError, KeyboardInterrupt)) else self._fail(item)
             return item
 
     def close(self) -> None:
