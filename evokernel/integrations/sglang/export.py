@@ -649,19 +649,19 @@ def _add_table(
     manifest being built. Where the package's `earlier` manifest named a table for this op,
     its entries are merged: those exported now replace theirs (same key and size), the others
     stay (and its provenance under provenance["earlier"][op])."""
-    from evokernel.integrations.sglang.plugin import _TABLES
+    from evokernel.integrations.sglang.plugin import TABLES
 
     path = out / "kernels" / f"{op}.json"
     before = {k.get("op"): k for k in (earlier or {}).get("kernels", []) if isinstance(k, dict)}
     if op in before and (out / str(before[op].get("table", ""))).is_file():
         old_path = out / str(before[op]["table"])
         try:
-            merged = _TABLES[op].from_json(json.loads(old_path.read_text()), str(old_path)).to_json()
+            merged = TABLES[op].from_json(json.loads(old_path.read_text()), str(old_path)).to_json()
         except ValueError as exc:  # PackageError, JSONDecodeError
             raise ConfigError(
                 f"{old_path} is in the package at {out} but not a {op} table ({exc}); move it away"
             ) from exc
-        for key, per in _TABLES[op].from_json(table, "the exported table").to_json().items():
+        for key, per in TABLES[op].from_json(table, "the exported table").to_json().items():
             merged.setdefault(key, {}).update(per)
         table = merged
         old_prov = (earlier or {}).get("provenance", {}).get(op)

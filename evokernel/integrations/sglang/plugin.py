@@ -388,9 +388,9 @@ class Package:
         tables: dict[str, Any] = {}
         for kernel in kernels:
             op = kernel.get("op") if isinstance(kernel, dict) else None
-            if op not in _TABLES:
+            if op not in TABLES:
                 raise PackageError(
-                    f"{path}: unknown kernel entry {kernel!r} (this evokernel ships {', '.join(map(repr, _TABLES))})"
+                    f"{path}: unknown kernel entry {kernel!r} (this evokernel ships {', '.join(map(repr, TABLES))})"
                 )
             table = root / str(kernel.get("table", ""))
             try:
@@ -399,7 +399,7 @@ class Package:
                 raise PackageError(f"{path}: kernel table {table} is missing") from None
             except ValueError as exc:
                 raise PackageError(f"{table} is not JSON: {exc}") from exc
-            tables[op] = _TABLES[op].from_json(data, str(table))
+            tables[op] = TABLES[op].from_json(data, str(table))
         return cls(
             root,
             manifest,
@@ -409,7 +409,7 @@ class Package:
         )
 
 
-_TABLES: dict[str, Any] = {
+TABLES: dict[str, Any] = {
     "fused_moe": MoeTable,
     "decode_attention": DecodeTable,
     "prefill_attention": PrefillTable,

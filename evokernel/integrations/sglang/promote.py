@@ -38,7 +38,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.integrations.sglang.plugin import _TABLES, Package, PackageError, serving
+from evokernel.integrations.sglang.plugin import TABLES, Package, PackageError, serving
 
 __all__ = [
     "Change",
@@ -232,7 +232,7 @@ def restrict(root: str | Path, out: str | Path, keep: Collection[str]) -> Path:
             continue
         path = out / tables[op]
         # the table as `changes` keyed it (its own JSON may spell a key otherwise: "Hkv=4,Hq=32,D=128")
-        data = _TABLES[op].from_json(json.loads(path.read_text()), str(path)).to_json()
+        data = TABLES[op].from_json(json.loads(path.read_text()), str(path)).to_json()
         for c in mine:
             data[c.key][str(c.batch)] = None
         path.write_text(json.dumps(data, indent=1) + "\n")
