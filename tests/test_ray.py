@@ -74,6 +74,22 @@ class _SideBySide(ReplayEvaluator):
         return [r.__class__(**{**_fields(r), "meta": {"pid": os.getpid()}}) for r in self.evaluate(genomes)]
 
 
+class _BreaksOn(ReplayEvaluator):
+    """Judges `after` genomes, then raises on every one after (an evaluator whose GPU broke),
+    on the actors whose GPU is in `gpus`."""
+
+    def __init__(self, gpus: str, after: int) -> None:
+        super().__init__(builtin(LANDSCAPE), delay_s=0.02)
+        self.gpus, self.after, self.judged = gpus, after, 0
+
+    def _one(self, genome: Genome) -> Any:
+        if os.environ.get("CUDA_VISIBLE_DEVICES") in self.gpus:
+            self.judged += 1
+            if self.judged > self.after:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super()._one(genome)
+
+
 def _fields(result: Any) -> dict[str, Any]:
     return {f: getattr(result, f) for f in result.__struct_fields__}
 
@@ -258,6 +274,58 @@ def test_an_actor_killed_mid_run_is_restarted_and_its_genome_is_a_crash(ray_clus
         assert info["pid"] != int(marker.read_text().split()[0])
     finally:
         rev.close()
+
+
+@pytest.mark.slow
+def test_an_actor_whose_evaluator_breaks_leaves_the_pool_and_the_others_judge_its_genomes(
+    ray_cluster: Any, caplog: pytest.LogCaptureFixture
+):
+    ev = _replay()
+    rev = _ray_evaluator(partial(_BreaksOn, "1", 2), chunk=4)
+    store = SQLiteStore(":memory:")
+    try:
+        with caplog.at_level("WARNING", logger="evokernel.runtime.ray"):
+            report = Search(ev.space, rev, options=SearchOptions(population=4, offspring=8), store=store).run(
+                Budget(evaluations=40), seed=1
+            )
+        # every genome judged, none lost or failed for it (the other actor took them over):
+        # the run is the serial one
+        serial_store = SQLiteStore(":memory:")
+        serial = Search(ev.space, ev, options=SearchOptions(population=4, offspring=8), store=serial_store).run(
+            Budget(evaluations=40), seed=1
+        )
+        assert report.evaluations == 40 and report.statuses == serial.statuses and "crash" not in report.statuses
+        assert [(e.genome.id, e.result.status, e.result.latency_ms) for e in store.history(report.run_id)] == [
+            (e.genome.id, e.result.status, e.result.latency_ms) for e in serial_store.history(serial.run_id)
+        ]
+        [broken] = [a for a in rev._actors if not a.live]
+        assert broken.info["cuda_visible_devices"] == "1"
+        assert broken.broken == "RuntimeError: CUDA error: an illegal memory access was encountered"
+        assert "leaves the pool: its evaluator failed: RuntimeError: CUDA error" in caplog.text
+    finally:
+        rev.close()
+
+
+@pytest.mark.slow
+def test_when_every_evaluator_breaks_the_results_judged_before_are_handed_over(ray_cluster: Any):
+    """Chunks of four: each actor judges two genomes of its first chunk and raises on the third.
+    Genomes 0 and 1 come out; 4 and 5 (judged, but after genome 2, which none could judge) are
+    counted in the message; both actors' causes are named."""
+    from evokernel.core.errors import EvaluatorError
+
+    genomes = _genomes(16)
+    serial = _replay()
+    with _ray_evaluator(partial(_BreaksOn, "01", 2), chunk=4) as rev:
+        got: list[Any] = []
+        with pytest.raises(EvaluatorError) as failed:
+            for result in rev.evaluate(genomes):
+                got.append(result)
+        assert [r.latency_ms for r in got] == [serial.true_latency(g) for g in genomes[:2]]
+        message = str(failed.value)
+        assert "every Ray actor is gone (2 started); none can judge" in message
+        for gpu in "01":
+            assert re.search(rf"Ray actor \d \(GPU {gpu} on [^)]+\): RuntimeError: CUDA error", message), message
+        assert "(2 results judged after it are dropped)" in message
 
 
 TARGET = """

@@ -11,8 +11,12 @@ from a serial one.
 
 Failures stay values. An actor that dies (killed, out of memory, its node lost) is restarted
 by Ray; the genome it was judging becomes a `crash` result naming the actor and its GPU, and
-the rest of its chunk goes to the next free actor. Only the evaluator itself breaking (its
-`evaluate` raising) stops the search, as it would in process.
+the rest of its chunk goes to the next free actor. An actor whose evaluator breaks (its
+`evaluate` raises: a GPU whose CUDA context is gone, a library that fails there) leaves the
+pool and its unjudged genomes go to the others; the search stops, as it would in process, only
+when no actor is left, and then only after handing over every result judged before the first
+genome no actor could judge (the results other actors finished further on are counted in the
+error's message, not delivered: the search takes results in genome order).
 
 The bar a kernel evaluator races slow candidates against (`best`: the best median per shape)
 is kept by the driver, merged from every actor's updates and sent with each chunk. The
@@ -41,6 +45,7 @@ Ray is imported only here, when a `RayEvaluator` is built; without it the error 
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -57,6 +62,8 @@ from evokernel.core.result import Result, Status
 __all__ = ["RayEvaluator", "import_ray", "INSTALL"]
 
 Factory = Callable[[], Evaluator]
+
+logger = logging.getLogger(__name__)
 
 INSTALL = "pip install 'evokernel[ray]'"
 
@@ -139,6 +146,7 @@ class _Actor:
     info: dict[str, Any]
     unstarted: int = 0  # chunks in a row that failed before they began
     live: bool = True
+    broken: str = ""  # why its evaluator raised (it left the pool)
     resting_until: float = 0.0  # restarting: sent nothing before this (time.monotonic())
 
     def where(self) -> str:
@@ -299,39 +307,66 @@ class RayEvaluator:
         todo: deque[list[int]] = deque(list(range(i, min(n, i + size))) for i in range(0, n, size))
         flights: dict[Any, _Flight] = {}
         done: dict[int, Result] = {}
-        next_out = 0
+        out = [0]  # the next genome whose result leaves
         try:
-            while next_out < n:
-                busy = {id(f.actor) for f in flights.values()}
-                now = time.monotonic()
-                for actor in self._live():
-                    if todo and id(actor) not in busy and actor.resting_until <= now:
-                        indices = todo.popleft()
-                        stream = actor.handle.evaluate.options(num_returns="streaming").remote(
-                            [genomes[i] for i in indices], dict(self.best)
-                        )
-                        flights[stream] = _Flight(actor, indices)
-                live = self._live()
-                if not live:
-                    raise EvaluatorError(f"every Ray actor is gone ({len(self._actors)} started); none can judge")
-                # waits for a stream, or for a restarting actor to be sent its chunk
-                wake = min((a.resting_until for a in live if a.resting_until > now), default=None)
-                timeout = None if wake is None or not todo else max(0.0, wake - now)
-                if not flights:
-                    time.sleep(timeout or 0.0)
-                    continue
-                ready, _ = ray.wait(list(flights), num_returns=1, timeout=timeout)
-                for stream in ready:
-                    self._receive(stream, flights, todo, done)
-                while next_out in done:
-                    yield done.pop(next_out)
-                    next_out += 1
+            yield from self._run(genomes, todo, flights, done, out)
+        except EvaluatorError as exc:
+            # the results judged before the first genome none could judge are the search's:
+            # hand them over, then stop it
+            while out[0] in done:
+                yield done.pop(out[0])
+                out[0] += 1
+            if done:
+                exc.args = (f"{exc.args[0] if exc.args else exc} ({len(done)} results judged after it are dropped)",)
+            raise
         finally:
             for stream in flights:
                 try:
                     ray.cancel(stream)
                 except Exception:  # finished meanwhile, or its actor is gone
                     pass
+
+    def _run(
+        self,
+        genomes: list[Genome],
+        todo: deque[list[int]],
+        flights: dict[Any, _Flight],
+        done: dict[int, Result],
+        out: list[int],
+    ) -> Iterator[Result]:
+        """`evaluate`'s loop: chunks to free actors, results out in genome order (taken out of
+        `done`, which keeps the ones that came early)."""
+        ray = self._ray
+        n = len(genomes)
+        while out[0] < n:
+            busy = {id(f.actor) for f in flights.values()}
+            now = time.monotonic()
+            for actor in self._live():
+                if todo and id(actor) not in busy and actor.resting_until <= now:
+                    indices = todo.popleft()
+                    stream = actor.handle.evaluate.options(num_returns="streaming").remote(
+                        [genomes[i] for i in indices], dict(self.best)
+                    )
+                    flights[stream] = _Flight(actor, indices)
+            live = self._live()
+            if not live:
+                broken = [f"{a.where()}: {a.broken}" for a in self._actors if a.broken]
+                raise EvaluatorError(
+                    f"every Ray actor is gone ({len(self._actors)} started); none can judge"
+                    + (f"; the evaluator failed on {'; '.join(broken)}" if broken else "")
+                )
+            # waits for a stream, or for a restarting actor to be sent its chunk
+            wake = min((a.resting_until for a in live if a.resting_until > now), default=None)
+            timeout = None if wake is None or not todo else max(0.0, wake - now)
+            if not flights:
+                time.sleep(timeout or 0.0)
+                continue
+            ready, _ = ray.wait(list(flights), num_returns=1, timeout=timeout)
+            for stream in ready:
+                self._receive(stream, flights, todo, done)
+            while out[0] in done:
+                yield done.pop(out[0])
+                out[0] += 1
 
     def _chunk_size(self, n: int) -> int:
         """Genomes per chunk: about two chunks per actor (a free actor takes over from a slow
@@ -360,7 +395,9 @@ class RayEvaluator:
             self._died(flight, exc, todo, done)
             return
         except ray.exceptions.RayTaskError as exc:
-            raise EvaluatorError(f"the evaluator on {flight.actor.where()} failed: {_cause(exc)}") from None
+            del flights[stream]
+            self._broke(flight, exc, todo)
+            return
         if item is None:
             flight.started = True
             flight.actor.unstarted = 0
@@ -390,6 +427,18 @@ class RayEvaluator:
                 actor.live = actor.unstarted < _UNSTARTED_LIMIT
         # restarting, most likely: a call sent to it now would fail at once
         actor.resting_until = time.monotonic() + min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** max(0, actor.unstarted - 1))
+        if rest:
+            todo.appendleft(rest)
+
+    def _broke(self, flight: _Flight, exc: BaseException, todo: deque[list[int]]) -> None:
+        """An actor's evaluator raised: the actor leaves the pool (what broke there, its GPU
+        or its libraries, would break the next chunk too) and its unjudged genomes, the one it
+        raised on first, go back to the queue for the others."""
+        actor = flight.actor
+        actor.live = False
+        actor.broken = _cause(exc)
+        logger.warning("%s leaves the pool: its evaluator failed: %s", actor.where(), actor.broken)
+        rest = flight.indices[flight.got :]
         if rest:
             todo.appendleft(rest)
 
