@@ -174,3 +174,22 @@ def test_the_lessons_command_prints_and_refuses_to_summarize_without_a_key(tmp_p
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     assert main(["lessons", str(db), "--op", "op", "--gpu", "cpu", "--summarize"]) == 2
     assert "no ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+def test_the_lesson_summary_at_a_runs_end_is_charged_to_the_run(tmp_path: Path):
+    """The summary's LLM call happens after the run's summary was stored: its cost is added to
+    the report, logged as a charge event and written into the stored summary."""
+    from evokernel.engine.landscape import builtin
+    from evokernel.evaluators import ReplayEvaluator
+
+    store = SQLiteStore(tmp_path / "k.db")
+    ev = ReplayEvaluator(builtin("matmul_bf16_h200_M16_N4096_K4096"))
+    where = {"op": "matmul_small", "gpu": "cpu", "toolchain": {"triton": "3.9"}, "shapes": []}
+    rec = KnowledgeRecorder(store, where, summarizer=provider(Recorded("summary_tool_use.json")))
+    report = Search(ev.space, ev, store=store, observers=[rec]).run(Budget(evaluations=20), seed=0)
+    [summary] = [le for le in store.lessons(op="matmul_small") if le.kind == "summary"]
+    cost = summary.evidence["cost_usd"]
+    assert cost > 0 and report.cost == pytest.approx(cost)
+    charges = [p for kind, p, _ in store.events(report.run_id) if kind == "charge"]
+    assert [c["amount"] for c in charges] == [pytest.approx(cost)]
+    assert store.run(report.run_id).summary["cost"] == pytest.approx(cost)

@@ -199,7 +199,9 @@ class Observer:
 
     def on_generation(self, generation: int, summary: dict[str, Any]) -> None: ...
 
-    def on_finish(self, report: SearchReport) -> None: ...
+    def on_finish(self, report: SearchReport) -> None:
+        """The run ended; an observer that spends money for it (an LLM summary) adds that to
+        `report.cost`, and the search charges it to the run."""
 
 
 def count_statuses(history: list[Individual]) -> dict[str, int]:

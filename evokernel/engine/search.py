@@ -362,8 +362,15 @@ class _Run:
             raise
         self.claims.release()
         s.store.finish_run(self.run.id, "finished", msgspec.to_builtins(run_summary(report)))
+        spent = report.cost
         for o in s.observers:
             o.on_finish(report)
+        if report.cost > spent:  # an observer spent money for the run (the lesson summary's LLM call)
+            self.cost = report.cost
+            s.store.log_event(
+                self.run.id, "charge", {"amount": report.cost - spent, "what": "observers at the run's end"}
+            )
+            s.store.finish_run(self.run.id, "finished", msgspec.to_builtins(run_summary(report)))
         return report
 
     def _resume_state(self) -> None:

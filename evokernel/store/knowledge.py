@@ -181,9 +181,12 @@ class KnowledgeRecorder:
             run_id=self.run_id,
             time_left=time_left,
         )
-        if lesson is not None and lesson.evidence.get("cost_usd"):
-            # the run's cost was reported before this call: say what the summary added
-            log.info("lesson summary cost $%.4f beyond the run's reported cost", lesson.evidence["cost_usd"])
+        cost = float(lesson.evidence.get("cost_usd") or 0.0) if lesson is not None else 0.0
+        if cost:
+            # the run's: the search charges what its observers add to the report (a `charge`
+            # event, the stored summary's cost)
+            report.cost = spent + cost
+            log.info("lesson summary cost $%.4f (charged to the run)", cost)
 
     # -- lessons --------------------------------------------------------------------------
     def flush(self) -> list[Lesson]:
