@@ -123,6 +123,46 @@ def test_compare_requires_the_references_kind_of_non_finite_value() -> None:
     assert compare([torch.tensor([INF, 2.0])], [torch.tensor([2.0, INF])], TOL) is not None
 
 
+def test_poison_and_the_degenerate_check_keep_complex_outputs_complex() -> None:
+    from evokernel.judge.gate import _constant_like, _poison
+
+    z = torch.zeros(4, dtype=torch.complex64)
+    _poison([z])
+    assert torch.isnan(z.real).all() and torch.isnan(z.imag).all()  # no plausible answer in either part
+    ref = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex128)
+    const = _constant_like(ref)
+    assert const.dtype == torch.complex128 and torch.equal(const, torch.full((2,), 2 - 1j, dtype=torch.complex128))
+    ints = _constant_like(torch.tensor([1, 2, 4]))
+    assert ints.dtype == torch.int64 and ints.tolist() == [2, 2, 2]
+
+
+FFT = """
+    import torch
+
+    SHAPES = [{"n": 256}]
+
+
+    def make_inputs(shape, seed, device="cpu"):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(shape["n"], generator=g).to(device),)
+
+
+    def reference(x):
+        return torch.fft.fft(x)
+"""
+
+
+def test_a_complex_output_problem_is_judged_whole(tmp_path: Path) -> None:
+    """Its degenerate check runs on complex constants; an honest FFT passes, one that returns the
+    right real parts with the imaginary parts dropped does not."""
+    judge = Judge(_problem(tmp_path, "fft", FFT), "cpu", msgspec.structs.replace(QUICK, time=False))
+    assert judge.degenerate is None
+    v = judge.check("import torch\ndef kernel(x):\n    return torch.fft.fft(x)\n")
+    assert v.accepted, v.reason
+    v = judge.check("import torch\ndef kernel(x):\n    return torch.fft.fft(x).real.to(torch.complex64)\n")
+    assert not v.accepted and v.status is Status.INCORRECT, v.reason
+
+
 # --- C: each output at its own dtype's tolerance ---------------------------------------------
 
 MIXED = """

@@ -455,7 +455,12 @@ def _poison(slots: list[torch.Tensor], device: str) -> None:
     candidate allocates and never writes cannot hold a plausible answer."""
     if device != "cuda":
         return
-    blocks = [torch.empty_like(s).fill_(math.nan if s.is_floating_point() else -1) for s in slots]
+    blocks = [
+        torch.empty_like(s).fill_(
+            complex(math.nan, math.nan) if s.is_complex() else math.nan if s.is_floating_point() else -1
+        )
+        for s in slots
+    ]
     del blocks
 
 

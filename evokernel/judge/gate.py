@@ -258,7 +258,25 @@ def _seed() -> int:
 
 def _poison(ts: Sequence[Any]) -> None:
     for t in ts:
-        t.fill_(math.nan if t.is_floating_point() else -1)
+        t.fill_(_poison_value(t))
+
+
+def _poison_value(t: Any) -> float | complex | int:
+    """What judge-owned memory holds before a candidate writes it: NaN (in both parts of a
+    complex number), -1 for integers (True for booleans)."""
+    if t.is_complex():
+        return complex(math.nan, math.nan)
+    return math.nan if t.is_floating_point() else -1
+
+
+def _constant_like(r: Any) -> Any:
+    """A tensor of `r`'s shape and dtype holding its mean (complex for complex outputs)."""
+    import torch
+
+    if r.is_complex():
+        return torch.full_like(r, complex(r.to(torch.complex128).mean().item()))
+    mean = float(r.double().mean())
+    return torch.full_like(r, mean if r.is_floating_point() else int(mean))
 
 
 class _Arena:
@@ -976,15 +994,7 @@ class Judge:
             tol = self._tolerance(refs)
             for name, fake in (
                 ("zeros", [torch.zeros_like(r) for r in refs]),
-                (
-                    "a constant",
-                    [
-                        torch.full_like(
-                            r, float(r.double().mean()) if r.is_floating_point() else int(r.double().mean())
-                        )
-                        for r in refs
-                    ],
-                ),
+                ("a constant", [_constant_like(r) for r in refs]),
             ):
                 if compare(refs, fake, tol) is None:
                     return (
