@@ -14,7 +14,7 @@ from typing import Any
 
 from evokernel.core.archive import Elite
 from evokernel.core.genome import Genome
-from evokernel.core.result import Result
+from evokernel.core.result import Result, Status
 from evokernel.integrations.sglang.export import (
     MoeExport,
     _decode_winners,
@@ -201,3 +201,31 @@ def test_promote_without_the_models_shapes_judges_every_entry(tmp_path: Path):
     got = promote(ab, root, tmp_path / "out", work=tmp_path / "work")
     assert sorted(ab.variants) == ["changes_0", "changes_1"]
     assert {d.verdict for d in got.decisions} == {"promoted"}
+
+
+def test_when_no_elite_is_runnable_each_shape_gets_the_runs_fastest_runnable_candidate_there(tmp_path: Path):
+    """Every elite has FUSE_SILU (SGLang's kernel has none): the history's plain candidates are
+    compared at each shape. BLOCK_SIZE_M 16 is fastest at M=1 and 64 at M=256, though 16 has the
+    lower geomean (and a third, failed once, the lowest single reading: it does not count)."""
+    store = SQLiteStore(tmp_path / "s.db")
+    shapes = [dict(MOE, M=1), dict(MOE, M=256)]
+    store.begin_run(
+        "r", name="r", archive_key="r", fingerprint="fp", config={"evaluator": dict(EV, shapes=shapes)},
+        environment={},
+    )  # fmt: skip
+    keys = [shape_key(sh) for sh in shapes]
+    small, big, flaky = _moe_genome(16), _moe_genome(64), _moe_genome(32)
+    seq = 0
+    for genome, times in ((small, (0.010, 0.080)), (big, (0.030, 0.050)), (flaky, (0.005, 0.030))):
+        agg = (times[0] * times[1]) ** 0.5
+        store.record("r", seq, genome, "fp", Result.ok(agg, per_shape=dict(zip(keys, times))))
+        seq += 1
+    store.record_remeasurement("r", 0, flaky, "fp", Result.failed(Status.CRASH, "illegal memory access"))
+    fused = Genome.of(dict(small.params, FUSE_SILU=1))
+    store.save_elites("r", "r", [Elite(niche="a", genome=fused, latency_ms=0.01, run_id="r")])
+    report = MoeExport()
+    best = _winners(store, report, device_name=None, triton_version=None, shared_m=True)
+    by_m = {k[4]: v for k, v in best.items()}
+    assert by_m[1][1]["BLOCK_SIZE_M"] == 16 and by_m[1][0] == 0.010
+    assert by_m[256][1]["BLOCK_SIZE_M"] == 64 and by_m[256][0] == 0.050
+    assert "at each shape (2 of them" in report.notes[0] and "FUSE_SILU" in report.notes[0]

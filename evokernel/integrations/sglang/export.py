@@ -98,11 +98,12 @@ def _configs(params: dict[str, Any], *, shared_m: bool = True) -> tuple[dict[str
 
 def _runnable_from_history(
     store: Store, run_id: str, *, shared_m: bool
-) -> tuple[tuple[dict[str, int], dict[str, int]] | None, Elite | None]:
-    """The fastest candidate of a run's history whose configs the target runs, as an
-    elite-like record, or (None, None). A genome counts by the median of all its readings
-    (evaluations and re-measurements), and one that failed any reading does not count: the
-    lowest single reading is the lucky draw the search's re-measurement exists to correct."""
+) -> list[tuple[Elite, tuple[dict[str, int], dict[str, int]]]]:
+    """The candidates of a run's history whose configs the target runs, fastest first, each as
+    an elite-like record with its (up, down) configs. A genome counts by the median of all its
+    readings (evaluations and re-measurements), and one that failed any reading does not
+    count: the lowest single reading is the lucky draw the search's re-measurement exists to
+    correct. (The export then picks among them per shape, by their times at that shape.)"""
     import statistics
 
     readings: dict[str, list[float]] = {}
@@ -116,11 +117,12 @@ def _runnable_from_history(
         else:
             failed.add(gid)
     ranked = sorted((statistics.median(xs), gid) for gid, xs in readings.items() if gid not in failed)
+    out: list[tuple[Elite, tuple[dict[str, int], dict[str, int]]]] = []
     for ms, gid in ranked:
         got = _configs(genomes[gid].params, shared_m=shared_m)
         if not isinstance(got, str):
-            return got, Elite(niche="history", genome=genomes[gid], latency_ms=ms, run_id=run_id)
-    return None, None
+            out.append((Elite(niche="history", genome=genomes[gid], latency_ms=ms, run_id=run_id), got))
+    return out
 
 
 def _norm(key: str) -> str:
@@ -265,30 +267,41 @@ def _winners(
             if not isinstance(got, str):
                 break
             why.append(got)
+        # per shape: the elite, its time there, its configs
+        chosen: list[tuple[Mapping[str, Any], Elite, float | None, Any]] = []
         if isinstance(got, str):
-            # every elite has a structure (FUSE_SILU can win each niche by ~1%): the
-            # fastest candidate of the run's history SGLang's kernel runs, e.g. a winner's
-            # twin without the structure, measured in the same run
-            got, elite = _runnable_from_history(store, run.id, shared_m=shared_m)
-            if got is None:
+            # every elite has a structure (FUSE_SILU can win each niche by ~1%): per shape, the
+            # candidate of the run's history SGLang's kernel runs that was fastest at that shape
+            # (e.g. a winner's twin without the structure, measured in the same run)
+            runnable = _runnable_from_history(store, run.id, shared_m=shared_m)
+            if not runnable:
                 report.skipped.append(f"{run.id}: {'; '.join(dict.fromkeys(why))}")
                 continue
+            for shape in shapes:
+                timed = [(at, e, c) for e, c in runnable if (at := times.at(run.id, e.genome.id, shape)) is not None]
+                if timed:
+                    at, e, c = min(timed, key=lambda t: t[0])
+                    chosen.append((shape, e, at, c))
+                else:  # no per-shape times: the fastest over the run's shapes
+                    chosen.append((shape, runnable[0][0], None, runnable[0][1]))
+            picked = dict.fromkeys(e.genome.id for _, e, _, _ in chosen)
             report.notes.append(
                 f"{run.id}: every elite {why[0].removeprefix('it ')}; exported the fastest "
-                f"candidate of the run SGLang's kernel runs ({elite.latency_ms:.4f} ms)"
+                f"candidate of the run SGLang's kernel runs at each shape ({len(picked)} of them; "
+                f"the fastest over its shapes {runnable[0][0].latency_ms:.4f} ms)"
             )
-        elif why:
-            report.notes.append(
-                f"{run.id}: the best elite {why[0].removeprefix('it ')}; exported the best one "
-                f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})"
-            )
-        up, down = got
+        else:
+            if why:
+                report.notes.append(
+                    f"{run.id}: the best elite {why[0].removeprefix('it ')}; exported the best one "
+                    f"SGLang's kernel runs ({elite.latency_ms:.4f} ms, elite {len(why) + 1})"
+                )
+            chosen = [(shape, elite, times.at(run.id, elite.genome.id, shape), got) for shape in shapes]
         version_dir = f"triton_{str(triton).split('+')[0].replace('.', '_')}"
         names = frozenset(_shape_name(sh) for sh in shapes)
-        for shape in shapes:
+        for shape, e, at, configs in chosen:
             key = (version_dir, int(shape["E"]), int(shape["I"]), str(gpu), int(shape["M"]))
-            at = times.at(run.id, elite.genome.id, shape)
-            cands.setdefault(key, []).append(_Contender(run.id, at, float(elite.latency_ms), names, (up, down)))
+            cands.setdefault(key, []).append(_Contender(run.id, at, float(e.latency_ms), names, configs))
     won = _pick(cands, report, lambda k: f"E={k[1]},N={k[2]} M={k[4]}")
     return {k: (c.latency, c.value[0], c.value[1], c.run_id) for k, c in won.items()}
 
