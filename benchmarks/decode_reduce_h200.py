@@ -234,6 +234,18 @@ def profile_once(spec: str, package: str) -> None:
     print(f"profiled {spec}: {calls}", flush=True)
 
 
+def copy_bandwidth(nbytes: int = 2**30) -> float:
+    """This card's device-to-device copy, bytes/s (read plus write), by do_bench: the fractions'
+    denominator on a card other than the H200 (whose 4.3 TB/s every recorded figure uses)."""
+    import torch
+    from triton.testing import do_bench
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200)
+    return 2 * nbytes / (ms * 1e-3)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out")
@@ -258,9 +270,15 @@ def main() -> int:
     from evokernel.judge.footing import side_by_side
     from evokernel.search_spaces.attention import template_decode as t
 
+    global COPY_BW
     entries = _entries(args.package)
+    measured = copy_bandwidth()
+    if "H200" not in torch.cuda.get_device_name():  # the fractions against this card's own copy
+        COPY_BW = measured
     doc: dict[str, Any] = {
         "device": torch.cuda.get_device_name(),
+        "copy_bw_measured": measured,
+        "copy_bw_used": COPY_BW,
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "torch": torch.__version__,
         "package": args.package,
