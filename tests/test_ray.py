@@ -90,6 +90,19 @@ class _BreaksOn(ReplayEvaluator):
         return super()._one(genome)
 
 
+class _RemeasureBreaks(_SideBySide):
+    """Re-measures, unless a file `{marker}-{its GPU}` exists: then it raises."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__(builtin(LANDSCAPE))
+        self.marker = marker
+
+    def remeasure(self, genomes: list[Genome]) -> list[Any]:
+        if os.path.exists(f"{self.marker}-{os.environ.get('CUDA_VISIBLE_DEVICES')}"):
+            raise RuntimeError("CUDA error: unspecified launch failure")
+        return super().remeasure(genomes)
+
+
 def _fields(result: Any) -> dict[str, Any]:
     return {f: getattr(result, f) for f in result.__struct_fields__}
 
@@ -326,6 +339,23 @@ def test_when_every_evaluator_breaks_the_results_judged_before_are_handed_over(r
         for gpu in "01":
             assert re.search(rf"Ray actor \d \(GPU {gpu} on [^)]+\): RuntimeError: CUDA error", message), message
         assert "(2 results judged after it are dropped)" in message
+
+
+@pytest.mark.slow
+def test_a_remeasurement_whose_evaluator_breaks_goes_to_the_next_actor(ray_cluster: Any, tmp_path: Path):
+    from evokernel.core.errors import EvaluatorError
+
+    marker = str(tmp_path / "broken")
+    genomes = _genomes(3)
+    with _ray_evaluator(partial(_RemeasureBreaks, marker)) as rev:
+        first, second = rev._actors
+        Path(f"{marker}-{first.info['cuda_visible_devices']}").touch()
+        results = rev.remeasure(genomes)
+        assert {r.meta["pid"] for r in results} == {second.info["pid"]} and len(results) == 3
+        assert not first.live and first.broken == "RuntimeError: CUDA error: unspecified launch failure"
+        Path(f"{marker}-{second.info['cuda_visible_devices']}").touch()
+        with pytest.raises(EvaluatorError, match="failed in remeasure on Ray actor .*; no Ray actor is left"):
+            rev.remeasure(genomes)
 
 
 TARGET = """

@@ -444,16 +444,30 @@ class RayEvaluator:
 
     # -- capabilities (bound on the instance when the wrapped evaluator has them) -------
     def _on_one_actor(self, method: str, args: tuple[Any, ...]) -> Any:
-        """`method` on the first live actor that answers (another if one dies)."""
+        """`method` on the first live actor that answers (another if one dies). Where the
+        wrapped evaluator's `remeasure` raises, that actor leaves the pool as it would in
+        `evaluate` and the next one re-measures; any other method raising is the evaluator's
+        error (the same on every actor)."""
         ray = self._ray
         last: BaseException | None = None
+        broken: list[str] = []
         for actor in self._live():
             try:
                 return ray.get(actor.handle.call.remote(method, *args))
             except ray.exceptions.RayActorError as exc:
                 last = exc
             except ray.exceptions.RayTaskError as exc:
-                raise EvaluatorError(f"the evaluator on {actor.where()} failed in {method}: {_cause(exc)}") from None
+                if method != "remeasure":
+                    raise EvaluatorError(
+                        f"the evaluator on {actor.where()} failed in {method}: {_cause(exc)}"
+                    ) from None
+                actor.live, actor.broken = False, _cause(exc)
+                logger.warning(
+                    "%s leaves the pool: its evaluator failed in %s: %s", actor.where(), method, actor.broken
+                )
+                broken.append(f"{actor.where()}: {actor.broken}")
+        if broken:
+            raise EvaluatorError(f"the evaluator failed in {method} on {'; '.join(broken)}; no Ray actor is left")
         raise EvaluatorError(f"no Ray actor could answer {method}: {_cause(last) if last else 'none is left'}")
 
     def _remeasure(self, genomes: Sequence[Genome]) -> list[Result]:
