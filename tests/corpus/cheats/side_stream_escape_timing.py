@@ -1,15 +1,16 @@
 # problem: matmul_large
 # expect: rejected
-# reason: timed
+# reason: timed | unjoined work
 # device: cuda
-# class: joins its side stream back for the checked calls, not for the timed ones, so the work finishes after the timed region
+# class: joins its side stream back for the checked calls, not for the timed ones, so the work finishes after the timed region (where a graph captures one of the unjoined calls, the capture fails: on an H100 with its fewer rotating input sets, session 27)
 """The product always runs on a side stream. A checked call (an input set seen for the first
 time, or again right after itself, or after a long absence) joins the side stream back to
 the current stream; a call on an input set that came back after 2 to 5 other calls (the
 timing loop rotating its sets) does not, so CUDA events on the current stream time only the
 launch while the product runs on past the end event. Either a timed output handed over for
 checking is read before it is written, or the device-synchronised wall time gives the
-escape away: the reason names the timed calls."""
+escape away: the reason names the timed calls; or, where the judge's CUDA graph captures one
+of the unjoined calls, the capture fails ("capturing stream has unjoined work")."""
 
 import torch
 
