@@ -77,6 +77,8 @@
 #                   JOB_S (540) [device_pair.sh]; e.g.
 #                   JOB0="bash benchmarks/device.sh moe" JOB1="MODELS=flux bash benchmarks/device.sh model-level" \
 #                       bash benchmarks/device.sh pair
+# Every step's GPU tests stop after MAXFAIL (5) failures, so that their details come back before
+# a step's TEST_TIMEOUT can kill pytest (which prints failures only at its end).
 # Merge what a step brings back into the record with benchmarks/collect_results.py --add.
 set -u
 step=${1:-}
@@ -129,7 +131,7 @@ footing() {
   mkdir -p "$OUT"
   if [ -z "${SKIP_TESTS:-}" ]; then
     cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -o addopts="" \
        ${TESTS:-tests/test_footing.py tests/test_launch_gpu.py "tests/test_gate.py::test_corpus_verdict" -k "footing or host_sync or side_by_side or host_side or synchronises or launch"}) \
        > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; tail -15 "$OUT/tests.log"
@@ -178,9 +180,9 @@ launch() {
   mkdir -p "$D"
   if [ -z "${SKIP_TESTS:-}" ]; then
     cp -r tests /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rA \
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -rA \
         tests/test_launch_gpu.py > "$D/tests.log" 2>&1; echo "rc=$?" >> "$D/tests.log")
-    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider -rfE \
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -rfE \
         "tests/test_triton_gemm.py::test_the_last_compiled_kernel_is_the_one_launched" \
         tests/test_gluon_gemm.py::test_the_gluon_kernel_matches_torch_on_the_gpu >> "$D/tests.log" 2>&1
      echo "rc=$?" >> "$D/tests.log")
@@ -197,7 +199,7 @@ ray() {
   mkdir -p "$D"
   if [ -z "${SKIP_TESTS:-}" ]; then
     cp -rL tests /tmp/pkg/ 2>/dev/null; cp -rL examples /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -rfE -m gpu \
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -rfE -m gpu \
         ${TESTS:-tests/test_device.py tests/test_kernel_evaluator.py} > "$D/tests.log" 2>&1; echo "rc=$?" >> "$D/tests.log")
     grep -E "passed|failed|rc=" "$D/tests.log" | tail -4
   fi
@@ -276,7 +278,7 @@ coop() {
       : > "$D/tests_$kind.log"
       for sel in "${sels[@]}"; do
         echo "== $sel" >> "$D/tests_$kind.log"
-        (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-90} python3 -m pytest -q -p no:cacheprovider -rA "$sel" >> "$D/tests_$kind.log" 2>&1
+        (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-90} python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -rA "$sel" >> "$D/tests_$kind.log" 2>&1
          echo "rc=$?" >> "$D/tests_$kind.log")
         tail -3 "$D/tests_$kind.log"
       done
@@ -317,14 +319,14 @@ sglang_long() {
     # the decode kernels compiled by this machine's Triton for sm_90: shared memory per stage with
     # and without PREFETCH (printed), no spills (~30 s)
     cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -rA \
+    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -o addopts="" -rA \
        tests/test_triton_decode.py -k "sm90 or ahead") > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; grep -a "shared memory" "$OUT/tests.log" | tail -3; tail -3 "$OUT/tests.log"
   fi
   if [ -z "${SEARCH_ONLY:-}" ] && [ -z "${SKIP_TESTS:-}" ]; then
     # the plugin inside the real SGLang first: its hook against SGLang's own decode kernel (~40 s)
     cp -rL tests benchmarks examples /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    (cd /tmp/pkg && timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -o addopts="" \
        tests/test_sglang_plugin.py -k real_sglang) > "$OUT/tests.log" 2>&1
     echo "tests rc=$?"; tail -5 "$OUT/tests.log"
   fi
@@ -475,7 +477,7 @@ prefill_gluon() {
   mkdir -p "$OUT/prefill"
   if [ -z "${SKIP_TESTS:-}" ]; then
     cp -rL tests /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-150} python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -o addopts="" -rfE \
         tests/test_gluon_attention.py > "$OUT/prefill/tests.log" 2>&1; echo "rc=$?" >> "$OUT/prefill/tests.log")
     grep -E "passed|failed|rc=|Error|^E " "$OUT/prefill/tests.log" | head -30
   fi
@@ -634,7 +636,7 @@ decode_reduce() {
   mkdir -p "$OUT"
   if [ -z "${SKIP_TESTS:-}" ]; then  # the launch variants compute what the plain configuration does
     cp -rL tests /tmp/pkg/ 2>/dev/null
-    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-120} python3 -m pytest -q -p no:cacheprovider -o addopts="" -rfE \
+    (cd /tmp/pkg && timeout ${TEST_TIMEOUT:-120} python3 -m pytest -q -p no:cacheprovider --maxfail=${MAXFAIL:-5} -o addopts="" -rfE \
         ${TESTS:-tests/test_decode_gpu.py} > "$OUT/tests_decode.log" 2>&1; echo "rc=$?" >> "$OUT/tests_decode.log")
     grep -E "passed|failed|rc=|Error|^E " "$OUT/tests_decode.log" | head -20
   fi
