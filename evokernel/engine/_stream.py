@@ -95,9 +95,13 @@ class ResultStream:
         except queue.Empty:
             return None
         if not ok:
-            # (an interrupt raised in the evaluator's thread is the run's interrupt, as in the caller's thread)
-            raise item if isinstance(item, (EvaluatorError, KeyboardInterrupt)) else self._fail(item)
+            raise self._from_thread(item)
         return item
+
+    def _from_thread(self, exc: BaseException) -> BaseException:
+        """What the evaluator's thread raised, as the caller raises it: an interrupt as itself
+        (the run's interrupt, as in the caller's thread), anything else as an EvaluatorError."""
+        return exc if isinstance(exc, KeyboardInterrupt) else self._fail(exc)
 
     def next(self) -> Result | None:
         """The next result, or None when the wall-time budget ran out first."""

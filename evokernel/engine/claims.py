@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from evokernel.core.errors import EvaluatorError
 from evokernel.core.evaluator import Evaluator
 from evokernel.core.genome import Genome
 from evokernel.engine._stream import ResultStream
@@ -158,8 +157,7 @@ class RenewingStream(ResultStream):
                 self.claimer.renew()
                 continue
             if not ok:
-                # (an interrupt raised in the evaluator's thread is the run's interrupt, as in the caller's thread)
-                raise item if isinstance(item, (EvaluatorError, KeyboardInterrupt)) else self._fail(item)
+                raise self._from_thread(item)
             return item
 
     def close(self) -> None:
