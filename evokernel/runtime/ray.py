@@ -307,15 +307,43 @@ class RayEvaluator:
         todo: deque[list[int]] = deque(list(range(i, min(n, i + size))) for i in range(0, n, size))
         flights: dict[Any, _Flight] = {}
         done: dict[int, Result] = {}
-        out = [0]  # the next genome whose result leaves
+        next_out = 0
         try:
-            yield from self._run(genomes, todo, flights, done, out)
+            while next_out < n:
+                busy = {id(f.actor) for f in flights.values()}
+                now = time.monotonic()
+                for actor in self._live():
+                    if todo and id(actor) not in busy and actor.resting_until <= now:
+                        indices = todo.popleft()
+                        stream = actor.handle.evaluate.options(num_returns="streaming").remote(
+                            [genomes[i] for i in indices], dict(self.best)
+                        )
+                        flights[stream] = _Flight(actor, indices)
+                live = self._live()
+                if not live:
+                    broken = [f"{a.where()}: {a.broken}" for a in self._actors if a.broken]
+                    raise EvaluatorError(
+                        f"every Ray actor is gone ({len(self._actors)} started); none can judge"
+                        + (f"; the evaluator failed on {'; '.join(broken)}" if broken else "")
+                    )
+                # waits for a stream, or for a restarting actor to be sent its chunk
+                wake = min((a.resting_until for a in live if a.resting_until > now), default=None)
+                timeout = None if wake is None or not todo else max(0.0, wake - now)
+                if not flights:
+                    time.sleep(timeout or 0.0)
+                    continue
+                ready, _ = ray.wait(list(flights), num_returns=1, timeout=timeout)
+                for stream in ready:
+                    self._receive(stream, flights, todo, done)
+                while next_out in done:
+                    yield done.pop(next_out)
+                    next_out += 1
         except EvaluatorError as exc:
             # the results judged before the first genome none could judge are the search's:
             # hand them over, then stop it
-            while out[0] in done:
-                yield done.pop(out[0])
-                out[0] += 1
+            while next_out in done:
+                yield done.pop(next_out)
+                next_out += 1
             if done:
                 exc.args = (f"{exc.args[0] if exc.args else exc} ({len(done)} results judged after it are dropped)",)
             raise
@@ -325,48 +353,6 @@ class RayEvaluator:
                     ray.cancel(stream)
                 except Exception:  # finished meanwhile, or its actor is gone
                     pass
-
-    def _run(
-        self,
-        genomes: list[Genome],
-        todo: deque[list[int]],
-        flights: dict[Any, _Flight],
-        done: dict[int, Result],
-        out: list[int],
-    ) -> Iterator[Result]:
-        """`evaluate`'s loop: chunks to free actors, results out in genome order (taken out of
-        `done`, which keeps the ones that came early)."""
-        ray = self._ray
-        n = len(genomes)
-        while out[0] < n:
-            busy = {id(f.actor) for f in flights.values()}
-            now = time.monotonic()
-            for actor in self._live():
-                if todo and id(actor) not in busy and actor.resting_until <= now:
-                    indices = todo.popleft()
-                    stream = actor.handle.evaluate.options(num_returns="streaming").remote(
-                        [genomes[i] for i in indices], dict(self.best)
-                    )
-                    flights[stream] = _Flight(actor, indices)
-            live = self._live()
-            if not live:
-                broken = [f"{a.where()}: {a.broken}" for a in self._actors if a.broken]
-                raise EvaluatorError(
-                    f"every Ray actor is gone ({len(self._actors)} started); none can judge"
-                    + (f"; the evaluator failed on {'; '.join(broken)}" if broken else "")
-                )
-            # waits for a stream, or for a restarting actor to be sent its chunk
-            wake = min((a.resting_until for a in live if a.resting_until > now), default=None)
-            timeout = None if wake is None or not todo else max(0.0, wake - now)
-            if not flights:
-                time.sleep(timeout or 0.0)
-                continue
-            ready, _ = ray.wait(list(flights), num_returns=1, timeout=timeout)
-            for stream in ready:
-                self._receive(stream, flights, todo, done)
-            while out[0] in done:
-                yield done.pop(out[0])
-                out[0] += 1
 
     def _chunk_size(self, n: int) -> int:
         """Genomes per chunk: about two chunks per actor (a free actor takes over from a slow
@@ -434,13 +420,16 @@ class RayEvaluator:
         """An actor's evaluator raised: the actor leaves the pool (what broke there, its GPU
         or its libraries, would break the next chunk too) and its unjudged genomes, the one it
         raised on first, go back to the queue for the others."""
-        actor = flight.actor
-        actor.live = False
-        actor.broken = _cause(exc)
-        logger.warning("%s leaves the pool: its evaluator failed: %s", actor.where(), actor.broken)
+        self._retire(flight.actor, exc)
         rest = flight.indices[flight.got :]
         if rest:
             todo.appendleft(rest)
+
+    def _retire(self, actor: _Actor, exc: BaseException, method: str = "") -> None:
+        """The actor leaves the pool: its evaluator raised (in `method`, where not `evaluate`)."""
+        actor.live, actor.broken = False, _cause(exc)
+        during = f" in {method}" if method else ""
+        logger.warning("%s leaves the pool: its evaluator failed%s: %s", actor.where(), during, actor.broken)
 
     # -- capabilities (bound on the instance when the wrapped evaluator has them) -------
     def _on_one_actor(self, method: str, args: tuple[Any, ...]) -> Any:
@@ -461,10 +450,7 @@ class RayEvaluator:
                     raise EvaluatorError(
                         f"the evaluator on {actor.where()} failed in {method}: {_cause(exc)}"
                     ) from None
-                actor.live, actor.broken = False, _cause(exc)
-                logger.warning(
-                    "%s leaves the pool: its evaluator failed in %s: %s", actor.where(), method, actor.broken
-                )
+                self._retire(actor, exc, method)
                 broken.append(f"{actor.where()}: {actor.broken}")
         if broken:
             raise EvaluatorError(f"the evaluator failed in {method} on {'; '.join(broken)}; no Ray actor is left")
