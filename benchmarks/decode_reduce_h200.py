@@ -73,6 +73,11 @@ def variants(entry: dict[str, int], splits: int) -> dict[str, dict[str, int]]:
         "fused_wait": dict(base, REDUCE=1, PDL=2),
         "fused_early": dict(base, REDUCE=1, PDL=6),
     }
+    # (the number of splits halved and doubled: at b1-b8 the winners' 256 programs are two
+    # programs on most SMs, one on a few; 128 are one wave of one an SM, 512 three or four an SM)
+    for name, factor in (("separate_splits_half", 0.5), ("separate_splits_x2", 2)):
+        if 1 < splits * factor <= 128:
+            out[name] = dict(base, NUM_SPLITS=int(splits * factor), REDUCE=0, PDL=0)
     if base["num_warps"] < 4 or base["BLOCK_N"] < 64:
         wide = dict(base, BLOCK_N=128, num_warps=4, num_stages=2)
         out["separate_n128w4"] = dict(wide, REDUCE=0)
@@ -234,6 +239,75 @@ def profile_once(spec: str, package: str) -> None:
     print(f"profiled {spec}: {calls}", flush=True)
 
 
+def timeline(params: dict[str, int], sets: list[tuple[Any, ...]], work: float, copy_bw: float) -> dict[str, float]:
+    """Where a call's time goes, from the kernels' own per-program stamps (`decode(timeline=)`):
+    the sets' calls captured back to back in one graph and replayed (the engine's footing), the
+    last call's stamps read. In us: `call` (events over the replays, a call), `span` (first
+    program's start to the last one's end, both kernels), `outside` (call - span: launch and
+    the gap between calls), stage 1's `s1_span`, `start_spread` (its last program's start after
+    its first's) and start quantiles, per-program `prog_med`/`prog_max` and its loop's
+    `loop_med`, `per_sm_max` (stage-1 programs an SM ran), the reduce kernel's `gap` (its first
+    start after stage 1's last end; negative with PDL) and `s2_span`, and `s1_bw` (KV bytes /
+    stage 1's span, a fraction of the copy bandwidth)."""
+    import torch
+
+    from evokernel.search_spaces.attention import template_decode as t
+
+    q, k = sets[0][0], sets[0][1]
+    batch, heads, dim = q.shape
+    longest = sets[0][3].shape[1] * k.shape[1]  # (the block table's pages x the page: what "auto" reads)
+    splits = int(params["NUM_SPLITS"]) or t.auto_splits(batch, k.shape[2], longest, t.num_sms(q.device))
+    n1, n2 = t.timeline_rows(batch, heads, k.shape[2], dim, splits, int(params["REDUCE"]), t.num_sms(q.device))
+    stamps = torch.zeros(n1 + n2, 4, dtype=torch.int64, device="cuda")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        for x in sets:
+            t.decode(*x, **params, timeline=stamps)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for x in sets:
+            t.decode(*x, **params, timeline=stamps)
+    for _ in range(5):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    replays = 20
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    call = start.elapsed_time(end) * 1e3 / (replays * len(sets))
+    rows = stamps.cpu().double()
+    s1, s2 = rows[:n1], rows[n1:]
+    t0 = float(rows[:, 0].min())
+    starts = (s1[:, 0] - t0) * 1e-3
+    per_sm = torch.bincount(s1[:, 3].long())
+    out = {
+        "call": call,
+        "span": float(rows[:, 2].max() - t0) * 1e-3,
+        "s1_span": float(s1[:, 2].max() - s1[:, 0].min()) * 1e-3,
+        "start_spread": float(starts.max()),
+        "start_p50": float(starts.median()),
+        "start_p90": float(starts.quantile(0.9)),
+        "prog_med": float((s1[:, 2] - s1[:, 0]).median()) * 1e-3,
+        "prog_max": float((s1[:, 2] - s1[:, 0]).max()) * 1e-3,
+        "loop_med": float((s1[:, 1] - s1[:, 0]).median()) * 1e-3,
+        "per_sm_max": int(per_sm.max()),
+        "sms_used": int((per_sm > 0).sum()),
+        "programs": n1,
+        "splits": splits,
+    }
+    out["outside"] = out["call"] - out["span"]
+    out["s1_bw"] = work / (out["s1_span"] * 1e-6) / copy_bw
+    if n2:
+        out["gap"] = float(s2[:, 0].min() - s1[:, 2].max()) * 1e-3
+        out["s2_span"] = float(s2[:, 2].max() - s2[:, 0].min()) * 1e-3
+        out["s2_wait_end"] = float(s2[:, 1].min() - s1[:, 2].max()) * 1e-3
+    del graph
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
 def copy_bandwidth(nbytes: int = 2**30) -> float:
     """This card's device-to-device copy, bytes/s (read plus write), by do_bench: the fractions'
     denominator on a card other than the H200 (whose 4.3 TB/s every recorded figure uses)."""
@@ -255,6 +329,7 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=200.0)
     ap.add_argument("--only", nargs="+", default=None, help="time these variants (and SGLang's default) only")
     ap.add_argument("--refine", metavar="DEST", help="write the package with each entry beaten here replaced")
+    ap.add_argument("--timeline", action="store_true", help="and each variant's per-program stamps (`timeline`)")
     args = ap.parse_args()
     if args.profile:
         profile_once(args.profile, args.package)
@@ -327,6 +402,15 @@ def main() -> int:
         row["ms"] = {k: v.median_ms for k, v in got["timed"].items()}
         row["vs_separate"] = got["ratios"]  # separate / name, per round: median and 95% interval
         row["bw_fraction"] = {k: work / (ms * 1e-3) / copy_bw for k, ms in row["ms"].items() if ms}
+        if args.timeline:
+            row["timeline"] = {}
+            for name in row["ms"]:
+                if name == "sglang_default" or time.monotonic() - t0 > args.deadline:
+                    continue
+                try:
+                    row["timeline"][name] = timeline(ways[name], sets, work, copy_bw)
+                except Exception as exc:  # a diagnosis that fails leaves the timings standing
+                    row["errors"][f"timeline {name}"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         doc["rows"].append(row)
         del sets
         torch.cuda.empty_cache()
@@ -369,6 +453,24 @@ def render(doc: dict[str, Any]) -> str:
         for name, groups in doc["fits"].items():
             for group, fit in groups.items():
                 lines.append(f"| {name} | {group} | {fit['fixed_us']:.2f} | {fit['stream_bw_fraction']:.3f} |")
+    stamped = [(row["point"], name, tl) for row in doc["rows"] for name, tl in row.get("timeline", {}).items()]
+    if stamped:
+        lines += [
+            "",
+            "per-program stamps of the last of the graph's calls (`timeline`, us; s1 = the split kernel):",
+            "",
+            "| point | variant | call | span | outside | s1 span | s1 BW | starts p50 / p90 / last | program med / max "
+            "| loop med | programs / SMs / most an SM | reduce gap / span |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for point, name, tl in stamped:
+            reduce = f"{tl['gap']:.2f} / {tl['s2_span']:.2f}" if "gap" in tl else "-"
+            lines.append(
+                f"| b{point.replace(':', ' x ')} | {name} | {tl['call']:.2f} | {tl['span']:.2f} | {tl['outside']:.2f} "
+                f"| {tl['s1_span']:.2f} | {tl['s1_bw']:.2f} | {tl['start_p50']:.2f} / {tl['start_p90']:.2f} / "
+                f"{tl['start_spread']:.2f} | {tl['prog_med']:.2f} / {tl['prog_max']:.2f} | {tl['loop_med']:.2f} "
+                f"| {tl['programs']} / {tl['sms_used']} / {tl['per_sm_max']} | {reduce} |"
+            )
     if doc.get("skipped"):
         lines += ["", "skipped: " + "; ".join(doc["skipped"])]
     return "\n".join(lines) + "\n"

@@ -69,7 +69,8 @@
 #   decode-reduce   issue 29: each decode package entry with its splits combined by the separate kernel and by
 #                   the last program (REDUCE=1), graph-replayed beside SGLang's default [decode_reduce_h200.py];
 #                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), VARIANTS (all), DEADLINE (200),
-#                   REFINE=1 (a copy of the package with each entry beaten here replaced: $OUT/refined); NCU="1:32768 ..."
+#                   REFINE=1 (a copy of the package with each entry beaten here replaced: $OUT/refined); TIMELINE=1
+#                   (each variant's per-program stamps too: where a call's time goes); NCU="1:32768 ..."
 #                   first profiles one call of each way per point with Nsight Compute (NCU_S 120, ncu_decode.tgz);
 #                   GPU tests first (TESTS, default tests/test_decode_gpu.py: launch variants bitwise the plain one;
 #                   SKIP_TESTS, TEST_TIMEOUT 120); carry .whl
@@ -658,7 +659,7 @@ decode_reduce() {
     tar -czf "$OUT/ncu_decode.tgz" -C $N --exclude='*.ncu-rep' .
   fi
   python3 benchmarks/decode_reduce_h200.py --out "$OUT/reduce" ${PACKAGE:+--package "$PACKAGE"} \
-      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} \
+      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} ${TIMELINE:+--timeline} \
       --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
   echo "exit $?"; tail -25 "$OUT/reduce.log"
 }

@@ -98,3 +98,37 @@ def test_a_launch_variant_computes_what_the_plain_configuration_does(name: str, 
     torch.cuda.synchronize()
     for o, want in zip(outs, plain):
         assert torch.equal(o, want), f"{name} replayed from a graph"
+
+
+@pytest.mark.parametrize("over", [{}, {"PDL": 1}, {"REDUCE": 1}], ids=["separate", "pdl1", "fused"])
+def test_a_timeline_stamps_every_program_in_order_and_changes_nothing(over: dict) -> None:
+    """`timeline`: every program of both kernels writes start <= mid <= end on the global timer
+    and an SM that exists; without PDL the reduce kernel's programs start after stage 1's last
+    ended (stream order), with bit 1 some may start before it and wait; the output is bitwise
+    the untimed call's."""
+    from evokernel.search_spaces.attention.template_decode import timeline_rows
+    from evokernel.search_spaces.gemm.template import num_sms
+
+    x = _inputs(7)
+    params = dict(BASE, **over)
+    want = _call(x, params, torch.empty_like(x[0])).clone()
+    sms = num_sms(x[0].device)
+    stage1, stage2 = timeline_rows(len(LENS), HQ, HKV, D, BASE["NUM_SPLITS"], params["REDUCE"], sms)
+    assert stage1 == BASE["NUM_SPLITS"] * HKV * len(LENS) and (stage2 > 0) == (not params["REDUCE"])
+    stamps = torch.zeros(stage1 + stage2 + 5, 4, dtype=torch.int64, device="cuda")  # 5 rows to spare, untouched
+    from evokernel.search_spaces.attention.template_decode import decode_slots
+
+    q, k, v, indptr, indices = x
+    got = decode_slots(q, k, v, indptr, indices, **params, out=torch.empty_like(q), timeline=stamps)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+    rows = stamps[: stage1 + stage2].cpu()
+    assert (rows[:, 0] > 0).all() and (rows[:, 0] <= rows[:, 1]).all() and (rows[:, 1] <= rows[:, 2]).all()
+    assert ((rows[:, 3] >= 0) & (rows[:, 3] < sms)).all()
+    assert (stamps[stage1 + stage2 :] == 0).all()
+    span = (rows[:, 2].max() - rows[:, 0].min()).item()
+    assert 0 < span < 10_000_000, span  # ns: one call, under 10 ms
+    if stage2 and not params["PDL"]:
+        assert rows[stage1:, 0].min() >= rows[:stage1, 2].max()
+    if stage2 and params["PDL"]:  # each reduce program's wait ends after stage 1's last program ended
+        assert rows[stage1:, 1].min() >= rows[:stage1, 2].max()

@@ -37,7 +37,13 @@ def test_each_entry_is_timed_with_both_reductions_and_where_its_tile_cannot_grou
         "fused",
         "fused_wait",
         "fused_early",
+        "separate_splits_half",
+        "separate_splits_x2",
     ]
+    assert b4["separate_splits_half"] == dict(b4["separate"], NUM_SPLITS=8)  # one wave of one program an SM
+    assert b4["separate_splits_x2"]["NUM_SPLITS"] == 32 and "separate_splits_x2" not in bench.variants(
+        entries["1"], 128
+    )
     assert b4["separate"]["REDUCE"] == 0 and b4["separate_pdl"]["PDL"] == 1 and b4["fused"]["REDUCE"] == 1
     assert b4["separate_pdl3"]["PDL"] == 3 and b4["fused_wait"] == dict(b4["fused"], PDL=2)
     assert b4["separate_l2"] == dict(b4["separate"], PREFETCH=2) and b4["separate_l2_pdl7"]["PDL"] == 7
@@ -135,3 +141,19 @@ def test_the_decode_time_is_a_fixed_cost_plus_streaming_at_the_copy_bandwidth() 
     assert b1["fixed_us"] == pytest.approx(10.0, abs=0.01) and b1["stream_bw_fraction"] == pytest.approx(
         4e12 / bench.COPY_BW, abs=1e-3
     )
+
+
+def test_a_timeline_renders_as_its_own_table() -> None:
+    """`--timeline` rows (per-program stamps, us) get a table of their own under the timings."""
+    bench = _bench()
+    tl = {"call": 25.1, "span": 21.0, "outside": 4.1, "s1_span": 17.5, "s1_bw": 0.89, "start_p50": 0.4,
+          "start_p90": 7.9, "start_spread": 9.2, "prog_med": 8.1, "prog_max": 9.9, "loop_med": 7.6,
+          "programs": 256, "sms_used": 132, "per_sm_max": 2, "gap": 1.2, "s2_span": 2.3}  # fmt: skip
+    doc = {"rows": [{"point": "1:32768", "ms": {"separate": 0.0251}, "vs_separate": {}, "bw_fraction": {"separate": 0.62},
+                     "max_err": {}, "timeline": {"separate": tl}}]}  # fmt: skip
+    text = bench.render(doc)
+    assert (
+        "| b1 x 32768 | separate | 25.10 | 21.00 | 4.10 | 17.50 | 0.89 | 0.40 / 7.90 / 9.20 | 8.10 / 9.90 | 7.60 "
+        in text
+    )
+    assert "| 256 / 132 / 2 | 1.20 / 2.30 |" in text

@@ -244,6 +244,8 @@ def test_generated_candidates_pass_the_gate_on_the_cpu(tmp_path: Path):
         {"NUM_SPLITS": 16, "BLOCK_N": 128, "PDL": 7},  # and the first step's reads before the wait
         {"NUM_SPLITS": 64, "BLOCK_N": 128, "PREFETCH": 2},  # the next tile asked of L2 each step
         {"NUM_SPLITS": 16, "BLOCK_N": 64, "PREFETCH": 2, "PDL": 7, "num_stages": 3},
+        {"NUM_SPLITS": 64, "BLOCK_N": 128, "num_stages": 3, "TIMELINE": 1},  # the b1 winner, timed per program
+        {"NUM_SPLITS": 16, "BLOCK_N": 128, "REDUCE": 1, "PDL": 2, "TIMELINE": 1},
     ],
 )
 def test_variants_build_for_sm90(over: dict[str, int]):
@@ -251,7 +253,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     cubins that pipeline their K/V gathers (async copies), without a GPU."""
     from tests.test_triton_attention import compile_sm90
 
-    p = dict(DEFAULTS, **over)
+    p = dict(DEFAULTS, **{k: v for k, v in over.items() if k != "TIMELINE"})  # (not a gene)
     ptrs = {
         "q_ptr": "*bf16",
         "k_ptr": "*bf16",
@@ -262,6 +264,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
         "part_o_ptr": "*fp32",
         "part_lse_ptr": "*fp32",
         "count_ptr": "*i32",
+        "timeline_ptr": "*i64",
         "qk_scale": "fp32",
     }
     common = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": p["NUM_SPLITS"]}
@@ -282,7 +285,7 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     heads = triton_decode.group_heads(p["NUM_SPLITS"], 4, p["num_warps"]) if p["REDUCE"] else 0
     consts.update(GROUP_HEADS=heads, SPLITS_P2=(1 << (p["NUM_SPLITS"] - 1).bit_length()) if heads else 1)
     early, wait, ahead = p["PDL"] & 1, (p["PDL"] >> 1) & 1, p["PDL"] >> 2
-    consts.update(PDL=early, WAIT=wait, EARLY=ahead)
+    consts.update(PDL=early, WAIT=wait, EARLY=ahead, TIMELINE=over.get("TIMELINE", 0))
     stage1 = compile_sm90(
         triton_decode._split_kernel, ptrs, consts, num_warps=p["num_warps"], num_stages=p["num_stages"]
     )
@@ -305,14 +308,20 @@ def test_variants_build_for_sm90(over: dict[str, int]):
     assert ("prefetch.global.L2" in ptx) == (p["PREFETCH"] == 2 or bool(wait and ahead))
     if p["PREFETCH"] == 2:
         assert ptx.count("prefetch.global.L2") >= 4 * p["BLOCK_N"] // (32 * p["num_warps"])
-    parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16"}
+    # TIMELINE (a diagnosis): each program reads the global timer at its start, after its KV
+    # loop and at its end, and its SM; without it, no timer read at all
+    timed = bool(over.get("TIMELINE"))
+    assert ptx.count("%globaltimer") == (3 if timed else 0) and ("%smid" in ptx) == timed
+    parts = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16", "timeline_ptr": "*i64"}
     splits = max(p["NUM_SPLITS"], 1)
     for block_d in (128, 32):  # a program per head, and a quarter of a head (batch 1)
         chunk = triton_decode.combine_chunk(splits, 4, block_d)
         reduce = {"HEAD_DIM": 128, "BLOCK_D": block_d, "SPLITS": splits, "CHUNK": chunk, "PDL": early}
+        reduce["TIMELINE"] = int(timed)
         stage2 = compile_sm90(triton_decode._reduce_kernel, parts, reduce, num_warps=4, num_stages=1)
         assert stage2.metadata.shared >= 0
         assert ("griddepcontrol.wait" in stage2.asm["ptx"]) == bool(early)
+        assert stage2.asm["ptx"].count("%globaltimer") == (3 if timed else 0)
 
 
 # (config overrides, context lengths, (H_q, H_kv, D), dtype of kv_indices)
@@ -375,7 +384,8 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
 
     ptrs = {
         "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "o_ptr": "*bf16", "bt_ptr": "*i32", "lens_ptr": "*i32",
-        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "count_ptr": "*i32", "qk_scale": "fp32",
+        "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "count_ptr": "*i32", "timeline_ptr": "*i64",
+        "qk_scale": "fp32",
     }  # fmt: skip
     tile = 2 * 64 * 128 * 2  # a K and a V tile of 64 keys x 128 bf16
 
@@ -383,7 +393,7 @@ def test_slot_indices_fetched_a_step_ahead_let_the_stages_buffer_more_tiles():
         consts = {"GROUP": 8, "HEAD_DIM": 128, "BLOCK_H": 16, "SPLITS": 64, "PAGE": 1, "BLOCK_N": 64, "REDUCE": 0,
                   "INPUT_PRECISION": "tf32", "SLOTS": True, "CHUNK": 32, "PREFETCH": prefetch,
                   "GROUP_HEADS": 0, "SPLITS_P2": 1, "PDL": 0, "WAIT": 0, "EARLY": 0, "L2_HINTS": hints,
-                  "L2_LINES": 2, "L2_LINE": 64}  # fmt: skip
+                  "L2_LINES": 2, "L2_LINE": 64, "TIMELINE": 0}  # fmt: skip
         return compile_sm90(triton_decode._split_kernel, ptrs, consts, num_warps=4, num_stages=stages).metadata.shared
 
     plain = [shared(st, 0) for st in (2, 3, 4)]
@@ -426,3 +436,15 @@ def test_a_programmatic_dependent_launch_that_fails_runs_both_kernels_plainly() 
     assert got["diff"] == 0.0 and got["diff_wait"] == 0.0
     # (pdl_supported is patched to say yes each time, so each PDL call tries and warns)
     assert len(got["warned"]) == 2 and all("no programmatic dependent launch" in w for w in got["warned"])
+
+
+def test_a_timeline_asks_for_the_gpu_and_says_so() -> None:
+    """The per-program timeline reads the global timer (inline PTX): on the CPU or the
+    interpreter the call says why it cannot, instead of returning a buffer of zeros."""
+    q = torch.randn(1, 8, 64).half()
+    k = torch.randn(4, 16, 2, 64).half()
+    bt = torch.arange(4, dtype=torch.int32)[None]
+    lens = torch.tensor([50], dtype=torch.int32)
+    stamps = torch.zeros(64, 4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="global timer"):
+        triton_decode.decode(q, k, k, bt, lens, **DEFAULTS, timeline=stamps)

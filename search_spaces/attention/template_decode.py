@@ -258,6 +258,17 @@ def _prefetch_tile(
 
 
 @triton.jit
+def _stamp(timeline_ptr, row, t_start, t_mid):
+    """A program's row of the timeline (TIMELINE=1; inline PTX, so not on the interpreter):
+    [start, mid, end] in ns of the GPU's global timer, and the SM it ran on."""
+    t_end = tl.extra.cuda.globaltimer()
+    tl.store(timeline_ptr + row * 4, t_start)
+    tl.store(timeline_ptr + row * 4 + 1, t_mid)
+    tl.store(timeline_ptr + row * 4 + 2, t_end)
+    tl.store(timeline_ptr + row * 4 + 3, tl.extra.cuda.smid().to(tl.int64))
+
+
+@triton.jit
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -268,6 +279,7 @@ def _split_kernel(
     part_o_ptr,
     part_lse_ptr,
     count_ptr,
+    timeline_ptr,
     qk_scale,
     H,
     H_kv,
@@ -301,6 +313,7 @@ def _split_kernel(
     L2_HINTS: tl.constexpr = 0,
     L2_LINES: tl.constexpr = 2,
     L2_LINE: tl.constexpr = 64,
+    TIMELINE: tl.constexpr = 0,
 ):
     """Stage 1: the online softmax of one (split, KV head, sequence) over its keys. SLOTS:
     the serving engine's token-slot layout instead of the block table (bt_ptr holds every
@@ -314,10 +327,13 @@ def _split_kernel(
     asks L2 for the next tile's rows (indices already in registers: no wait) before it loads its
     own, so the next tile streams from DRAM while this one is read and computed, without a
     second shared-memory buffer. L2_HINTS=0 leaves the prefetch instructions out (inline PTX:
-    Triton's interpreter has none; what is computed is the same)."""
+    Triton's interpreter has none; what is computed is the same). TIMELINE: each program writes
+    its row of `timeline_ptr` (`_stamp`: start, end of its KV loop, end, SM)."""
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
     b = tl.program_id(2)
+    if TIMELINE:
+        t_start = tl.extra.cuda.globaltimer()
     if WAIT and not EARLY:  # q, the cache and the indices may come from the kernel we were launched beside
         tl.extra.cuda.gdc_wait()
     if PDL:  # the reduce kernel may launch once every program here has started (it waits for our results)
@@ -381,6 +397,8 @@ def _split_kernel(
         if PREFETCH == 2 and L2_HINTS:  # the tile after next asked of L2: it streams during the next step
             _prefetch_tile(k_ptr, v_ptr, bt_ptr, first, offs_n + 2 * BLOCK_N, hi, kv_head, stride_kp, stride_ks,
                            stride_kh, stride_vp, stride_vs, stride_vh, PAGE, L2_LINES, L2_LINE)  # fmt: skip
+    if TIMELINE:
+        t_loop = tl.extra.cuda.globaltimer()
     if SPLITS == 1:
         out = acc / tl.where(l > 0, l, 1.0)[:, None]
         o_ptrs = o_ptr + b * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
@@ -402,6 +420,8 @@ def _split_kernel(
                         _combine_head(b, kv_head * GROUP + i, 0, part_o_ptr, part_lse_ptr, o_ptr, H, stride_ob,
                                       stride_oh, HEAD_DIM, HEAD_DIM, SPLITS, CHUNK, True)  # fmt: skip
                 tl.atomic_xchg(count_ptr + b * H_kv + kv_head, 0)
+    if TIMELINE:
+        _stamp(timeline_ptr, ((b * H_kv + kv_head) * SPLITS + split).to(tl.int64), t_start, t_loop)
 
 
 @triton.jit
@@ -409,6 +429,7 @@ def _reduce_kernel(
     part_o_ptr,
     part_lse_ptr,
     o_ptr,
+    timeline_ptr,
     H,
     stride_ob,
     stride_oh,
@@ -417,16 +438,24 @@ def _reduce_kernel(
     SPLITS: tl.constexpr,
     CHUNK: tl.constexpr,
     PDL: tl.constexpr = 0,
+    TIMELINE: tl.constexpr = 0,
 ):
     """Stage 2 as its own launch: one program per (query head, sequence, BLOCK_D columns), its
     splits' partials and log-sum-exps read CHUNK splits a load (`_combine_head`); B x H_q x
     D / BLOCK_D programs (`reduce_block_d`: enough to reach the SMs at batch 1). PDL: launched
     as stage 1's programmatic dependent, so first wait until stage 1 has finished and its
-    partials are visible."""
+    partials are visible. TIMELINE: as stage 1's, its mid the end of that wait."""
+    if TIMELINE:
+        t_start = tl.extra.cuda.globaltimer()
     if PDL:
         tl.extra.cuda.gdc_wait()
+    if TIMELINE:
+        t_wait = tl.extra.cuda.globaltimer()
     _combine_head(tl.program_id(1), tl.program_id(0), tl.program_id(2) * BLOCK_D, part_o_ptr, part_lse_ptr, o_ptr,
                   H, stride_ob, stride_oh, HEAD_DIM, BLOCK_D, SPLITS, CHUNK, False)  # fmt: skip
+    if TIMELINE:
+        row = (tl.program_id(1) * H + tl.program_id(0)) * tl.num_programs(2) + tl.program_id(2)
+        _stamp(timeline_ptr, row.to(tl.int64), t_start, t_wait)
 
 
 def combine_chunk(splits: int, num_warps: int, block_d: int = 128) -> int:
@@ -465,6 +494,23 @@ def reduce_block_d(head_dim: int, rows: int, sms: int) -> int:
     want = 1 << (max(1, math.ceil(sms / max(1, rows))) - 1).bit_length()
     parts = max(1, min(want, head_dim // 32))
     return head_dim // parts
+
+
+def timeline_rows(
+    batch: int, heads: int, kv_heads: int, head_dim: int, splits: int, reduce: int, sms: int
+) -> tuple[int, int]:
+    """Programs of stage 1 and of the separate reduce kernel (0 where there is none) for a
+    call with `splits` splits (already resolved from 0, `auto_splits`): a timeline's rows.
+    Stage 1's row of (split, KV head, sequence b) is (b x H_kv + head) x splits + split; the
+    reduce kernel's (b x H_q + head) x D / BLOCK_D + column block, after stage 1's.
+
+    >>> timeline_rows(1, 32, 4, 128, 64, 0, 132), timeline_rows(1, 32, 4, 128, 64, 1, 132), timeline_rows(8, 32, 4, 128, 1, 0, 132)
+    ((256, 128), (256, 0), (32, 0))
+    """
+    stage1 = splits * kv_heads * batch
+    if splits <= 1 or reduce:
+        return stage1, 0
+    return stage1, batch * heads * (head_dim // reduce_block_d(head_dim, batch * heads, sms))
 
 
 #: the module's kernel launches, through their compiled handles after the first of each signature
@@ -531,11 +577,15 @@ def decode(
     PREFETCH: int = 0,
     PDL: int = 0,
     out: torch.Tensor | None = None,
+    timeline: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode step's attention over the paged cache with one configuration (into `out`,
-    [B, H_q, D], where given)."""
+    [B, H_q, D], where given). `timeline` (a CUDA int64 tensor of at least `timeline_rows`
+    rows of 4): every program of both kernels writes when it started, reached its midpoint
+    (stage 1: the end of its KV loop; stage 2: the end of its PDL wait) and ended, in ns of
+    the GPU's global timer, and its SM; a separate compile of each kernel, for diagnosis."""
     return _decode(q, k_cache, v_cache, block_table, context_lens, False, sm_scale, NUM_SPLITS, BLOCK_N,
-                   num_warps, num_stages, REDUCE, PREFETCH, PDL, out)  # fmt: skip
+                   num_warps, num_stages, REDUCE, PREFETCH, PDL, out, timeline)  # fmt: skip
 
 
 def decode_slots(
@@ -554,6 +604,7 @@ def decode_slots(
     PREFETCH: int = 0,
     PDL: int = 0,
     out: torch.Tensor | None = None,
+    timeline: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The same attention over a serving engine's token-slot cache (SGLang's Triton backend
     with page size 1): k_buffer and v_buffer [slots, H_kv, D]; sequence b's keys are at the
@@ -563,7 +614,7 @@ def decode_slots(
     assert k_buffer.ndim == 3 and v_buffer.shape == k_buffer.shape, f"k_buffer {tuple(k_buffer.shape)}"
     assert kv_indptr.ndim == 1 and kv_indptr.shape[0] == q.shape[0] + 1, "kv_indptr must be [B + 1]"
     return _decode(q, k_buffer.unsqueeze(1), v_buffer.unsqueeze(1), kv_indices, kv_indptr, True, sm_scale,
-                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, PREFETCH, PDL, out)  # fmt: skip
+                   NUM_SPLITS, BLOCK_N, num_warps, num_stages, REDUCE, PREFETCH, PDL, out, timeline)  # fmt: skip
 
 
 def _decode(
@@ -582,6 +633,7 @@ def _decode(
     PREFETCH: int,
     PDL: int,
     out: torch.Tensor | None,
+    timeline: torch.Tensor | None = None,
 ) -> torch.Tensor:
     assert q.ndim == 3 and k_cache.ndim == 4 and v_cache.shape == k_cache.shape, (
         f"q {tuple(q.shape)}, k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)}"
@@ -617,6 +669,16 @@ def _decode(
     heads_a_load = group_heads(splits, group, num_warps, D) if (splits > 1 and REDUCE) else 0
     early_reduce = bool(PDL & 1) and splits > 1 and not REDUCE
     pdl = (early_reduce or bool(PDL & 2)) and pdl_supported(q.device)
+    stage1 = 0
+    if timeline is not None:  # (off the engine's path: no work here without one)
+        stage1, stage2 = timeline_rows(B, H, H_kv, D, splits, REDUCE, num_sms(q.device))
+        if q.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+            raise ValueError(
+                "a decode timeline reads the GPU's global timer (inline PTX): CUDA only, not the interpreter"
+            )
+        if timeline.dtype != torch.int64 or timeline.device != q.device or timeline.numel() < 4 * (stage1 + stage2):
+            raise ValueError(f"timeline must be int64 on {q.device} with at least {stage1 + stage2} rows of 4")
+    stamps = timeline if timeline is not None else o
     assert not (PDL & 4 and not PDL & 2), "PDL bit 4 (reads before the wait) needs bit 2 (the wait)"
 
     def launch(with_pdl: bool) -> None:
@@ -633,6 +695,7 @@ def _decode(
             part_o,
             part_lse,
             counts,
+            stamps,
             scale,
             H,
             H_kv,
@@ -662,6 +725,7 @@ def _decode(
             PDL=int(with_pdl and early_reduce),
             WAIT=int(wait),
             EARLY=int(wait and bool(PDL & 4)),  # (a prefetch: inline PTX, so not on the interpreter)
+            TIMELINE=int(timeline is not None),
             **consts,
             num_warps=num_warps,
             num_stages=num_stages,
@@ -676,10 +740,12 @@ def _decode(
                 part_o,
                 part_lse,
                 o,
+                stamps[4 * stage1 :] if timeline is not None else o,
                 H,
                 o.stride(0),
                 o.stride(1),
                 **meta,
+                TIMELINE=int(timeline is not None),
                 num_warps=4,
                 **({"PDL": 1, "launch_pdl": True} if (with_pdl and early_reduce) else {}),
             )
