@@ -450,17 +450,21 @@ def _check_outputs(out: Any, slots: list[torch.Tensor], inputs: list[torch.Tenso
     return None
 
 
+def poison_value(t: torch.Tensor) -> float | complex | int:
+    """What judge-owned memory holds before a candidate writes it: NaN (in both parts of a
+    complex number), -1 for integers (True for booleans). The gate fills its output slots
+    with it, the worker the memory the allocator hands out next (`_poison`)."""
+    if t.is_complex():
+        return complex(math.nan, math.nan)
+    return math.nan if t.is_floating_point() else -1
+
+
 def _poison(slots: list[torch.Tensor], device: str) -> None:
-    """Fill memory the caching allocator will hand out next with NaN, so an output the
-    candidate allocates and never writes cannot hold a plausible answer."""
+    """Fill memory the caching allocator will hand out next with `poison_value`, so an output
+    the candidate allocates and never writes cannot hold a plausible answer."""
     if device != "cuda":
         return
-    blocks = [
-        torch.empty_like(s).fill_(
-            complex(math.nan, math.nan) if s.is_complex() else math.nan if s.is_floating_point() else -1
-        )
-        for s in slots
-    ]
+    blocks = [torch.empty_like(s).fill_(poison_value(s)) for s in slots]
     del blocks
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.judge._worker import VALUE_PREFIX, Done, Timing
+from evokernel.judge._worker import VALUE_PREFIX, Done, Timing, poison_value
 from evokernel.judge.timing import median_ci, perturbable
 from evokernel.judge.device import check_device, cuda_index, is_cuda, on_device
 from evokernel.judge.footing import Footing
@@ -258,15 +258,7 @@ def _seed() -> int:
 
 def _poison(ts: Sequence[Any]) -> None:
     for t in ts:
-        t.fill_(_poison_value(t))
-
-
-def _poison_value(t: Any) -> float | complex | int:
-    """What judge-owned memory holds before a candidate writes it: NaN (in both parts of a
-    complex number), -1 for integers (True for booleans)."""
-    if t.is_complex():
-        return complex(math.nan, math.nan)
-    return math.nan if t.is_floating_point() else -1
+        t.fill_(poison_value(t))
 
 
 def _constant_like(r: Any) -> Any:
