@@ -682,7 +682,9 @@ def _decode(
             or not timeline.is_contiguous()
             or timeline.numel() < 4 * (stage1 + stage2)
         ):
-            raise ValueError(f"timeline must be contiguous int64 on {q.device} with at least {stage1 + stage2} rows of 4")
+            raise ValueError(
+                f"timeline must be contiguous int64 on {q.device} with at least {stage1 + stage2} rows of 4"
+            )
     stamps = timeline.view(-1) if timeline is not None else o  # (the kernels index it flat: row x 4 + field)
     assert not (PDL & 4 and not PDL & 2), "PDL bit 4 (reads before the wait) needs bit 2 (the wait)"
 
