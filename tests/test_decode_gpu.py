@@ -119,8 +119,9 @@ def test_a_timeline_stamps_every_program_in_order_and_changes_nothing(over: dict
     from evokernel.search_spaces.attention.template_decode import decode_slots
 
     q, k, v, indptr, indices = x
-    got = decode_slots(q, k, v, indptr, indices, **params, out=torch.empty_like(q), timeline=stamps)
-    torch.cuda.synchronize()
+    for _ in range(2):  # (the first call compiles the timed kernels, the reduce kernel's after stage 1 launched)
+        got = decode_slots(q, k, v, indptr, indices, **params, out=torch.empty_like(q), timeline=stamps)
+        torch.cuda.synchronize()
     assert torch.equal(got, want)
     rows = stamps[: stage1 + stage2].cpu()
     assert (rows[:, 0] > 0).all() and (rows[:, 0] <= rows[:, 1]).all() and (rows[:, 1] <= rows[:, 2]).all()
