@@ -32,6 +32,7 @@ batch 1, where it reads 0.72 of the copy bandwidth).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -308,6 +309,62 @@ def timeline(params: dict[str, int], sets: list[tuple[Any, ...]], work: float, c
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
+@functools.cache
+def _floor_kernel() -> Any:
+    """A kernel that reads what the split kernel reads and nothing else (built on first use)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _read_floor(
+        k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, stride_kp, stride_kh, stride_bt, H_kv,
+        SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, GATHER: tl.constexpr,
+    ):  # fmt: skip
+        split = tl.program_id(0)
+        kv_head = tl.program_id(1)
+        b = tl.program_id(2)
+        length = tl.load(lens_ptr + b)
+        per_split = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+        lo = split * per_split
+        hi = tl.minimum(length, lo + per_split)
+        offs_d = tl.arange(0, HEAD_DIM)
+        acc = tl.zeros([HEAD_DIM], tl.float32)  # (a [BLOCK_N, D] fp32 sum would spill at 128 x 128)
+        for n0 in tl.range(lo, hi, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            nmask = offs_n < hi
+            if GATHER:  # the sequence's slots through its indices, as the split kernel reads them
+                row = tl.load(bt_ptr + b * stride_bt + offs_n, mask=nmask, other=0).to(tl.int64)
+            else:  # as many rows in slot order: the same bytes without the index loads
+                row = (b * stride_bt + offs_n).to(tl.int64)
+            base = (row * stride_kp + kv_head * stride_kh)[:, None] + offs_d[None, :]
+            k = tl.load(k_ptr + base, mask=nmask[:, None], other=0.0)
+            v = tl.load(v_ptr + base, mask=nmask[:, None], other=0.0)
+            acc += tl.sum(k.to(tl.float32) + v.to(tl.float32), 0)
+        tl.store(out_ptr + (b * H_kv + kv_head) * SPLITS + split, tl.sum(acc, 0))
+
+    return _read_floor
+
+
+def read_floor(inputs: tuple[Any, ...], entry: dict[str, int], splits: int, gather: bool, out: Any = None) -> Any:
+    """The entry's grid, tile, warps and stages reading the point's K and V (each K/V row once,
+    `gather`: through the block table's indices as the split kernel does; else the same number
+    of rows in slot order) and summing them, one launch, no scores, no softmax, no reduction:
+    what a kernel of this shape pays just to read the bytes on this footing. Returns the
+    per-program sums ([B, H_kv, splits] fp32; page size 1 caches)."""
+    import torch
+
+    _, k, v, table, lens = inputs
+    batch, kv_heads, dim = table.shape[0], k.shape[2], k.shape[3]
+    assert k.shape[1] == 1, "the floor reads page-size-1 caches (the engine's)"
+    out = out if out is not None else torch.empty(batch, kv_heads, splits, device=k.device, dtype=torch.float32)
+    _floor_kernel()[(splits, kv_heads, batch)](
+        k, v, table, lens, out, k.stride(0), k.stride(2), table.stride(0), kv_heads,
+        SPLITS=splits, BLOCK_N=int(entry["BLOCK_N"]), HEAD_DIM=dim, GATHER=int(gather),
+        num_warps=int(entry["num_warps"]), num_stages=int(entry["num_stages"]),
+    )  # fmt: skip
+    return out
+
+
 def copy_bandwidth(nbytes: int = 2**30) -> float:
     """This card's device-to-device copy, bytes/s (read plus write), by do_bench: the fractions'
     denominator on a card other than the H200 (whose 4.3 TB/s every recorded figure uses)."""
@@ -330,6 +387,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", default=None, help="time these variants (and SGLang's default) only")
     ap.add_argument("--refine", metavar="DEST", help="write the package with each entry beaten here replaced")
     ap.add_argument("--timeline", action="store_true", help="and each variant's per-program stamps (`timeline`)")
+    ap.add_argument("--floor", action="store_true", help="and the entry's shape reading the bytes alone (`read_floor`)")
     args = ap.parse_args()
     if args.profile:
         profile_once(args.profile, args.package)
@@ -389,6 +447,23 @@ def main() -> int:
                 row["errors"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 continue
             fns[name] = lambda s, p=params: t.decode(*s, **p)
+        if args.floor:  # (diagnostics: what reading the bytes alone costs in the entry's shape)
+            for name, gather in (("floor_gather", True), ("floor_stream", False)):
+                try:
+                    x = sets[0]
+                    want = torch.stack([x[1][x[3][b, : x[4][b]].long()].float().sum((0, 1, 3)) for b in range(batch)])
+                    want = want + torch.stack(
+                        [x[2][x[3][b, : x[4][b]].long()].float().sum((0, 1, 3)) for b in range(batch)]
+                    )
+                    got = read_floor(x, entry, splits, gather).sum(2)
+                    torch.cuda.synchronize()
+                    if gather and not torch.allclose(got, want, rtol=1e-3, atol=1.0):
+                        row["errors"][name] = f"sums off: {float((got - want).abs().max()):.3g}"
+                        continue
+                except Exception as exc:
+                    row["errors"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    continue
+                fns[name] = lambda s, g=gather: read_floor(s, entry, splits, g)
         if "separate" not in fns:
             doc["rows"].append(row)
             continue
@@ -405,7 +480,7 @@ def main() -> int:
         if args.timeline:
             row["timeline"] = {}
             for name in row["ms"]:
-                if name == "sglang_default" or time.monotonic() - t0 > args.deadline:
+                if name not in ways or time.monotonic() - t0 > args.deadline:
                     continue
                 try:
                     row["timeline"][name] = timeline(ways[name], sets, work, copy_bw)

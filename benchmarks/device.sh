@@ -70,7 +70,8 @@
 #                   the last program (REDUCE=1), graph-replayed beside SGLang's default [decode_reduce_h200.py];
 #                   PACKAGE (sglang_long_s24/package), POINTS ("1:32768 ..."), VARIANTS (all), DEADLINE (200),
 #                   REFINE=1 (a copy of the package with each entry beaten here replaced: $OUT/refined); TIMELINE=1
-#                   (each variant's per-program stamps too: where a call's time goes); NCU="1:32768 ..."
+#                   (each variant's per-program stamps too: where a call's time goes); FLOOR=1 (and the entry's
+#                   grid and tile reading the K/V bytes alone, through the indices and in slot order); NCU="1:32768 ..."
 #                   first profiles one call of each way per point with Nsight Compute (NCU_S 120, ncu_decode.tgz);
 #                   GPU tests first (TESTS, default tests/test_decode_gpu.py: launch variants bitwise the plain one;
 #                   SKIP_TESTS, TEST_TIMEOUT 120); carry .whl
@@ -659,7 +660,7 @@ decode_reduce() {
     tar -czf "$OUT/ncu_decode.tgz" -C $N --exclude='*.ncu-rep' .
   fi
   python3 benchmarks/decode_reduce_h200.py --out "$OUT/reduce" ${PACKAGE:+--package "$PACKAGE"} \
-      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} ${TIMELINE:+--timeline} \
+      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} ${TIMELINE:+--timeline} ${FLOOR:+--floor} \
       --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
   echo "exit $?"; tail -25 "$OUT/reduce.log"
 }
