@@ -67,6 +67,13 @@ def test_the_recorded_tables_render_from_their_json() -> None:
     assert bench.render(s25) == (where / "s25" / "decode_reduce.md").read_text()
     b1 = next(r for r in s25["rows"] if r["point"] == "1:32768")
     assert b1["vs_separate"]["separate_pdl"]["lo"] > 1.0  # S25a: the early reduce launch pays at b1 only
+    for run in ("s28_h100", "s28_h100/floor"):  # with per-program timelines (and the read floor)
+        doc = json.loads((where / run / "decode_reduce.json").read_text())
+        assert bench.render(doc) == (where / run / "decode_reduce.md").read_text()
+        assert all(r.get("timeline") for r in doc["rows"])
+    b1 = next(r for r in doc["rows"] if r["point"] == "1:32768")
+    assert b1["vs_separate"]["floor_gather"]["lo"] > 1.0  # S28: a read of the same shape is faster, by < 10%
+    assert b1["vs_separate"]["floor_gather"]["hi"] < 1.1
 
 
 def test_a_package_is_refined_only_where_a_variant_beat_its_entry(tmp_path: Path) -> None:
