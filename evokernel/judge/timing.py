@@ -109,13 +109,16 @@ class Perturber:
     def _draw(self, which: int) -> None:
         """Positions and values for the next `batch` calls on set `which`: distinct positions
         within a call (k evenly spaced offsets from a random base), values copied from other
-        random positions of the unperturbed set."""
+        positions of the unperturbed set (the same offsets from the base shifted by 1 ... n-1,
+        so no position is ever copied onto itself: drawn independently, the two bases met once
+        in n calls and that call's inputs were left as they were)."""
         torch, plan = self.torch, []
         for j, t in self._inputs(which):
             n, flat = t.numel(), self._flat(t)
             ar = torch.arange(self.k, device=t.device) * (n // self.k)
-            idx = (torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
-            src = (torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
+            base = torch.randint(n, (self.batch, 1), generator=self.gen, device=t.device)
+            idx = (base + ar) % n
+            src = (base + torch.randint(1, n, (self.batch, 1), generator=self.gen, device=t.device) + ar) % n
             # values are kept in the input's dtype (bytes reinterpreted for fp8: a view, no kernel)
             plan.append((j, idx, flat[src].view(t.dtype), flat[idx].view(t.dtype)))
         self._plans[which] = plan
