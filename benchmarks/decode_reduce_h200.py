@@ -316,9 +316,13 @@ def _floor_kernel() -> Any:
 
     @triton.jit
     def _read_floor(
-        k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, stride_kp, stride_kh, stride_bt, H_kv,
-        SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, GATHER: tl.constexpr,
+        k_ptr, v_ptr, bt_ptr, lens_ptr, out_ptr, stride_kp, stride_kh, stride_bt, H_kv, SPLITS,
+        BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, GATHER: tl.constexpr, PIPE: tl.constexpr = 0,
     ):  # fmt: skip
+        # (SPLITS an argument, not a constant: a sweep over splits reuses each tile's compile.
+        # PIPE: the rows in flight by hand, since Triton pipelines only loads that feed a dot:
+        # 1 = the next tile's indices and rows loaded before this tile is summed; 2 = and the
+        # indices a tile further ahead, so no row load waits on its index load in the loop)
         split = tl.program_id(0)
         kv_head = tl.program_id(1)
         b = tl.program_id(2)
@@ -328,17 +332,43 @@ def _floor_kernel() -> Any:
         hi = tl.minimum(length, lo + per_split)
         offs_d = tl.arange(0, HEAD_DIM)
         acc = tl.zeros([HEAD_DIM], tl.float32)  # (a [BLOCK_N, D] fp32 sum would spill at 128 x 128)
-        for n0 in tl.range(lo, hi, BLOCK_N):
-            offs_n = n0 + tl.arange(0, BLOCK_N)
+        if PIPE == 0:
+            for n0 in tl.range(lo, hi, BLOCK_N):
+                offs_n = n0 + tl.arange(0, BLOCK_N)
+                nmask = offs_n < hi
+                if GATHER:  # the sequence's slots through its indices, as the split kernel reads them
+                    row = tl.load(bt_ptr + b * stride_bt + offs_n, mask=nmask, other=0).to(tl.int64)
+                else:  # as many rows in slot order: the same bytes without the index loads
+                    row = (b * stride_bt + offs_n).to(tl.int64)
+                base = (row * stride_kp + kv_head * stride_kh)[:, None] + offs_d[None, :]
+                k = tl.load(k_ptr + base, mask=nmask[:, None], other=0.0)
+                v = tl.load(v_ptr + base, mask=nmask[:, None], other=0.0)
+                acc += tl.sum(k.to(tl.float32) + v.to(tl.float32), 0)
+        else:
+            offs_n = lo + tl.arange(0, BLOCK_N)
             nmask = offs_n < hi
-            if GATHER:  # the sequence's slots through its indices, as the split kernel reads them
-                row = tl.load(bt_ptr + b * stride_bt + offs_n, mask=nmask, other=0).to(tl.int64)
-            else:  # as many rows in slot order: the same bytes without the index loads
-                row = (b * stride_bt + offs_n).to(tl.int64)
+            row = tl.load(bt_ptr + b * stride_bt + offs_n, mask=nmask, other=0).to(tl.int64)
+            if PIPE == 2:
+                offs_a = offs_n + BLOCK_N
+                row_a = tl.load(bt_ptr + b * stride_bt + offs_a, mask=offs_a < hi, other=0).to(tl.int64)
             base = (row * stride_kp + kv_head * stride_kh)[:, None] + offs_d[None, :]
-            k = tl.load(k_ptr + base, mask=nmask[:, None], other=0.0)
-            v = tl.load(v_ptr + base, mask=nmask[:, None], other=0.0)
-            acc += tl.sum(k.to(tl.float32) + v.to(tl.float32), 0)
+            k_n = tl.load(k_ptr + base, mask=nmask[:, None], other=0.0)
+            v_n = tl.load(v_ptr + base, mask=nmask[:, None], other=0.0)
+            for n0 in tl.range(lo, hi, BLOCK_N):
+                k = k_n
+                v = v_n
+                offs_f = n0 + BLOCK_N + tl.arange(0, BLOCK_N)
+                fmask = offs_f < hi
+                if PIPE == 2:
+                    row = row_a
+                    offs_a = offs_f + BLOCK_N
+                    row_a = tl.load(bt_ptr + b * stride_bt + offs_a, mask=offs_a < hi, other=0).to(tl.int64)
+                else:
+                    row = tl.load(bt_ptr + b * stride_bt + offs_f, mask=fmask, other=0).to(tl.int64)
+                base = (row * stride_kp + kv_head * stride_kh)[:, None] + offs_d[None, :]
+                k_n = tl.load(k_ptr + base, mask=fmask[:, None], other=0.0)
+                v_n = tl.load(v_ptr + base, mask=fmask[:, None], other=0.0)
+                acc += tl.sum(k.to(tl.float32) + v.to(tl.float32), 0)
         tl.store(out_ptr + (b * H_kv + kv_head) * SPLITS + split, tl.sum(acc, 0))
 
     return _read_floor
@@ -355,12 +385,147 @@ def read_floor(inputs: tuple[Any, ...], entry: dict[str, int], splits: int, gath
     _, k, v, table, lens = inputs
     batch, kv_heads, dim = table.shape[0], k.shape[2], k.shape[3]
     assert k.shape[1] == 1, "the floor reads page-size-1 caches (the engine's)"
+    if entry.get("PIPE", 0) and not gather:
+        raise ValueError("PIPE reads through the indices: the slot-order floor is tile by tile")
     out = out if out is not None else torch.empty(batch, kv_heads, splits, device=k.device, dtype=torch.float32)
     _floor_kernel()[(splits, kv_heads, batch)](
-        k, v, table, lens, out, k.stride(0), k.stride(2), table.stride(0), kv_heads,
-        SPLITS=splits, BLOCK_N=int(entry["BLOCK_N"]), HEAD_DIM=dim, GATHER=int(gather),
+        k, v, table, lens, out, k.stride(0), k.stride(2), table.stride(0), kv_heads, splits,
+        BLOCK_N=int(entry["BLOCK_N"]), HEAD_DIM=dim, GATHER=int(gather), PIPE=int(entry.get("PIPE", 0)),
         num_warps=int(entry["num_warps"]), num_stages=int(entry["num_stages"]),
     )  # fmt: skip
+    return out
+
+
+def sweep_shapes(splits: int, head_dim: int = 128) -> list[dict[str, int]]:
+    """The shapes a floor sweep reads in: splits halved, as the entry, doubled and quadrupled
+    (at most 128, the split kernel's limit here), BLOCK_N 32/64/128 and 1-8 warps, each read
+    tile by tile (PIPE 0: Triton pipelines no load that feeds no dot, so stages change nothing)
+    and with one or two tiles' loads in flight by hand (PIPE 1, 2); leaving out tiles whose K
+    and V buffers would hold more than 256 values a thread each (1 warp at 128 keys; with PIPE,
+    two buffers: spills, not a shape a search keeps)."""
+    out = []
+    for s in sorted({max(1, splits // 2), splits, 2 * splits, 4 * splits}):
+        if s > 128:
+            continue
+        for n in (32, 64, 128):
+            for w in (1, 2, 4, 8):
+                for pipe in (0, 1, 2):
+                    if n * head_dim * (2 if pipe else 1) > 256 * 32 * w:
+                        continue
+                    out.append({"NUM_SPLITS": s, "BLOCK_N": n, "num_warps": w, "num_stages": 2, "PIPE": pipe})
+    return out
+
+
+def _shape_name(shape: dict[str, int]) -> str:
+    return f"s{shape['NUM_SPLITS']} n{shape['BLOCK_N']} w{shape['num_warps']} p{shape.get('PIPE', 0)}"
+
+
+def floor_sweep(
+    sets: list[tuple[Any, ...]], shapes: list[dict[str, int]], deadline: float, replays: int = 10
+) -> list[dict[str, Any]]:
+    """A screen of the gather floor (`read_floor`, through the indices) over `shapes`: each
+    shape's calls over the input sets captured in one graph and replayed back to back (the
+    engine's footing), ms a call by events; a shape that fails to compile or run is listed with
+    its error. Stops at `deadline` (time.monotonic()). Sorted fastest first. A screen, one
+    shape after another: the leaders are then timed interleaved (`side_by_side`)."""
+    import torch
+
+    out: list[dict[str, Any]] = []
+    for shape in shapes:
+        if time.monotonic() > deadline:
+            break
+        rec: dict[str, Any] = {"shape": shape, "name": _shape_name(shape)}
+        try:
+            bufs = [
+                torch.empty(x[3].shape[0], x[1].shape[2], shape["NUM_SPLITS"], device="cuda", dtype=torch.float32)
+                for x in sets
+            ]
+            for x, b in zip(sets, bufs, strict=True):  # compile and warm outside the capture
+                read_floor(x, shape, shape["NUM_SPLITS"], True, out=b)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for x, b in zip(sets, bufs, strict=True):
+                    read_floor(x, shape, shape["NUM_SPLITS"], True, out=b)
+            graph.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(replays):
+                graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            rec["ms"] = start.elapsed_time(end) / (replays * len(sets))
+            del graph
+        except Exception as exc:  # a shape that does not build or run is a result of the sweep
+            rec["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        out.append(rec)
+    return sorted(out, key=lambda r: r.get("ms", math.inf))
+
+
+def sweep_point(
+    sets: list[tuple[Any, ...]],
+    entry: dict[str, int],
+    splits: int,
+    ref: Any,
+    work: float,
+    copy_bw: float,
+    deadline: float,
+    leaders: int = 3,
+) -> dict[str, Any]:
+    """How fast any shape of this kernel could read the point's bytes: the gather floor screened
+    over `sweep_shapes` (`floor_sweep`), then its `leaders` fastest shapes timed interleaved
+    (graph replay, 11 rounds, paired against the entry's attention, `separate`) beside the
+    entry's own floor and the attention run in each leader's shape (its output checked against
+    the fp32 reference first). The best floor over the shapes bounds what any configuration of
+    the split kernel reaches at this point; the attention in those shapes says whether the
+    entry left any of it on the table."""
+    import torch
+
+    from evokernel.judge.footing import side_by_side
+    from evokernel.search_spaces.attention import template_decode as t
+
+    screen = floor_sweep(sets, sweep_shapes(splits, int(sets[0][1].shape[3])), deadline - 20)
+    timed = [r for r in screen if "ms" in r]
+    out: dict[str, Any] = {
+        "shapes": len(screen),
+        "failed": {r["name"]: r["error"] for r in screen if "error" in r},
+        "screen": [{"name": r["name"], "ms": r["ms"], "bw": work / (r["ms"] * 1e-3) / copy_bw} for r in timed[:10]],
+        "errors": {},
+    }
+    if not timed or time.monotonic() > deadline - 15:
+        return out
+    base = {k: int(entry[k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry}
+    fns: dict[str, Any] = {
+        "separate": lambda s, p=dict(base, REDUCE=0, PDL=0): t.decode(*s, **p),
+        "floor_gather": lambda s: read_floor(s, entry, splits, True),
+    }
+    for r in timed[:leaders]:
+        shape = r["shape"]
+        fns[f"floor {r['name']}"] = lambda s, sh=shape: read_floor(s, sh, sh["NUM_SPLITS"], True)
+        # the attention in the leader's grid and tile (its loads pipelined by the entry's stages)
+        grid = {k: shape[k] for k in ("NUM_SPLITS", "BLOCK_N", "num_warps")}
+        name = f"attn s{grid['NUM_SPLITS']} n{grid['BLOCK_N']} w{grid['num_warps']}"
+        if name in fns or name in out["errors"]:
+            continue
+        params = dict(base, **grid, REDUCE=0, PDL=0)
+        try:
+            err = float((t.decode(*sets[0], **params).float() - ref).abs().max())
+            torch.cuda.synchronize()
+            if not math.isfinite(err) or err > 2e-2:
+                out["errors"][name] = f"max error {err:.3g} against the fp32 reference"
+                continue
+        except Exception as exc:  # a shape the attention cannot take is a result too
+            out["errors"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        fns[name] = lambda s, p=params: t.decode(*s, **p)
+    try:
+        got = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
+    except Exception as exc:
+        out["errors"]["side_by_side"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return out
+    out["ms"] = {k: v.median_ms for k, v in got["timed"].items()}
+    out["vs_separate"] = got["ratios"]
+    out["bw_fraction"] = {k: work / (ms * 1e-3) / copy_bw for k, ms in out["ms"].items() if ms}
     return out
 
 
@@ -387,6 +552,12 @@ def main() -> int:
     ap.add_argument("--refine", metavar="DEST", help="write the package with each entry beaten here replaced")
     ap.add_argument("--timeline", action="store_true", help="and each variant's per-program stamps (`timeline`)")
     ap.add_argument("--floor", action="store_true", help="and the entry's shape reading the bytes alone (`read_floor`)")
+    ap.add_argument(
+        "--floor-sweep",
+        action="store_true",
+        help="and the gather floor over the kernel's shapes (`floor_sweep`), the leaders timed with the attention "
+        "in their shapes",
+    )
     args = ap.parse_args()
     if args.profile:
         profile_once(args.profile, args.package)
@@ -484,6 +655,8 @@ def main() -> int:
                     row["timeline"][name] = timeline(ways[name], sets, work, copy_bw)
                 except Exception as exc:  # a diagnosis that fails leaves the timings standing
                     row["errors"][f"timeline {name}"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if args.floor_sweep:
+            row["floor_sweep"] = sweep_point(sets, entry, splits, ref, work, copy_bw, t0 + args.deadline)
         doc["rows"].append(row)
         del sets
         torch.cuda.empty_cache()
@@ -544,6 +717,33 @@ def render(doc: dict[str, Any]) -> str:
                 f"{tl['start_spread']:.2f} | {tl['prog_med']:.2f} / {tl['prog_max']:.2f} | {tl['loop_med']:.2f} "
                 f"| {tl['programs']} / {tl['sms_used']} / {tl['per_sm_max']} | {reduce} |"
             )
+    swept = [(row["point"], row["floor_sweep"]) for row in doc["rows"] if row.get("floor_sweep")]
+    if swept:
+        lines += [
+            "",
+            "the gather floor over the kernel's shapes (`floor_sweep`: screened one shape after another, the "
+            "leaders then interleaved with the entry's attention, graph replay):",
+            "",
+            "| point | shapes (failed) | screen's best (copy BW) | timed | ms | copy-BW fraction | "
+            "separate / it, paired [95%] |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for point, sw in swept:
+            best = sw["screen"][0] if sw["screen"] else None
+            head = (
+                f"| b{point.replace(':', ' x ')} | {sw['shapes']} ({len(sw['failed'])}) | "
+                + (f"{best['name']} {best['ms']:.4f} ({best['bw']:.2f})" if best else "-")
+                + " |"
+            )
+            if not sw.get("ms"):
+                lines.append(head + " - | | | |")
+            for i, (name, ms) in enumerate(sw.get("ms", {}).items()):
+                r = sw["vs_separate"].get(name, {})
+                ratio = f"{r['median']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]" if r else "-"
+                lead = head if i == 0 else "| | | |"
+                lines.append(f"{lead} {name} | {ms:.4f} | {sw['bw_fraction'][name]:.2f} | {ratio} |")
+            for name, why in sw.get("errors", {}).items():
+                lines.append(f"| | | | {name} | failed: {why} | | |")
     if doc.get("skipped"):
         lines += ["", "skipped: " + "; ".join(doc["skipped"])]
     return "\n".join(lines) + "\n"

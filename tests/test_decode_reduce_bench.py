@@ -177,9 +177,9 @@ k = torch.randn(700, 1, 2, 64, generator=g).half()
 v = torch.randn(700, 1, 2, 64, generator=g).half()
 table = torch.randperm(700, generator=g)[:600].view(2, 300).to(torch.int32)
 inputs = (None, k, v, table, torch.tensor(lens, dtype=torch.int32))
-entry = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 out = []
-for gather in (True, False):
+for gather, pipe in ((True, 0), (False, 0), (True, 1), (True, 2)):
+    entry = {"BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "PIPE": pipe}
     got = bench.read_floor(inputs, entry, 4, gather)
     rows = [table[b, :n].long() if gather else torch.arange(b * 300, b * 300 + n) for b, n in enumerate(lens)]
     want = torch.stack([(k[r].float() + v[r].float()).sum((0, 1, 3)) for r in rows])
@@ -191,10 +191,54 @@ print(json.dumps(out))
 @pytest.mark.slow
 def test_the_read_floor_reads_each_row_of_its_split_once() -> None:
     """`read_floor` (the entry's shape reading K and V alone): each program's sum is over its
-    split's rows, through the indices or in slot order, so the sums over splits are the
-    sequences' sums (Triton's interpreter, fp16)."""
+    split's rows, through the indices or in slot order, tile by tile or with one or two tiles'
+    loads in flight (PIPE 1, 2: the last tile's look-ahead masked off), so the sums over splits
+    are the sequences' sums (Triton's interpreter, fp16)."""
     from ._interpreter import run_interpreted
 
     got = run_interpreted(_FLOOR_SCRIPT, str(ROOT / "benchmarks" / "decode_reduce_h200.py"))
-    assert [g["shape"] for g in got] == [[2, 2, 4], [2, 2, 4]]
+    assert [g["shape"] for g in got] == [[2, 2, 4]] * 4
     assert all(g["err"] < 1e-2 for g in got), got
+
+
+def test_the_floor_sweep_covers_the_kernels_shapes_without_spilling_ones() -> None:
+    """`sweep_shapes`: splits halved to quadrupled (capped at the kernel's 128), every BLOCK_N and
+    warps, tile by tile and with one or two tiles in flight, except tiles holding more than 256
+    K values a thread (1 warp at 128 keys; with a second buffer, 1 warp at 64 and 2 at 128)."""
+    bench = _bench()
+    shapes = bench.sweep_shapes(64)
+    assert sorted({s["NUM_SPLITS"] for s in shapes}) == [32, 64, 128]
+    assert sorted({s["NUM_SPLITS"] for s in bench.sweep_shapes(8)}) == [4, 8, 16, 32]
+    assert not any(s["BLOCK_N"] == 128 and s["num_warps"] == 1 for s in shapes)
+    assert not any(s["BLOCK_N"] == 64 and s["num_warps"] == 1 and s["PIPE"] for s in shapes)
+    assert {"NUM_SPLITS": 64, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2, "PIPE": 2} in shapes
+    assert len(shapes) == 3 * (12 + 8 + 9)
+    assert len({bench._shape_name(s) for s in shapes}) == len(shapes)
+
+
+def test_a_floor_sweep_renders_its_screen_and_its_leaders() -> None:
+    """`--floor-sweep` rows get a table: shapes screened (and how many failed), the screen's best,
+    then each interleaved timing against the entry's attention; failures listed, not dropped."""
+    bench = _bench()
+    sweep = {
+        "shapes": 99,
+        "failed": {"s128 n128 w8 st4": "OutOfResources: shared memory"},
+        "screen": [{"name": "s64 n64 w2 p2", "ms": 0.0201, "bw": 0.78}],
+        "ms": {"separate": 0.0251, "floor_gather": 0.0221, "floor s64 n64 w2 p2": 0.0203},
+        "vs_separate": {
+            "separate": {"median": 1.0, "lo": 1.0, "hi": 1.0},
+            "floor_gather": {"median": 1.136, "lo": 1.12, "hi": 1.15},
+            "floor s64 n64 w2 p2": {"median": 1.236, "lo": 1.22, "hi": 1.25},
+        },
+        "bw_fraction": {"separate": 0.62, "floor_gather": 0.71, "floor s64 n64 w2 p2": 0.77},
+        "errors": {"attn s64 n64 w2 p2": "max error 0.5 against the fp32 reference"},
+    }
+    doc = {"rows": [{"point": "1:32768", "ms": {"separate": 0.0251}, "vs_separate": {}, "bw_fraction": {"separate": 0.62},
+                     "max_err": {}, "floor_sweep": sweep}]}  # fmt: skip
+    text = bench.render(doc)
+    assert (
+        "| b1 x 32768 | 99 (1) | s64 n64 w2 p2 0.0201 (0.78) | separate | 0.0251 | 0.62 | 1.000 [1.000, 1.000] |"
+        in text
+    )
+    assert "| | | | floor s64 n64 w2 p2 | 0.0203 | 0.77 | 1.236 [1.220, 1.250] |" in text
+    assert "| | | | attn s64 n64 w2 p2 | failed: max error 0.5 against the fp32 reference | | |" in text
