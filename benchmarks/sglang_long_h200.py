@@ -35,7 +35,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evokernel.evaluators.sglang import ABReport
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAG = "--triton-attention-num-kv-splits"
@@ -320,12 +323,33 @@ def prefill_kernels_markdown(
     return lines
 
 
+def attention_stage_fields(report: ABReport, variant: str, point: str, kv_bytes: float) -> dict[str, Any]:
+    """The attention's time per step split by stage (on its path: `ABReport.attention_ms`): the
+    split kernel that reads the cache, the reduction of its splits, and the KV bytes over the
+    split kernel's time alone as a fraction of the copy bandwidth (what reading the cache
+    reaches apart from the second kernel's launch and work)."""
+    from evokernel.model.bounds import COPY_BANDWIDTH
+
+    s1, s2 = (report.attention_ms(variant, point, attributed=True, stage=k) for k in (1, 2))
+    return {
+        "attention_stage1_ms": s1,
+        "attention_stage2_ms": s2,
+        "attention_stage1_bw_fraction": kv_bytes / (s1 * 1e-3) / COPY_BANDWIDTH if s1 else None,
+    }
+
+
 def render(path: Path, layers: int) -> None:
     """Recompute the kernel-time predictions of a saved sglang_long.json and write its table."""
+    from evokernel.evaluators.sglang import BASELINE, ABReport
+
     doc = json.loads(path.read_text())
+    stages = ABReport(plan={}, kernels=doc.get("ab", {}).get("kernel_time", {}))
     for row in doc["rows"]:
         kernel_predictions(row, layers)
         explain_misses(row, layers)
+        for v in (BASELINE, "sglang_best_flag", "evokernel"):
+            if v in row and row[v].get("attention_stage1_ms") is None:  # (records from before the split)
+                row[v].update(attention_stage_fields(stages, v, row["point"], row["kv_bytes"]))
     path.write_text(json.dumps(doc, indent=1))
     md = path.parent / "sglang_long.md"
     rest = md.read_text() if md.exists() else ""
@@ -588,6 +612,7 @@ def main() -> None:
                 if att_on_path
                 else None,
                 "attention_bw_fraction_durations": row["kv_bytes"] / (att * 1e-3) / COPY_BANDWIDTH if att else None,
+                **attention_stage_fields(report, v, p, row["kv_bytes"]),
                 # the whole step against the bytes it must read (weights touched + KV)
                 "step_bound_fraction": row["step_bound_ms"] / (1e3 * lat[len(lat) // 2]) if lat else None,
             }
@@ -758,6 +783,10 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             a, b = v.get("attention_ms"), v.get("attention_attributed_ms")
             return f" ({_f(b)} on its path)" if a and b and abs(a - b) > 0.005 * a else ""
 
+        def stage1(v: dict[str, Any]) -> str:  # the split kernel alone, where the record has it
+            got = v.get("attention_stage1_bw_fraction")
+            return f" (split kernel {got:.2f})" if got and v.get("attention_stage2_ms") else ""
+
         aa = r["control"]
         aa_text = f"[{aa['low']:.3f}, {aa['high']:.3f}]" if aa else "-"
         lines.append(
@@ -770,7 +799,7 @@ def markdown(doc: dict[str, Any]) -> list[str]:
             f"{aa_text} | "
             f"{_f(r['sglang_shipped']['attention_ms'])} / {_f(r['sglang_best_flag']['attention_ms'])} / "
             f"{_f(r['evokernel']['attention_ms'])}{on_path(r['evokernel'])} | "
-            f"{_f(r['evokernel']['attention_bw_fraction'], '.2f')} | "
+            f"{_f(r['evokernel']['attention_bw_fraction'], '.2f')}{stage1(r['evokernel'])} | "
             f"{_f(r['sglang_shipped']['step_bound_fraction'], '.2f')} / "
             f"{_f(r['evokernel']['step_bound_fraction'], '.2f')} |"
         )

@@ -67,6 +67,7 @@ __all__ = [
     "CONTROL",
     "Variant",
     "DECODE_ATTENTION_KERNELS",
+    "DECODE_ATTENTION_STAGES",
 ]
 
 BASELINE = "sglang_shipped"
@@ -80,6 +81,11 @@ DECODE_ATTENTION_KERNELS = (
     "_split_kernel",
     "_reduce_kernel",
 )
+#: the same split by stage: 1 reads the KV cache (one program per split), 2 combines the splits
+DECODE_ATTENTION_STAGES = {
+    1: ("_fwd_grouped_kernel_stage1", "_fwd_kernel_stage1", "_split_kernel"),
+    2: ("_fwd_kernel_stage2", "_reduce_kernel"),
+}
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
 #: the measurement's noise alone reads as a gain or a loss
 CONTROL = "sglang_shipped_control"
@@ -226,18 +232,21 @@ class ABReport:
         self.meta.setdefault("composite", {})[name] = chosen
         return chosen
 
-    def attention_ms(self, variant: str, point: str, attributed: bool = False) -> float | None:
+    def attention_ms(self, variant: str, point: str, attributed: bool = False, stage: int = 0) -> float | None:
         """The decode attention's GPU time per decode step (ms) of a variant at a point, from
         its profiled kernels (`DECODE_ATTENTION_KERNELS`), or None where none was profiled: the
         sum of their durations, or with `attributed` the step's busy time credited to them
         (`driver.kernel_attribution`: a kernel launched early beside the one before it counts
-        from when that one ends; the durations where the profile has no attribution)."""
+        from when that one ends; the durations where the profile has no attribution). `stage`
+        1 or 2: only the split kernels that read the cache, or only the reductions of their
+        splits (`DECODE_ATTENTION_STAGES`): what reading the KV costs apart from combining it."""
         got = self.kernels.get(variant, {}).get(point)
         if not got:
             return None
         by = got.get("attributed_by_kernel") if attributed else None
         by = by if by is not None else got.get("by_kernel", {})
-        return sum(ms for k, ms in by.items() if k in DECODE_ATTENTION_KERNELS)
+        names = DECODE_ATTENTION_STAGES[stage] if stage else DECODE_ATTENTION_KERNELS
+        return sum(ms for k, ms in by.items() if k in names)
 
     def kernel_ratios(self, reference: str = BASELINE, key: str = "gpu_ms_per_step") -> dict[str, dict[str, float]]:
         """variant -> point -> the reference's GPU kernel time per decode step over the

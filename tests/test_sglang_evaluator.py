@@ -292,6 +292,9 @@ def test_long_context_points_a_best_flag_composite_and_kernel_times():
     assert report.attention_ms("pkg", a) == pytest.approx(0.5) and report.attention_ms("nobody", a) is None
     assert report.attention_ms("pkg", a, attributed=True) == pytest.approx(0.35)
     assert report.attention_ms("kv64", a, attributed=True) == report.attention_ms("kv64", a)  # no overlap profiled
+    assert report.attention_ms("pkg", a, stage=1) == pytest.approx(0.4)  # the split kernel alone
+    assert report.attention_ms("pkg", a, attributed=True, stage=2) == pytest.approx(0.05)  # its reduction alone
+    assert report.attention_ms("kv64", a, stage=1) == report.attention_ms("kv64", a)  # SGLang's stage 1 here
     doc = report.to_json()
     best = doc["geomean"]["sglang_best_flag"]
     assert best["pkg"] == pytest.approx(((1.3 / 1.0) * (2.3 / 2.0)) ** 0.5)

@@ -101,3 +101,23 @@ def test_missed_predictions_are_attributed_from_the_12_layer_h200_record(tmp_pat
     assert (
         "Missed predictions, measured step minus predicted step by cause" in (tmp_path / "sglang_long.md").read_text()
     )
+
+
+def test_the_attention_bandwidth_splits_into_the_split_kernel_and_its_reduction(tmp_path: Path):
+    """Session 24's 12-layer A/B (`sglang_long_s24`): the package's attention in the engine,
+    split by stage from the profiled kernels: the split kernel alone reads the cache at 0.81 /
+    0.82 of the copy bandwidth at b4 / b8 (0.77 with its reduction), 0.67 at b1; the reduce
+    kernel costs 2.2-2.4 us a layer (12 layers) at b1-b8."""
+    mod = _module()
+    rec = ROOT / "benchmarks" / "results" / "sglang_long_s24"
+    shutil.copy(rec / "sglang_long.json", tmp_path / "sglang_long.json")
+    shutil.copy(rec / "sglang_long.md", tmp_path / "sglang_long.md")
+    mod.render(tmp_path / "sglang_long.json", layers=12)
+    rows = {r["batch"]: r["evokernel"] for r in json.loads((tmp_path / "sglang_long.json").read_text())["rows"]}
+    split = {b: round(r["attention_stage1_bw_fraction"], 2) for b, r in rows.items()}
+    assert split == {1: 0.67, 4: 0.81, 8: 0.82, 16: 0.93, 32: 0.91}
+    assert all(r["attention_stage1_bw_fraction"] > r["attention_bw_fraction"] for r in rows.values())
+    assert all(2.1 < 1e3 * rows[b]["attention_stage2_ms"] / 12 < 2.5 for b in (1, 4, 8))
+    for r in rows.values():
+        assert r["attention_stage1_ms"] + r["attention_stage2_ms"] == pytest.approx(r["attention_ms"])
+    assert "| 0.77 (split kernel 0.81) |" in (tmp_path / "sglang_long.md").read_text()
