@@ -420,33 +420,41 @@ def _shape_name(shape: dict[str, int]) -> str:
     return f"s{shape['NUM_SPLITS']} n{shape['BLOCK_N']} w{shape['num_warps']} p{shape.get('PIPE', 0)}"
 
 
-def floor_sweep(
-    sets: list[tuple[Any, ...]], shapes: list[dict[str, int]], deadline: float, replays: int = 10
+def screen(
+    sets: list[tuple[Any, ...]],
+    shapes: list[dict[str, int]],
+    call: Any,
+    deadline: float,
+    name: Any = None,
+    check: Any = None,
+    replays: int = 10,
 ) -> list[dict[str, Any]]:
-    """A screen of the gather floor (`read_floor`, through the indices) over `shapes`: each
-    shape's calls over the input sets captured in one graph and replayed back to back (the
-    engine's footing), ms a call by events; a shape that fails to compile or run is listed with
-    its error. Stops at `deadline` (time.monotonic()). Sorted fastest first. A screen, one
-    shape after another: the leaders are then timed interleaved (`side_by_side`)."""
+    """Each of `shapes` run by `call(inputs, shape)` over the input sets, captured in one graph
+    and replayed back to back (the engine's footing), ms a call by events; `check(shape)`
+    first, where given (an error string rejects the shape: e.g. its output against the
+    reference); a shape that fails to compile, run or check is listed with its error. Stops at
+    `deadline` (time.monotonic()). Sorted fastest first. A screen, one shape after another:
+    the leaders are then timed interleaved (`side_by_side`)."""
     import torch
 
     out: list[dict[str, Any]] = []
     for shape in shapes:
         if time.monotonic() > deadline:
             break
-        rec: dict[str, Any] = {"shape": shape, "name": _shape_name(shape)}
+        rec: dict[str, Any] = {"shape": shape, "name": (name or _shape_name)(shape)}
         try:
-            bufs = [
-                torch.empty(x[3].shape[0], x[1].shape[2], shape["NUM_SPLITS"], device="cuda", dtype=torch.float32)
-                for x in sets
-            ]
-            for x, b in zip(sets, bufs, strict=True):  # compile and warm outside the capture
-                read_floor(x, shape, shape["NUM_SPLITS"], True, out=b)
+            why = check(shape) if check else None
+            if why:
+                rec["error"] = why
+                out.append(rec)
+                continue
+            for x in sets:  # compile and warm outside the capture
+                call(x, shape)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                for x, b in zip(sets, bufs, strict=True):
-                    read_floor(x, shape, shape["NUM_SPLITS"], True, out=b)
+                for x in sets:
+                    call(x, shape)
             graph.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -460,6 +468,91 @@ def floor_sweep(
             rec["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         out.append(rec)
     return sorted(out, key=lambda r: r.get("ms", math.inf))
+
+
+def floor_sweep(sets: list[tuple[Any, ...]], shapes: list[dict[str, int]], deadline: float) -> list[dict[str, Any]]:
+    """`screen` of the gather floor (`read_floor`, through the indices) over `shapes`."""
+    return screen(sets, shapes, lambda x, sh: read_floor(x, sh, sh["NUM_SPLITS"], True), deadline)
+
+
+def attn_shapes(splits: int) -> list[dict[str, int]]:
+    """The attention's grids an attention sweep screens, after the floor sweep found the
+    family's fastest reads in many light programs (H100, session 29: 1-2 warps at 32-64 keys,
+    two to four times the entry's splits): splits as the entry, doubled and quadrupled (at most
+    128), (BLOCK_N, warps) from (32, 1) to (128, 4), and three pipelines: 2 stages with the
+    indices loaded in their step (the gather then gets one shared-memory buffer), and with the
+    indices a step ahead (PREFETCH=1: num_stages - 1 buffers) at 2 and 3 stages. The separate
+    reduce kernel, no PDL."""
+    out = []
+    for s in sorted({splits, 2 * splits, 4 * splits}):
+        if s > 128:
+            continue
+        for n, w in ((32, 1), (32, 2), (64, 2), (64, 4), (128, 4)):
+            for st, pf in ((2, 0), (2, 1), (3, 1)):
+                out.append(
+                    {"NUM_SPLITS": s, "BLOCK_N": n, "num_warps": w, "num_stages": st, "PREFETCH": pf, "REDUCE": 0}
+                )
+    return out
+
+
+def _attn_name(shape: dict[str, int]) -> str:
+    return (
+        f"attn s{shape['NUM_SPLITS']} n{shape['BLOCK_N']} w{shape['num_warps']} st{shape['num_stages']}"
+        f" pf{shape['PREFETCH']}"
+    )
+
+
+def attn_sweep_point(
+    sets: list[tuple[Any, ...]],
+    entry: dict[str, int],
+    splits: int,
+    ref: Any,
+    work: float,
+    copy_bw: float,
+    deadline: float,
+    leaders: int = 3,
+) -> dict[str, Any]:
+    """The split-KV attention itself screened over `attn_shapes` (each shape's output checked
+    against the fp32 reference first), its `leaders` fastest then timed interleaved (graph
+    replay, 11 rounds) against the entry (`separate`): whether a grid the searches' small
+    budgets never reached reads the cache faster than the package's entry on this footing."""
+    import torch
+
+    from evokernel.judge.footing import side_by_side
+    from evokernel.search_spaces.attention import template_decode as t
+
+    base = {k: int(entry[k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry}
+
+    def params(shape: dict[str, int]) -> dict[str, int]:
+        return dict(base, **shape, PDL=0)
+
+    def check(shape: dict[str, int]) -> str | None:
+        err = float((t.decode(*sets[0], **params(shape)).float() - ref).abs().max())
+        torch.cuda.synchronize()
+        return None if math.isfinite(err) and err <= 2e-2 else f"max error {err:.3g} against the fp32 reference"
+
+    got = screen(sets, attn_shapes(splits), lambda x, sh: t.decode(*x, **params(sh)), deadline - 20, _attn_name, check)
+    timed = [r for r in got if "ms" in r]
+    out: dict[str, Any] = {
+        "shapes": len(got),
+        "failed": {r["name"]: r["error"] for r in got if "error" in r},
+        "screen": [{"name": r["name"], "ms": r["ms"], "bw": work / (r["ms"] * 1e-3) / copy_bw} for r in timed[:10]],
+        "errors": {},
+    }
+    if not timed or time.monotonic() > deadline - 15:
+        return out
+    fns: dict[str, Any] = {"separate": lambda s, p=dict(base, REDUCE=0, PDL=0): t.decode(*s, **p)}
+    for r in timed[:leaders]:
+        fns[r["name"]] = lambda s, p=params(r["shape"]): t.decode(*s, **p)
+    try:
+        res = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
+    except Exception as exc:
+        out["errors"]["side_by_side"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return out
+    out["ms"] = {k: v.median_ms for k, v in res["timed"].items()}
+    out["vs_separate"] = res["ratios"]
+    out["bw_fraction"] = {k: work / (ms * 1e-3) / copy_bw for k, ms in out["ms"].items() if ms}
+    return out
 
 
 def sweep_point(
@@ -552,6 +645,11 @@ def main() -> int:
     ap.add_argument("--refine", metavar="DEST", help="write the package with each entry beaten here replaced")
     ap.add_argument("--timeline", action="store_true", help="and each variant's per-program stamps (`timeline`)")
     ap.add_argument("--floor", action="store_true", help="and the entry's shape reading the bytes alone (`read_floor`)")
+    ap.add_argument(
+        "--attn-sweep",
+        action="store_true",
+        help="and the attention screened over light grids (`attn_sweep_point`), its leaders timed against the entry",
+    )
     ap.add_argument(
         "--floor-sweep",
         action="store_true",
@@ -657,6 +755,8 @@ def main() -> int:
                     row["errors"][f"timeline {name}"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         if args.floor_sweep:
             row["floor_sweep"] = sweep_point(sets, entry, splits, ref, work, copy_bw, t0 + args.deadline)
+        if args.attn_sweep:
+            row["attn_sweep"] = attn_sweep_point(sets, entry, splits, ref, work, copy_bw, t0 + args.deadline)
         doc["rows"].append(row)
         del sets
         torch.cuda.empty_cache()
@@ -717,12 +817,31 @@ def render(doc: dict[str, Any]) -> str:
                 f"{tl['start_spread']:.2f} | {tl['prog_med']:.2f} / {tl['prog_max']:.2f} | {tl['loop_med']:.2f} "
                 f"| {tl['programs']} / {tl['sms_used']} / {tl['per_sm_max']} | {reduce} |"
             )
-    swept = [(row["point"], row["floor_sweep"]) for row in doc["rows"] if row.get("floor_sweep")]
+    for key, title in (
+        (
+            "floor_sweep",
+            "the gather floor over the kernel's shapes (`floor_sweep`: screened one shape after another, the "
+            "leaders then interleaved with the entry's attention, graph replay):",
+        ),
+        (
+            "attn_sweep",
+            "the attention over light grids (`attn_sweep_point`: screened one shape after another, outputs "
+            "checked, the leaders then interleaved with the entry, graph replay):",
+        ),
+    ):
+        lines += _sweep_table(doc, key, title)
+    if doc.get("skipped"):
+        lines += ["", "skipped: " + "; ".join(doc["skipped"])]
+    return "\n".join(lines) + "\n"
+
+
+def _sweep_table(doc: dict[str, Any], key: str, title: str) -> list[str]:
+    lines: list[str] = []
+    swept = [(row["point"], row[key]) for row in doc["rows"] if row.get(key)]
     if swept:
         lines += [
             "",
-            "the gather floor over the kernel's shapes (`floor_sweep`: screened one shape after another, the "
-            "leaders then interleaved with the entry's attention, graph replay):",
+            title,
             "",
             "| point | shapes (failed) | screen's best (copy BW) | timed | ms | copy-BW fraction | "
             "separate / it, paired [95%] |",
@@ -744,9 +863,7 @@ def render(doc: dict[str, Any]) -> str:
                 lines.append(f"{lead} {name} | {ms:.4f} | {sw['bw_fraction'][name]:.2f} | {ratio} |")
             for name, why in sw.get("errors", {}).items():
                 lines.append(f"| | | | {name} | failed: {why} | | |")
-    if doc.get("skipped"):
-        lines += ["", "skipped: " + "; ".join(doc["skipped"])]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 if __name__ == "__main__":

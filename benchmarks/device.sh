@@ -73,6 +73,7 @@
 #                   (each variant's per-program stamps too: where a call's time goes); FLOOR=1 (and the entry's
 #                   grid and tile reading the K/V bytes alone, through the indices and in slot order); FLOOR_SWEEP=1
 #                   (that gather floor over the kernel's shapes, its leaders timed with the attention in their shapes);
+#                   ATTN_SWEEP=1 (the attention screened over light grids, its leaders timed against the entry);
 #                   NCU="1:32768 ..."
 #                   first profiles one call of each way per point with Nsight Compute (NCU_S 120, ncu_decode.tgz);
 #                   GPU tests first (TESTS, default tests/test_decode_gpu.py: launch variants bitwise the plain one;
@@ -662,7 +663,7 @@ decode_reduce() {
     tar -czf "$OUT/ncu_decode.tgz" -C $N --exclude='*.ncu-rep' .
   fi
   python3 benchmarks/decode_reduce_h200.py --out "$OUT/reduce" ${PACKAGE:+--package "$PACKAGE"} \
-      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} ${TIMELINE:+--timeline} ${FLOOR:+--floor} ${FLOOR_SWEEP:+--floor-sweep} \
+      ${POINTS:+--points $POINTS} ${VARIANTS:+--only $VARIANTS} ${REFINE:+--refine "$OUT/refined"} ${TIMELINE:+--timeline} ${FLOOR:+--floor} ${FLOOR_SWEEP:+--floor-sweep} ${ATTN_SWEEP:+--attn-sweep} \
       --deadline ${DEADLINE:-200} > "$OUT/reduce.log" 2>&1
   echo "exit $?"; tail -25 "$OUT/reduce.log"
 }

@@ -242,3 +242,36 @@ def test_a_floor_sweep_renders_its_screen_and_its_leaders() -> None:
     )
     assert "| | | | floor s64 n64 w2 p2 | 0.0203 | 0.77 | 1.236 [1.220, 1.250] |" in text
     assert "| | | | attn s64 n64 w2 p2 | failed: max error 0.5 against the fp32 reference | | |" in text
+
+
+def test_the_attention_sweep_screens_light_grids_and_renders_like_the_floors() -> None:
+    """`attn_shapes`: the entry's splits to four times them (at most 128), five (BLOCK_N, warps)
+    from (32, 1) to (128, 4), three pipelines; every shape valid in the decode space. Its rows
+    render in a table of their own."""
+    bench = _bench()
+    shapes = bench.attn_shapes(64)
+    assert sorted({s["NUM_SPLITS"] for s in shapes}) == [64, 128] and len(shapes) == 2 * 5 * 3
+    assert len(bench.attn_shapes(8)) == 3 * 5 * 3
+    space = decode_space()
+    for s in shapes:
+        assert space.is_valid({**s, "PDL": 0}), s
+    sweep = {
+        "shapes": 30,
+        "failed": {},
+        "screen": [{"name": "attn s128 n32 w1 st3 pf1", "ms": 0.0281, "bw": 0.80}],
+        "ms": {"separate": 0.0304, "attn s128 n32 w1 st3 pf1": 0.0283},
+        "vs_separate": {
+            "separate": {"median": 1.0, "lo": 1.0, "hi": 1.0},
+            "attn s128 n32 w1 st3 pf1": {"median": 1.074, "lo": 1.07, "hi": 1.08},
+        },
+        "bw_fraction": {"separate": 0.74, "attn s128 n32 w1 st3 pf1": 0.79},
+        "errors": {},
+    }
+    doc = {
+        "rows": [
+            {"point": "1:32768", "ms": {}, "vs_separate": {}, "bw_fraction": {}, "max_err": {}, "attn_sweep": sweep}
+        ]
+    }
+    text = bench.render(doc)
+    assert "the attention over light grids" in text and "the gather floor over" not in text
+    assert "| | | | attn s128 n32 w1 st3 pf1 | 0.0283 | 0.79 | 1.074 [1.070, 1.080] |" in text
