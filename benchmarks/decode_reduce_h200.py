@@ -112,6 +112,13 @@ def refine(
         current = next((k for k, v in ways.items() if v == base), None)
         if current not in ratios:
             continue
+        sweep = row.get("attn_sweep") or {}
+        if current == "separate" and sweep.get("params"):  # (its leaders were timed against the same entry)
+            ratios = {
+                **ratios,
+                **{k: sweep["vs_separate"][k] for k in sweep["params"] if k in sweep.get("vs_separate", {})},
+            }
+            ways = {**ways, **sweep["params"]}
         ref = ratios[current]
         better = [
             k
@@ -542,8 +549,10 @@ def attn_sweep_point(
     if not timed or time.monotonic() > deadline - 15:
         return out
     fns: dict[str, Any] = {"separate": lambda s, p=dict(base, REDUCE=0, PDL=0): t.decode(*s, **p)}
+    out["params"] = {}
     for r in timed[:leaders]:
         fns[r["name"]] = lambda s, p=params(r["shape"]): t.decode(*s, **p)
+        out["params"][r["name"]] = params(r["shape"])
     try:
         res = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
     except Exception as exc:

@@ -275,3 +275,42 @@ def test_the_attention_sweep_screens_light_grids_and_renders_like_the_floors() -
     text = bench.render(doc)
     assert "the attention over light grids" in text and "the gather floor over" not in text
     assert "| | | | attn s128 n32 w1 st3 pf1 | 0.0283 | 0.79 | 1.074 [1.070, 1.080] |" in text
+
+
+def test_an_attention_sweep_leader_that_beat_its_entry_refines_the_package() -> None:
+    """A leader of `--attn-sweep` timed faster than the entry (paired interval above 1, at least
+    1%) replaces it with its grid; one inside the entry's interval does not."""
+    bench = _bench()
+    entries = bench._entries(str(ROOT / "benchmarks/results/sglang_long_s24/package"))
+    one = {"median": 1.0, "lo": 1.0, "hi": 1.0}
+    fast = dict(entries["4"], NUM_SPLITS=64, BLOCK_N=64, num_warps=2, num_stages=3, PREFETCH=1, REDUCE=0, PDL=0)
+    fast.pop("context")
+    doc = {
+        "rows": [
+            {
+                "point": "4:16384",
+                "splits": 16,
+                "vs_separate": {"separate": one},
+                "attn_sweep": {
+                    "params": {"attn a": fast, "attn b": dict(fast, NUM_SPLITS=32)},
+                    "vs_separate": {
+                        "separate": one,
+                        "attn a": {"median": 1.05, "lo": 1.03, "hi": 1.06},
+                        "attn b": {"median": 1.02, "lo": 0.99, "hi": 1.03},
+                    },
+                },
+            },
+            {
+                "point": "8:8192",
+                "splits": 8,
+                "vs_separate": {"separate": one},
+                "attn_sweep": {
+                    "params": {"attn c": dict(fast, NUM_SPLITS=32)},
+                    "vs_separate": {"attn c": {"median": 1.02, "lo": 0.995, "hi": 1.04}},
+                },
+            },
+        ]
+    }
+    new, changes = bench.refine(doc, entries)
+    assert [(c["batch"], c["to"]) for c in changes] == [(4, "attn a")]
+    assert new["4"] == {**entries["4"], **fast} and new["8"] == entries["8"]
