@@ -509,6 +509,46 @@ def _attn_name(shape: dict[str, int]) -> str:
     )
 
 
+def _attn_error(inputs: tuple[Any, ...], params: dict[str, int], ref: Any) -> str | None:
+    """The attention at `params` on `inputs` against the fp32 reference: why it fails, or None."""
+    import torch
+
+    from evokernel.search_spaces.attention import template_decode as t
+
+    err = float((t.decode(*inputs, **params).float() - ref).abs().max())
+    torch.cuda.synchronize()
+    return None if math.isfinite(err) and err <= 2e-2 else f"max error {err:.3g} against the fp32 reference"
+
+
+def _screened(got: list[dict[str, Any]], work: float, copy_bw: float) -> dict[str, Any]:
+    """A sweep's record of its screen: shapes tried, those that failed and why, the ten fastest."""
+    return {
+        "shapes": len(got),
+        "failed": {r["name"]: r["error"] for r in got if "error" in r},
+        "screen": [
+            {"name": r["name"], "ms": r["ms"], "bw": work / (r["ms"] * 1e-3) / copy_bw} for r in got if "ms" in r
+        ][:10],
+        "errors": {},
+    }
+
+
+def _time_leaders(
+    out: dict[str, Any], fns: dict[str, Any], sets: list[tuple[Any, ...]], work: float, copy_bw: float
+) -> dict[str, Any]:
+    """`fns` timed interleaved (graph replay, 11 rounds, paired against `separate`) into `out`."""
+    from evokernel.judge.footing import side_by_side
+
+    try:
+        res = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
+    except Exception as exc:
+        out["errors"]["side_by_side"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return out
+    out["ms"] = {k: v.median_ms for k, v in res["timed"].items()}
+    out["vs_separate"] = res["ratios"]
+    out["bw_fraction"] = {k: work / (ms * 1e-3) / copy_bw for k, ms in out["ms"].items() if ms}
+    return out
+
+
 def attn_sweep_point(
     sets: list[tuple[Any, ...]],
     entry: dict[str, int],
@@ -523,9 +563,6 @@ def attn_sweep_point(
     against the fp32 reference first), its `leaders` fastest then timed interleaved (graph
     replay, 11 rounds) against the entry (`separate`): whether a grid the searches' small
     budgets never reached reads the cache faster than the package's entry on this footing."""
-    import torch
-
-    from evokernel.judge.footing import side_by_side
     from evokernel.search_spaces.attention import template_decode as t
 
     base = {k: int(entry[k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry}
@@ -533,19 +570,16 @@ def attn_sweep_point(
     def params(shape: dict[str, int]) -> dict[str, int]:
         return dict(base, **shape, PDL=0)
 
-    def check(shape: dict[str, int]) -> str | None:
-        err = float((t.decode(*sets[0], **params(shape)).float() - ref).abs().max())
-        torch.cuda.synchronize()
-        return None if math.isfinite(err) and err <= 2e-2 else f"max error {err:.3g} against the fp32 reference"
-
-    got = screen(sets, attn_shapes(splits), lambda x, sh: t.decode(*x, **params(sh)), deadline - 20, _attn_name, check)
+    got = screen(
+        sets,
+        attn_shapes(splits),
+        lambda x, sh: t.decode(*x, **params(sh)),
+        deadline - 20,
+        _attn_name,
+        lambda sh: _attn_error(sets[0], params(sh), ref),
+    )
+    out = _screened(got, work, copy_bw)
     timed = [r for r in got if "ms" in r]
-    out: dict[str, Any] = {
-        "shapes": len(got),
-        "failed": {r["name"]: r["error"] for r in got if "error" in r},
-        "screen": [{"name": r["name"], "ms": r["ms"], "bw": work / (r["ms"] * 1e-3) / copy_bw} for r in timed[:10]],
-        "errors": {},
-    }
     if not timed or time.monotonic() > deadline - 15:
         return out
     fns: dict[str, Any] = {"separate": lambda s, p=dict(base, REDUCE=0, PDL=0): t.decode(*s, **p)}
@@ -553,15 +587,7 @@ def attn_sweep_point(
     for r in timed[:leaders]:
         fns[r["name"]] = lambda s, p=params(r["shape"]): t.decode(*s, **p)
         out["params"][r["name"]] = params(r["shape"])
-    try:
-        res = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
-    except Exception as exc:
-        out["errors"]["side_by_side"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        return out
-    out["ms"] = {k: v.median_ms for k, v in res["timed"].items()}
-    out["vs_separate"] = res["ratios"]
-    out["bw_fraction"] = {k: work / (ms * 1e-3) / copy_bw for k, ms in out["ms"].items() if ms}
-    return out
+    return _time_leaders(out, fns, sets, work, copy_bw)
 
 
 def sweep_point(
@@ -581,19 +607,11 @@ def sweep_point(
     the fp32 reference first). The best floor over the shapes bounds what any configuration of
     the split kernel reaches at this point; the attention in those shapes says whether the
     entry left any of it on the table."""
-    import torch
-
-    from evokernel.judge.footing import side_by_side
     from evokernel.search_spaces.attention import template_decode as t
 
-    screen = floor_sweep(sets, sweep_shapes(splits, int(sets[0][1].shape[3])), deadline - 20)
-    timed = [r for r in screen if "ms" in r]
-    out: dict[str, Any] = {
-        "shapes": len(screen),
-        "failed": {r["name"]: r["error"] for r in screen if "error" in r},
-        "screen": [{"name": r["name"], "ms": r["ms"], "bw": work / (r["ms"] * 1e-3) / copy_bw} for r in timed[:10]],
-        "errors": {},
-    }
+    got = floor_sweep(sets, sweep_shapes(splits, int(sets[0][1].shape[3])), deadline - 20)
+    out = _screened(got, work, copy_bw)
+    timed = [r for r in got if "ms" in r]
     if not timed or time.monotonic() > deadline - 15:
         return out
     base = {k: int(entry[k]) for k in (*t.PARAMS, *t.OPTIONAL) if k in entry}
@@ -611,24 +629,14 @@ def sweep_point(
             continue
         params = dict(base, **grid, REDUCE=0, PDL=0)
         try:
-            err = float((t.decode(*sets[0], **params).float() - ref).abs().max())
-            torch.cuda.synchronize()
-            if not math.isfinite(err) or err > 2e-2:
-                out["errors"][name] = f"max error {err:.3g} against the fp32 reference"
-                continue
+            why = _attn_error(sets[0], params, ref)
         except Exception as exc:  # a shape the attention cannot take is a result too
-            out["errors"][name] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        if why:
+            out["errors"][name] = why
             continue
         fns[name] = lambda s, p=params: t.decode(*s, **p)
-    try:
-        got = side_by_side(fns, sets, mode="graph", baseline="separate", rounds=11)
-    except Exception as exc:
-        out["errors"]["side_by_side"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        return out
-    out["ms"] = {k: v.median_ms for k, v in got["timed"].items()}
-    out["vs_separate"] = got["ratios"]
-    out["bw_fraction"] = {k: work / (ms * 1e-3) / copy_bw for k, ms in out["ms"].items() if ms}
-    return out
+    return _time_leaders(out, fns, sets, work, copy_bw)
 
 
 def copy_bandwidth(nbytes: int = 2**30) -> float:
