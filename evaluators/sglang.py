@@ -71,21 +71,16 @@ __all__ = [
 ]
 
 BASELINE = "sglang_shipped"
-#: Triton kernels of a decode step that are its attention: SGLang 0.5.17's split-KV decode
-#: (grouped stage 1 for GQA, stage 1 for MHA, the stage-2 reduction) and evokernel's
-#: (`template_decode`: the split kernel and its reduction); names as the profiler reports them
-DECODE_ATTENTION_KERNELS = (
-    "_fwd_grouped_kernel_stage1",
-    "_fwd_kernel_stage1",
-    "_fwd_kernel_stage2",
-    "_split_kernel",
-    "_reduce_kernel",
-)
-#: the same split by stage: 1 reads the KV cache (one program per split), 2 combines the splits
+#: Triton kernels of a decode step that are its attention, by stage (names as the profiler
+#: reports them): 1 reads the KV cache, one program per split (SGLang 0.5.17's grouped stage 1
+#: for GQA and stage 1 for MHA; evokernel's `template_decode` split kernel), 2 combines the
+#: splits (SGLang's stage-2 reduction; evokernel's reduce kernel)
 DECODE_ATTENTION_STAGES = {
     1: ("_fwd_grouped_kernel_stage1", "_fwd_kernel_stage1", "_split_kernel"),
     2: ("_fwd_kernel_stage2", "_reduce_kernel"),
 }
+#: all of them
+DECODE_ATTENTION_KERNELS = DECODE_ATTENTION_STAGES[1] + DECODE_ATTENTION_STAGES[2]
 #: a second, identical shipped engine: the A/A control whose ratios to the baseline show what
 #: the measurement's noise alone reads as a gain or a loss
 CONTROL = "sglang_shipped_control"
