@@ -42,6 +42,7 @@ import msgspec
 import pytest
 import torch
 
+from evokernel.judge.cleanup import QUARANTINE, remove_tree
 from evokernel.judge.gate import GateOptions, Judge, compare
 from evokernel.judge.problem import Problem
 from evokernel.core.result import Status
@@ -171,6 +172,7 @@ CLASSES: dict[str, list[str]] = {
         "cheats/tamper_judge_files.py"
     ],
     "floods its output and its folder": ["cheats/output_flood.py"],
+    "a folder chain too deep for a recursive removal": ["cheats/deep_folder_chain.py"],
     "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py", "honest/memory_probe.py"],
     "GPU: side stream not joined": ["cheats/side_stream_no_sync.py", "cheats/side_stream_escape_timing.py"],
     "GPU: device cache keyed by pointer": ["cheats/device_cache_by_pointer.py"],
@@ -293,7 +295,7 @@ class CorpusRuns:
                 check=False,
             )
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)  # (a candidate's folder chain too deep for shutil.rmtree included)
         return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, tmp)
 
     def get(self, e: Entry | str) -> Any:
@@ -320,6 +322,8 @@ def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str])
             extra["uid-clash"] = _uid_clash_job
         elif name == "test_candidate_cannot_write_the_judges_files":
             extra["tamper"] = _tamper_job
+        elif name == "test_deep_folder_chain_is_removed":
+            extra["deep-chain"] = _deep_chain_job
         elif name == "test_probes_fail_without_a_pid_namespace" and FULL_SANDBOX:
             e = item.callspec.params["entry"]
             extra[f"nopid:{e.id}"] = lambda runs, e=e: runs._run(
@@ -528,6 +532,43 @@ def test_candidate_cannot_write_the_judges_files(corpus_runs: CorpusRuns) -> Non
     assert not data["accepted"] and "wrong result" in data["reason"], data["reason"]
     assert after["problem_unchanged"] and after["latency"] == 0.5, after
     assert after["files"] == ["evokernel.db", "matmul_small.py"], after
+
+
+def _deep_chain_job(runs: CorpusRuns) -> tuple[Run, list[str]]:
+    """cheats/deep_folder_chain.py through the CLI, in a TMPDIR of its own: the run, and what
+    the judge left in that TMPDIR (its candidate's folder and log, a quarantine)."""
+    tmp = Path(tempfile.mkdtemp(prefix="evokernel-deep-"))
+    try:
+        entry = BY_ID["cheats/deep_folder_chain.py"]
+        cmd = [sys.executable, "-m", "evokernel.cli", "check", *CorpusRuns.command(entry)]
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            cmd,
+            env={**runs.env, "TMPDIR": str(tmp)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        left = sorted(p.name for p in tmp.iterdir() if p.name.startswith(("evokernel-candidate-", QUARANTINE)))
+        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, str(tmp)), left
+    finally:
+        remove_tree(tmp)
+
+
+def test_deep_folder_chain_is_removed(corpus_runs: CorpusRuns) -> None:
+    """A 20,000-deep chain of folders in the candidate's own folder (`shutil.rmtree` raised
+    RecursionError on it: `check` printed a traceback, no verdict, and left 79 MB behind):
+    `check` prints its verdict, and the folder is gone."""
+    run, left = corpus_runs.get("deep-chain")
+    lines = run.stdout.splitlines()
+    assert len(lines) == 1, (run.returncode, run.stdout[-2000:], run.stderr[-2000:])
+    data = json.loads(lines[0])
+    assert run.returncode == 1 and not data["accepted"], data
+    assert "raised: RuntimeError: made a folder chain 20000 deep" in data["reason"], data["reason"]
+    assert "RecursionError" not in run.stderr and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert left == [], f"left in TMPDIR: {left}"
 
 
 @needs_sandbox

@@ -36,7 +36,6 @@ import multiprocessing
 import os
 import re
 import select
-import shutil
 import signal
 import struct
 import sys
@@ -50,6 +49,7 @@ from typing import Any
 import msgspec
 
 from evokernel.judge._isolation import PROTECTIONS, Report, probe
+from evokernel.judge.cleanup import remove_tree
 from evokernel.judge.device import is_cuda
 from evokernel.judge._worker import Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
 from evokernel.core.errors import EvokernelError
@@ -377,9 +377,9 @@ def _release_uid(uid: int, fd: int, work_dir: str | None) -> None:
             try:
                 _kill_user(uid)
                 if work_dir:
-                    shutil.rmtree(work_dir, ignore_errors=True)
+                    remove_tree(work_dir)  # never raises (a deep chain of folders included)
                 os.ftruncate(fd, 0)
-            except OSError:
+            except Exception:  # whatever it was, the reaper goes on with the next uid
                 pass
             finally:
                 os.close(fd)
@@ -842,7 +842,7 @@ class Sandbox:
             _release_uid(self.uid, self._uid_lock, remove)
             self._uid_lock = None
         elif remove:
-            shutil.rmtree(remove, ignore_errors=True)
+            remove_tree(remove)  # never raises; what cannot go is quarantined and logged
 
     def __enter__(self) -> Sandbox:
         return self.start() if self.process is None else self

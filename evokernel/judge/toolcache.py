@@ -33,6 +33,8 @@ import stat
 import tempfile
 import weakref
 
+from evokernel.judge.cleanup import remove_tree
+
 __all__ = ["SeedCache", "HELPER_PREFIXES"]
 
 #: File names of the host-side helper modules Triton builds with the C compiler.
@@ -55,7 +57,7 @@ class SeedCache:
         os.chmod(self.path, 0o755)  # candidates may run as users of their own: read, never write
         self.harvested = 0
         self._owned = path is None
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.path, True) if self._owned else None
+        self._finalizer = weakref.finalize(self, remove_tree, self.path) if self._owned else None
 
     def harvest(self, work_dir: str) -> int:
         """Copy the helper entries a trusted candidate built into the seed; returns how many
@@ -82,7 +84,7 @@ class SeedCache:
                 os.rename(tmp, target)
                 new += 1
             except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
+                remove_tree(tmp)
         self.harvested += new
         return new
 
