@@ -191,9 +191,17 @@ def test_seccomp_program_shape() -> None:
         assert ins[0] == (0x20, 0, 0, 4) and ins[1][3] == _isolation._AUDIT_ARCH[arch]
         assert 1 + 1 + ins[1][2] == len(ins) - 2 and ins[-2] == (0x06, 0, 0, 0x80000000)  # foreign: killed
         assert ins[-1] == (0x06, 0, 0, 0x00050000 | errno.EPERM)
-        for i, (code, jt, _, _) in enumerate(ins):
-            if code in (0x15, 0x35) and i > 1:
+        clone, clone3 = _isolation._NR[arch]["clone"], _isolation._NR[arch]["clone3"]
+        for i, (code, jt, jf, k) in enumerate(ins):
+            target = ins[i + 1 + jt] if code in (0x15, 0x35, 0x45) else None
+            if code in (0x15, 0x35) and i > 1 and k not in (clone, clone3):
                 assert i + 1 + jt == len(ins) - 1  # every match jumps to the EPERM return
+            elif code == 0x15 and k == clone:  # clone: its flags (args[0]) read, a namespace flag refused
+                assert target == (0x20, 0, 0, 16) and ins[i + 2 + jt][0] == 0x45
+            elif code == 0x15 and k == clone3:  # clone3: ENOSYS (the C library falls back to clone)
+                assert target == (0x06, 0, 0, 0x00050000 | errno.ENOSYS)
+            elif code == 0x45:
+                assert k == 0x7E020000 and i + 1 + jt == len(ins) - 1 and ins[i + 1 + jf] == (0x06, 0, 0, 0x7FFF0000)
 
 
 def _signals_outside(_: str) -> dict:
@@ -242,8 +250,15 @@ def _refused(_: str) -> dict:
         ("ptrace", lambda: libc.ptrace(0, 0, 0, 0)),  # PTRACE_TRACEME
         ("unshare", lambda: libc.unshare(0x10000000)),
         ("process_vm_readv", lambda: libc.process_vm_readv(1, None, 0, None, 0, 0)),
+        # clone with a namespace flag (CLONE_NEWUSER | SIGCHLD); clone3, whose flags no filter can read
+        ("clone_newuser", lambda: libc.syscall(_isolation._NR[_isolation._ARCH]["clone"], 0x10000000 | 17, 0, 0, 0, 0)),
+        ("clone3", lambda: libc.syscall(_isolation._NR[_isolation._ARCH]["clone3"], None, 0)),
     ):
         out[name] = errno.errorcode[ctypes.get_errno()] if call() < 0 else "allowed"
+    child = os.fork()  # a plain fork (clone without namespace flags) still works
+    if child == 0:
+        os._exit(7)
+    out["fork"] = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     return out
 
 
@@ -251,7 +266,14 @@ def _refused(_: str) -> dict:
 def test_seccomp_refuses_tracing_and_namespaces() -> None:
     work = tempfile.mkdtemp(prefix="evokernel-candidate-")
     try:
-        assert _in_sandbox(_refused, work) == {"ptrace": "EPERM", "unshare": "EPERM", "process_vm_readv": "EPERM"}
+        assert _in_sandbox(_refused, work) == {
+            "ptrace": "EPERM",
+            "unshare": "EPERM",
+            "process_vm_readv": "EPERM",
+            "clone_newuser": "EPERM",
+            "clone3": "ENOSYS",
+            "fork": 7,
+        }
     finally:
         os.rmdir(work)
 

@@ -28,7 +28,7 @@ Each protection has a name (`PROTECTIONS`); `probe()` tries them all in a throwa
 process tree and says which hold on this machine, so the judge can say which are off.
 
 >>> sorted(PROTECTIONS)
-['caps', 'ipc', 'limits', 'mount', 'net', 'pid', 'seccomp', 'shm', 'user']
+['caps', 'ipc', 'limits', 'mount', 'net', 'pid', 'seccomp', 'shm', 'user', 'uts']
 """
 
 # One module on purpose, though over 400 lines: the system-call layer of the sandbox (namespaces, mounts, capabilities,
@@ -37,35 +37,64 @@ process tree and says which hold on this machine, so the judge can say which are
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import os
 import platform
 import resource
+import stat
 import struct
 import tempfile
 from collections.abc import Iterable
 
 import msgspec
 
-__all__ = ["PROTECTIONS", "Plan", "Report", "probe", "enter_namespaces", "die_with_parent", "confine"]
+__all__ = [
+    "PROTECTIONS",
+    "Plan",
+    "Identity",
+    "Held",
+    "Report",
+    "probe",
+    "hold",
+    "enter_namespaces",
+    "die_with_parent",
+    "confine",
+    "default_exposed",
+    "default_devices",
+]
 
 #: Every protection the sandbox knows, and what it stops.
 PROTECTIONS: dict[str, str] = {
     "user": "a user namespace: no capability over anything outside, no ptrace or /proc/<pid>/mem of the judge",
     "pid": "a PID namespace: the judge and every other process invisible and unsignalled; the tree dies with it",
-    "mount": "a read-only file system except the candidate's own folder and a private /tmp",
+    "mount": "a file system built from an allowlist (the interpreter, its packages, the system's libraries, "
+    "the device nodes it needs), read-only but for the candidate's own folder and a private, capped /tmp; "
+    "/proc of its own, read-only; no host socket, no judge temp folder",
     "shm": "a private /dev/shm (else the host's, read-write: CUDA may need it)",
     "net": "no network",
     "ipc": "no System V IPC or message queues shared with the host",
+    "uts": "a host name of its own (the host's cannot be changed)",
     "caps": "every capability dropped, no_new_privs",
-    "seccomp": "ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, mounts, namespaces refused "
-    "(and, without a PID namespace, every signal but to itself)",
-    "limits": "file size, core dumps and (where the judge is not root: the kernel exempts uid 0) process count limited",
+    "seccomp": "ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, mounts, namespaces (unshare, setns, "
+    "clone with a namespace flag, clone3) refused (and, without a PID namespace, every signal but to itself)",
+    "limits": "file size, core dumps and process count limited (per candidate: its own host uid, where the judge is root)",
 }
 
-_CLONE = {"user": 0x10000000, "pid": 0x20000000, "mount": 0x00020000, "net": 0x40000000, "ipc": 0x08000000}
+_CLONE = {
+    "user": 0x10000000,
+    "pid": 0x20000000,
+    "mount": 0x00020000,
+    "net": 0x40000000,
+    "ipc": 0x08000000,
+    "uts": 0x04000000,
+}
+#: clone(2) flags that make a namespace (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET)
+_CLONE_NAMESPACES = 0x7E020000
+_MNT_DETACH = 2
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
@@ -80,15 +109,34 @@ _libc.syscall.restype = ctypes.c_long
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):
     """What to set up for one candidate: the protections wanted, its writable folder, the
-    files it must still reach read-write (the judge's CUDA block's counter), its limits."""
+    host paths its file system is built from (`exposed`, read-only), the device nodes it
+    may open (`devices`), the files it must still reach read-write (the judge's CUDA
+    block's counter), its limits."""
 
     protections: frozenset[str] = frozenset(PROTECTIONS)
     work_dir: str = ""
     shared_files: tuple[str, ...] = ()
-    readable: tuple[str, ...] = ()  # folders hidden by the private /tmp that it may read (a Triton cache seed)
+    readable: tuple[str, ...] = ()  # more folders it may read (a Triton cache seed): bound read-only
+    # the allowlist its root is built from (bound read-only at the same paths); empty: the
+    # interpreter, its packages and the system's libraries (`default_exposed`)
+    exposed: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # device nodes bound read-write (empty: `default_devices`)
+    # the candidate's folder on the private scratch file system (capped with /tmp), not the
+    # host's folder (which the judge reads back only for trusted candidates: their Triton cache)
+    private_work: bool = False
     file_bytes: int = 1 << 30  # RLIMIT_FSIZE: no file the candidate writes grows past this
-    processes: int = 512  # RLIMIT_NPROC
-    tmp_bytes: int = 1 << 30  # the private /tmp and /dev/shm, each
+    processes: int = 512  # RLIMIT_NPROC (counted for its own host uid: `Identity`)
+    tmp_bytes: int = 1 << 30  # the scratch file system: /tmp and (private_work) its folder, together
+    shm_bytes: int = 64 << 20  # a private /dev/shm
+
+
+class Identity(msgspec.Struct, frozen=True):
+    """The host user and group the candidate's root stands for, where the judge is root:
+    an unprivileged uid of its own (no host file owned by root is its to write, /proc/sys
+    included; its process count is limited as no root's is)."""
+
+    uid: int
+    gid: int
 
 
 class Report(msgspec.Struct, frozen=True):
@@ -174,6 +222,8 @@ _NR = {  # the few system call numbers called or refused here, per architecture
         "process_madvise": 440,
         "iopl": 172,
         "ioperm": 173,
+        "clone": 56,
+        "clone3": 435,
     },
     "aarch64": {
         "mount_setattr": 442,
@@ -211,12 +261,16 @@ _NR = {  # the few system call numbers called or refused here, per architecture
         "syslog": 116,
         "open_by_handle_at": 265,
         "process_madvise": 440,
+        "clone": 220,
+        "clone3": 435,
     },
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _ARCH = platform.machine()
 #: the system calls a candidate is refused (EPERM) once confined
-REFUSED = tuple(n for n in _NR.get(_ARCH, {}) if n != "mount_setattr")
+#: (clone is refused only with a namespace flag, clone3 answered ENOSYS: its flags are behind a
+#: pointer a filter cannot read, and the C library then falls back to clone)
+REFUSED = tuple(n for n in _NR.get(_ARCH, {}) if n not in ("mount_setattr", "clone", "clone3"))
 
 
 def _mount_setattr(path: str, *, set_: int = 0, clear: int = 0, recursive: bool = True) -> None:
@@ -255,22 +309,169 @@ def _write(path: str, text: str) -> None:
 
 
 # -- the process the judge forked -----------------------------------------------------------
-def enter_namespaces(protections: Iterable[str]) -> None:
+def enter_namespaces(
+    protections: Iterable[str], identity: Identity | None = None, plan: Plan | None = None
+) -> Held | None:
     """Unshare the namespaces among `protections` (the caller must be single-threaded: a
-    user namespace demands it). The PID namespace applies to the caller's next child."""
+    user namespace demands it). The PID namespace applies to the caller's next child.
+
+    The new user namespace's root is `identity` outside (where the caller is root: a child
+    forked before the unshare, still root in the host's namespace, writes the mapping, as
+    newuidmap would), else the caller's own user (the only mapping an unprivileged caller
+    may make). With a `plan`, returns its allowlist held open (`hold`): opened in the new
+    mount namespace (a bind mount takes only its own namespace's mounts) while this process
+    is still the user it was (so a Python under a private /root is still in reach)."""
     wanted = set(protections)
-    uid, gid = os.geteuid(), os.getegid()
     flags = 0
     for name, flag in _CLONE.items():
         if name in wanted:
             flags |= flag
     if not flags:
-        return
+        return None
+    held = None
+    if "user" in wanted and identity is not None and os.geteuid() == 0:
+        return _unshare_as(flags, identity, "+".join(n for n in _CLONE if n in wanted), plan)
+    uid, gid = os.geteuid(), os.getegid()
     _check(_libc.unshare(ctypes.c_int(flags)), "+".join(n for n in _CLONE if n in wanted), "unshare")
-    if "user" in wanted:  # its root is the caller's own user outside: the only mapping an unprivileged caller may make
+    if "user" in wanted:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"0 {uid} 1")
         _write("/proc/self/gid_map", f"0 {gid} 1")
+    if plan is not None:
+        held = hold(plan)
+    return held
+
+
+def _unshare_as(flags: int, identity: Identity, names: str, plan: Plan | None) -> Held | None:
+    """unshare(flags) with the new user namespace's root mapped to `identity`: the mapping
+    is written from outside, by a child that stays in the host's namespaces as root."""
+    os.setgroups([])  # no host group travels in (none is mapped, but each would still count outside)
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    parent = os.getpid()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the writer
+        os.close(ready_w)
+        os.close(done_r)
+        code = 1
+        try:
+            if os.read(ready_r, 1) == b"1":
+                _write(f"/proc/{parent}/setgroups", "deny")
+                _write(f"/proc/{parent}/uid_map", f"0 {identity.uid} 1")
+                _write(f"/proc/{parent}/gid_map", f"0 {identity.gid} 1")
+                code = 0
+        except OSError as exc:
+            os.write(done_w, str(exc.errno or errno.EPERM).encode())
+        os._exit(code)
+    os.close(ready_r)
+    os.close(done_w)
+    try:
+        err = 0 if _libc.unshare(ctypes.c_int(flags)) == 0 else ctypes.get_errno()
+        os.write(ready_w, b"1" if not err else b"0")
+        os.close(ready_w)
+        ready_w = -1
+        said = os.read(done_r, 32)
+        _, status = os.waitpid(child, 0)
+    finally:
+        if ready_w >= 0:
+            os.close(ready_w)
+        os.close(done_r)
+    if err:
+        raise SetupError(names, "unshare", err)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SetupError("user", f"map the namespace's root to uid {identity.uid}", int(said or errno.EPERM))
+    held = hold(plan) if plan is not None else None  # still the host's root, by ownership
+    # the mapping does not change who this process is (still the host's root, unmapped in
+    # here): become the namespace's root, that is `identity` outside
+    try:
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+    except OSError as exc:
+        if held is not None:
+            held.close()
+        raise SetupError("user", f"become uid {identity.uid}", exc.errno or errno.EPERM) from exc
+    return held
+
+
+# -- the allowlist a candidate's root is built from --------------------------------------------
+def default_exposed() -> tuple[str, ...]:
+    """The host paths a candidate's file system is built from, besides its own folder: the
+    system's programs and libraries (/usr, the merged-/usr links, /etc, /sys, /opt where the
+    interpreter lives there), and this interpreter's prefixes (a Python or a virtual
+    environment under a private /root stays reachable). Folders of the judge's own imports
+    that live elsewhere are the caller's to add (`evokernel.judge.sandbox.exposed_paths`)."""
+    import sys
+
+    paths = ["/usr", "/etc", "/sys"]
+    for top in ("/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"):
+        if os.path.isdir(top) and not os.path.islink(top):
+            paths.append(top)
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
+        paths.append(os.path.realpath(prefix))
+        paths.append(os.path.abspath(prefix))
+    return tuple(dict.fromkeys(paths))
+
+
+#: device nodes every candidate may open (CUDA's are added where they exist)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+def default_devices() -> tuple[str, ...]:
+    """/dev/null and the like, and the NVIDIA driver's nodes where there are any."""
+    import glob
+
+    nvidia = sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/nvidia-caps/*"))
+    return tuple(p for p in (*_DEVICES, *nvidia) if os.path.exists(p) and not os.path.isdir(p))
+
+
+class Held(msgspec.Struct):
+    """The allowlist's paths, each opened (O_PATH) while the process could still reach it:
+    once its root is another user, a path under a private folder (/root) is out of its
+    reach, but a bind mount from the open descriptor is not. `close()` before any candidate
+    code runs: a descriptor of a host folder would be a way out of the new root."""
+
+    fds: dict[str, int]  # path -> descriptor
+    links: dict[str, str]  # path -> symbolic link target (top-level links such as /lib -> usr/lib)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+
+def hold(plan: Plan) -> Held:
+    """Open every path the candidate's root is built from (call it before `enter_namespaces`
+    where the candidate's root becomes another user)."""
+    fds: dict[str, int] = {}
+    links: dict[str, str] = {}
+    if "mount" not in plan.protections:
+        return Held(fds, links)
+    wanted = list(plan.exposed or default_exposed()) + list(plan.readable)
+    wanted += list(plan.devices or default_devices()) + list(plan.shared_files)
+    if plan.work_dir and not plan.private_work:
+        wanted.append(plan.work_dir)
+    if "shm" not in plan.protections and os.path.isdir("/dev/shm"):
+        wanted.append("/dev/shm")
+    if "pid" not in plan.protections:
+        wanted.append("/proc")
+    for top in ("/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"):
+        if os.path.islink(top):
+            links[top] = os.readlink(top)
+    for path in wanted:
+        path = os.path.abspath(path)
+        if path in fds or path in links:
+            continue
+        if os.path.islink(path):
+            links[path] = os.path.realpath(path)
+            path = os.path.realpath(path)
+            if path in fds:
+                continue
+        try:
+            fds[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue  # not on this machine: nothing to bind
+    return Held(fds, links)
 
 
 # -- pid 1 of the new namespace, before the candidate's code ----------------------------------
@@ -280,12 +481,17 @@ def die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, 9, "pid")
 
 
-def confine(plan: Plan) -> None:
-    """Narrow this process (and all it will start) to `plan`. Raises SetupError naming the
-    protection that failed."""
+def confine(plan: Plan, held: Held | None = None) -> None:
+    """Narrow this process (and all it will start) to `plan`. `held`: the allowlist opened
+    before this process's root became another user (`hold`); opened here when not given.
+    Raises SetupError naming the protection that failed."""
     on = plan.protections
     if "mount" in on:
-        _confine_mounts(plan, own_proc="pid" in on)
+        held = held if held is not None else hold(plan)
+        try:
+            _build_root(plan, held, own_proc="pid" in on)
+        finally:
+            held.close()
     if plan.work_dir:
         os.chdir(plan.work_dir)
     if "limits" in on:
@@ -299,41 +505,139 @@ def confine(plan: Plan) -> None:
         _install_filter(REFUSED, own_pid=None if "pid" in on else os.getpid())
 
 
-def _confine_mounts(plan: Plan, own_proc: bool) -> None:
+#: where the new root is assembled (a tmpfs mounted over it in the candidate's mount namespace
+#: only; every path the root needs was opened before, so hiding the host's /tmp costs nothing)
+_STAGE = "/tmp"
+
+
+def _inside(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _mount_point(target: str, directory: bool) -> None:
+    if directory:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def _bind(fd: int, target: str, writable: bool | None) -> None:
+    """Bind what `fd` holds at `target`: read-only, read-write, or (None) as the host has it."""
+    directory = os.path.isdir(f"/proc/self/fd/{fd}")
+    _mount_point(target, directory)
+    _mount(f"/proc/self/fd/{fd}", target, None, _MS_BIND | _MS_REC)
+    if writable:
+        _mount_setattr(target, clear=_MOUNT_ATTR_RDONLY)
+    elif writable is not None:
+        _mount_setattr(target, set_=_MOUNT_ATTR_RDONLY)
+
+
+def _build_root(plan: Plan, held: Held, own_proc: bool) -> None:
+    """A new root file system from the allowlist (bubblewrap's way, in a few system calls):
+    a tmpfs with the allowed host paths bound read-only at their own paths, the device
+    nodes, a private capped scratch file system for /tmp and the candidate's folder, /proc
+    of its own PID namespace (read-only), then pivot_root into it and the host's tree
+    detached. What is not on the list (the judge's files and temp folders, the fork
+    server's socket, every host Unix socket under /run, /var or /tmp, other users' homes)
+    does not exist in there."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here reaches the host
-    # what stays writable (the candidate's folder; the judge's CUDA block's reference counter
-    # in /dev/shm), held before the private tmpfs hide them, bound back on top afterwards
-    keep = [(p, True) for p in ([plan.work_dir] if plan.work_dir else []) + list(plan.shared_files)]
-    keep += [(p, False) for p in plan.readable]
-    held = [(path, os.open(path, os.O_PATH), writable) for path, writable in keep if os.path.exists(path)]
-    try:
-        _mount_setattr("/", set_=_MOUNT_ATTR_RDONLY)
-        if "shm" not in plan.protections and os.path.isdir("/dev/shm"):
-            _mount_setattr("/dev/shm", clear=_MOUNT_ATTR_RDONLY)
-        for place in ("/tmp", "/dev/shm") if "shm" in plan.protections else ("/tmp",):
-            if os.path.isdir(place):
-                _mount("tmpfs", place, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={plan.tmp_bytes},mode=1777")
-        for path, fd, writable in held:
-            if os.path.isdir(f"/proc/self/fd/{fd}"):
-                os.makedirs(path, exist_ok=True)
-            elif not os.path.exists(path):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                open(path, "a").close()
-            _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
-            if writable:
-                _mount_setattr(path, clear=_MOUNT_ATTR_RDONLY)
+    stage = _STAGE
+    _mount("tmpfs", stage, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=16m,mode=0755")
+    # scratch: /tmp (and the candidate's folder on it, below): one cap for both
+    os.makedirs(stage + "/tmp", exist_ok=True)
+    _mount("tmpfs", stage + "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={plan.tmp_bytes},mode=1777")
+    fds = held.fds
+    shared = set(plan.shared_files)
+    devices = set(plan.devices or default_devices())
+    writable_dirs = {"/dev/shm"} if "shm" not in plan.protections else set()
+    if plan.work_dir and not plan.private_work:
+        writable_dirs.add(plan.work_dir)
+    bound: list[str] = []
+    # parents before children; a path inside a tree bound already is visible through it
+    for path in sorted(fds, key=lambda p: (p.count("/"), p)):
+        if path in devices or path in shared or path in writable_dirs or path == "/proc":
+            continue
+        if _inside(path, bound):
+            continue
+        _bind(fds[path], stage + path, writable=False)
+        bound.append(path)
+    for link, target in held.links.items():
+        if not os.path.lexists(stage + link) and not _inside(link, bound):
+            os.makedirs(os.path.dirname(stage + link), exist_ok=True)
+            os.symlink(target, stage + link)
+    # a temp folder of the judge's (the fork server's socket is there) inside a bound tree: covered
+    for hidden in {tempfile.gettempdir(), "/var/tmp", "/run", "/var/run"}:
+        hidden = os.path.realpath(hidden)
+        if hidden != "/tmp" and _inside(hidden, bound) and os.path.isdir(stage + hidden):
+            _mount("tmpfs", stage + hidden, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4k,mode=0755")
+    # /dev: the allowed nodes, /dev/fd and the standard streams, a private or the host's /dev/shm
+    os.makedirs(stage + "/dev", mode=0o755, exist_ok=True)
+    for path in sorted(devices):
+        if path in fds:
+            _bind(fds[path], stage + path, writable=None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1")):
+        os.symlink(target, f"{stage}/dev/{name}")
+    os.symlink("/proc/self/fd/2", f"{stage}/dev/stderr")
+    if "shm" in plan.protections:
+        os.makedirs(stage + "/dev/shm", exist_ok=True)
+        _mount("tmpfs", stage + "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={plan.shm_bytes},mode=1777")
+    elif "/dev/shm" in fds:
+        _bind(fds["/dev/shm"], stage + "/dev/shm", writable=True)
+    # the candidate's folder: on the scratch file system, or the host's (a trusted candidate's)
+    if plan.work_dir:
+        if plan.private_work:
+            if _inside(plan.work_dir, ["/tmp"]):
+                os.makedirs(stage + plan.work_dir, mode=0o700, exist_ok=True)
             else:
-                _mount_setattr(path, set_=_MOUNT_ATTR_RDONLY)
-    finally:
-        for _, fd, _ in held:
-            os.close(fd)
+                scratch = f"{stage}/tmp/.work"
+                os.makedirs(scratch, mode=0o700, exist_ok=True)
+                _mount_point(stage + plan.work_dir, directory=True)
+                _mount(scratch, stage + plan.work_dir, None, _MS_BIND)
+        elif plan.work_dir in fds:
+            _bind(fds[plan.work_dir], stage + plan.work_dir, writable=True)
+    for path in plan.shared_files:  # the judge's CUDA block's counter, where /dev/shm is private
+        if path in fds and not (path.startswith("/dev/shm/") and "shm" not in plan.protections):
+            _bind(fds[path], stage + path, writable=True)
+    os.makedirs(stage + "/proc", exist_ok=True)
     if own_proc:
         try:
-            _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            _mount("proc", stage + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY)
         except SetupError:
             # a host that hides parts of its /proc (a container) refuses a new one: an empty
             # /proc then, never the host's (it would list the judge)
-            _mount("tmpfs", "/proc", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY, "size=4k")
+            _mount("tmpfs", stage + "/proc", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY, "size=4k")
+    elif "/proc" in fds:
+        _bind(fds["/proc"], stage + "/proc", writable=False)
+    held.close()
+    _close_directories()
+    old = stage + "/.old-root"
+    os.makedirs(old, exist_ok=True)
+    _mount_setattr(stage, set_=_MOUNT_ATTR_RDONLY, recursive=False)  # the skeleton itself: read-only
+    _pivot_root(stage, old)
+    os.chdir("/")
+    _check(_libc.umount2(b"/.old-root", ctypes.c_int(_MNT_DETACH)), "mount", "detach the host's tree")
+
+
+def _close_directories() -> None:
+    """Close every descriptor of a folder (or an O_PATH one) this process inherited: through
+    one, openat(fd, "..") would lead out of the new root."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            if flags & os.O_PATH or stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            continue
+
+
+def _pivot_root(new_root: str, put_old: str) -> None:
+    nr = _NR.get(_ARCH, {}).get("pivot_root")
+    if nr is None:
+        raise SetupError("mount", "pivot_root", errno.ENOSYS)
+    _check(_libc.syscall(ctypes.c_long(nr), os.fsencode(new_root), os.fsencode(put_old)), "mount", "pivot_root")
 
 
 class _CapHeader(ctypes.Structure):
@@ -398,8 +702,9 @@ def _filter(refused: Iterable[str], arch: str = _ARCH, own_pid: int | None = Non
     answered EPERM, everything else allowed. With `own_pid` (no PID namespace to hide the
     judge), signals too are refused unless their first argument is `own_pid` (a process may
     still signal itself), and pidfds are refused."""
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | errno.EPERM
+    enosys = 0x00050000 | errno.ENOSYS
     numbers = {_NR[arch][n] for n in refused}
     signals: set[int] = set()
     if own_pid is not None:
@@ -416,8 +721,12 @@ def _filter(refused: Iterable[str], arch: str = _ARCH, own_pid: int | None = Non
         ins.append((jge, "deny", None, 0x40000000))  # the x32 ABI: refused whole
     ins += [(jeq, "deny", None, nr) for nr in sorted(numbers)]
     ins += [(jeq, "signal", None, nr) for nr in sorted(signals)]
+    ins += [(jeq, "clone", None, _NR[arch]["clone"]), (jeq, "enosys", None, _NR[arch]["clone3"])]
     ins.append((ret, None, None, allow))
-    labels = {}
+    labels = {"clone": len(ins)}
+    ins += [(ld_abs, None, None, 16), (jset, "deny", "allow", _CLONE_NAMESPACES)]  # flags: args[0], low half
+    labels["enosys"] = len(ins)
+    ins.append((ret, None, None, enosys))
     if signals:
         labels["signal"] = len(ins)
         ins += [(ld_abs, None, None, 16), (jeq, "allow", "deny", own_pid or 0)]  # args[0], low half

@@ -22,6 +22,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import secrets
 import statistics
@@ -39,10 +40,20 @@ from evokernel.judge.footing import Footing
 from evokernel.judge.hardware import Peaks, peaks_for
 from evokernel.judge.problem import Problem, ProblemError, shape_key
 from evokernel.core.result import Result, Status
-from evokernel.judge.sandbox import Outcome, Sandbox, SandboxOptions
+from evokernel.judge.sandbox import Outcome, Sandbox, SandboxOptions, SandboxUnavailable
 from evokernel.judge.toolcache import SeedCache
 
-__all__ = ["GateOptions", "Verdict", "ShapeTiming", "Judge", "compare"]
+__all__ = ["GateOptions", "Verdict", "ShapeTiming", "Judge", "compare", "close_quietly"]
+
+log = logging.getLogger("evokernel.judge")
+
+
+def close_quietly(sandbox: Sandbox) -> None:
+    """`sandbox.close()`, whose failure (logged) never ends the judge."""
+    try:
+        sandbox.close()
+    except Exception:
+        log.exception("closing the sandbox of %s", sandbox.label)
 
 
 class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +116,7 @@ class Verdict(msgspec.Struct, kw_only=True):
     phases: dict[str, float] = msgspec.field(default_factory=dict)  # seconds in checks, timing, re-checks
     steps: dict[str, float] = msgspec.field(default_factory=dict)  # finer: seconds per step, judge and worker
     fault: bool = False  # the candidate's process died on the GPU: check the GPU before going on
+    internal: bool = False  # the judge itself failed on this candidate (the reason says how)
     raced: list[str] = msgspec.field(default_factory=list)  # shapes timed only briefly (far off the best)
 
     def to_result(self) -> Result:
@@ -715,21 +727,47 @@ class Judge:
         """Judge `source` in a sandbox of its own. `timed=False` runs the checks alone (the
         health check after a fault: the reference must run and agree with itself, and a
         reference may read lengths back to the host, which the timing refuses)."""
-        sandbox = self.sandbox(source, label)
+        try:
+            sandbox = self.sandbox(source, label)
+        except SandboxUnavailable:  # the machine's, not the candidate's: a usage error
+            raise
+        except Exception as exc:
+            return self.internal_error(exc, label, "starting its sandbox")
         try:
             if timed:
                 return self.judge(sandbox)
             with self.on_device():
                 run = _Run(self, sandbox)
                 return run.prepare() or run.check() or run.accepted()
+        except Exception as exc:  # the judge's own failure on this candidate is its verdict
+            return self.internal_error(exc, label, "judging it")
         finally:
-            sandbox.close()
+            close_quietly(sandbox)
+
+    def internal_error(self, exc: BaseException, label: str, doing: str) -> Verdict:
+        """The verdict for a candidate the judge itself failed on (an exception in the gate, in
+        reading the candidate's answers, in cleaning up after it): rejected, with the reason,
+        never the end of the judge. Logged with its traceback. On a GPU it counts as a fault
+        (the next candidate waits for a health check)."""
+        log.error("internal error while %s (%s)", doing, label, exc_info=exc)
+        text = f"{type(exc).__name__}: {exc}"
+        return Verdict(
+            accepted=False,
+            reason=f"internal error while {doing}: {text[:500]}",
+            status=Status.CRASH,
+            label=label,
+            fault=self.cuda,
+            internal=True,
+        )
 
     def judge(self, sandbox: Sandbox, best: Mapping[str, float] | None = None) -> Verdict:
         """Check, time and re-check a started sandbox. `best`: the best median so far per
         shape key, for racing (see GateOptions.race)."""
-        with self.on_device():
-            return self._judge(sandbox, best)
+        try:
+            with self.on_device():
+                return self._judge(sandbox, best)
+        except Exception as exc:  # the judge's own failure on this candidate is its verdict
+            return self.internal_error(exc, sandbox.label, "judging it")
 
     def _judge(self, sandbox: Sandbox, best: Mapping[str, float] | None) -> Verdict:
         run = _Run(self, sandbox)
@@ -762,8 +800,11 @@ class Judge:
         rotates each round), so all of them are measured under the same conditions and, in a
         round, on the same inputs (new ones each round). This is
         how elites are re-measured against each other before they are reported."""
-        with self.on_device():
-            return self._judge_together(sandboxes, rounds)
+        try:
+            with self.on_device():
+                return self._judge_together(sandboxes, rounds)
+        except Exception as exc:  # which candidate it was is unknown: each gets the failure
+            return [self.internal_error(exc, sb.label, "judging candidates together") for sb in sandboxes]
 
     def _judge_together(self, sandboxes: Sequence[Sandbox], rounds: int) -> list[Verdict]:
         runs = [_Run(self, sb) for sb in sandboxes]

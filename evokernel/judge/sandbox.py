@@ -383,12 +383,31 @@ def _release_uid(uid: int, fd: int, work_dir: str | None) -> None:
                 pass
             finally:
                 os.close(fd)
+                with _REAPING:
+                    _REAPING_LEFT[0] -= 1
+                    _REAPING.notify_all()
 
     with _UID_LOCK:
         if _REAPER is None:
             _REAPER = queue.SimpleQueue()
             threading.Thread(target=reap, args=(_REAPER,), name="evokernel-reaper", daemon=True).start()
+            import atexit
+
+            atexit.register(wait_for_cleanup)
+    with _REAPING:
+        _REAPING_LEFT[0] += 1
     _REAPER.put((uid, fd, work_dir))
+
+
+_REAPING = threading.Condition()
+_REAPING_LEFT = [0]  # folders the reaper has yet to remove
+
+
+def wait_for_cleanup(timeout_s: float = 60.0) -> bool:
+    """Wait until the folders of closed sandboxes are removed (by the reaper's thread, which
+    dies with the process): at exit, and before `os._exit`. True if none is left."""
+    with _REAPING:
+        return _REAPING.wait_for(lambda: _REAPING_LEFT[0] <= 0, timeout_s)
 
 
 def _kill_user(uid: int) -> None:
