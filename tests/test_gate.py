@@ -173,6 +173,14 @@ CLASSES: dict[str, list[str]] = {
     ],
     "floods its output and its folder": ["cheats/output_flood.py"],
     "a folder chain too deep for a recursive removal": ["cheats/deep_folder_chain.py"],
+    # the host from inside: its root was the host's root, its file system the host's made read-only
+    "writes the host's kernel settings (/proc/sys) as the host's root": ["cheats/host_kernel_settings.py"],
+    "connects to host Unix sockets (the fork server's, a database's)": ["cheats/host_sockets.py"],
+    "reads files outside its own folder (/etc/shadow, the judge's neighbours, homes)": ["cheats/host_files.py"],
+    "namespaces through clone or clone3 (seccomp refused only unshare and setns)": [
+        "cheats/clone_namespaces.py"
+    ],
+    "floods the host: processes, disk": ["cheats/fork_flood.py", "cheats/disk_flood.py"],
     "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py", "honest/memory_probe.py"],
     "GPU: side stream not joined": ["cheats/side_stream_no_sync.py", "cheats/side_stream_escape_timing.py"],
     "GPU: device cache keyed by pointer": ["cheats/device_cache_by_pointer.py"],
@@ -204,6 +212,12 @@ NEEDS_SANDBOX = {
     "honest/memory_probe.py",
     "cheats/tamper_judge_files.py",
     "cheats/output_flood.py",
+    "cheats/host_kernel_settings.py",
+    "cheats/host_sockets.py",
+    "cheats/host_files.py",
+    "cheats/clone_namespaces.py",
+    "cheats/fork_flood.py",
+    "cheats/disk_flood.py",
 }
 
 #: The degenerate problem through the CLI, with an unrelated (honest softmax) candidate.
@@ -324,6 +338,8 @@ def corpus_runs(request: pytest.FixtureRequest, cli_env_session: dict[str, str])
             extra["tamper"] = _tamper_job
         elif name == "test_deep_folder_chain_is_removed":
             extra["deep-chain"] = _deep_chain_job
+        elif name == "test_host_sockets_are_out_of_reach_with_tmpdir_outside_tmp":
+            extra["sockets"] = _sockets_job
         elif name == "test_probes_fail_without_a_pid_namespace" and FULL_SANDBOX:
             e = item.callspec.params["entry"]
             extra[f"nopid:{e.id}"] = lambda runs, e=e: runs._run(
@@ -532,6 +548,56 @@ def test_candidate_cannot_write_the_judges_files(corpus_runs: CorpusRuns) -> Non
     assert not data["accepted"] and "wrong result" in data["reason"], data["reason"]
     assert after["problem_unchanged"] and after["latency"] == 0.5, after
     assert after["files"] == ["evokernel.db", "matmul_small.py"], after
+
+
+def _sockets_job(runs: CorpusRuns) -> tuple[Run, list[str]]:
+    """cheats/host_sockets.py judged with the judge's TMPDIR outside /tmp (the fork server's
+    socket, and a database's listening socket, in it: a read-only view of the host's tree
+    left both in reach, and connect() works on a read-only mount). Returns the run and the
+    connections the listening socket took."""
+    import socket
+
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else str(ROOT.parent)
+    tmp = Path(tempfile.mkdtemp(prefix="evokernel-sockets-", dir=base))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(tmp / "store.sock"))
+        listener.listen(8)
+        listener.settimeout(0.2)
+        entry = BY_ID["cheats/host_sockets.py"]
+        cmd = [sys.executable, "-m", "evokernel.cli", "check", *CorpusRuns.command(entry)]
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            cmd,
+            env={**runs.env, "TMPDIR": str(tmp)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        taken = []
+        try:
+            while True:
+                conn, _ = listener.accept()
+                taken.append("a connection")
+                conn.close()
+        except OSError:
+            pass
+        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, str(tmp)), taken
+    finally:
+        listener.close()
+        remove_tree(tmp)
+
+
+@needs_sandbox
+def test_host_sockets_are_out_of_reach_with_tmpdir_outside_tmp(corpus_runs: CorpusRuns) -> None:
+    """The judge's TMPDIR outside /tmp (its fork server's socket there, beside a database's):
+    the candidate's root does not hold that folder, so it finds no socket to connect to."""
+    run, taken = corpus_runs.get("sockets")
+    data = json.loads(run.stdout.splitlines()[-1])
+    assert not data["accepted"] and "wrong result" in data["reason"], (data["reason"], run.stderr[-2000:])
+    assert taken == [], "the candidate connected to the judge's listening socket"
 
 
 def _deep_chain_job(runs: CorpusRuns) -> tuple[Run, list[str]]:

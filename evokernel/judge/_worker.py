@@ -285,6 +285,27 @@ class Setup(msgspec.Struct):
     readable: list[str] = []  # stay readable inside (the Triton cache seed)
     output_bytes: int = 4 << 20  # what the candidate prints is cut after this many bytes
     file_bytes: int = 1 << 30  # no file the candidate writes grows past this (RLIMIT_FSIZE)
+    # the host uid and gid its root stands for (the judge is root): [uid, gid]; empty: the judge's
+    map_to: list[int] = []
+    exposed: list[str] = []  # the host paths its root is built from (read-only); empty: the defaults
+    private_work: bool = False  # its folder on the capped scratch file system, not the host's
+    tmp_bytes: int = 1 << 30  # the scratch file system (/tmp and a private folder together)
+
+
+def _plan(setup: Setup) -> Any:
+    """The sandbox `setup` asks for (`evokernel.judge._isolation.Plan`)."""
+    import evokernel.judge._isolation as _isolation
+
+    return _isolation.Plan(
+        protections=frozenset(setup.isolation),
+        work_dir=setup.work_dir,
+        shared_files=tuple(setup.shared_files),
+        readable=tuple(setup.readable),
+        exposed=tuple(setup.exposed),
+        private_work=setup.private_work,
+        file_bytes=setup.file_bytes,
+        tmp_bytes=setup.tmp_bytes,
+    )
 
 
 def _keep_output(fd: int, log_fd: int, limit: int, child: int) -> None:
@@ -671,8 +692,12 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     # opened before the namespaces: a file open for writing in the new mount namespace would
     # keep the candidate's process from making it read-only
     log_fd = os.open(setup.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    plan = _plan(setup)
+    identity = _isolation.Identity(*setup.map_to) if len(setup.map_to) == 2 else None
     try:
-        _isolation.enter_namespaces(setup.isolation)
+        # the allowlist its root is built from comes back held open: reached while this process
+        # is still the judge's user, bound later by the candidate's process
+        held = _isolation.enter_namespaces(setup.isolation, identity, plan if setup.isolation else None)
     except OSError as exc:
         _send(conn, Failed(kind="sandbox", error=f"cannot enter the sandbox's namespaces: {exc}"))
         return
@@ -683,7 +708,9 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
         os.close(out_r)
         os.close(go_w)
         os.close(log_fd)
-        _candidate(conn, setup, arena, out_w, go_r)  # never returns
+        _candidate(conn, setup, arena, out_w, go_r, plan, held)  # never returns
+    if held is not None:
+        held.close()
     os.close(out_w)
     os.close(go_r)
     try:
@@ -696,7 +723,7 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
     _exit_as(status)
 
 
-def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int) -> None:
+def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int, plan: Any = None, held: Any = None) -> None:
     """The candidate's process: confined, then the harness (`_main`); exits, never returns."""
     import select
 
@@ -716,18 +743,15 @@ def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int) -> None:
         os.dup2(out, 2)
         os.close(out)
         try:
-            _isolation.confine(
-                _isolation.Plan(
-                    protections=frozenset(setup.isolation),
-                    work_dir=setup.work_dir,
-                    shared_files=tuple(setup.shared_files),
-                    readable=tuple(setup.readable),
-                    file_bytes=setup.file_bytes,
-                )
-            )
+            _isolation.confine(plan if plan is not None else _plan(setup), held)
         except OSError as exc:
             _send(conn, Failed(kind="sandbox", error=f"cannot confine the candidate: {exc}"))
             os._exit(1)
+        if "mount" in setup.isolation:  # the judge's temp folder and home are not in its root
+            import tempfile
+
+            os.environ["HOME"] = setup.work_dir
+            os.environ["TMPDIR"] = tempfile.tempdir = "/tmp"
         _main(conn, setup, arena)
     except SystemExit as exc:  # the candidate's sys.exit: its code, as Python would exit with it
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

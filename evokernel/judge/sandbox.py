@@ -296,6 +296,54 @@ def _hidden_import_path() -> list[str]:
 _HIDDEN: list = [None, []]
 
 
+def exposed_paths() -> list[str]:
+    """The host paths a candidate's root is built from (`evokernel.judge._isolation.hold`):
+    the system's and the interpreter's (`default_exposed`), every installed-packages folder
+    on the import path, and the folder of each package the judge imported from elsewhere (a
+    checkout's `evokernel/`, an editable install's mapped folders), never the folder they sit
+    in: a checkout's other files (a `.env` beside the judge) stay out of sight. Computed again
+    only when what is imported changes."""
+    key = (len(sys.modules), tuple(sys.path), len(sys.meta_path))
+    if _EXPOSED[0] == key:
+        return list(_EXPOSED[1])
+    from evokernel.judge._isolation import default_exposed
+
+    base = [os.path.realpath(p) for p in default_exposed()]
+    found: set[str] = set()
+    for entry in sys.path:
+        if entry and (
+            os.path.basename(entry.rstrip("/")) in ("site-packages", "dist-packages") or entry.endswith(".zip")
+        ):
+            found.add(os.path.realpath(entry))
+    for finder in sys.meta_path:  # an editable install's package -> folder mapping
+        mapping = getattr(sys.modules.get(getattr(finder, "__module__", "") or ""), "MAPPING", None)
+        if isinstance(mapping, dict):
+            found |= {os.path.realpath(v) for v in mapping.values() if isinstance(v, str)}
+    for name, module in list(sys.modules.items()):
+        if "." in name or module is None:
+            continue
+        try:  # a package's folders (namespace ones too), else the module's own file
+            entries = list(getattr(module, "__path__", None) or ())
+        except TypeError:
+            entries = []
+        file = getattr(module, "__file__", None)
+        if not entries and isinstance(file, str):
+            entries = [file]
+        found |= {os.path.realpath(e) for e in entries if isinstance(e, str) and os.path.isabs(e)}
+
+    def inside(path: str, roots: list[str]) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+    extra = sorted(p for p in found if os.path.exists(p) and not inside(p, base))
+    extra = [p for p in extra if not any(p != o and inside(p, [o]) for o in extra)]
+    out = base + extra
+    _EXPOSED[0], _EXPOSED[1] = key, out
+    return list(out)
+
+
+_EXPOSED: list = [None, []]
+
+
 _UID_RANGE = 500_000
 _UID_LOCKS = os.path.join(tempfile.gettempdir(), "evokernel-uids")
 _UID_COUNTER = iter(range(1 << 30))
@@ -332,13 +380,15 @@ def can_drop_privileges() -> bool:
     return True
 
 
-def _claim_uid(options: SandboxOptions) -> tuple[int, int] | None:
-    """A user id no other sandbox of any judge on this host holds: (uid, lock fd).
+def _claim_uid(options: SandboxOptions, reach: bool = True) -> tuple[int, int] | None:
+    """A user id no other sandbox of any judge on this host holds: (uid, lock fd). `reach`:
+    only where that user can reach this Python by path (it runs as that user in the host's
+    tree; a candidate in a root of its own reaches it through bind mounts instead).
 
     Each uid is claimed with an exclusive flock on a file of its own, released when the
     sandbox closes or its judge dies; whatever still runs under a newly claimed uid (left
     by a judge that died) is killed before the candidate starts."""
-    if not options.drop_privileges or not can_drop_privileges():
+    if not options.drop_privileges or os.geteuid() != 0 or (reach and not can_drop_privileges()):
         return None
     import fcntl
 
@@ -670,11 +720,19 @@ class Sandbox:
         self.isolation = isolation_report(self.options, device).on
         self.work_dir = tempfile.mkdtemp(prefix="evokernel-candidate-")
         self.log_path = self.work_dir + ".log"  # written by the keeper, out of the candidate's sight
-        # a user of its own (the old way) only where namespaces do not isolate the candidate
-        claim = None if self.isolation & {"user", "pid"} else _claim_uid(self.options)
+        # a host user of its own: the root of its user namespace stands for it (the judge is
+        # root: never the host's root), or, where namespaces do not isolate it, it runs as it
+        self.mapped = "user" in self.isolation and os.geteuid() == 0 and self.options.drop_privileges
+        if self.mapped:
+            claim = _claim_uid(self.options, reach=False)
+            self.mapped = claim is not None
+        else:
+            claim = None if self.isolation & {"user", "pid"} else _claim_uid(self.options)
         self.uid, self._uid_lock = claim if claim is not None else (None, None)
+        # mapped candidates share one group: the judge's CUDA block's counter file is theirs to open
+        self.gid = self.options.uid_base - 1 if self.mapped else self.uid
         if self.uid is not None:
-            os.chown(self.work_dir, self.uid, self.uid)
+            os.chown(self.work_dir, self.uid, self.gid)
         self.process: Any = None
         self.conn: Any = None
         self.inner_pid: int | None = None  # the candidate's process (the keeper's child), as the judge sees it
@@ -706,13 +764,21 @@ class Sandbox:
         if arena is not None and getattr(arena, "is_cuda", False):
             arena, self._ipc_slot = _share_cuda_block(arena)
             shared.append(_counter_path(self._ipc_slot[0]))
+            if self.mapped:  # the candidate's user is not the judge's: its group may open it
+                with contextlib.suppress(OSError):
+                    os.chown(shared[-1], -1, self.gid)
+                    os.chmod(shared[-1], 0o660)
         setup = Setup(
             source=self.source,
             device=self.device,
             log_path=self.log_path,
             work_dir=self.work_dir,
             input_specs=self.input_specs,
-            uid=self.uid,
+            uid=None if self.mapped else self.uid,
+            map_to=[self.uid, self.gid] if self.mapped and self.uid is not None and self.gid is not None else [],
+            exposed=exposed_paths() if "mount" in self.isolation else [],
+            # the judge reads a trusted candidate's folder back (its Triton helpers); no other's
+            private_work=not self.trusted and not self.options.keep_work_dir,
             memory_bytes=memory,
             seed_cache=self.seed_cache,
             output_dtypes=self.output_dtypes,
