@@ -31,12 +31,12 @@ from evokernel.judge.candidate import bind_config
 from evokernel.judge.device import check_device, cuda_index, default_device, device_kind, gpu_name, is_cuda
 from evokernel.judge.env import interpreter_problem, toolchain
 from evokernel.core.errors import EvaluatorError
-from evokernel.judge.gate import GateOptions, Judge, Verdict
+from evokernel.judge.gate import GateOptions, Judge, Verdict, close_quietly
 from evokernel.core.genome import Genome
 from evokernel.judge.problem import Problem
 from evokernel.core.result import Result, Status
 from evokernel.judge._isolation import Report
-from evokernel.judge.sandbox import ISOLATION_FIELDS, Sandbox, isolation_report
+from evokernel.judge.sandbox import ISOLATION_FIELDS, Sandbox, SandboxUnavailable, isolation_report
 from evokernel.core.template import template_hash
 
 __all__ = ["KernelEvaluator", "reference_source"]
@@ -264,7 +264,7 @@ class KernelEvaluator:
                     done.set_result(sandbox)
                     pending.append((genome, done))
                     return True
-                sandbox.close()
+                close_quietly(sandbox)
             pending.append((genome, starter.submit(judge.sandbox, source, label=genome.id, trusted=trusted)))
             return True
 
@@ -274,16 +274,21 @@ class KernelEvaluator:
         def judge_one(item: Future[Sandbox] | Result) -> Result:
             if isinstance(item, Result):
                 return item
-            sandbox = item.result()
+            try:
+                sandbox = item.result()
+            except SandboxUnavailable:  # the machine's, not the candidate's: the run stops
+                raise
+            except Exception as exc:  # its sandbox did not start: this candidate's failure
+                return judge.internal_error(exc, "", "starting its sandbox").to_result()
             keep = False
             try:
-                verdict = judge.judge(sandbox, self.best)
-                keep = not verdict.fault and sandbox.reusable and sandbox.uses + 1 < self.reuse
+                verdict = judge.judge(sandbox, self.best)  # (its own failures are verdicts)
+                keep = not (verdict.fault or verdict.internal) and sandbox.reusable and sandbox.uses + 1 < self.reuse
             finally:
                 if keep:
                     idle.append(sandbox)
                 else:
-                    sandbox.close()
+                    close_quietly(sandbox)
             if verdict.fault:
                 self._health_check(verdict)
             self._note_best(verdict)
@@ -318,7 +323,7 @@ class KernelEvaluator:
                     item.add_done_callback(lambda f: f.exception() is None and f.result().close())
             starter.shutdown(wait=True)
             for sandbox in idle:
-                sandbox.close()
+                close_quietly(sandbox)
 
     def remeasure(self, genomes: Sequence[Genome], *, rounds: int = 3) -> list[Result]:
         """Judge these genomes again, together: checked again on fresh inputs, then timed in
@@ -330,7 +335,7 @@ class KernelEvaluator:
             verdicts = judge.judge_together(sandboxes, rounds=rounds)
         finally:
             for sb in sandboxes:
-                sb.close()
+                close_quietly(sb)
         if any(v.fault for v in verdicts):
             self._health_check(next(v for v in verdicts if v.fault))
         return [v.to_result() for v in verdicts]

@@ -117,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
     if is_cuda(device):
         # torch warns at interpreter exit about CUDA memory still shared with candidate
         # processes the judge killed; leave before that noise reaches the verdict's stderr
+        # (once the candidate's folder is removed: os._exit skips the wait at exit)
+        from evokernel.judge.sandbox import wait_for_cleanup
+
+        wait_for_cleanup()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

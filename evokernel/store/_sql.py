@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from evokernel.core.archive import Elite
 from evokernel.core.errors import RunBusyError, StoreError
 from evokernel.core.genome import Genome
+from evokernel.core.redact import redact_failure
 from evokernel.core.result import Result
 from evokernel.store import _migrate
 from evokernel.store import schema as s
@@ -287,6 +288,8 @@ class SQLStore:
         )
 
     def _put_result(self, c: sa.Connection, run_id: str, genome: Genome, fingerprint: str, result: Result) -> int:
+        if result.error:  # a failure's text as it may be kept: no file the candidate read, no flood
+            result = msgspec.structs.replace(result, error=redact_failure(result.error))
         got = c.execute(
             s.results.insert().values(
                 genome_id=genome.id,

@@ -41,6 +41,7 @@ import msgspec
 
 from evokernel.judge.candidate import bind_config
 from evokernel.core.genome import Genome
+from evokernel.core.redact import redact_failure
 from evokernel.core.result import Status
 
 __all__ = ["Lesson", "new_lesson", "KnowledgeRecorder", "lessons_for", "kernels", "failure_class", "summarize"]
@@ -74,6 +75,11 @@ def failure_class(status: str, error: str) -> str:
         "timeout": "a timeout",
         "runtime_error": "a runtime error",
     }.get(status, status)
+
+
+def _error(ind: Any) -> str:
+    """A failure's text as a lesson may quote it (lessons reach the model's prompts)."""
+    return redact_failure(ind.result.error)
 
 
 def new_lesson(
@@ -196,11 +202,12 @@ class KnowledgeRecorder:
         failures: dict[str, list[Any]] = {}
         for ind in batch:
             if not ind.result.is_ok:
-                failures.setdefault(failure_class(ind.result.status.value, ind.result.error), []).append(ind)
+                failures.setdefault(failure_class(ind.result.status.value, _error(ind)), []).append(ind)
         for cls, inds in sorted(failures.items()):
             examples = [i.genome for i in inds[:3]]
             shown = "; ".join(("a rewritten source" if g.source else g.short()) for g in examples)
-            first = inds[0].result.error.strip().splitlines()[0][:160] if inds[0].result.error.strip() else ""
+            error = _error(inds[0]).strip()
+            first = error.splitlines()[0][:160] if error else ""
             lessons.append(
                 new_lesson(
                     "caveat",

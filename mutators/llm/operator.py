@@ -13,6 +13,7 @@ from typing import Any
 
 from evokernel.judge.candidate import bind_config, config_of, space_of
 from evokernel.core.genome import Genome
+from evokernel.core.redact import redact_failure
 from evokernel.core.mutator import Context
 from evokernel.judge.problem import Problem
 from evokernel.mutators.llm.edits import _config_keys, _normal, apply_edits, validate_source
@@ -114,10 +115,13 @@ class LLMRewrite:
 
     def observe(self, genome: Genome, result: Any) -> None:
         """Remember what was measured; queue our own failed rewrites for repair."""
+        # what of a failure the model may see: the judge's words and the candidate's own
+        # traceback, never what the candidate read or printed (evokernel.core.redact)
+        error = redact_failure(result.error) if not result.is_ok else ""
         if result.is_ok:
             self._seen[genome.id] = {"latency_ms": result.latency_ms, "per_shape": dict(result.per_shape)}
         else:
-            self._seen[genome.id] = {"status": result.status.value, "error": result.error[:800]}
+            self._seen[genome.id] = {"status": result.status.value, "error": error[:800]}
         origin = self._child_of.pop(genome.id, None)
         if origin is not None:
             which, parent_ms = origin
@@ -128,7 +132,7 @@ class LLMRewrite:
             self._queue_variants(genome, own)
         spent = self._mine.get(genome.id)
         if spent is not None and not result.is_ok and spent < self.repairs:
-            self._to_repair.append((genome, f"{result.status.value}: {result.error[:1500]}", spent))
+            self._to_repair.append((genome, f"{result.status.value}: {error[:1500]}", spent))
 
     def available(self) -> str | None:
         reasons = [p.available() for p in self.providers]
@@ -217,6 +221,8 @@ class LLMRewrite:
     def prompt(self, parent: Genome, ctx: Context) -> str:
         parts = [f"## Candidate to improve (genome {parent.id})\n```python\n{self._source(parent)}\n```"]
         measured = self.measured(parent) if self.measured is not None else self._seen.get(parent.id)
+        if isinstance(measured, dict) and measured.get("error"):
+            measured = {**measured, "error": redact_failure(str(measured["error"]))[:800]}
         if measured:
             parts.append(f"Measured: {measured}")
         elites = [e for e in ctx.archive.top() if e.genome.id != parent.id][: self.inspirations]
