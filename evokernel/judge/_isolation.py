@@ -8,18 +8,23 @@ supports has the system calls. So the fork server's child sets the sandbox up it
 few system calls made through ctypes (no dependency, Python 3.10+; `os.unshare` is 3.12+):
 
 - `enter_namespaces` (in the process the judge forked, while it is single-threaded): a new
-  user namespace (its uid 0 is the judge's own uid outside: a Python under a private /root
-  stays readable), and PID, mount, network and IPC namespaces owned by it. Its first child
-  is pid 1 of the new PID namespace: when it dies the kernel kills every process in the
-  namespace, whatever setsid, setpgid or double fork they did; nothing outside the
-  namespace (the judge, the fork server, other candidates) can be seen or signalled.
-  Without a user namespace (`user` switched off) the judge must be root.
-- `confine` (in that child, pid 1): every mount read-only and private, then writable only
-  the candidate's own folder, a private /tmp and /dev/shm (tmpfs, capped), the one
-  reference-counter file of the judge's CUDA block; /proc of its own PID namespace. Then
-  resource limits, every capability dropped (bounding set, ambient, securebits locked),
-  no_new_privs, and a seccomp filter that refuses ptrace, process_vm_readv/writev, kcmp,
-  pidfd_getfd, bpf, perf events, keyrings, module loading, mounts and namespace changes.
+  user namespace, and PID, mount, network, IPC and UTS namespaces owned by it. Where the
+  judge is root, the user namespace's root stands outside for an unprivileged uid of the
+  candidate's own (`Identity`: the mapping is written by a child still in the host's
+  namespaces, as newuidmap does), else for the judge's own uid. Before it changes user, it
+  opens the allowlist its root will be built from (`hold`). Its first child is pid 1 of the
+  new PID namespace: when it dies the kernel kills every process in the namespace, whatever
+  setsid, setpgid or double fork they did; nothing outside the namespace (the judge, the fork
+  server, other candidates) can be seen or signalled. Without a user namespace (`user`
+  switched off) the judge must be root.
+- `confine` (in that child, pid 1): a new root file system (`_build_root`: a tmpfs with the
+  allowlist bound read-only at its own paths, the device nodes it needs, one capped scratch
+  file system for /tmp and its own folder, /proc of its own PID namespace read-only; then
+  pivot_root, the host's tree detached), resource limits, every capability dropped
+  (bounding set, ambient, securebits locked), no_new_privs, and a seccomp filter that
+  refuses ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, perf events, keyrings,
+  module loading, mounts and namespace changes (unshare, setns, clone with a namespace flag,
+  clone3).
 
 A seccomp filter is a dozen BPF instructions: built here (`_filter`) for x86-64 and
 aarch64, as libseccomp is not everywhere and pyseccomp would be a compiled dependency.
