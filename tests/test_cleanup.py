@@ -128,3 +128,29 @@ def test_never_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     top = tmp_path / "work"
     top.mkdir()
     assert remove_tree(top) == str(top) and top.is_dir()
+
+
+@pytest.mark.slow
+def test_a_candidates_deep_chain_goes_with_its_sandbox() -> None:
+    """Through the judge: a candidate whose folder is the host's (one the user's template
+    rendered: its Triton helpers are read back) makes the corpus's 20,000-deep chain there;
+    the judge's verdict stands and the folder goes with the sandbox."""
+    from evokernel.judge.gate import GateOptions, Judge
+    from evokernel.judge.problem import Problem
+    from evokernel.judge.sandbox import SandboxOptions, wait_for_cleanup
+
+    corpus = Path(__file__).resolve().parent / "corpus"
+    options = GateOptions(
+        seeds=1, heldout_seeds=1, recheck_seeds=1, time=False, sandbox=SandboxOptions(start_timeout_s=60)
+    )
+    judge = Judge(Problem.load(corpus / "problems" / "matmul_small.py"), "cpu", options)
+    sandbox = judge.sandbox((corpus / "cheats" / "deep_folder_chain.py").read_text(), trusted=True)
+    try:
+        verdict = judge.judge(sandbox)
+        assert os.path.isdir(os.path.join(sandbox.work_dir, "d", "d", "d")), "the chain is not in the host's folder"
+    finally:
+        sandbox.close()
+    assert "made a folder chain 20000 deep" in verdict.reason, verdict.reason
+    assert wait_for_cleanup(60)
+    assert not os.path.exists(sandbox.work_dir)
+    judge.close()

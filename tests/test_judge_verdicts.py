@@ -221,6 +221,8 @@ def test_redaction_caps_floods_and_keeps_the_judges_words() -> None:
     assert redact_failure(text).splitlines()[-1] == "ValueError: " + ("y " * 1000)[: MESSAGE - 6] + " [cut]"
     wrong = "wrong result: output 0: 12 of 1920 values off (max abs error 0.5 at [3, 4]) (M=48,N=40,K=64)"
     assert redact_failure(wrong) == wrong
-    timeout = "timeout: no answer after 60 s running a check (M=48,N=40,K=64)\n[evokernel: output cut after 4194304 bytes]"
+    timeout = (
+        "timeout: no answer after 60 s running a check (M=48,N=40,K=64)\n[evokernel: output cut after 4194304 bytes]"
+    )
     assert redact_failure(timeout) == timeout
     assert redact_failure(Result.failed(Status.CRASH, "").error) == ""
