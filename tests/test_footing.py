@@ -152,7 +152,7 @@ def test_host_side_input_values_reach_the_kernel_as_plain_python_values(tmp_path
         judge.close()
     assert verdict.accepted, verdict.reason
     (timing,) = verdict.timings
-    assert timing.footing == Footing(mode="cpu", calls=1, sets=2, perturb=8)
+    assert timing.footing == Footing(mode="cpu-judge", calls=1, sets=2, perturb=8)
 
 
 def test_a_host_side_value_that_changes_between_draws_is_the_problems_error(tmp_path: Path):

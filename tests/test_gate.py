@@ -5,7 +5,10 @@ tests/corpus/cheats/ and tests/corpus/honest/ hold one small candidate module pe
 class (or honest pattern), each opening with a header:
 
     # problem: matmul_small     the problem in tests/corpus/problems/ it targets
-    # expect: rejected          or accepted
+    # expect: rejected          or accepted, or measured: a cheat whose lie the judge no longer
+                                hears (it forges numbers the judge does not take): accepted at
+                                its true speed, the reason then `latency >= N ms` (it is slow
+                                on purpose, so the bound is no matter of noise)
     # reason: wrong result      a substring of the verdict's reason (case-insensitive); `a | b`:
                                 either (the GPU path may catch a cheat at another step)
     # device: cpu               or cuda (skipped without a GPU)
@@ -88,6 +91,12 @@ class Entry:
         return self.expect == "accepted"
 
     @property
+    def at_least_ms(self) -> float | None:
+        """For `expect: measured`: the least latency the verdict may give (`latency >= N ms`)."""
+        m = re.fullmatch(r"latency >= ([0-9.]+) ms", self.reason)
+        return float(m.group(1)) if self.expect == "measured" and m else None
+
+    @property
     def timeout_s(self) -> float | None:
         return HANG_TIMEOUT_S if self.reason == "timeout" else None
 
@@ -145,6 +154,19 @@ CLASSES: dict[str, list[str]] = {
         "cheats/patch_clock_during_call.py",
         "cheats/patch_event_elapsed_time.py",
         "cheats/patch_timing_harness.py",
+    ],
+    # the figures forged in the candidate's process, which it once sent with the samples: 1/20
+    # of the truth through a rebound message encoder, or the timing loop's own list shrunk
+    # through its frame (both were accepted at 1/20 of their time); the judge now times
+    # each call itself (CPU) or brackets each block (GPU)
+    "forges the reported samples (encoder, frames)": [
+        "cheats/forge_encoder_samples.py",
+        "cheats/forge_samples_in_frame.py",
+        "cheats/forge_encoder_samples_cuda.py",
+        "cheats/forge_samples_thread_cuda.py",
+    ],
+    "lazy when timed: a thread fills the judge's output slot after the call answered": [
+        "cheats/lazy_fills_slot_later.py"
     ],
     "fast wrong path only while timed": [
         "cheats/timing_fastpath_flag.py",
@@ -377,7 +399,14 @@ def test_corpus_verdict(corpus_runs: CorpusRuns, entry: Entry) -> None:
     own = {k: v for k, v in data.items() if k not in ("log_tail", "reason")}
     assert MARKER not in json.dumps(own) and MARKER not in run.stderr, (run.stdout, run.stderr)
     assert data["label"] == str(entry.path) and data["device"] == entry.device
-    if entry.accepted:
+    if entry.expect == "measured":
+        least = entry.at_least_ms
+        assert least is not None, f"{entry.id}: reason must read `latency >= N ms`"
+        assert data["accepted"], f"{entry.id}: {data['reason']}"
+        assert data["latency_ms"] >= least and all(t["median_ms"] >= least for t in data["timings"]), (
+            f"{entry.id}: judged at {data['latency_ms']} ms, it takes at least {least} ms a call"
+        )
+    elif entry.accepted:
         assert data["accepted"], f"{entry.id}: honest candidate rejected: {data['reason']}"
         assert data["status"] == "ok" and data["reason"] == "accepted"
         problem = Problem.load(PROBLEMS / f"{entry.problem}.py")
@@ -686,7 +715,8 @@ def test_every_class_has_a_corpus_file() -> None:
             assert f in BY_ID, f"class {cls!r}: {f} is missing from tests/corpus"
     assert sorted(BY_ID) == sorted(listed), f"corpus files without a class: {sorted(set(BY_ID) - set(listed))}"
     for e in ENTRIES:
-        assert e.expect == ("rejected" if e.path.parent.name == "cheats" else "accepted"), e.id
+        assert e.expect in (("rejected", "measured") if e.path.parent.name == "cheats" else ("accepted",)), e.id
+        assert e.expect != "measured" or e.at_least_ms is not None, e.id
         assert e.device in ("cpu", "cuda"), e.id
         assert (PROBLEMS / f"{e.problem}.py").is_file(), e.id
         assert e.accepted or e.reason != "accepted", e.id
@@ -791,6 +821,30 @@ def test_only_the_recheck_after_timing_catches_the_sleeper(matmul_judge: Judge) 
     assert v.accepted and v.checks == 2 * 2 + 1 and v.latency_ms is None, v.reason
     v = matmul_judge.check(src)
     assert not v.accepted and "after timing" in v.reason and v.checks == 2 * 2 + 1 + 1, v.reason
+
+
+@pytest.mark.slow
+def test_remeasuring_together_times_the_forgers_at_their_true_speed(matmul_judge: Judge) -> None:
+    """The elites' re-measurement (`Judge.judge_together`, what `KernelEvaluator.remeasure`
+    runs) takes the same judge-timed path: the forgers come out at their true 5 ms a call
+    (before, at 1/20 of it, ahead of the honest matmul), the lazy one is caught."""
+    ids = [
+        "honest/torch_matmul.py",
+        "cheats/forge_encoder_samples.py",
+        "cheats/forge_samples_in_frame.py",
+        "cheats/lazy_fills_slot_later.py",
+    ]
+    sandboxes = [matmul_judge.sandbox(_source(i), label=i) for i in ids]
+    try:
+        honest, encoder, frames, lazy = matmul_judge.judge_together(sandboxes)
+    finally:
+        for sb in sandboxes:
+            sb.close()
+    assert honest.accepted and encoder.accepted and frames.accepted, (honest.reason, encoder.reason, frames.reason)
+    for forger in (encoder, frames):
+        assert forger.latency_ms is not None and forger.latency_ms >= 4.0, forger.latency_ms
+        assert all(t.footing is not None and t.footing.mode == "cpu-judge" for t in forger.timings)
+    assert not lazy.accepted and "wrong result in a timed call" in lazy.reason, lazy.reason
 
 
 def test_impossible_allocation_is_rejected_quickly(matmul_judge: Judge) -> None:

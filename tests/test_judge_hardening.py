@@ -10,6 +10,11 @@
 - The worker looked up the timing harness (`evokernel.judge.timing.time_cpu`, ...) at call
   time, so a candidate that rebound it reported any figures it liked. The worker now binds
   the harness at import and reports a rebinding, or a replaced code object, as tampering.
+- The samples themselves came from the candidate's process, and a candidate that rebound an
+  unwatched binding (the message encoder) or shrank the timing loop's list through its frame
+  reported what it liked. On the CPU the judge now times every call itself; on the GPU it
+  brackets each measured block with its own clock (`timing.bracket_misfit`, `_worker._Witness`,
+  `Sandbox.time`). The corpus holds those cheats (tests/corpus/cheats/forge_*.py).
 
 The candidates run in the real sandbox, judged on the CPU by the real Judge, as the
 corpus's in-process tests in tests/test_gate.py are.
@@ -26,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
@@ -33,7 +39,7 @@ from evokernel.core.result import Status
 from evokernel.judge import _worker
 from evokernel.judge.gate import GateOptions, Judge, Verdict
 from evokernel.judge.problem import Problem
-from evokernel.judge.sandbox import SandboxOptions, _BadFrame, _Frames
+from evokernel.judge.sandbox import Outcome, SandboxOptions, _BadFrame, _Frames
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = ROOT / "tests" / "corpus" / "problems" / "matmul_small.py"
@@ -280,14 +286,15 @@ import torch
 import evokernel.judge.timing as T
 
 # swaps a helper of the harness during the first timed calls and puts it back two calls later:
-# the looks before and after the timing see nothing
+# the looks before and after the timing see nothing (a timed call is one the judge times
+# itself, through the worker's `_timed_call`; the judge asks for a look after each call it checks)
 _real = T.relative_ci
 _timed = [0]
 
 
 def kernel(a, b):
     f = inspect.currentframe().f_back
-    while f is not None and f.f_code.co_name != "time_cpu":
+    while f is not None and f.f_code.co_name != "_timed_call":
         f = f.f_back
     if f is not None:
         _timed[0] += 1
@@ -333,3 +340,74 @@ def test_the_watch_covers_the_harness() -> None:
         assert path in watched, path
     assert all(v is not None for v in _worker._WATCHED.values())
     assert _worker._tampering() is None
+
+
+# --- 4. the judge's own clock ------------------------------------------------------------------
+
+
+def test_the_bracket_check_holds_samples_to_the_window() -> None:
+    """(a) no block's samples add up to more than its window; (b) over the graph blocks, the
+    samples cover the windows but for the calibrated harness cost (per call, per block)."""
+    from evokernel.judge.timing import Bracket, bracket_misfit
+
+    honest = [Bracket(0.9, [0.2] * 4), *(Bracket(12.0, [1.0] * 10, graph=True) for _ in range(5))]
+    assert bracket_misfit(honest, overhead_ms=0.3, constant_ms=2.0, tol=0.05) is None
+    forged = [Bracket(0.9, [0.01] * 4), *(Bracket(12.0, [0.05] * 10, graph=True) for _ in range(5))]
+    why = bracket_misfit(forged, overhead_ms=0.3, constant_ms=2.0, tol=0.05)
+    assert why is not None and "50 calls in 5 blocks" in why, why
+    # the eager probe (block 0) is held to its window only; no calibration: (a) alone
+    assert bracket_misfit([Bracket(10.0, [0.01])], overhead_ms=0.3, constant_ms=2.0, tol=0.05) is None
+    assert bracket_misfit(forged, overhead_ms=None, constant_ms=2.0, tol=0.05) is None
+    too_long = [Bracket(5.0, [2.0] * 3, graph=True)]
+    why = bracket_misfit(too_long, overhead_ms=None, constant_ms=0.0, tol=0.0)
+    assert why is not None and "more than the 5.0000 ms" in why, why
+    # one block the judge read late (its own host busy) does not reject: the blocks count together
+    late = [*honest[:-1], Bracket(25.0, [1.0] * 10, graph=True)]
+    assert bracket_misfit(late, overhead_ms=0.3, constant_ms=2.0, tol=0.05) is None
+
+
+def _fake_worker(conn: Any, calls: list[int], factor: float) -> None:
+    """Plays `time_cuda` under `_worker._Witness`: each block asks, waits for the judge's word,
+    is busy 20 ms (its calls' time, measured here) and sends its samples times `factor`
+    (1: honest); then the report."""
+    assert conn.recv()[0] == "time"
+    witness = _worker._Witness(conn)
+    sent = []
+    for n in calls:
+        witness.before(n)
+        t0 = time.perf_counter()
+        time.sleep(0.02)
+        block = [(time.perf_counter() - t0) * 1e3 / n * factor] * n
+        witness.after(block)
+        sent.append(block)
+    flat = [x for block in sent[1:] for x in block]
+    _worker._send(conn, _worker.Timing(shape="s", samples_ms=flat, graph=True, wall_ms_per_call=1.0))
+
+
+@pytest.mark.parametrize(("factor", "fits"), [(1.0, True), (0.05, False), (2.0, False)])
+def test_the_sandbox_brackets_each_block_with_its_own_clock(factor: float, fits: bool) -> None:
+    """The judge's side of the CUDA protocol, against a worker on a pipe (no GPU needed): a
+    window per block from the judge's word to go to the block's arrival, measured by the
+    judge; samples that claim a fraction of it (or more than all of it) do not fit."""
+    from evokernel.judge.sandbox import Sandbox
+    from evokernel.judge.timing import bracket_misfit
+
+    sandbox = Sandbox("", device="cpu", input_specs=[], options=SandboxOptions(isolation="off"))
+    ours, theirs = multiprocessing.Pipe()
+    sandbox.conn, sandbox._frames = ours, _Frames(ours.fileno(), 1 << 20)
+    calls = [2, 4, 4, 4]  # the probe, then the loop's blocks
+    worker = threading.Thread(target=_fake_worker, args=(theirs, calls, factor), daemon=True)
+    worker.start()
+    try:
+        got = sandbox.time("s", [], [], {})
+    finally:
+        worker.join(10)
+        sandbox.close()
+    assert not isinstance(got, Outcome), got
+    timing, brackets = got
+    assert [len(b.samples_ms) for b in brackets] == calls
+    assert timing.samples_ms == [x for b in brackets[1:] for x in b.samples_ms]
+    assert all(b.window_ms >= 20.0 for b in brackets)
+    graphs = [msgspec.structs.replace(b, graph=i > 0) for i, b in enumerate(brackets)]
+    why = bracket_misfit(graphs, overhead_ms=0.5, constant_ms=2.0, tol=0.05)
+    assert (why is None) == fits, why

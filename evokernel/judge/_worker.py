@@ -6,6 +6,12 @@ shares with it, copies the outputs into result slots the judge owns, and times i
 sees a reference answer and never reports a verdict: the judge compares. Messages to the
 judge are msgspec structs, never pickles, so nothing the candidate sends is executed.
 
+No figure the judge ranks on rests on a number this process reports alone. On the CPU the
+judge times each call itself (a `tcall` message, the call, the outputs copied into the
+judge's slot, a `Done`: `_timed_call`). On the GPU the timing loop runs here (CUDA events
+are per process), and the judge brackets each measured block with its own clock (`Ask`, its
+word to go, `Block`: `_Witness`).
+
 The harness keeps references to the torch functions and the timing harness
 (`evokernel.judge.timing`) it relies on, taken before any candidate code runs, calls those,
 and reports a candidate that replaced them (`_tampering`): the names in torch, time,
@@ -14,8 +20,8 @@ modules, and the modules in `sys.modules`. It looks before and after each call, 
 after each timing, and at each timed call whose outputs it copies (moments the candidate
 cannot foresee). That is a check, not a wall: the candidate runs in this process, and code
 that means to can still reach the harness's state (its frames, its lists) between two
-looks. The judge's own checks of the outputs (the copies, the re-check after timing) do not
-depend on it.
+looks. The judge's own checks of the outputs (the copies, the re-check after timing) and its
+timing do not depend on it.
 """
 
 # One module on purpose, though over 400 lines: this is the candidate's whole side of the protocol and runs in a forked
@@ -43,7 +49,7 @@ import torch
 from evokernel.judge import timing as _timing
 from evokernel.judge.device import cuda_index, device_kind
 
-__all__ = ["main", "Sandboxed", "Ready", "Done", "Timing", "Failed", "WorkerMessage", "VALUE_PREFIX"]
+__all__ = ["main", "Sandboxed", "Ready", "Done", "Timing", "Ask", "Block", "Failed", "WorkerMessage", "VALUE_PREFIX"]
 
 _type = builtins.type
 _isinstance = builtins.isinstance
@@ -212,6 +218,20 @@ class Timing(msgspec.Struct, tag="timing"):
     error: str = ""
 
 
+class Ask(msgspec.Struct, tag="ask"):
+    """Before each measured block of a CUDA timing: the block is about to be queued (its
+    calls); the worker waits for the judge's ("go",), when the judge's clock starts."""
+
+    calls: int
+
+
+class Block(msgspec.Struct, tag="block"):
+    """A measured block's samples, sent right after its device synchronisation: the judge's
+    clock stops when they arrive (`timing.bracket_misfit` holds them to that window)."""
+
+    samples_ms: list[float]
+
+
 class Failed(msgspec.Struct, tag="failed"):
     kind: str  # import, no_kernel, compile, setup, sandbox
     error: str
@@ -224,7 +244,7 @@ class Sandboxed(msgspec.Struct, tag="sandboxed"):
     pid: int
 
 
-WorkerMessage = Sandboxed | Ready | Done | Timing | Failed
+WorkerMessage = Sandboxed | Ready | Done | Timing | Failed | Ask | Block
 _encoder = msgspec.msgpack.Encoder()
 
 
@@ -582,6 +602,50 @@ class _Reservoir:
             self.tampered = _tampering()
 
 
+class _Witness(_timing.BlockWitness):
+    """The judge's view of each measured block of a CUDA timing (`timing.BlockWitness`): it
+    asks before the block and waits for the judge's word, and sends the samples right after
+    the block's synchronisation. The judge's clock, not these messages, is what it trusts."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def before(self, calls: int) -> None:
+        _send(self.conn, Ask(calls=calls))
+        if self.conn.recv() != ("go",):
+            raise RuntimeError("the judge did not let the timed block go")
+
+    def after(self, samples_ms: list[float]) -> None:
+        _send(self.conn, Block(samples_ms=list(samples_ms)))
+
+
+def _timed_call(conn: Any, kernel: Any, n: int, inputs: list[torch.Tensor], slots: list[torch.Tensor]) -> None:
+    """One call the judge times itself (CPU): its clock runs from its message to this
+    answer. The outputs are copied into the judge's slot before answering; the judge reads
+    the slot (when it checks this call) at once, with this process stopped."""
+    try:
+        out = kernel(*inputs)
+    except Exception as exc:
+        return _raised(conn, n, exc)
+    bad = _check_outputs(out, slots, inputs)
+    if bad is not None:
+        _send(conn, Done(trial=n, ok=False, kind=bad[0], error=bad[1]))
+        return
+    try:
+        for o, slot in zip(list(out) if _isinstance(out, (tuple, list)) else [out], slots):
+            _copy(slot, o)
+    except Exception as exc:
+        return _raised(conn, n, exc)
+    _send(conn, Done(trial=n, ok=True))
+
+
+def _look(conn: Any) -> None:
+    """A look for tampering when the judge asks (after a timed call it checks: a moment the
+    candidate cannot foresee)."""
+    tamper = _tampering()
+    _send(conn, Done(trial=-1, ok=tamper is None, kind="tampering" if tamper else "", error=tamper or ""))
+
+
 def _time(
     conn: Any,
     kernel: Any,
@@ -610,7 +674,13 @@ def _time(
         fns = [(lambda s=s: kernel(*s)) for s in sets]
         if device == "cuda":
             samples, graph, wall = _time_cuda(
-                fns, **spec, watched=_TIMING, sample=reservoir.offer, perturb=perturber, phases=phases
+                fns,
+                **spec,
+                watched=_TIMING,
+                sample=reservoir.offer,
+                perturb=perturber,
+                phases=phases,
+                witness=_Witness(conn),
             )
         else:
             samples, graph, wall = _time_cpu(fns, **spec, sample=reservoir.offer, watched=_TIMING, perturb=perturber)
@@ -885,6 +955,7 @@ def _serve(conn: Any, kernel: Any, view: Any, device: str) -> str | None:
     device, which `_main` made the judge's GPU, or "cpu"). Returns the next candidate's
     source when the judge hands this process another one (a trusted template candidate
     after a trusted one), None when it is done."""
+    timed: tuple[list[list[Any]], list[list[Any]]] = ([], [])  # the judge's timed calls: input sets, output slots
     while True:
         try:
             msg = conn.recv()
@@ -905,6 +976,14 @@ def _serve(conn: Any, kernel: Any, view: Any, device: str) -> str | None:
                 spec,
                 device,
             )
+        elif op == "tbegin":  # the judge times the calls that follow itself (CPU)
+            _, sets, slots = msg
+            timed = ([[view(r) for r in g] for g in sets], [[view(r) for r in g] for g in slots])
+        elif op == "tcall":
+            _, n, which, slot = msg
+            _timed_call(conn, kernel, n, timed[0][which], timed[1][slot])
+        elif op == "look":
+            _look(conn)
         elif op == "load":
             return msg[1]
         elif op == "exit":

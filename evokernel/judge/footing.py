@@ -55,6 +55,7 @@ _MODES = {
     "held": "held eager calls (host time hidden)",
     "eager": "eager calls",
     "cpu": "CPU wall clock",
+    "cpu-judge": "CPU wall clock observed by the judge (one pipe round trip per call included)",
 }
 
 
@@ -74,7 +75,9 @@ class Footing(msgspec.Struct, frozen=True, kw_only=True):
     mode: "graph" (CUDA-graph replay: the GPU's work only), "held" (eager launches queued
     behind a stream hold before the GPU starts: the host's launch cost hidden), "eager"
     (plain Python calls: the host's launch cost counts wherever it exceeds the GPU's time),
-    "cpu" (wall clock, no GPU). calls: calls per timed sample. flush_mb: L2 flush before each
+    "cpu" (wall clock in the process that made the calls, no GPU), "cpu-judge" (wall clock
+    of the judge around each call it asked another process to make: a pipe round trip and
+    the copy of the outputs included, so never compared with "cpu"). calls: calls per timed sample. flush_mb: L2 flush before each
     sample (0: none; rotating inputs larger than the L2 do the same job). sets: input sets
     rotated. perturb: input elements changed before every call (the gate's anti-caching)."""
 

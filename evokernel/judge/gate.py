@@ -33,8 +33,8 @@ from typing import Any
 
 import msgspec
 
-from evokernel.judge._worker import VALUE_PREFIX, Done, Timing, poison_value
-from evokernel.judge.timing import median_ci, perturbable
+from evokernel.judge._worker import VALUE_PREFIX, Done, poison_value
+from evokernel.judge.timing import Perturber, bracket_misfit, median_ci, perturbable, time_judged
 from evokernel.judge.device import check_device, cuda_index, is_cuda, on_device
 from evokernel.judge.footing import Footing
 from evokernel.judge.hardware import Peaks, peaks_for
@@ -80,6 +80,12 @@ class GateOptions(msgspec.Struct, frozen=True, kw_only=True):
     perturb: int | None = None  # elements changed per input before each timed call (None: the problem's PERTURB)
     seed_cache: bool = True  # share Triton's host-side helpers built by trusted candidates (CUDA)
     escape_ratio: float = 2.0  # wall time per call above this x the timed median (+0.1 ms): work escaped
+    # CUDA: the reported samples of each measured block against the judge's own clock
+    # (timing.bracket_misfit): the calibrated harness cost per call is multiplied by
+    # `bracket_slack`, `bracket_ms` allowed per block, `bracket_tol` relative
+    bracket_slack: float = 2.0
+    bracket_ms: float = 2.0
+    bracket_tol: float = 0.05
     sandbox: SandboxOptions = msgspec.field(default_factory=SandboxOptions)
 
 
@@ -449,6 +455,42 @@ class _Shape:
         return inputs
 
 
+class _Rejected(Exception):
+    """Ends a judge-timed loop (`Judge._time_judged`) with the verdict it carries."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
+def _null_source(shapes: Sequence[_Shape]) -> str:
+    """A trusted candidate that does next to nothing: outputs of the right shapes and dtypes
+    (made once per input shape, zeroed each call). Timed in the harness, the time outside
+    its calls is the harness's own (`Judge._overhead`)."""
+    table = {
+        repr(tuple(s.values[i] if i in s.values else tuple(spec[0]) for i, spec in enumerate(s.specs))): [
+            (list(t.shape), str(t.dtype).removeprefix("torch.")) for t in s.slots
+        ]
+        for s in shapes
+    }
+    return (
+        "import torch\n\n"
+        f"_OUTS = {table!r}\n"
+        "_made = {}\n\n\n"
+        "def kernel(*args):\n"
+        "    tensors = [a for a in args if isinstance(a, torch.Tensor)]\n"
+        "    key = repr(tuple(tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in args))\n"
+        "    outs = _made.get(key)\n"
+        "    if outs is None:\n"
+        "        outs = _made[key] = [\n"
+        "            torch.zeros(s, dtype=getattr(torch, d), device=tensors[0].device) for s, d in _OUTS[key]\n"
+        "        ]\n"
+        "    for o in outs:\n"
+        "        o.zero_()\n"
+        "    return outs[0] if len(outs) == 1 else tuple(outs)\n"
+    )
+
+
 _STATUS = {
     "timeout": Status.TIMEOUT,
     "crash": Status.CRASH,
@@ -654,6 +696,7 @@ class Judge:
             shape.bind(views, refs)
         self.arena = arena
         self._timing_seeds: dict[str, list[list[int]]] = {}
+        self._overheads: dict[str, float | None] = {}  # per shape: the harness's cost per timed call (CUDA)
         self.degenerate = self._canary()
         # Triton's host-side helpers, built once by trusted candidates and copied into the rest
         self.seed = SeedCache() if self.cuda and self.options.seed_cache else None
@@ -870,25 +913,31 @@ class Judge:
         steps: dict[str, float] | None = None,
         seeds: Sequence[int] | None = None,
     ) -> tuple[list[float], Footing] | Verdict:
-        """One timing block on fresh rotation inputs; the timed outputs drawn by the worker
-        are checked, and so are the inputs (unchanged) and the samples (finite, in the
-        timed stream). Returns (samples in ms, the footing they stand on)."""
+        """One timing block on fresh rotation inputs. On the CPU the judge times every call
+        itself (`_time_judged`); on the GPU the worker's CUDA-event samples are held to the
+        judge's own brackets of each measured block. The timed outputs drawn are checked, and
+        so are the inputs (unchanged) and the samples (finite, in the timed stream). Returns
+        (samples in ms, the footing they stand on)."""
         steps = steps if steps is not None else {}
-        t = time.monotonic()
-        pristine = shape.refill_rotation(seeds)
         k = self.problem.perturb if self.options.perturb is None else self.options.perturb
         spec = {"graph": self.options.graph, **timing, "sample_rate": self.options.sample_rate, "perturb": k}
+        if not self.cuda:
+            return self._time_judged(sandbox, shape, timing, k, steps, seeds)
+        overhead = self._overhead(shape, spec, steps)
+        t = time.monotonic()
+        pristine = shape.refill_rotation(seeds)
         self._settle()
         t = _lap(steps, "time_prep", t)
-        got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
+        observed = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
         t = _lap(steps, "time_worker", t)
-        if isinstance(got, Timing):
-            for name, secs in got.phases.items():
-                if isinstance(name, str) and isinstance(secs, (int, float)) and math.isfinite(secs):
-                    steps[f"w_{name[:16]}"] = steps.get(f"w_{name[:16]}", 0.0) + float(secs)
-        if isinstance(got, Outcome):
-            return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, got.log_tail)
-        assert isinstance(got, Timing)
+        if isinstance(observed, Outcome):
+            return self._failed(
+                observed.kind, f"{observed.error} ({shape.key}, timing)", sandbox.label, observed.log_tail
+            )
+        got, brackets = observed
+        for name, secs in got.phases.items():
+            if isinstance(name, str) and isinstance(secs, (int, float)) and math.isfinite(secs):
+                steps[f"w_{name[:16]}"] = steps.get(f"w_{name[:16]}", 0.0) + float(secs)
         if not got.ok:
             return self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, sandbox.log_tail())
         with sandbox.paused():
@@ -910,35 +959,35 @@ class Judge:
                 if isinstance(inputs, str):
                     return Verdict(accepted=False, status=Status.INCORRECT, reason=f"{inputs} ({shape.key}, timing)")
                 changed = changed or any(not _bytes_equal(a, b) for a, b in zip(inputs, pristine[which]))
-                refs = _as_list(self.problem.reference(*inputs))
-                wrong = compare(refs, slot, self._tolerance(refs))
+                wrong = self._wrong(inputs, slot)
                 if wrong is not None:
                     return Verdict(
                         accepted=False,
                         status=Status.INCORRECT,
                         reason=f"wrong result in a timed call: {wrong} ({shape.key}, timing)",
                     )
-            if not changed:
-                return Verdict(
-                    accepted=False,
-                    status=Status.INCORRECT,
-                    reason=f"the timed calls' inputs were never perturbed ({shape.key}, timing)",
-                )
-            for group, clean in zip(shape.rotation, pristine):
-                if any(not _bytes_equal(a, b) for a, b in zip(group, clean)):
-                    return Verdict(
-                        accepted=False,
-                        status=Status.INCORRECT,
-                        reason=f"an input was modified during timing ({shape.key})",
-                    )
+            bad = self._after_timing(shape, pristine, changed)
+            if bad is not None:
+                return bad
         _lap(steps, "time_verify", t)
-        samples = got.samples_ms
+        # the figure is what the judge bracketed, block by block (the probe, block 0, aside)
+        samples = [x for b in brackets[1:] for x in b.samples_ms]
+        if len(brackets) < 2 or samples != list(got.samples_ms):
+            return self._misfit(
+                shape, f"the {len(got.samples_ms)} samples reported differ from the {len(brackets)} blocks sent"
+            )
         if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
             return Verdict(
                 accepted=False, reason=f"timing returned no valid samples ({shape.key})", status=Status.RUNTIME_ERROR
             )
+        graph = got.graph or self.options.graph == "on"  # "on" replays graphs or fails: never eager
+        blocks = [msgspec.structs.replace(b, graph=graph and i > 0) for i, b in enumerate(brackets)]
+        opt = self.options
+        why = bracket_misfit(blocks, overhead_ms=overhead, constant_ms=opt.bracket_ms, tol=opt.bracket_tol)
+        if why is not None:
+            return self._misfit(shape, why)
         med = statistics.median(samples)
-        if self.cuda and got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
+        if got.wall_ms_per_call > self.options.escape_ratio * med + 0.1:
             return Verdict(
                 accepted=False,
                 status=Status.INCORRECT,
@@ -947,13 +996,163 @@ class Judge:
                     f"the device synchronised, {med:.4f} ms timed ({shape.key})"
                 ),
             )
-        if self.cuda:
-            mode = "graph" if got.graph else "held" if got.phases.get("held") else "eager"
-            flush = int(spec.get("flush_mb", 256))
-        else:
-            mode, flush = "cpu", 0
-        footing = Footing(mode=mode, calls=1, flush_mb=flush, sets=len(shape.rotation), perturb=k)
-        return list(samples), footing
+        mode = "graph" if got.graph else "held" if got.phases.get("held") else "eager"
+        footing = Footing(
+            mode=mode, calls=1, flush_mb=int(spec.get("flush_mb", 256)), sets=len(shape.rotation), perturb=k
+        )
+        return samples, footing
+
+    def _time_judged(
+        self,
+        sandbox: Sandbox,
+        shape: _Shape,
+        timing: dict[str, Any],
+        k: int,
+        steps: dict[str, float],
+        seeds: Sequence[int] | None,
+    ) -> tuple[list[float], Footing] | Verdict:
+        """CPU: the judge times every call itself (`timing.time_judged`). Before each call it
+        perturbs `k` elements of the set's inputs in its own memory (`timing.Perturber`, its
+        own generator) and poisons the output slot; its clock runs from its message to the
+        answer. After the answer it draws (the OS's randomness) whether to check this call: the
+        first `samples` calls, then the n-th with chance samples/n. A checked call's slot is
+        copied at once with the candidate's processes stopped (a thread of the candidate cannot
+        fill it later), the worker is asked to look for tampering, and the copy is compared with
+        the reference of that call's inputs. Nothing the candidate's process reports is timed."""
+        t = time.monotonic()
+        pristine = shape.refill_rotation(seeds)
+        if not shape.samples:
+            return Verdict(
+                accepted=False,
+                status=Status.INCORRECT,
+                reason=f"no timed output was handed over for checking ({shape.key}, timing)",
+            )
+        slot, draws = shape.samples[0], len(shape.samples)
+        perturber = Perturber(shape.rotation, k, _seed()) if k > 0 else None
+        changed = [k == 0 or not any(perturbable(x, k) for group in pristine[:1] for x in group)]
+        timed = [0]
+        begun = sandbox.begin_timed_calls(shape.refs["rotation"], shape.refs["samples"][:1])
+        if begun is not None:
+            return self._failed(begun.kind, f"{begun.error} ({shape.key}, timing)", sandbox.label, begun.log_tail)
+        t = _lap(steps, "time_prep", t)
+
+        def call(which: int, counted: bool) -> float:
+            rec = perturber.apply(which) if perturber is not None else []
+            _poison(slot)
+            # the answer must name this call (a number drawn now): answers sent ahead are refused
+            got = sandbox.timed_call(secrets.randbits(62), which, 0)
+            if isinstance(got, Outcome):
+                raise _Rejected(
+                    self._failed(got.kind, f"{got.error} ({shape.key}, timing)", sandbox.label, got.log_tail)
+                )
+            took, done = got
+            if not done.ok:
+                raise _Rejected(
+                    self._failed(done.kind, f"{done.error} ({shape.key}, timing)", sandbox.label, sandbox.log_tail())
+                )
+            timed[0] += counted
+            if counted and (timed[0] <= draws or secrets.randbelow(timed[0]) < draws):
+                with sandbox.paused():
+                    outs = [x.clone() for x in slot]
+                look = sandbox.look()
+                if isinstance(look, Outcome) or not look.ok:
+                    kind, error = (look.kind, look.error) if look.kind else ("protocol", "look refused")
+                    raise _Rejected(self._failed(kind, f"{error} ({shape.key}, timing)", sandbox.label))
+                inputs = shape.perturbed(pristine[which], Perturber.report(rec), k)
+                if isinstance(inputs, str):  # (the judge's own record: never, unless the harness breaks)
+                    raise _Rejected(Verdict(accepted=False, status=Status.CRASH, reason=f"{inputs} ({shape.key})"))
+                changed[0] = changed[0] or any(not _bytes_equal(a, b) for a, b in zip(inputs, pristine[which]))
+                wrong = self._wrong(inputs, outs)
+                if wrong is not None:
+                    raise _Rejected(
+                        Verdict(
+                            accepted=False,
+                            status=Status.INCORRECT,
+                            reason=f"wrong result in a timed call: {wrong} ({shape.key}, timing)",
+                        )
+                    )
+            if rec:
+                perturber.restore(rec, which)  # type: ignore[union-attr]
+            return took
+
+        try:
+            samples = time_judged(call, len(shape.rotation), **timing)
+        except _Rejected as stop:
+            return stop.verdict
+        t = _lap(steps, "time_calls", t)
+        with sandbox.paused():
+            bad = self._after_timing(shape, pristine, changed[0])
+        _lap(steps, "time_verify", t)
+        if bad is not None:
+            return bad
+        if not samples or not all(math.isfinite(x) and x > 0 for x in samples):
+            return Verdict(
+                accepted=False, reason=f"timing returned no valid samples ({shape.key})", status=Status.RUNTIME_ERROR
+            )
+        return samples, Footing(mode="cpu-judge", calls=1, flush_mb=0, sets=len(shape.rotation), perturb=k)
+
+    def _wrong(self, inputs: list[Any], outs: Sequence[Any]) -> str | None:
+        refs = _as_list(self.problem.reference(*inputs))
+        return compare(refs, outs, self._tolerance(refs))
+
+    def _after_timing(self, shape: _Shape, pristine: list[list[Any]], changed: bool) -> Verdict | None:
+        """The inputs were perturbed at all, and every rotation set is as drawn (the candidate
+        wrote none of them)."""
+        if not changed:
+            return Verdict(
+                accepted=False,
+                status=Status.INCORRECT,
+                reason=f"the timed calls' inputs were never perturbed ({shape.key}, timing)",
+            )
+        for group, clean in zip(shape.rotation, pristine):
+            if any(not _bytes_equal(a, b) for a, b in zip(group, clean)):
+                return Verdict(
+                    accepted=False,
+                    status=Status.INCORRECT,
+                    reason=f"an input was modified during timing ({shape.key})",
+                )
+        return None
+
+    @staticmethod
+    def _misfit(shape: _Shape, why: str) -> Verdict:
+        return Verdict(
+            accepted=False,
+            status=Status.INCORRECT,
+            reason=f"reported timings do not fit what the judge observed ({why}) ({shape.key}, timing)",
+        )
+
+    def _overhead(self, shape: _Shape, spec: dict[str, Any], steps: dict[str, float]) -> float | None:
+        """The most the harness spends per timed call outside the call's CUDA events (flush,
+        perturbation, launch, copies), measured once per shape on a trusted candidate that
+        does next to nothing (`_null_source`), in the same harness, and overstated
+        (`GateOptions.bracket_slack`). None where that run fails: the lower bound of
+        `timing.bracket_misfit` is then not checked (a warning says so)."""
+        if shape.key in self._overheads:
+            return self._overheads[shape.key]
+        t = time.monotonic()
+        found: float | None = None
+        sandbox = self.sandbox(_null_source(self.tuning), "calibration")
+        try:
+            ready = sandbox.wait_ready()
+            if not isinstance(ready, Outcome):
+                shape.refill_rotation()
+                self._settle()
+                got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
+                if not isinstance(got, Outcome) and got[0].ok and len(got[1]) > 1:
+                    per_call = [(b.window_ms - math.fsum(b.samples_ms)) / len(b.samples_ms) for b in got[1][1:]]
+                    found = max(0.0, *per_call) * self.options.bracket_slack + 0.005
+        finally:
+            sandbox.close()
+        if found is None:
+            warnings.warn(
+                f"the judge could not calibrate its timing brackets on {shape.key}: the lower bound on "
+                "reported CUDA timings is not checked for it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._overheads[shape.key] = found
+        _lap(steps, "time_calibrate", t)
+        return found
 
     @staticmethod
     def _summary(shape: _Shape, samples: list[float], footing: Footing) -> ShapeTiming:

@@ -51,7 +51,8 @@ import msgspec
 from evokernel.judge._isolation import PROTECTIONS, Report, probe
 from evokernel.judge.cleanup import remove_tree
 from evokernel.judge.device import is_cuda
-from evokernel.judge._worker import Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
+from evokernel.judge._worker import Ask, Block, Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
+from evokernel.judge.timing import Bracket
 from evokernel.core.errors import EvokernelError
 
 __all__ = [
@@ -837,19 +838,80 @@ class Sandbox:
 
     def time(
         self, shape: str, sets: list[list[Any]], sample_slots: list[list[Any]], spec: dict[str, Any]
-    ) -> Timing | Outcome:
+    ) -> tuple[Timing, list[Bracket]] | Outcome:
+        """A timing run in the candidate's process (CUDA: `timing.time_cuda`), each measured
+        block bracketed by the judge's own clock: from its word to go (`Ask`) to the block's
+        samples arriving (`Block`). Returns the worker's report and those brackets."""
         if self.outcome is not None:
             return self.outcome
         try:
             self.conn.send(("time", shape, sets, sample_slots, spec))
         except (OSError, ValueError) as exc:
             return self._dead(f"sending inputs: {exc}")
-        msg = self._receive(self.options.time_timeout_s, "timing")
-        if isinstance(msg, Timing) and msg.shape == shape:
-            return msg
+        deadline = time.monotonic() + self.options.time_timeout_s
+        brackets: list[Bracket] = []
+        asked: tuple[float, int] | None = None  # (the judge's clock at its word to go, calls)
+        while True:
+            msg = self._receive(max(deadline - time.monotonic(), 0.0), "timing")
+            if isinstance(msg, Ask) and asked is None and msg.calls > 0:
+                asked = (time.perf_counter(), msg.calls)
+                try:
+                    self.conn.send(("go",))
+                except (OSError, ValueError) as exc:
+                    return self._dead(f"letting a timed block go: {exc}")
+            elif isinstance(msg, Block) and asked is not None and len(msg.samples_ms) == asked[1]:
+                window = (time.perf_counter() - asked[0]) * 1e3
+                brackets.append(Bracket(window_ms=window, samples_ms=list(msg.samples_ms)))
+                asked = None
+            elif isinstance(msg, Timing) and msg.shape == shape and asked is None:
+                return msg, brackets
+            elif isinstance(msg, Outcome):
+                return msg
+            else:
+                return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a timing"))
+
+    def begin_timed_calls(self, sets: list[list[Any]], slots: list[list[Any]]) -> Outcome | None:
+        """Name the input sets and output slots (views of the judge's block) that the timed
+        calls after this refer to by index (`timed_call`)."""
+        if self.outcome is not None:
+            return self.outcome
+        try:
+            self.conn.send(("tbegin", sets, slots))
+        except (OSError, ValueError) as exc:
+            return self._dead(f"sending inputs: {exc}")
+        return None
+
+    def timed_call(self, n: int, which: int, slot: int) -> tuple[float, Done] | Outcome:
+        """One call on input set `which`, its outputs copied into slot `slot`, timed by the
+        judge: its own clock (ms) from before the message to after the answer (one pipe round
+        trip included), and the answer."""
+        if self.outcome is not None:
+            return self.outcome
+        t0 = time.perf_counter()
+        try:
+            self.conn.send(("tcall", n, which, slot))
+        except (OSError, ValueError) as exc:
+            return self._dead(f"sending a timed call: {exc}")
+        msg = self._receive(self.options.call_timeout_s, "running a timed call")
+        took = (time.perf_counter() - t0) * 1e3
+        if isinstance(msg, Done) and msg.trial == n:
+            return took, msg
         if isinstance(msg, Outcome):
             return msg
-        return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a timing"))
+        return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a timed call"))
+
+    def look(self) -> Done | Outcome:
+        """Ask the worker to look for tampering now (`_worker._look`)."""
+        if self.outcome is not None:
+            return self.outcome
+        try:
+            self.conn.send(("look",))
+        except (OSError, ValueError) as exc:
+            return self._dead(f"asking for a look: {exc}")
+        msg = self._receive(self.options.call_timeout_s, "looking for tampering")
+        if isinstance(msg, (Done, Outcome)):
+            return msg
+        return self._stop(Outcome(kind="protocol", error=f"unexpected {type(msg).__name__} for a look"))
 
     @property
     def reusable(self) -> bool:
@@ -896,12 +958,21 @@ class Sandbox:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Stop every process of the candidate while the judge reads what it wrote."""
+        """Stop every process of the candidate while the judge reads what it wrote (the
+        keeper's group, and the candidate's process through its pidfd: it may have left the
+        group)."""
         self._signal(signal.SIGSTOP)
+        self._signal_inner(signal.SIGSTOP)
         try:
             yield
         finally:
+            self._signal_inner(signal.SIGCONT)
             self._signal(signal.SIGCONT)
+
+    def _signal_inner(self, sig: int) -> None:
+        if self._inner_fd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._inner_fd, sig)
 
     def close(self) -> None:
         """Kill the candidate's processes and remove its files. Nothing is left to save in

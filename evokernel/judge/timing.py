@@ -1,8 +1,12 @@
 """Timing: CUDA events around each call, the L2 flushed before it, inputs rotated, CUDA-graph
 replay for short kernels, and repetition until the median's confidence interval is tight.
 
-Runs inside the candidate's process (see `_worker`); the judge reads the samples. The
-functions it relies on are passed in (`watched`), captured before any candidate code ran.
+On the CPU the judge times every call itself (`time_judged`: its own clock around one
+message to the candidate's process and its answer). On the GPU, CUDA events and graphs
+belong to one process, so `time_cuda` runs inside the candidate's process (see `_worker`),
+from functions captured before any candidate code ran (`watched`); the judge brackets each
+measured block with its own clock (`BlockWitness`) and holds the reported samples to what it
+saw (`bracket_misfit`).
 
 >>> lo, hi = median_ci([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
 >>> lo <= 5.0 <= hi
@@ -21,6 +25,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
 from evokernel.judge.footing import HostSync
 
 __all__ = [
@@ -28,6 +34,10 @@ __all__ = [
     "relative_ci",
     "time_cuda",
     "time_cpu",
+    "time_judged",
+    "Bracket",
+    "BlockWitness",
+    "bracket_misfit",
     "Perturber",
     "perturbable",
     "StreamHold",
@@ -462,6 +472,7 @@ def time_cuda(
     sample: Sampler | None = None,
     perturb: Perturber | None = None,
     phases: dict[str, float] | None = None,
+    witness: BlockWitness | None = None,
 ) -> tuple[list[float], bool, float]:
     """Per-call device times in ms (one input set per call, rotating), whether graphs were
     replayed, and the wall time per call of a device-synchronised loop (no flush), which
@@ -481,7 +492,11 @@ def time_cuda(
     `hold`: timed calls are queued in blocks of this many behind a StreamHold, released
     once the block is queued (0: no hold). Where the hold is off or the driver cannot hold
     a stream, a `guard_us` spin on the GPU before each start event covers the launch
-    latency instead."""
+    latency instead.
+
+    `witness`, if given, is told before each measured block (the probe, then the blocks of
+    the loop) how many calls it holds, and waits there for the judge's word; it is handed the
+    block's samples right after the block's device synchronisation (see `BlockWitness`)."""
     import torch
 
     Event = watched["torch.cuda.Event"]
@@ -548,6 +563,8 @@ def time_cuda(
     def measure(runners: list[Callable[[], Any]], n: int, offset: int, check: bool = True) -> list[float]:
         starts = [Event(enable_timing=True) for _ in range(n)]
         ends = [Event(enable_timing=True) for _ in range(n)]
+        if witness is not None:
+            witness.before(n)  # the judge's clock starts: nothing of this block is queued yet
         try:
             for i in range(n):
                 if holder is not None and i % hold == 0:
@@ -561,7 +578,10 @@ def time_cuda(
             if holder is not None:
                 holder.release()
         sync()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        if witness is not None:
+            witness.after(times)  # the judge's clock stops when these arrive
+        return times
 
     runners, used_graph = fns, False
     probe = measure(fns, min(5, max_reps), 0, check=False)
@@ -663,3 +683,103 @@ def time_cpu(
     if sample is not None:
         sample((i - 1) % len(fns), out, True, rec)
     return samples, False, statistics.median(samples)
+
+
+def time_judged(
+    call: Callable[[int, bool], float],
+    sets: int,
+    *,
+    min_reps: int = 5,
+    max_reps: int = 50,
+    rel_ci: float = 0.02,
+    max_s: float = 2.0,
+    warmup: int = 1,
+    clock: Callable[[], float] = time.perf_counter,
+    **_: Any,
+) -> list[float]:
+    """The judge's side of CPU timing: `call(k, timed)` runs one call on rotation set `k` in
+    the candidate's process and returns the time the judge saw, in ms (its own clock around
+    the message and the answer); `timed` is False for the warm-up. The same rotation and
+    stopping rule as `time_cpu`, with no number from the candidate's process in them.
+
+    >>> time_judged(lambda k, timed: 1.0 + k, 2, min_reps=4, max_reps=4)
+    [1.0, 2.0, 1.0, 2.0]
+    """
+    for _ in range(warmup):
+        for k in range(sets):
+            call(k, False)
+    samples: list[float] = []
+    t_end = clock() + max_s
+    i = 0
+    while len(samples) < max_reps:
+        samples.append(call(i % sets, True))
+        i += 1
+        if len(samples) >= min_reps and (relative_ci(samples) <= rel_ci or clock() > t_end):
+            break
+    return samples
+
+
+class BlockWitness:
+    """What `time_cuda` tells the judge about each measured block: `before(calls)` when the
+    block is about to be queued (it waits there for the judge's word, when the judge's clock
+    starts), `after(samples_ms)` right after the block's device synchronisation (when the
+    judge's clock stops). The worker's implementation sends messages; this one does nothing."""
+
+    def before(self, calls: int) -> None:
+        pass
+
+    def after(self, samples_ms: list[float]) -> None:
+        pass
+
+
+class Bracket(msgspec.Struct, frozen=True):
+    """One measured block as the judge saw it: the wall time from its word to go to the
+    block's samples arriving (its own clock), the samples reported, and whether the calls
+    were graph replays (where a call's cost outside its events is the harness's alone)."""
+
+    window_ms: float
+    samples_ms: list[float]
+    graph: bool = False
+
+
+def bracket_misfit(
+    blocks: Sequence[Bracket], *, overhead_ms: float | None, constant_ms: float, tol: float, eps_ms: float = 0.01
+) -> str | None:
+    """Why the reported samples cannot be what the judge observed, or None.
+
+    (a) In every block the samples add up to no more than the window (the calls ran one
+    after another within it; `eps_ms` and 0.1% for the two clocks). (b) Over the graph-replay
+    blocks, the samples add up to at least what is left of the windows once `overhead_ms` per
+    call (the harness's own work around each call: flush, perturbation, launch, copies,
+    calibrated by the judge on a trusted candidate and overstated) and `constant_ms` per
+    block (messages, waking up, the synchronisation) are taken off, within `tol`. (b) is
+    checked on the blocks together, so one block the judge was late to read (its own host
+    busy) does not reject an honest candidate; it is skipped where `overhead_ms` is None.
+
+    >>> fair = [Bracket(5.0, [1.0] * 4, True)]
+    >>> bracket_misfit(fair, overhead_ms=0.2, constant_ms=0.5, tol=0.05) is None
+    True
+    >>> bracket_misfit([Bracket(5.0, [0.05] * 4, True)], overhead_ms=0.2, constant_ms=0.5, tol=0.05)[:32]
+    'the samples add up to 0.2000 ms '
+    """
+    for i, b in enumerate(blocks):
+        total = math.fsum(b.samples_ms)
+        if not total <= b.window_ms * 1.001 + eps_ms:
+            return (
+                f"the samples of block {i} add up to {total:.4f} ms, more than the {b.window_ms:.4f} ms "
+                f"the judge saw the block take ({len(b.samples_ms)} calls)"
+            )
+    graphs = [b for b in blocks if b.graph]
+    if overhead_ms is None or not graphs:
+        return None
+    total = math.fsum(math.fsum(b.samples_ms) for b in graphs)
+    window = math.fsum(b.window_ms for b in graphs)
+    calls = sum(len(b.samples_ms) for b in graphs)
+    floor = (window - calls * overhead_ms - len(graphs) * constant_ms) / (1 + tol)
+    if total < floor:
+        return (
+            f"the samples add up to {total:.4f} ms over {calls} calls in {len(graphs)} blocks, the judge "
+            f"saw {window:.4f} ms pass; at most {overhead_ms:.4f} ms per call and {constant_ms:.2f} ms per "
+            f"block are the harness's, so the calls took at least {floor:.4f} ms"
+        )
+    return None
