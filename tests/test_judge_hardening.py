@@ -411,3 +411,20 @@ def test_the_sandbox_brackets_each_block_with_its_own_clock(factor: float, fits:
     graphs = [msgspec.structs.replace(b, graph=i > 0) for i, b in enumerate(brackets)]
     why = bracket_misfit(graphs, overhead_ms=0.5, constant_ms=2.0, tol=0.05)
     assert (why is None) == fits, why
+
+
+def test_the_calibration_candidate_answers_every_tuning_shape() -> None:
+    """The trusted do-nothing candidate the judge calibrates its brackets with (`gate._null_source`)
+    returns outputs of each tuning shape's own shapes and dtypes, on the inputs' device."""
+    from evokernel.judge.gate import _null_source
+
+    judge = _judge({})
+    try:
+        scope: dict[str, Any] = {}
+        exec(_null_source(judge.tuning), scope)
+        for shape in judge.tuning:
+            out = scope["kernel"](*shape.inputs)
+            outs = list(out) if isinstance(out, tuple) else [out]
+            assert [(o.shape, o.dtype) for o in outs] == [(s.shape, s.dtype) for s in shape.slots]
+    finally:
+        judge.close()

@@ -1122,36 +1122,42 @@ class Judge:
         )
 
     def _overhead(self, shape: _Shape, spec: dict[str, Any], steps: dict[str, float]) -> float | None:
-        """The most the harness spends per timed call outside the call's CUDA events (flush,
-        perturbation, launch, copies), measured once per shape on a trusted candidate that
-        does next to nothing (`_null_source`), in the same harness, and overstated
-        (`GateOptions.bracket_slack`). None where that run fails: the lower bound of
-        `timing.bracket_misfit` is then not checked (a warning says so)."""
-        if shape.key in self._overheads:
-            return self._overheads[shape.key]
-        t = time.monotonic()
-        found: float | None = None
+        """The most the harness spends per timed call of `shape` outside the call's CUDA events
+        (flush, perturbation, launch, copies), measured once per judge on a trusted candidate
+        that does next to nothing (`_null_source`), in the same harness, every tuning shape in
+        one process, and overstated (`GateOptions.bracket_slack`). None where that run failed:
+        the lower bound of `timing.bracket_misfit` is then not checked (a warning says so)."""
+        if shape.key not in self._overheads:
+            t = time.monotonic()
+            self._overheads.update(self._calibrate(spec))
+            _lap(steps, "time_calibrate", t)
+        return self._overheads.get(shape.key)
+
+    def _calibrate(self, spec: dict[str, Any]) -> dict[str, float | None]:
+        found: dict[str, float | None] = {s.key: None for s in self.tuning}
         sandbox = self.sandbox(_null_source(self.tuning), "calibration")
         try:
-            ready = sandbox.wait_ready()
-            if not isinstance(ready, Outcome):
-                shape.refill_rotation()
-                self._settle()
-                got = sandbox.time(shape.key, shape.refs["rotation"], shape.refs["samples"], spec)
-                if not isinstance(got, Outcome) and got[0].ok and len(got[1]) > 1:
-                    per_call = [(b.window_ms - math.fsum(b.samples_ms)) / len(b.samples_ms) for b in got[1][1:]]
-                    found = max(0.0, *per_call) * self.options.bracket_slack + 0.005
+            if not isinstance(sandbox.wait_ready(), Outcome):
+                for s in self.tuning:
+                    s.refill_rotation()
+                    self._settle()
+                    got = sandbox.time(s.key, s.refs["rotation"], s.refs["samples"], spec)
+                    if isinstance(got, Outcome):
+                        break
+                    timing, brackets = got
+                    if timing.ok and len(brackets) > 1:  # the loop's blocks (block 0, the probe, is eager)
+                        per_call = [(b.window_ms - math.fsum(b.samples_ms)) / len(b.samples_ms) for b in brackets[1:]]
+                        found[s.key] = max(0.0, *per_call) * self.options.bracket_slack + 0.005
         finally:
-            sandbox.close()
-        if found is None:
+            close_quietly(sandbox)
+        missing = [k for k, v in found.items() if v is None]
+        if missing:
             warnings.warn(
-                f"the judge could not calibrate its timing brackets on {shape.key}: the lower bound on "
-                "reported CUDA timings is not checked for it",
+                f"the judge could not calibrate its timing brackets on {', '.join(missing)}: the lower bound "
+                "on reported CUDA timings is not checked there",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
-        self._overheads[shape.key] = found
-        _lap(steps, "time_calibrate", t)
         return found
 
     @staticmethod

@@ -863,8 +863,8 @@ class Sandbox:
                 window = (time.perf_counter() - asked[0]) * 1e3
                 brackets.append(Bracket(window_ms=window, samples_ms=list(msg.samples_ms)))
                 asked = None
-            elif isinstance(msg, Timing) and msg.shape == shape and asked is None:
-                return msg, brackets
+            elif isinstance(msg, Timing) and msg.shape == shape and (asked is None or not msg.ok):
+                return msg, brackets  # (a failure may come mid-block: a CUDA error, say)
             elif isinstance(msg, Outcome):
                 return msg
             else:
