@@ -14,8 +14,8 @@ True
 """
 
 # One module on purpose, though over 400 lines: every way of timing a call (events, graphs, flush, rotation, perturbation,
-# host-sync detection) runs inside the candidate's process from the same captured functions (`watched`); they share
-# one set of helpers and one footing record.
+# host-sync detection, the judge's own loop and its brackets of the candidate's) shares one set of helpers and one
+# footing record; the parts that run inside the candidate's process use the captured functions (`watched`).
 
 from __future__ import annotations
 
