@@ -133,6 +133,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     processes: int = 512  # RLIMIT_NPROC (counted for its own host uid: `Identity`)
     tmp_bytes: int = 1 << 30  # the scratch file system: /tmp and (private_work) its folder, together
     shm_bytes: int = 64 << 20  # a private /dev/shm
+    host_shm_writable: bool = True  # the host's /dev/shm ("shm" off: CUDA), else read-only but shared_files
 
 
 class Identity(msgspec.Struct, frozen=True):
@@ -589,7 +590,7 @@ def _build_root(plan: Plan, held: Held, own_proc: bool) -> None:
         os.makedirs(stage + "/dev/shm", exist_ok=True)
         _mount("tmpfs", stage + "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={plan.shm_bytes},mode=1777")
     elif "/dev/shm" in fds:
-        _bind(fds["/dev/shm"], stage + "/dev/shm", writable=True)
+        _bind(fds["/dev/shm"], stage + "/dev/shm", writable=plan.host_shm_writable)
     # the candidate's folder: on the scratch file system, or the host's (a trusted candidate's)
     if plan.work_dir:
         if plan.private_work:
@@ -602,8 +603,10 @@ def _build_root(plan: Plan, held: Held, own_proc: bool) -> None:
                 _mount(scratch, stage + plan.work_dir, None, _MS_BIND)
         elif plan.work_dir in fds:
             _bind(fds[plan.work_dir], stage + plan.work_dir, writable=True)
-    for path in plan.shared_files:  # the judge's CUDA block's counter, where /dev/shm is private
-        if path in fds and not (path.startswith("/dev/shm/") and "shm" not in plan.protections):
+    for path in plan.shared_files:  # the judge's CUDA block's counter, where /dev/shm is private or read-only
+        if path in fds and not (
+            path.startswith("/dev/shm/") and "shm" not in plan.protections and plan.host_shm_writable
+        ):
             _bind(fds[path], stage + path, writable=True)
     os.makedirs(stage + "/proc", exist_ok=True)
     if own_proc:

@@ -310,6 +310,7 @@ class Setup(msgspec.Struct):
     exposed: list[str] = []  # the host paths its root is built from (read-only); empty: the defaults
     private_work: bool = False  # its folder on the capped scratch file system, not the host's
     tmp_bytes: int = 1 << 30  # the scratch file system (/tmp and a private folder together)
+    host_shm_writable: bool = True  # where it keeps the host's /dev/shm (CUDA): writable or read-only
 
 
 def _plan(setup: Setup) -> Any:
@@ -325,6 +326,7 @@ def _plan(setup: Setup) -> Any:
         private_work=setup.private_work,
         file_bytes=setup.file_bytes,
         tmp_bytes=setup.tmp_bytes,
+        host_shm_writable=setup.host_shm_writable,
     )
 
 

@@ -203,11 +203,14 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     without: tuple[str, ...] = ()
     output_bytes: int = 4 << 20  # what a candidate prints is cut after this, with a note
     file_bytes: int = 1 << 30  # no file a candidate writes grows past this
+    # a CUDA candidate keeps the host's /dev/shm (the driver's IPC): writable, or read-only but
+    # for the judge's CUDA block's counter file (then nothing it writes lands in the host's memory)
+    host_shm_writable: bool = True
 
 
 #: SandboxOptions fields that do not change what a candidate's measurement means (left out of
 #: evaluator fingerprints)
-ISOLATION_FIELDS = ("isolation", "without", "output_bytes", "file_bytes")
+ISOLATION_FIELDS = ("isolation", "without", "output_bytes", "file_bytes", "host_shm_writable")
 
 
 class SandboxUnavailable(EvokernelError):
@@ -790,6 +793,7 @@ class Sandbox:
             readable=([self.seed_cache] if self.seed_cache else []) + _hidden_import_path(),
             output_bytes=self.options.output_bytes,
             file_bytes=self.options.file_bytes,
+            host_shm_writable=self.options.host_shm_writable,
         )
         self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), arena), daemon=True)
         self.started_wall = time.time()  # before the fork: the child stamps its own steps after it
