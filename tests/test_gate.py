@@ -199,9 +199,7 @@ CLASSES: dict[str, list[str]] = {
     "writes the host's kernel settings (/proc/sys) as the host's root": ["cheats/host_kernel_settings.py"],
     "connects to host Unix sockets (the fork server's, a database's)": ["cheats/host_sockets.py"],
     "reads files outside its own folder (/etc/shadow, the judge's neighbours, homes)": ["cheats/host_files.py"],
-    "namespaces through clone or clone3 (seccomp refused only unshare and setns)": [
-        "cheats/clone_namespaces.py"
-    ],
+    "namespaces through clone or clone3 (seccomp refused only unshare and setns)": ["cheats/clone_namespaces.py"],
     "floods the host: processes, disk": ["cheats/fork_flood.py", "cheats/disk_flood.py"],
     "reads secrets": ["honest/env_probe.py", "honest/env_probe_ancestors.py", "honest/memory_probe.py"],
     "GPU: side stream not joined": ["cheats/side_stream_no_sync.py", "cheats/side_stream_escape_timing.py"],
