@@ -572,3 +572,17 @@ def test_the_readme_synopsis_names_every_option():
         options = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
         missing = [o for o in options if not re.search(re.escape(o) + r"(?![\w-])", synopsis.get(name, ""))]
         assert not missing, (name, missing)
+
+
+@pytest.mark.slow
+def test_replay_says_what_the_model_learned_from_and_holds_the_replayed_landscape_out(evokernel_cmd, cli_env):
+    name = "matmul_bf16_h200_M2048_N6144_K4096"
+    out = run(evokernel_cmd, cli_env, "replay", name, "--budget", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    priors = json.loads(out.stdout)["priors"]
+    assert priors["held_out"] == [name] and name not in priors["groups"] and priors["own_shape"] == []
+    text = run(evokernel_cmd, cli_env, "replay", name, "--budget", "8", "--quiet").stdout
+    assert f"held out: {name} (the landscape replayed)" in text and "INCLUDES" not in text
+    seen = run(evokernel_cmd, cli_env, "replay", name, "--budget", "8", "--quiet", "--train-on-replayed")
+    assert seen.returncode == 0, seen.stderr
+    assert f"INCLUDES {name} (the landscape replayed: the model has seen the answer)" in seen.stdout

@@ -100,6 +100,12 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)",
     )
     sp.add_argument(
+        "--train-on-replayed",
+        action="store_true",
+        help="replay only: let the cost model learn from the landscape being replayed (by default it is held "
+        "out: a model trained on it has seen the answer, and the run says nothing of how the search would do)",
+    )
+    sp.add_argument(
         "--patience", type=positive_int, default=None, help="stop after this many generations without a better elite"
     )
     sp.add_argument(

@@ -53,6 +53,7 @@ class Target:
             population=self.args.population,
             patience=self.args.patience,
             promotion=None if fidelity is None else Promotion(margin=fidelity),
+            train_on_replayed=bool(getattr(self.args, "train_on_replayed", False)),
         )
 
 
@@ -62,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.db in (None, ":memory:"):
         raise ConfigError("fan-out searches share a store: give --db a file or a database URL")
-    fields = {k: getattr(args, k) for k in ("noise", "seed", "strategy", "population", "patience", "fidelity")}
+    fields = {
+        k: getattr(args, k)
+        for k in ("noise", "seed", "strategy", "population", "patience", "fidelity", "train_on_replayed")
+    }
     targets = [Target(t, argparse.Namespace(**fields)) for t in args.targets]
     budget = Budget(evaluations=args.budget, wall_s=args.wall_time)
     summaries = fan_out(targets, args.db, budget, seed=args.seed, address=args.ray)

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         "stop_reason": report.stop_reason,
         "statuses": report.statuses,
         "operators": report.operators,
+        "priors": report.priors,
         "wall_s": time.monotonic() - t0,
     }
     if args.json:

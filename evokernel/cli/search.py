@@ -121,6 +121,8 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         get_strategy(args.strategy or "default")  # an unknown strategy is the first thing said
     if spec.mutators is not None and args.strategy is not None:
         raise ConfigError("the search file sets its own mutators; drop --strategy")
+    if getattr(args, "train_on_replayed", False) and not _replays(spec.evaluator):
+        raise ConfigError("--train-on-replayed applies to landscape replays; this evaluator measures kernels")
     llm = getattr(args, "llm", None)
     if llm and (getattr(spec.evaluator, "problem", None) is None or getattr(spec.evaluator, "render", None) is None):
         raise ConfigError(
@@ -133,6 +135,7 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         population=args.population,
         patience=args.patience,
         promotion=None if getattr(args, "fidelity", None) is None else Promotion(margin=args.fidelity),
+        train_on_replayed=bool(getattr(args, "train_on_replayed", False)),
         name=getattr(args, "name", None) or spec.name,
         llm=llm,
         ray=getattr(args, "ray", None),
@@ -141,6 +144,13 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
     return assemble(
         spec, store=store, observers=observers, say=lambda line: print(f"evokernel: {line}", file=sys.stderr)
     )
+
+
+def _replays(evaluator: Any) -> bool:
+    from evokernel.engine.transfer import transfer_key
+
+    key = transfer_key(evaluator)
+    return key is not None and key["family"].startswith("replay:")
 
 
 def budget(args: argparse.Namespace) -> Budget:
@@ -188,3 +198,7 @@ def print_report(report: SearchReport, db: str | None) -> None:
         f"{statuses}{where}",
         highlight=False,
     )
+    if report.priors is not None:
+        from evokernel.engine.priors import trained_on
+
+        console.print(trained_on(report.priors), highlight=False, soft_wrap=True)

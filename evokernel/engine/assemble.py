@@ -56,7 +56,9 @@ class SearchSpec:
     mutators or strategy (not both; default: the "default" strategy); options: the loop's
     knobs (default: the strategy's); population, patience and promotion override them
     (population sets the elites carried over too; promotion judges through the evaluator's
-    cheaper fidelity levels first, `evokernel.evaluators.Cascade`); seeds: known-good points of the first generation; llm: a
+    cheaper fidelity levels first, `evokernel.evaluators.Cascade`); train_on_replayed: let the
+    cost model learn from the very landscape a replay replays (`SearchOptions.train_on_replayed`:
+    it has then seen the answer; off, a replay's own landscape is held out); seeds: known-good points of the first generation; llm: a
     model name (Anthropic) or a provider object for the LLM rewrite operator, added to the
     mutators when the evaluator judges a problem; knowledge: record lessons and accepted
     kernels in the store when the evaluator judges a problem. ray: evaluate on the GPUs of a
@@ -75,6 +77,7 @@ class SearchSpec:
     population: int | None = None
     patience: int | None = None
     promotion: Promotion | None = None
+    train_on_replayed: bool = False
     name: str | None = None
     seeds: Iterable[Genome | Mapping[str, Any]] = ()
     llm: Any = None
@@ -175,6 +178,10 @@ def assemble(
             elitism=spec.population or base.elitism,
             patience=spec.patience if spec.patience is not None else base.patience,
             promotion=spec.promotion if spec.promotion is not None else base.promotion,
+        )
+    if spec.train_on_replayed:
+        options = replace(
+            options or get_strategy(spec.strategy or default_for(spec.space)).options, train_on_replayed=True
         )
     mutators = spec.mutators
     strategy = spec.strategy

@@ -86,9 +86,12 @@ class SearchOptions:
     transfer_operator: int = 0
     # what a primed mutator (the cost model) learns from before the run: the store's earlier
     # runs of the kernel family always, the landscapes that ship with evokernel when true;
-    # prior_holdout leaves out a shipped landscape of the run's own shape (benchmarks)
+    # prior_holdout leaves out a shipped landscape of the run's own shape (benchmarks). A replay
+    # always leaves out the landscape it replays (the answer it searches for) unless
+    # train_on_replayed: then the model has seen the answer, and the figure is not a search's
     shipped_priors: bool = True
     prior_holdout: bool = False
+    train_on_replayed: bool = False
     # judge cheaply first and promote the promising genomes to the evaluator's full fidelity,
     # when the evaluator offers levels (`HasFidelities`; None: every genome at full fidelity)
     promotion: Promotion | None = None

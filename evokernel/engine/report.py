@@ -145,6 +145,9 @@ class SearchReport(msgspec.Struct, kw_only=True):
     skipped: dict[str, int]
     wall_s: float
     cost: float
+    # what a primed mutator (the cost model) learned from: `evokernel.engine.priors.describe`
+    # (rows, sources, the shipped landscapes of the run's own shape held out or kept); None: none
+    priors: dict[str, Any] | None = None
 
     def to_dataframe(self) -> Any:
         """The reported elites as a pandas DataFrame, fastest first: the columns of

@@ -163,6 +163,7 @@ class _Run:
         self.counts = {"measured": 0, "resumed": 0, "reused": 0}
         self.t0 = time.monotonic()
         self.stop_reason = ""
+        self.priors: dict[str, Any] | None = None  # what a primed mutator learned from (seeding)
 
     # -- bookkeeping -------------------------------------------------------------------
     def charge(self, amount: float, what: str) -> None:
@@ -450,6 +451,7 @@ class _Run:
             skipped=dict(self.skipped),
             wall_s=time.monotonic() - self.t0,
             cost=self.cost,
+            priors=self.priors,
         )
 
     def _end_generation(self, population: list[Individual], children: list[Individual]) -> None:
@@ -475,6 +477,8 @@ def _options_identity(options: SearchOptions) -> dict[str, Any]:
     out = asdict(options)
     if out.get("promotion") is None:
         out.pop("promotion", None)
+    if not out.get("train_on_replayed"):
+        out.pop("train_on_replayed", None)
     return out
 
 

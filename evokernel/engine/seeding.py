@@ -90,12 +90,14 @@ def primed_picks(run: _Run, key: dict[str, Any] | None, taken: set[str], room: i
         before_seq=run.run.seq,
         shipped=bool(key) and run.opt.shipped_priors,
         holdout=run.opt.prior_holdout,
+        train_on_replayed=run.opt.train_on_replayed,
     )
     for m in primed:
         m.prime(source)
     rows = source.rows()
+    run.priors = describe_priors(rows, source)
     if rows:
-        s.store.log_event(run.run.id, "priors", describe_priors(rows), key="priors")
+        s.store.log_event(run.run.id, "priors", run.priors, key="priors")
     out: list[Genome] = []
     maker = next((m for m in primed if getattr(m, "has_data", True)), None)
     if maker is None or room <= 0:
