@@ -998,6 +998,11 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.unlink(self.log_path)
         if self._uid_lock is not None and self.uid is not None:
+            if self.mapped and "pid" in self.isolation and remove:
+                # its PID namespace ends every process it started: the folder goes now (an
+                # untrusted candidate's is empty here, its files were on its scratch file system)
+                remove_tree(remove)
+                remove = None
             # processes that left the group are found by their user, off the judge's path
             _release_uid(self.uid, self._uid_lock, remove)
             self._uid_lock = None
