@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from evokernel.core.genome import Genome
 from evokernel.engine.landscape import builtin
 
 
@@ -141,6 +143,9 @@ def test_landscapes_lists_the_shipped_sweeps(evokernel_cmd, cli_env):
         (["replay", "{small}", "--budget", "ten"], "'ten' is not an integer"),
         (["replay", "{small}", "--strategy", "annealing"], "unknown strategy 'annealing'"),
         (["replay", "{small}", "--noise", "-1"], "--noise: must be a finite number >= 0"),
+        (["search", "{small}", "--noise", "1e6", "--db", "{db}"], "--noise: must be between 0 and 1"),
+        (["search", "{small}", "--seed", "-1", "--db", "{db}"], "--seed: must be a whole number >= 0, got -1"),
+        (["replay", "{small}", "--seed", "-3"], "--seed: must be a whole number >= 0, got -3"),
         (["replay", "{bad}"], "missing column 'latency_ms'"),
         (["replay", "{typo}"], "typo.csv:3: column 'b': '2O' is not a number, the column's other cells are"),
         (["search", "{both}", "--db", "{db}"], "both.csv:2: both latency_ms (0.5) and error ('boom') are set"),
@@ -586,3 +591,88 @@ def test_replay_says_what_the_model_learned_from_and_holds_the_replayed_landscap
     seen = run(evokernel_cmd, cli_env, "replay", name, "--budget", "8", "--quiet", "--train-on-replayed")
     assert seen.returncode == 0, seen.stderr
     assert f"INCLUDES {name} (the landscape replayed: the model has seen the answer)" in seen.stdout
+
+
+def _stored_run(path: str, small_csv: Path, budget: int = 40) -> str:
+    """A store at `path` (a file or a URL) holding one search of the small landscape; its run id."""
+    from evokernel import Budget, Search, open_store
+    from evokernel.evaluators import ReplayEvaluator
+
+    ev = ReplayEvaluator(small_csv)
+    store = open_store(path)
+    try:
+        return Search(ev.space, ev, strategy="evolution", store=store).run(Budget(evaluations=budget), seed=0).run_id
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--out", "{afile}/x.html"], "cannot write the report {afile}/x.html: {afile} is not a folder"),
+        (["--out", "{gone}/r.html"], "cannot write the report {gone}/r.html: {gone} does not exist"),
+        (["--out", "{tmp}"], "the report {tmp} is a folder; give a file name"),
+        (["--out", "{tmp}/r.html", "--png", "{afile}"], "the PNG folder {afile} is a file, not a folder"),
+        (["--out", "{tmp}/r.html", "--png", "/proc/figs"], "cannot make the PNG folder /proc/figs"),
+        (["--out", "{tmp}/r.html", "--png", "{gone}/figs"], "cannot make the PNG folder {gone}/figs: {gone} does not"),
+    ],
+)
+def test_report_refuses_an_output_it_cannot_write_in_one_line(
+    tmp_path, small_csv, evokernel_cmd, cli_env, args, message
+):
+    import shutil
+    import uuid
+
+    db = str(tmp_path / "r.db")
+    _stored_run(db, small_csv, budget=8)
+    (tmp_path / "afile").write_text("a file\n")
+    # a folder under / that does not exist: the report must not make it (it did, as root)
+    paths = {"afile": str(tmp_path / "afile"), "gone": f"/nonexistent-{uuid.uuid4().hex[:8]}", "tmp": str(tmp_path)}
+    try:
+        out = run(evokernel_cmd, cli_env, "report", db, *[a.format(**paths) for a in args], cwd=tmp_path)
+        made = os.path.exists(paths["gone"])
+    finally:
+        shutil.rmtree(paths["gone"], ignore_errors=True)
+    assert_one_line_error(out, message.format(**paths))
+    assert not made and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.slow
+def test_report_opens_a_postgresql_store(tmp_path, small_csv, evokernel_cmd, cli_env, pg_url):
+    run_id = _stored_run(pg_url, small_csv, budget=12)
+    out = run(evokernel_cmd, cli_env, "report", pg_url, "--out", str(tmp_path / "r.html"))
+    assert out.returncode == 0, out.stderr
+    assert run_id in (tmp_path / "r.html").read_text()
+
+
+def test_show_json_gives_each_elite_its_lineage(tmp_path, small_csv, evokernel_cmd, cli_env):
+    from evokernel import SQLiteStore
+
+    db = str(tmp_path / "e.db")
+    run_id = _stored_run(db, small_csv)
+    with SQLiteStore(db) as store:
+        first = {}
+        for e in store.history(run_id):
+            if e.kind == "eval":
+                first.setdefault(e.genome.id, e.genome.lineage)
+    out = run(evokernel_cmd, cli_env, "show", db, "--json")
+    assert out.returncode == 0, out.stderr
+    elites = json.loads(out.stdout)["elites"]
+    assert elites
+    shown = {e["genome"]["lineage"]["operator"] + str(e["genome"]["lineage"]["generation"]) for e in elites}
+    for e in elites:
+        lin = first[Genome.of(e["genome"]["params"]).id]
+        want = {"parents": list(lin.parents), "operator": lin.operator, "generation": lin.generation}
+        assert e["genome"]["lineage"] == want, (e, lin)
+    assert shown != {"init0"}  # what every elite said before: its lineage was lost on the way
+
+
+def test_help_states_the_strategy_default_and_version_prints_it(evokernel_cmd, cli_env):
+    from importlib.metadata import version
+
+    for command in ("search", "replay"):
+        out = run(evokernel_cmd, {**cli_env, "COLUMNS": "2000"}, command, "--help")
+        line = next(x for x in out.stdout.splitlines() if x.strip().startswith("--strategy"))
+        assert "default: the kernel family's measured best: model for matmul and attention spaces" in line, line
+    out = run(evokernel_cmd, cli_env, "--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"evokernel {version('evokernel')}", out

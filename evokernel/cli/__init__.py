@@ -58,10 +58,23 @@ COMMANDS = {
 
 def _build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="evokernel", description="Evolutionary search for faster GPU kernels.")
+    p.add_argument("--version", action="version", version=f"evokernel {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMANDS.values():
         module.add_parser(sub)
     return p
+
+
+def _version() -> str:
+    """The installed distribution's version (the package's own where it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("evokernel")
+    except PackageNotFoundError:
+        from evokernel import __version__
+
+        return __version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,6 +31,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
+    return value
+
+
+def noise_sigma(text: str) -> float:
+    """A --noise value: the sigma of a log-normal factor, in [0, 1] (1 already spreads a
+    measurement over a factor of e either way; more says nothing a replay can use)."""
+    value = nonneg_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (0.05 is about 5%), got {text}")
+    return value
+
+
 def nonneg_float(text: str) -> float:
     try:
         value = float(text)
@@ -82,7 +101,7 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
     sp.add_argument("--wall-time", type=positive_float, default=None, help="seconds (default: none)")
     sp.add_argument(
         "--seed",
-        type=int,
+        type=nonneg_int,
         default=0,
         help="seed of every random choice (default 0); the same seed and options re-run (or resume) the same run",
     )
@@ -91,13 +110,14 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         default=None,
         metavar="NAME",
         help=f"search strategy: {', '.join(BUILTIN_STRATEGIES)}, or one a plugin registers "
-        "(evokernel plugins); default: default",
+        "(evokernel plugins); default: the kernel family's measured best: model for matmul and attention spaces, "
+        "default for the rest",
     )
     sp.add_argument(
         "--noise",
-        type=nonneg_float,
+        type=noise_sigma,
         default=None,
-        help="replay only: sigma of multiplicative noise per evaluation (0.05 ~ 5%%)",
+        help="replay only: sigma of multiplicative noise per evaluation, 0 to 1 (0.05 ~ 5%%)",
     )
     sp.add_argument(
         "--train-on-replayed",
@@ -132,6 +152,39 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
     )
     sp.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     sp.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def output_file(path: str, what: str) -> None:
+    """Refuse, in one line, an output file that cannot be written where it is asked for: its
+    folder must exist (nothing is created above it) and it must not be a folder itself."""
+    p = Path(path)
+    parent = p.parent
+    if p.is_dir():
+        raise ConfigError(f"{what} {path} is a folder; give a file name")
+    if not parent.is_dir():
+        why = "is not a folder" if parent.exists() else "does not exist"
+        raise ConfigError(f"cannot write {what} {path}: {parent} {why}")
+    if not os.access(parent, os.W_OK):
+        raise ConfigError(f"cannot write {what} {path}: {parent} is not writable")
+
+
+def output_folder(path: str, what: str) -> None:
+    """Refuse, in one line, an output folder that is a file, or whose parent does not exist
+    (the folder itself is made; nothing above it)."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{what} {path} is a file, not a folder")
+    if not p.exists():
+        parent = p.parent
+        if not parent.is_dir():
+            why = "is not a folder" if parent.exists() else "does not exist"
+            raise ConfigError(f"cannot make {what} {path}: {parent} {why}")
+        try:
+            p.mkdir()
+        except OSError as exc:
+            raise ConfigError(f"cannot make {what} {path}: {exc.strerror or exc}") from None
+    if not os.access(p, os.W_OK):
+        raise ConfigError(f"cannot write in {what} {path}: not writable")
 
 
 def silence(stream: Any) -> None:

@@ -8,6 +8,7 @@ import argparse
 import os
 from typing import Any
 
+from evokernel.cli._common import existing_store, output_file, output_folder
 from evokernel.core.errors import ConfigError
 
 
@@ -18,7 +19,12 @@ def add_parser(sub: Any) -> None:
         description="A search's report: run header, convergence, operators, statuses, elites, landscape; "
         "or, with --results, the benchmark view. Needs: pip install 'evokernel[report]'.",
     )
-    rp.add_argument("db", nargs="?", default=None, help="the search database (SQLite), e.g. evokernel.db")
+    rp.add_argument(
+        "db",
+        nargs="?",
+        default=None,
+        help="the search database: an SQLite file (e.g. evokernel.db) or a postgresql:// URL",
+    )
     rp.add_argument(
         "--run",
         action="append",
@@ -39,18 +45,23 @@ def run(args: argparse.Namespace) -> int:
     if args.results is not None and args.run:
         raise ConfigError("--run names runs of a database, not benchmark records")
     require()
-    if args.results is not None:
-        from evokernel.report.bench import write_bench
+    if args.results is not None and not os.path.isdir(args.results):
+        raise ConfigError(f"no such folder: {args.results}")
+    store = existing_store(args.db) if args.db is not None else None
+    output_file(args.out, "the report")  # before any work: no folder is made above it
+    if args.png is not None:
+        output_folder(args.png, "the PNG folder")
+    try:
+        if store is None:
+            from evokernel.report.bench import write_bench
 
-        if not os.path.isdir(args.results):
-            raise ConfigError(f"no such folder: {args.results}")
-        out = write_bench(args.results, args.out, png=args.png)
-    else:
-        from evokernel.report.html import write_report
-        from evokernel.store import SQLiteStore
+            out = write_bench(args.results, args.out, png=args.png)
+        else:
+            from evokernel.report.html import write_report
 
-        if not os.path.exists(args.db):
-            raise ConfigError(f"no such database: {args.db}")
-        out = write_report(SQLiteStore(args.db, create=False), args.out, runs=args.run, png=args.png)
+            out = write_report(store, args.out, runs=args.run, png=args.png)
+    except OSError as exc:  # a disk that fills, a folder made read-only meanwhile
+        where = f" {exc.filename}" if exc.filename else ""
+        raise ConfigError(f"cannot write the report{where}: {exc.strerror or exc}") from None
     print(f"wrote {out}" + (f" and PNG figures in {args.png}" if args.png else ""))
     return 0

@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
     run = store.run(args.run) if args.run else runs[-1]
     for r in runs:
         r.status = shown_status(store, r)
-    elites = store.elites(run_id=run.id)
     history = store.history(run.id)
+    elites = with_lineage(store.elites(run_id=run.id), history)
     gens = [p for kind, p, _ in store.events(run.id) if kind == "generation"]
     if args.json:
         print(
@@ -98,6 +98,16 @@ def run(args: argparse.Namespace) -> int:
         highlight=False,
     )
     return 0
+
+
+def with_lineage(elites: list[Any], history: list[Any]) -> list[Any]:
+    """The elites, each genome with its lineage as the run's history records it (the store's
+    elite table keeps the point, not where it came from)."""
+    first: dict[str, Any] = {}
+    for e in history:
+        if e.kind == "eval":
+            first.setdefault(e.genome.id, e.genome)
+    return [msgspec.structs.replace(el, genome=first[el.genome.id]) if el.genome.id in first else el for el in elites]
 
 
 def shown_status(store: Any, run: Any) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from evokernel.cli._common import positive_float, positive_int, load_target
+from evokernel.cli._common import load_target, nonneg_int, positive_float, positive_int
 from evokernel.core.errors import ConfigError
 
 
@@ -15,7 +15,7 @@ def add_parser(sub: Any) -> None:
     sw.add_argument("--out", required=True, help="landscape CSV to write (appended to: a re-run resumes)")
     sw.add_argument("--limit", type=positive_int, default=None, help="at most this many new points")
     sw.add_argument("--wall-time", type=positive_float, default=None, help="stop after this many seconds")
-    sw.add_argument("--seed", type=int, default=0, help="order of the points (shuffled by this seed)")
+    sw.add_argument("--seed", type=nonneg_int, default=0, help="order of the points (shuffled by this seed)")
     sw.add_argument("--quiet", action="store_true", help="no progress display")
 
 
