@@ -113,11 +113,13 @@ def one_run(
     ev = ReplayEvaluator(L, noise=noise, seed=seed)
     t0 = time.process_time()
     # leave one shape out: a primed mutator (the cost model) never sees a shipped landscape
-    # of the shape under test
+    # of the shape under test (a replay holds its own landscape out anyway; --no-holdout lets
+    # the model see it: train_on_replayed)
+    held = {"prior_holdout": holdout, "train_on_replayed": not holdout}
     if strategy.startswith("mutators:"):
-        search = Search(L.space, ev, _mutators(strategy), store=store, options=SearchOptions(prior_holdout=holdout))
+        search = Search(L.space, ev, _mutators(strategy), store=store, options=SearchOptions(**held))
     else:
-        options = dataclasses.replace(get_strategy(strategy).options, prior_holdout=holdout)
+        options = dataclasses.replace(get_strategy(strategy).options, **held)
         search = Search(L.space, ev, strategy=strategy, store=store, options=options)
     report = search.run(Budget(evaluations=budget), seed=seed)
     cpu = time.process_time() - t0

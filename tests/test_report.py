@@ -217,3 +217,25 @@ def test_a_run_that_stored_nothing_still_gets_a_page_that_says_so(tmp_path):
     for fid in RUN_FIGURES:
         assert f'id="{fid}"' in page and (tmp_path / "png" / f"{fid}.png").exists(), fid
     assert "GPU fell off the bus" in page and "no evaluation is stored" in page
+
+
+def test_the_run_header_says_what_the_cost_model_learned_from():
+    """A replay's report says which shipped landscape its cost model was kept from (the one
+    replayed), or that the model saw it (`train_on_replayed`)."""
+    from evokernel import Budget, Search, SQLiteStore
+    from evokernel.engine.landscape import builtin
+    from evokernel.engine.options import SearchOptions
+    from evokernel.evaluators import ReplayEvaluator
+
+    name = "matmul_bf16_h200_M16_N4096_K4096"
+    store = SQLiteStore(":memory:")
+    ev = ReplayEvaluator(builtin(name))
+    ids = [
+        Search(ev.space, ev, strategy="model", store=store, options=opts).run(Budget(evaluations=8), seed=0).run_id
+        for opts in (None, SearchOptions(train_on_replayed=True))
+    ]
+    honest, seen = (dict(data.header(r))["cost model"] for r in data.load_runs(store, ids))
+    assert f"held out: {name} (the landscape replayed)" in honest and "INCLUDES" not in honest
+    assert f"INCLUDES {name} (the landscape replayed: the model has seen the answer)" in seen
+    random = Search(ev.space, ev, strategy="random", store=store).run(Budget(evaluations=4), seed=0).run_id
+    assert dict(data.header(data.load_runs(store, [random])[0]))["cost model"] == "-"

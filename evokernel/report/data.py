@@ -402,7 +402,19 @@ def header(run: RunData) -> list[tuple[str, str]]:
         ("wall time", f"{wall:.1f} s" if isinstance(wall, (int, float)) else "-"),
         ("device time", f"{float(f.elapsed_s.sum()):.1f} s (the evaluator's time on candidates)"),
         ("LLM dollars", f"${float(summ.get('cost', f.cost.sum())):.2f}"),
+        ("cost model", _priors_line(run)),
     ]
+
+
+def _priors_line(run: RunData) -> str:
+    """What a primed mutator (the cost model) learned from, as the run's `priors` event
+    records it (which shipped landscape was held out, or that the model saw the replayed one)."""
+    from evokernel.engine.priors import trained_on
+
+    priors = next((p for kind, p, _ in run.events if kind == "priors"), None)
+    if priors is None:
+        return "-"
+    return trained_on(priors).removeprefix("model ")
 
 
 def landscape_study(runs: list[RunData]) -> Any:
