@@ -44,6 +44,15 @@ class _Handler(BaseHTTPRequestHandler):
         if server.mode == "stall":  # accept, read, then say nothing
             server.release.wait(60)
             return
+        if server.mode == "fail":  # an overloaded API: 529 to every request, retry at once
+            payload = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
+            self.send_response(529)
+            self.send_header("content-type", "application/json")
+            self.send_header("retry-after-ms", "1")
+            self.send_header("content-length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         payload = ANSWER[: len(ANSWER) // 2] if server.mode == "truncated" else ANSWER
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -179,3 +188,61 @@ def test_an_openai_compatible_endpoint_that_stalls_is_bounded_by_the_time_left(s
     provider = OpenAICompatibleProvider("local", f"http://127.0.0.1:{server.server_address[1]}")  # 300 s, 3 retries
     reply, took = _bounded(lambda: provider.complete([{"type": "text", "text": "x"}], "rewrite it", time_left=2.0), 20)
     assert reply.error and took < 4.0
+
+
+def _search(rewrite: LLMRewrite, **budget: Any) -> Any:
+    """A search of `rewrite` and point mutation (made in the calling thread), run to `budget`."""
+    search = Search(
+        matmul_space(), _Constant(), [rewrite, PointMutation()], options=SearchOptions(population=2, remeasure=0)
+    )
+    return search.run(Budget(**budget), seed=0)
+
+
+def test_an_api_that_keeps_failing_is_switched_off_after_three_failed_proposals(
+    server: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    server.mode = "fail"
+    rewrite = _rewrite(_provider(server, monkeypatch))  # the defaults: 2 retries
+    caplog.set_level("WARNING", logger="evokernel.llm")
+    report, _ = _bounded(lambda: _search(rewrite, evaluations=16), 30)
+    assert report.evaluations == 16  # the search went on with point mutation
+    # the first failed proposal retries (3 requests); while failing, later ones try once;
+    # after 3 failed proposals in a row, no more requests (was 19-25)
+    assert len(server.requests) == 5, len(server.requests)
+    off = [r.getMessage() for r in caplog.records if "off for the rest of the run" in r.getMessage()]
+    assert len(off) == 1 and "3 proposals in a row failed" in off[0] and "529" in off[0], off
+    assert rewrite.exhausted
+
+
+def test_a_stalled_api_is_switched_off_without_a_wall_time(
+    server: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    server.mode = "stall"
+    rewrite = _rewrite(_provider(server, monkeypatch, timeout_s=0.3))
+    report, took = _bounded(lambda: _search(rewrite, evaluations=12), 30)
+    assert report.evaluations == 12
+    assert len(server.requests) == 5 and took < 10.0, (len(server.requests), took)
+    assert rewrite.available() is not None and "timed out" in rewrite.available().lower()
+
+
+def test_the_default_request_settings_bound_a_stalled_api():
+    client = AnthropicProvider("claude-sonnet-5", api_key="sk-test").client
+    # (the SDK's own settings) a connection that does not open fails in 10 s, an answer that
+    # does not come in 120 s; 2 retries: a stalled API holds a proposal at most 6 minutes
+    assert client.max_retries == 2
+    assert client.timeout.connect == 10.0 and client.timeout.read == 120.0
+
+
+def test_a_request_whose_worst_case_cost_exceeds_what_is_left_is_not_started(
+    server: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    # each recorded answer costs $0.0174 at the sonnet prices; max_tokens 8192 alone could cost $0.12
+    rewrite = _rewrite(_provider(server, monkeypatch))
+    caplog.set_level("WARNING", logger="evokernel.llm")
+    report, _ = _bounded(lambda: _search(rewrite, evaluations=12, cost=0.03), 30)
+    assert report.evaluations == 12
+    assert 0 < report.cost <= 0.03, report.cost  # was $0.0347: a second call started with $0.0126 left
+    assert len(server.requests) == 1
+    # the one request asked for no more output than the money left could pay for
+    assert server.requests[0]["max_tokens"] * 15.0 / 1e6 < 0.03
+    assert "not started" in caplog.text

@@ -58,6 +58,9 @@ class Context:
     # when the run's wall-time budget ends (time.monotonic()), or None: a slow operator (an
     # LLM call) keeps within it
     deadline: float | None = None
+    # what is left of the run's cost budget (USD), or None when it has none: a costly
+    # operator starts no request that could cost more
+    money_left: Callable[[], float | None] = field(default=lambda: None)
 
     def seconds_left(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()

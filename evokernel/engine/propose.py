@@ -68,7 +68,15 @@ def propose(run: _Run, population: list[Individual], taken: set[str], stored: Ge
 
 def _propose(run: _Run, population: list[Individual], taken: set[str], *, replaying: bool) -> Genome | None:
     pool = [p for p in population if p.result.is_ok]
-    ctx = Context(run.s.space, run.rng, run.generation, run.archive, run.charge, deadline=run._deadline())
+    ctx = Context(
+        run.s.space,
+        run.rng,
+        run.generation,
+        run.archive,
+        run.charge,
+        deadline=run._deadline(),
+        money_left=run._money_left,
+    )
     by_name = {m.name: m for m in run.mutators}
     for _ in range(run.opt.retries):
         allowed = allowed_operators(run, pool)  # a charge may have just hit the cost cap

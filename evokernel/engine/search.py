@@ -289,6 +289,9 @@ class _Run:
     def _deadline(self) -> float | None:
         return None if self.budget.wall_s is None else self.t0 + self.budget.wall_s
 
+    def _money_left(self) -> float | None:
+        return None if self.budget.cost is None else max(0.0, self.budget.cost - self.cost)
+
     def _accept(self, genome: Genome, result: Result, origin: str, out: list[Individual]) -> None:
         ind = Individual(genome, result, len(self.history), origin)
         self.history.append(ind)

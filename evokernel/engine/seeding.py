@@ -105,7 +105,7 @@ def primed_picks(run: _Run, key: dict[str, Any] | None, taken: set[str], room: i
     # a mutator may keep part of the first generation random (`first_share`: its share of the
     # open places), so the run also sees points its priors would not pick
     room = math.ceil(room * float(getattr(maker, "first_share", 1.0)))
-    ctx = Context(s.space, run.rng, 0, run.archive, run.charge, deadline=run._deadline())
+    ctx = Context(s.space, run.rng, 0, run.archive, run.charge, deadline=run._deadline(), money_left=run._money_left)
     for _ in range(room * 2):
         if len(out) >= room:
             break

@@ -17,7 +17,7 @@ from evokernel.core.redact import redact_failure
 from evokernel.core.mutator import Context
 from evokernel.judge.problem import Problem
 from evokernel.mutators.llm.edits import _config_keys, _normal, apply_edits, validate_source
-from evokernel.mutators.llm.providers import AnthropicProvider, LLMReply
+from evokernel.mutators.llm.providers import NOT_STARTED, AnthropicProvider, LLMReply
 
 log = logging.getLogger("evokernel.llm")
 
@@ -51,7 +51,12 @@ class LLMRewrite:
 
     `render` turns a genome into its candidate source (a genome carrying its own source is
     used as it is); `lessons(problem, parent)` returns text lines for the prompt;
-    `measured(genome)` what is known of a genome's results (a dict: latency per shape, error)."""
+    `measured(genome)` what is known of a genome's results (a dict: latency per shape, error).
+
+    A provider whose calls fail `breaker` proposals in a row (no answer: the API is down,
+    overloaded or stalled, after the provider's own retries) is off for the rest of the run,
+    said in one line; so is the operator once the run's cost budget left cannot pay for one
+    request's worst case. The search goes on with its other operators."""
 
     arity = 1
     costly = True
@@ -69,6 +74,7 @@ class LLMRewrite:
         measured: Callable[[Genome], dict[str, Any]] | None = None,
         inputs: int | None = None,
         tune: int = 6,
+        breaker: int = 3,
     ) -> None:
         self.problem = problem if isinstance(problem, Problem) else Problem.load(problem)
         # several providers (models) are mixed by Thompson sampling on their gains per dollar
@@ -81,6 +87,10 @@ class LLMRewrite:
         self.lessons, self.measured, self.inputs = lessons, measured, inputs  # inputs: the problem's arity
         self.stats = _Stats()
         self._said_off = False
+        self.breaker = breaker
+        self._failed = [0] * len(providers)  # proposals in a row whose call failed, by provider
+        self._broken: dict[int, str] = {}  # provider -> why it is off for the rest of the run
+        self._broke = ""  # why the whole operator is off for the rest of the run (no money left)
         self.last_prompt = ""
         # repair mode: a rewrite of ours that failed to compile or failed the gate goes back
         # with its error, at most `repairs` times along one line of fixes
@@ -103,6 +113,10 @@ class LLMRewrite:
         self._pause = 0
 
     def reset(self) -> None:
+        self._failed = [0] * len(self.providers)
+        self._broken.clear()
+        self._broke = ""
+        self._said_off = False
         self._answers.clear()
         self._repeats.clear()
         self._in_a_row = self._pause = 0
@@ -134,8 +148,14 @@ class LLMRewrite:
         if spent is not None and not result.is_ok and spent < self.repairs:
             self._to_repair.append((genome, f"{result.status.value}: {error[:1500]}", spent))
 
+    def _off(self, i: int) -> str | None:
+        """Why provider i makes no more calls this run, or None."""
+        return self._broken.get(i) or self.providers[i].available()
+
     def available(self) -> str | None:
-        reasons = [p.available() for p in self.providers]
+        if self._broke:
+            return self._broke
+        reasons = [self._off(i) for i in range(len(self.providers))]
         return None if any(r is None for r in reasons) else "; ".join(dict.fromkeys(r for r in reasons if r))
 
     @property
@@ -148,7 +168,7 @@ class LLMRewrite:
         """The provider for this call: a Beta draw of its gain rate (gains / calls) per mean
         dollar per call, so a cheap model that gains as often as a dear one wins; an unpriced
         (local) model counts a cent per call."""
-        usable = [i for i, p in enumerate(self.providers) if p.available() is None]
+        usable = [i for i in range(len(self.providers)) if self._off(i) is None]
         if len(usable) == 1:
             return usable[0]
         best, pick = -1.0, usable[0]
@@ -275,6 +295,15 @@ class LLMRewrite:
         which = self._choose(ctx.rng)
         self.provider = self.providers[which]
         reply = self._call(self.provider, ctx)
+        if reply.error.startswith(NOT_STARTED):  # no request went out: not a call
+            self.stats.dropped["not started"] = self.stats.dropped.get("not started", 0) + 1
+            if "cost budget" in reply.error:  # the money left will not grow
+                self._broke = reply.error[len(NOT_STARTED) :]
+                log.warning("%s is off for the rest of the run: request not started: %s", self.name, self._broke)
+                self._said_off = True
+            else:
+                log.warning("%s: proposal dropped: %s", self.name, reply.error)
+            return None
         self._model_stats[which]["calls"] += 1
         self._model_stats[which]["cost"] += reply.cost_usd
         st = self.stats
@@ -289,13 +318,17 @@ class LLMRewrite:
             st.tokens[k] += v
         if reply.cost_usd:
             ctx.charge(reply.cost_usd, f"{self.name} {getattr(self.provider, 'model', '')}")
+        self._failed[which] = self._failed[which] + 1 if self._no_answer(reply) else 0
         if reply.error:
             off = self.provider.available()
+            if off is None and self._failed[which] >= self.breaker > 0:
+                off = self._broken[which] = f"{self._failed[which]} proposals in a row failed (the last: {reply.error})"
             if off is None:
                 self._drop(reply.error)
                 return None
-            # a permanent error (a bad key, no access, no such model): that provider makes no
-            # more calls this run, said once here rather than once per proposal
+            # a permanent error (a bad key, no access, no such model) or an API that keeps
+            # failing: that provider makes no more calls this run, said once here rather than
+            # once per proposal
             key = reply.error.split(":")[0][:60]
             st.dropped[key] = st.dropped.get(key, 0) + 1
             model = getattr(self.provider, "model", type(self.provider).__name__)
@@ -352,22 +385,31 @@ class LLMRewrite:
             st.repairs += 1
         return child
 
+    @staticmethod
+    def _no_answer(reply: LLMReply) -> bool:
+        """Whether a call failed for want of an answer (the API down, overloaded, stalled, a
+        broken response), not for what the model answered."""
+        return bool(reply.error) and not reply.error.startswith(NOT_STARTED) and not reply.output_tokens
+
     def _call(self, provider: Any, ctx: Context) -> LLMReply:
-        """One call, within the run's remaining wall time; whatever goes wrong is a reply
-        with an error."""
+        """One call, within the run's remaining wall time and cost budget; whatever goes
+        wrong is a reply with an error."""
         import inspect
 
         kwargs: dict[str, Any] = {}
+        try:
+            takes = set(inspect.signature(provider.complete).parameters)
+        except (TypeError, ValueError):
+            takes = set()
         left = ctx.seconds_left() if hasattr(ctx, "seconds_left") else None
         if left is not None:
-            try:
-                takes = "time_left" in inspect.signature(provider.complete).parameters
-            except (TypeError, ValueError):
-                takes = False
-            if takes:
+            if "time_left" in takes:
                 kwargs["time_left"] = left
             elif left < 1.0:
-                return LLMReply(error="no time left in the run's wall-time budget")
+                return LLMReply(error=f"{NOT_STARTED}no time left in the run's wall-time budget")
+        money = ctx.money_left() if hasattr(ctx, "money_left") else None
+        if money is not None and "money_left" in takes:
+            kwargs["money_left"] = money
         try:
             return provider.complete(self.system(), self.last_prompt, **kwargs)
         except Exception as exc:  # a provider of the user's that raised

@@ -44,6 +44,11 @@ _TOOL = {
 }
 
 
+#: how a reply's `error` starts when no request was sent (no time or money left for one): not
+#: a failure of the API, so it does not count towards switching the operator off
+NOT_STARTED = "not started: "
+
+
 @dataclass
 class LLMReply:
     source: str = ""
@@ -59,6 +64,31 @@ class LLMReply:
     fields: dict[str, Any] = field(default_factory=dict)  # the arguments of a call to another tool than submit_kernel
 
 
+def _affordable(
+    max_tokens: int, text_bytes: int, tokens_per_byte: float, p_in: float, p_out: float, money_left: float | None
+) -> tuple[int, str]:
+    """The max_tokens a request may ask for so that its worst case (the prompt, estimated from
+    its size at `tokens_per_byte` and priced as input, plus every output token allowed) costs
+    no more than `money_left`; (0, why) when not even a useful answer fits (1024 tokens, or
+    max_tokens if less)."""
+    if money_left is None:
+        return max_tokens, ""
+    prompt_usd = text_bytes * tokens_per_byte * p_in / 1e6
+    room = max_tokens if p_out <= 0 else int((money_left - prompt_usd) * 1e6 / p_out)
+    if room >= min(max_tokens, 1024):
+        return min(max_tokens, room), ""
+    return 0, (
+        f"{NOT_STARTED}its worst-case cost (the prompt, about ${prompt_usd:.4f}, and "
+        f"{min(max_tokens, 1024)} output tokens) exceeds the ${max(money_left, 0.0):.4f} left of the cost budget"
+    )
+
+
+def _request_bytes(system: list[dict[str, Any]], prompt: str, tool: dict[str, Any]) -> int:
+    import json
+
+    return len(json.dumps(system).encode()) + len(prompt.encode()) + len(json.dumps(tool).encode())
+
+
 def _price(model: str) -> tuple[float, float, float, float]:
     for prefix, price in PRICES.items():
         if model.startswith(prefix):
@@ -68,9 +98,15 @@ def _price(model: str) -> tuple[float, float, float, float]:
 
 class AnthropicProvider:
     """Calls the Messages API through the official SDK: its retries (with backoff, honouring
-    retry-after) for 408/409/429/5xx and connection errors, then one answer or an error. A
-    permanent error (401, 403, 404, a 400 naming the model) switches the provider off:
-    `available()` says why from then on, and no more calls are made."""
+    retry-after) for 408/409/429/5xx, timeouts and connection errors, then one answer or an
+    error. A permanent error (401, 403, 404, a 400 naming the model) switches the provider off:
+    `available()` says why from then on, and no more calls are made.
+
+    Each attempt waits at most `connect_s` for the connection and `timeout_s` for the answer
+    (the SDK's `timeout`); a call makes `max_retries` retries (the SDK's), none while the last
+    call failed (an API that is down is not waited on three times a proposal): a stalled API
+    holds a call at most (max_retries + 1) x timeout_s, 6 minutes by default, then timeout_s.
+    `complete(money_left=...)` sends no request whose worst case could cost more."""
 
     name = "anthropic"
 
@@ -84,14 +120,19 @@ class AnthropicProvider:
         max_tokens: int = 8192,
         temperature: float | None = None,
         effort: str | None = None,
-        max_retries: int = 4,
-        timeout_s: float = 180.0,
+        max_retries: int = 2,
+        timeout_s: float = 120.0,
+        connect_s: float = 10.0,
     ) -> None:
         self.model, self.max_tokens, self.temperature, self.effort = model, max_tokens, temperature, effort
         self.prices = prices or _price(model)
         self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
         self._client = client
-        self.max_retries, self.timeout_s = max_retries, timeout_s
+        self.max_retries, self.timeout_s, self.connect_s = max_retries, timeout_s, connect_s
+        self.failing = False  # the last call failed (after its retries): the next makes none
+        # prompt tokens per byte of the request, for the worst case of its cost: a cautious
+        # guess (code runs at about 0.3), raised to the most any answer reported
+        self.tokens_per_byte = 0.5
         # why calls stopped for good (a bad key, no access, no such model): set by the first
         # such answer, so no call after it is paid for or waited on
         self.off: str | None = None
@@ -114,9 +155,14 @@ class AnthropicProvider:
             import anthropic
 
             self._client = anthropic.Anthropic(
-                api_key=self.api_key, max_retries=self.max_retries, timeout=self.timeout_s
+                api_key=self.api_key, max_retries=self.max_retries, timeout=self._timeout(self.timeout_s)
             )
         return self._client
+
+    def _timeout(self, seconds: float) -> Any:
+        import anthropic
+
+        return anthropic.Timeout(seconds, connect=min(self.connect_s, seconds))
 
     def complete(
         self,
@@ -125,36 +171,54 @@ class AnthropicProvider:
         *,
         tool: dict[str, Any] | None = None,
         time_left: float | None = None,
+        money_left: float | None = None,
     ) -> LLMReply:
         """One answer through `tool` (default: submit_kernel; another tool's arguments come
         back in `fields`), or a reply whose `error` says why not: never an exception.
 
         Each attempt waits at most `timeout_s` (the SDK's timeout, on connecting and on each
         read); with `time_left` (seconds of the run's wall time) attempts and retries are cut
-        so that all of them end within it."""
+        so that all of them end within it. With `money_left` (USD), max_tokens is cut so that
+        the request's worst case fits in it, and no request is sent if a useful one cannot."""
         try:
-            return self._complete(system, prompt, tool or _TOOL, time_left)
+            reply = self._complete(system, prompt, tool or _TOOL, time_left, money_left)
         except Exception as exc:  # a response the SDK could not parse (truncated JSON), ...
-            return LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
+            reply = LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
+        if not reply.error.startswith(NOT_STARTED):
+            self.failing = bool(reply.error) and not reply.output_tokens
+        return reply
 
     def _client_within(self, time_left: float | None) -> Any:
-        """The client, with a per-call timeout and retries that fit in `time_left`."""
+        """The client, with a per-call timeout and retries that fit in `time_left` (no retries
+        while the API is failing)."""
         client = self.client
+        retries = 0 if self.failing else getattr(client, "max_retries", self.max_retries)
         if time_left is None:
-            return client.with_options(timeout=self.timeout_s)
+            return client.with_options(timeout=self._timeout(self.timeout_s), max_retries=retries)
         per_call = min(self.timeout_s, time_left)
-        retries = getattr(client, "max_retries", self.max_retries)
         # (retries + 1) attempts of at most per_call seconds each, within time_left
         retries = max(0, min(retries, int(time_left // per_call) - 1))
-        return client.with_options(timeout=per_call, max_retries=retries)
+        return client.with_options(timeout=self._timeout(per_call), max_retries=retries)
 
     def _complete(
-        self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any], time_left: float | None
+        self,
+        system: list[dict[str, Any]],
+        prompt: str,
+        tool: dict[str, Any],
+        time_left: float | None,
+        money_left: float | None = None,
     ) -> LLMReply:
         import anthropic
 
         if time_left is not None and time_left < 1.0:
-            return LLMReply(error="no time left in the run's wall-time budget")
+            return LLMReply(error=f"{NOT_STARTED}no time left in the run's wall-time budget")
+        size = _request_bytes(system, prompt, tool)
+        p_in, p_out, p_write, _ = self.prices
+        max_tokens, why = _affordable(
+            self.max_tokens, size, self.tokens_per_byte, max(p_in, p_write), p_out, money_left
+        )
+        if why:
+            return LLMReply(error=why)
         client = self._client_within(time_left)
 
         kwargs: dict[str, Any] = {}
@@ -172,7 +236,7 @@ class AnthropicProvider:
         try:
             msg = client.messages.create(
                 model=self.model,
-                max_tokens=self.max_tokens,
+                max_tokens=max_tokens,
                 system=system,
                 messages=[{"role": "user", "content": prompt}],
                 tools=[tool],
@@ -201,6 +265,8 @@ class AnthropicProvider:
             cache_write_tokens=int(getattr(usage, "cache_creation_input_tokens", 0) or 0),
             cache_read_tokens=int(getattr(usage, "cache_read_input_tokens", 0) or 0),
         )
+        prompt_tokens = reply.input_tokens + reply.cache_write_tokens + reply.cache_read_tokens
+        self.tokens_per_byte = min(1.0, max(self.tokens_per_byte, prompt_tokens / max(size, 1)))
         p_in, p_out, p_write, p_read = self.prices
         reply.cost_usd = (
             reply.input_tokens * p_in
@@ -209,7 +275,7 @@ class AnthropicProvider:
             + reply.cache_read_tokens * p_read
         ) / 1e6
         if reply.stop_reason == "max_tokens":
-            reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
+            reply.error = f"truncated answer (max_tokens {max_tokens} reached)"
             return reply
         call = next(
             (b for b in msg.content if getattr(b, "type", "") == "tool_use" and getattr(b, "name", "") == tool["name"]),
@@ -268,6 +334,8 @@ class OpenAICompatibleProvider:
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.max_tokens, self.temperature, self.max_retries = max_tokens, temperature, max_retries
         self.timeout_s, self.prices, self.backoff_s = timeout_s, prices, backoff_s
+        self.failing = False  # the last call failed (after its retries): the next makes none
+        self.tokens_per_byte = 0.5  # as AnthropicProvider's
 
     def available(self) -> str | None:
         return None if self.base_url else "no endpoint URL"
@@ -285,7 +353,8 @@ class OpenAICompatibleProvider:
             headers["authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode()
         error = ""
-        for attempt in range(self.max_retries + 1):
+        retries = 0 if self.failing else self.max_retries
+        for attempt in range(retries + 1):
             wait = self.backoff_s * 2**attempt
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left < 1.0:
@@ -309,11 +378,11 @@ class OpenAICompatibleProvider:
                 error = f"connection failed: {type(exc).__name__}: {exc}"
             except ValueError as exc:
                 return None, f"malformed response: {exc}"
-            if attempt < self.max_retries:
+            if attempt < retries:
                 if deadline is not None:
                     wait = min(wait, max(0.0, deadline - time.monotonic()))
                 time.sleep(wait)
-        return None, f"{error} (after {self.max_retries} retries)"
+        return None, f"{error} (after {retries} retries)"
 
     def complete(
         self,
@@ -322,27 +391,43 @@ class OpenAICompatibleProvider:
         *,
         tool: dict[str, Any] | None = None,
         time_left: float | None = None,
+        money_left: float | None = None,
     ) -> LLMReply:
         """One answer, or a reply whose `error` says why not (never an exception); every
-        attempt and wait ends within `time_left` seconds when given."""
+        attempt and wait ends within `time_left` seconds when given; no request whose worst
+        case could cost more than `money_left` (USD) is sent."""
         try:
-            return self._complete(system, prompt, tool, time_left)
+            reply = self._complete(system, prompt, tool, time_left, money_left)
         except Exception as exc:
-            return LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
+            reply = LLMReply(error=f"malformed API response: {type(exc).__name__}: {str(exc)[:200]}")
+        if not reply.error.startswith(NOT_STARTED):
+            self.failing = bool(reply.error) and not reply.output_tokens
+        return reply
 
     def _complete(
-        self, system: list[dict[str, Any]], prompt: str, tool: dict[str, Any] | None, time_left: float | None
+        self,
+        system: list[dict[str, Any]],
+        prompt: str,
+        tool: dict[str, Any] | None,
+        time_left: float | None,
+        money_left: float | None = None,
     ) -> LLMReply:
         import json
 
         spec = tool or _TOOL
+        size = _request_bytes(system, prompt, spec)
+        max_tokens, why = _affordable(
+            self.max_tokens, size, self.tokens_per_byte, self.prices[0], self.prices[1], money_left
+        )
+        if why:
+            return LLMReply(error=why)
         fn_tool = {
             "type": "function",
             "function": {"name": spec["name"], "description": spec["description"], "parameters": spec["input_schema"]},
         }
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens,
             "tools": [fn_tool],
             "tool_choice": {"type": "function", "function": {"name": spec["name"]}},
             "messages": [
@@ -366,9 +451,10 @@ class OpenAICompatibleProvider:
             input_tokens=int(usage.get("prompt_tokens") or 0),
             output_tokens=int(usage.get("completion_tokens") or 0),
         )
+        self.tokens_per_byte = min(1.0, max(self.tokens_per_byte, reply.input_tokens / max(size, 1)))
         reply.cost_usd = (reply.input_tokens * self.prices[0] + reply.output_tokens * self.prices[1]) / 1e6
         if reply.stop_reason == "length":
-            reply.error = f"truncated answer (max_tokens {self.max_tokens} reached)"
+            reply.error = f"truncated answer (max_tokens {max_tokens} reached)"
             return reply
         for call in message.get("tool_calls") or []:
             fn = call.get("function") or {}
