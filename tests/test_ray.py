@@ -491,3 +491,39 @@ def test_kernel_evaluators_on_two_actors_share_the_racing_bar(ray_cluster: Any):
         assert [r.status for r in results] == [Status.OK] * 3
         assert set(ev.best) == {"M=48,N=40,K=64", "M=33,N=70,K=32"}  # the driver's merged bar
         assert all(ev.best[s] <= min(r.per_shape[s] for r in results) * 1.0001 for s in ev.best)
+
+
+def test_a_ray_address_where_nothing_listens_ends_at_once_in_one_line(capsys):
+    """(was: connection warnings every 5 s, still going after 500 s)"""
+    from evokernel.cli import main
+
+    t0 = time.monotonic()
+    assert main(["search", LANDSCAPE, "--ray", "127.0.0.1:1", "--budget", "4", "--db", ":memory:"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert time.monotonic() - t0 < 3.0
+    assert len(err) == 1 and err[0].startswith("evokernel: error: cannot reach the Ray cluster at 127.0.0.1:1"), err
+
+
+@pytest.mark.slow
+def test_a_ray_address_that_is_not_a_ray_cluster_ends_within_the_connect_timeout(
+    tmp_path: Path, cli_env: dict[str, str], evokernel_cmd: list[str]
+):
+    """A port that accepts and says nothing: ray.init would wait for ever; the CLI ends at
+    --ray-timeout with one line, no traceback."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        cmd = [*evokernel_cmd, "search", LANDSCAPE, "--ray", address, "--ray-timeout", "4"]
+        cmd += ["--budget", "4", "--db", str(tmp_path / "run.db")]
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+    assert proc.returncode == 2 and took < 30, (proc.returncode, took, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    ours = [ln for ln in proc.stderr.splitlines() if ln.startswith("evokernel:")]
+    assert ours == [
+        f"evokernel: error: could not join the Ray cluster at {address} within 4 s (is it a Ray cluster's address?)"
+    ], proc.stderr[-2000:]

@@ -78,6 +78,13 @@ def add_ray_options(s: Any) -> None:
     s.add_argument(
         "--gpus", type=positive_int, default=None, help="with --ray: how many GPUs (default: every GPU of the cluster)"
     )
+    s.add_argument(
+        "--ray-timeout",
+        type=positive_float,
+        default=20.0,
+        metavar="SECONDS",
+        help="with --ray ADDRESS: how long joining the cluster may take before the command ends (default: 20)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,6 +147,7 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         llm=llm,
         ray=getattr(args, "ray", None),
         gpus=getattr(args, "gpus", None),
+        ray_timeout_s=getattr(args, "ray_timeout", 20.0),
     )
     return assemble(
         spec, store=store, observers=observers, say=lambda line: print(f"evokernel: {line}", file=sys.stderr)

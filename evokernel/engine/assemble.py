@@ -64,6 +64,7 @@ class SearchSpec:
     kernels in the store when the evaluator judges a problem. ray: evaluate on the GPUs of a
     Ray cluster, one actor per GPU: its address ("auto": the cluster this machine belongs to),
     or "local" (a local cluster, started unless one runs); gpus: how many (default: all);
+    ray_timeout_s: how long joining the cluster at an address may take (then a ConfigError);
     evaluator_factory: what each actor calls to build its evaluator (a picklable zero-argument
     callable; default: the spec's evaluator, sent as it is; `from_file` sets it to load the
     search file again in the actor)."""
@@ -84,6 +85,7 @@ class SearchSpec:
     knowledge: bool = True
     ray: str | None = None
     gpus: int | None = None
+    ray_timeout_s: float = 20.0  # how long joining the Ray cluster at `ray` (an address) may take
     evaluator_factory: Callable[[], Evaluator] | None = None
 
     @classmethod
@@ -231,7 +233,7 @@ def _evaluator(spec: SearchSpec) -> Evaluator:
 
     factory = spec.evaluator_factory or partial(_given, spec.evaluator)
     address = None if spec.ray in ("", "local") else spec.ray
-    return RayEvaluator(factory, gpus=spec.gpus, address=address)
+    return RayEvaluator(factory, gpus=spec.gpus, address=address, connect_timeout_s=spec.ray_timeout_s)
 
 
 def _given(evaluator: Evaluator) -> Evaluator:

@@ -89,6 +89,43 @@ def import_ray() -> Any:
     return ray
 
 
+def _join(ray: Any, address: str, kwargs: dict[str, Any], timeout_s: float) -> None:
+    """`ray.init(address=...)` within `timeout_s`, or a ConfigError in one line: Ray itself
+    retries an address where nothing answers for ever, warning every few seconds, and raises
+    a traceback's worth for a cluster that refuses us."""
+    import socket
+    import threading
+
+    where = f"the Ray cluster at {address}"
+    if address != "auto":  # is anything listening there? (refused at once, else within the bound)
+        host, _, port = address.split("://")[-1].rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
+                pass
+        except ValueError:
+            raise ConfigError(f"--ray {address}: not an address (HOST:PORT, ray://HOST:PORT or auto)") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot reach {where}: {exc.strerror or exc} (is the cluster up?)") from None
+    done: dict[str, Any] = {}
+
+    def init() -> None:
+        try:
+            ray.init(address=address, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - said by the caller
+            done["raised"] = exc
+        done["ended"] = True
+
+    thread = threading.Thread(target=init, name="ray-init", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if "ended" not in done:
+        raise ConfigError(f"could not join {where} within {timeout_s:.0f} s (is it a Ray cluster's address?)")
+    exc = done.get("raised")
+    if exc is not None:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ConfigError(f"could not join {where}: {type(exc).__name__}: {why}") from None
+
+
 class _Worker:
     """One GPU's evaluator, in a Ray actor's process (Ray maps CUDA_VISIBLE_DEVICES to its GPU)."""
 
@@ -176,7 +213,9 @@ class RayEvaluator:
     wrapped evaluator compiles at once, its `workers`, where the batch has enough). max_restarts: Ray's restarts of a dead actor (-1:
     always). init: more keyword arguments for `ray.init` (e.g. `num_gpus` for a local
     cluster). start_timeout_s: how long the actors may take to start and build their
-    evaluators.
+    evaluators. connect_timeout_s: how long joining the cluster at `address` may take; past
+    it, or when Ray refuses (nothing listening, an auth-token mismatch), a ConfigError says
+    so in one line.
 
     Building one starts the actors (the capabilities it offers are the wrapped evaluator's,
     which only the actors know); `close()` (or a `with` block) ends them, and the local
@@ -202,6 +241,7 @@ class RayEvaluator:
         max_restarts: int = -1,
         init: dict[str, Any] | None = None,
         start_timeout_s: float = 600.0,
+        connect_timeout_s: float = 20.0,
     ) -> None:
         if gpus is not None and gpus < 1:
             raise ConfigError(f"gpus must be at least 1 (or None: every GPU of the cluster), got {gpus}")
@@ -215,7 +255,10 @@ class RayEvaluator:
         self._actors: list[_Actor] = []
         if not ray.is_initialized():
             kwargs = {"include_dashboard": False, **(init or {})}
-            ray.init(address=address, **kwargs)
+            if address in (None, "", "local"):
+                ray.init(address=address or None, **kwargs)
+            else:
+                _join(ray, address, kwargs, connect_timeout_s)
             self._started_ray = True
         try:
             self._start(gpus, max_restarts, start_timeout_s)
