@@ -332,6 +332,22 @@ class CorpusRuns:
             remove_tree(tmp)  # (a candidate's folder chain too deep for shutil.rmtree included)
         return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, tmp)
 
+    def check_in(self, entry_id: str, tmp: Path) -> Run:
+        """`evokernel check` of a corpus entry with `tmp` as its TMPDIR, which the caller made
+        and removes (it looks at what the run left there first)."""
+        cmd = [sys.executable, "-m", "evokernel.cli", "check", *self.command(BY_ID[entry_id])]
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            cmd,
+            env={**self.env, "TMPDIR": str(tmp)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, str(tmp))
+
     def get(self, e: Entry | str) -> Any:
         key = e if isinstance(e, str) else e.id
         if key not in self.futures:  # not planned at session start (a corpus entry): run it now
@@ -591,18 +607,7 @@ def _sockets_job(runs: CorpusRuns) -> tuple[Run, list[str]]:
         listener.bind(str(tmp / "store.sock"))
         listener.listen(8)
         listener.settimeout(0.2)
-        entry = BY_ID["cheats/host_sockets.py"]
-        cmd = [sys.executable, "-m", "evokernel.cli", "check", *CorpusRuns.command(entry)]
-        t0 = time.monotonic()
-        proc = subprocess.run(
-            cmd,
-            env={**runs.env, "TMPDIR": str(tmp)},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
+        run = runs.check_in("cheats/host_sockets.py", tmp)
         taken = []
         try:
             while True:
@@ -611,7 +616,7 @@ def _sockets_job(runs: CorpusRuns) -> tuple[Run, list[str]]:
                 conn.close()
         except OSError:
             pass
-        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, str(tmp)), taken
+        return run, taken
     finally:
         listener.close()
         remove_tree(tmp)
@@ -632,20 +637,9 @@ def _deep_chain_job(runs: CorpusRuns) -> tuple[Run, list[str]]:
     the judge left in that TMPDIR (its candidate's folder and log, a quarantine)."""
     tmp = Path(tempfile.mkdtemp(prefix="evokernel-deep-"))
     try:
-        entry = BY_ID["cheats/deep_folder_chain.py"]
-        cmd = [sys.executable, "-m", "evokernel.cli", "check", *CorpusRuns.command(entry)]
-        t0 = time.monotonic()
-        proc = subprocess.run(
-            cmd,
-            env={**runs.env, "TMPDIR": str(tmp)},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
+        run = runs.check_in("cheats/deep_folder_chain.py", tmp)
         left = sorted(p.name for p in tmp.iterdir() if p.name.startswith(("evokernel-candidate-", QUARANTINE)))
-        return Run(proc.returncode, proc.stdout, proc.stderr, time.monotonic() - t0, str(tmp)), left
+        return run, left
     finally:
         remove_tree(tmp)
 
