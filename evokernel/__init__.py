@@ -35,10 +35,6 @@ from evokernel.core.space import (
 from evokernel.store import SQLiteStore, Store, open_store
 from evokernel.engine.strategies import Strategy, get_strategy, strategy_names
 
-from evokernel import _moved
-
-_moved.install()  # the old import paths of modules that moved (one release)
-
 __version__ = "0.1.0"
 
 __all__ = [

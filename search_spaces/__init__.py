@@ -12,18 +12,7 @@ search evaluates), where it has them its seed heuristics (`seeds.py`), and its p
 - `rmsnorm/`: a fused RMSNorm (the README's guide to adding a family);
 - `fused/`: small fused kernels model-level rewrites use (no space of their own).
 
-The flat modules of earlier releases (`evokernel.search_spaces.triton_gemm`, ...) still
-import, as the same module objects at their new names (`evokernel/_moved.py`):
-
->>> import importlib, warnings
->>> from evokernel._moved import MOVED
->>> old = sorted(name for name in MOVED if name.startswith("evokernel.search_spaces."))
->>> with warnings.catch_warnings():
-...     warnings.simplefilter("ignore", DeprecationWarning)
-...     same = [importlib.import_module(name) is importlib.import_module(MOVED[name]) for name in old]
->>> len(old), all(same)
-(10, True)
->>> from evokernel.search_spaces.gemm import gemm_space  # (a module once, a package now)
+>>> from evokernel.search_spaces.gemm import gemm_space
 >>> gemm_space().name
 'gemm_hopper'
 """

@@ -22,7 +22,7 @@ import msgspec
 import torch
 
 from evokernel.judge.problem import problem_params
-from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
+from evokernel.search_spaces.gemm.template_fp8 import GROUP, quantize
 
 MODELS = {  # (N, K) per projection: the same as gemm_bf16.py's
     "llama3-8b": {"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)},

@@ -42,7 +42,7 @@ import torch
 
 from evokernel.judge.problem import problem_params
 from evokernel.search_spaces.moe import MOE_MODELS, distinct_experts
-from evokernel.search_spaces.triton_gemm_fp8 import GROUP, quantize
+from evokernel.search_spaces.gemm.template_fp8 import GROUP, quantize
 
 #: E experts, hidden size H, expert intermediate size I, experts per token (the shared table).
 MODELS = MOE_MODELS
