@@ -21,24 +21,22 @@ class Parser(argparse.ArgumentParser):
         self.exit(USER_ERROR, f"evokernel: error: {message} (see {self.prog} --help)\n")
 
 
-def positive_int(text: str) -> int:
+def _int_at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_at_least(text, 1, "at least 1")
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {value}")
-    return value
+    return _int_at_least(text, 0, "a whole number >= 0")
 
 
 def noise_sigma(text: str) -> float:
