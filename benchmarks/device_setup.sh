@@ -17,9 +17,10 @@ if [ -z "${EVOKERNEL_SETUP_DONE:-}" ]; then
   for d in search_spaces mutators evaluators; do cp -r "$d" "/tmp/pkg/evokernel/$d"; done
   # a dist-info so importlib.metadata finds evokernel's entry points (all of pyproject's groups:
   # SGLang's load_plugins reads sglang.srt.plugins, the registry the others), as an installed evokernel would have
-  mkdir -p /tmp/pkg/evokernel-0.0.0.dist-info
-  printf 'Metadata-Version: 2.1\nName: evokernel\nVersion: 0.0.0\n' > /tmp/pkg/evokernel-0.0.0.dist-info/METADATA
-  python3 - > /tmp/pkg/evokernel-0.0.0.dist-info/entry_points.txt <<'PY'
+  # (named as pyproject's [project] name, evokernel-search, is: the import name is evokernel)
+  mkdir -p /tmp/pkg/evokernel_search-0.0.0.dist-info
+  printf 'Metadata-Version: 2.1\nName: evokernel-search\nVersion: 0.0.0\n' > /tmp/pkg/evokernel_search-0.0.0.dist-info/METADATA
+  python3 - > /tmp/pkg/evokernel_search-0.0.0.dist-info/entry_points.txt <<'PY'
 import tomllib
 groups = tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"]
 for group, entries in groups.items():

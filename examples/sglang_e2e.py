@@ -8,7 +8,7 @@ SGLang engines side by side (`SGLangEvaluator.compare`): the unpatched engine, a
 the A/A control (what noise alone reads), and one with the package applied; each warmed, then
 decode at each batch size and prefill at --prefill tokens in interleaved rounds, numerics
 checked against the unpatched engine. Prints the A/B table (`ab_markdown`) and writes it with
-its JSON under --out. Needs a CUDA GPU and SGLang (`pip install 'evokernel[sglang]'`); the model
+its JSON under --out. Needs a CUDA GPU and SGLang (`pip install 'evokernel-search[sglang]'`); the model
 folder may hold dummy weights (`--load-format dummy`). (`benchmarks/sglang_e2e_h200.py` runs
 the whole chain for the benchmark record: MoE searches, promotion of the batch sizes whose
 winner beat SGLang's shipped config, two packages exported, and request traces replayed
@@ -40,7 +40,7 @@ def main() -> int:
         what
         for what, ok in (
             ("a CUDA GPU", torch.cuda.is_available()),
-            ("SGLang (pip install 'evokernel[sglang]')", importlib.util.find_spec("sglang")),
+            ("SGLang (pip install 'evokernel-search[sglang]')", importlib.util.find_spec("sglang")),
         )
         if not ok
     ]

@@ -675,4 +675,4 @@ def test_help_states_the_strategy_default_and_version_prints_it(evokernel_cmd, c
         line = next(x for x in out.stdout.splitlines() if x.strip().startswith("--strategy"))
         assert "default: the kernel family's measured best: model for matmul and attention spaces" in line, line
     out = run(evokernel_cmd, cli_env, "--version")
-    assert out.returncode == 0 and out.stdout.strip() == f"evokernel {version('evokernel')}", out
+    assert out.returncode == 0 and out.stdout.strip() == f"evokernel {version('evokernel-search')}", out

@@ -202,7 +202,7 @@ def test_without_the_extra_the_report_says_how_to_get_it(monkeypatch, tmp_path, 
     db = tmp_path / "x.db"
     db.write_bytes(b"")
     assert main(["report", str(db), "--out", str(tmp_path / "r.html")]) == 2
-    assert "pip install 'evokernel[report]'" in capsys.readouterr().err
+    assert "pip install 'evokernel-search[report]'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

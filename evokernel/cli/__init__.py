@@ -69,8 +69,10 @@ def _version() -> str:
     """The installed distribution's version (the package's own where it is not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from evokernel.core.plugins import DISTRIBUTION
+
     try:
-        return version("evokernel")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         from evokernel import __version__
 

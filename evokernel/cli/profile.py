@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         from evokernel.evaluators.sglang import profile_engine
 
         if importlib.util.find_spec("sglang") is None:
-            raise ConfigError("--sglang needs SGLang installed (pip install 'evokernel[sglang]')")
+            raise ConfigError("--sglang needs SGLang installed (pip install 'evokernel-search[sglang]')")
         argv = ["--model-path", args.sglang, *[a for arg in args.server_arg for a in arg.split("=", 1)]]
         trace = args.save_trace or os.path.join(tempfile.mkdtemp(prefix="evokernel-sglang-"), "trace.json")
         prof = profile_engine(

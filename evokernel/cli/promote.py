@@ -99,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     if not found:
         raise ConfigError(f"{args.package} makes no change to what SGLang runs: nothing to promote")
     if importlib.util.find_spec("sglang") is None:
-        raise ConfigError("promote runs SGLang engines: it needs SGLang installed (pip install 'evokernel[sglang]')")
+        raise ConfigError(
+            "promote runs SGLang engines: it needs SGLang installed (pip install 'evokernel-search[sglang]')"
+        )
     import torch
 
     if not torch.cuda.is_available():

@@ -17,7 +17,7 @@ def add_parser(sub: Any) -> None:
         "report",
         help="write a self-contained HTML report of stored runs (or of benchmark records), with PNG figures",
         description="A search's report: run header, convergence, operators, statuses, elites, landscape; "
-        "or, with --results, the benchmark view. Needs: pip install 'evokernel[report]'.",
+        "or, with --results, the benchmark view. Needs: pip install 'evokernel-search[report]'.",
     )
     rp.add_argument(
         "db",

@@ -20,7 +20,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from evokernel.core.errors import PluginError
 
-__all__ = ["GROUPS", "HasExample", "registered", "load"]
+__all__ = ["DISTRIBUTION", "GROUPS", "HasExample", "registered", "load"]
+
+#: The distribution's name (pyproject's `[project] name`; `pip install evokernel-search`), which
+#: `importlib.metadata` looks up: "evokernel" on PyPI is another project. The import name is `evokernel`.
+DISTRIBUTION = "evokernel-search"
 
 #: Entry-point groups. A template (`evokernel.templates`) renders a point of a space as a
 #: candidate module's source: the `render` a KernelEvaluator takes.

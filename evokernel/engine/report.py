@@ -2,7 +2,7 @@
 (`Observer`) through which a progress display or a knowledge recorder follows a run.
 
 A report shows itself as a table in a notebook (`_repr_html_`) and becomes a pandas frame
-(`to_dataframe()`, with the `report` extra: `pip install 'evokernel[report]'`); the full
+(`to_dataframe()`, with the `report` extra: `pip install 'evokernel-search[report]'`); the full
 HTML page of a stored run is `evokernel report DB` (`evokernel.report`).
 """
 
@@ -156,7 +156,7 @@ class SearchReport(msgspec.Struct, kw_only=True):
         try:
             import pandas as pd
         except ImportError:  # pragma: no cover - the report extra is part of dev
-            raise ConfigError("to_dataframe needs pandas: pip install 'evokernel[report]'") from None
+            raise ConfigError("to_dataframe needs pandas: pip install 'evokernel-search[report]'") from None
         rows = []
         for rank, e in enumerate(self.elites, 1):
             low, high = e.interval

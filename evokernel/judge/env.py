@@ -18,6 +18,8 @@ import subprocess
 from importlib import metadata
 from typing import Any
 
+from evokernel.core.plugins import DISTRIBUTION
+
 __all__ = ["environment", "interpreter_problem", "toolchain"]
 
 
@@ -119,7 +121,7 @@ def environment() -> dict[str, Any]:
     return {
         **toolchain(),
         "gpus": gpus,
-        "evokernel": _version("evokernel"),
+        "evokernel": _version(DISTRIBUTION),  # (the distribution evokernel-search)
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),

@@ -1,6 +1,6 @@
 """See a search: a stored run as one self-contained HTML page, PNG figures and pandas frames.
 
-Needs the `report` extra (`pip install 'evokernel[report]'`: plotly, pandas, matplotlib); the
+Needs the `report` extra (`pip install 'evokernel-search[report]'`: plotly, pandas, matplotlib); the
 core install does not. From the command line: `evokernel report DB --out report.html` (runs)
 and `evokernel report --results benchmarks/results --out bench.html` (benchmark records).
 
@@ -29,7 +29,7 @@ def require() -> None:
 
     missing = [m for m in _EXTRA if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(f"the report needs {', '.join(missing)}: pip install 'evokernel[report]'")
+        raise ConfigError(f"the report needs {', '.join(missing)}: pip install 'evokernel-search[report]'")
 
 
 def results_frame(store: Any, run: Any = None) -> Any:

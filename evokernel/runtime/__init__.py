@@ -1,7 +1,7 @@
 """What runs searches and kernels: launching compiled Triton kernels cheaply (`launch`), and
 spreading evaluations and searches over the GPUs of a Ray cluster (`RayEvaluator`, `fan_out`).
 
-The Ray parts load Ray only when used (`pip install 'evokernel[ray]'`): importing this package
+The Ray parts load Ray only when used (`pip install 'evokernel-search[ray]'`): importing this package
 imports neither Ray nor Triton.
 """
 

@@ -59,7 +59,7 @@ def test_wheel_installs_only_the_evokernel_package(tmp_path: Path):
         capture_output=True,
         timeout=300,
     )
-    [wheel] = tmp_path.glob("evokernel-*.whl")
+    [wheel] = tmp_path.glob("evokernel_search-*.whl")  # (the distribution evokernel-search)
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
     assert tops == {"evokernel", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
