@@ -516,6 +516,18 @@ def confine(plan: Plan, held: Held | None = None) -> None:
 _STAGE = "/tmp"
 
 
+#: what of /etc stays out of a candidate's sight, whoever it is outside
+_MASKED_FILES = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+)
+_MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
+
+
 def _inside(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -573,6 +585,14 @@ def _build_root(plan: Plan, held: Held, own_proc: bool) -> None:
         if not os.path.lexists(stage + link) and not _inside(link, bound):
             os.makedirs(os.path.dirname(stage + link), exist_ok=True)
             os.symlink(target, stage + link)
+    # secrets of the host's under /etc (shadow files, SSH host keys, sudo's rules): masked, for a
+    # candidate whose root is the host's root outside (a CUDA one, or a judge without user mapping)
+    for secret in _MASKED_FILES:
+        if os.path.isfile(stage + secret) and not os.path.islink(stage + secret):
+            _mount("/dev/null", stage + secret, None, _MS_BIND)
+    for secret in _MASKED_DIRS:
+        if os.path.isdir(stage + secret) and not os.path.islink(stage + secret):
+            _mount("tmpfs", stage + secret, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_RDONLY, "size=4k,mode=0755")
     # a temp folder of the judge's (the fork server's socket is there) inside a bound tree: covered
     for hidden in {tempfile.gettempdir(), "/var/tmp", "/run", "/var/run"}:
         hidden = os.path.realpath(hidden)

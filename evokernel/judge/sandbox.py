@@ -206,11 +206,15 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     # a CUDA candidate keeps the host's /dev/shm (the driver's IPC): writable, or read-only but
     # for the judge's CUDA block's counter file (then nothing it writes lands in the host's memory)
     host_shm_writable: bool = True
+    # a CUDA candidate's root stands for the judge's own user outside, unless this is on: with
+    # the candidate as another user the driver refused to map the judge's block (docs/lessons.md,
+    # "map the judge's block before ... drops its privileges"); to be measured with the new root
+    cuda_unprivileged: bool = False
 
 
 #: SandboxOptions fields that do not change what a candidate's measurement means (left out of
 #: evaluator fingerprints)
-ISOLATION_FIELDS = ("isolation", "without", "output_bytes", "file_bytes", "host_shm_writable")
+ISOLATION_FIELDS = ("isolation", "without", "output_bytes", "file_bytes", "host_shm_writable", "cuda_unprivileged")
 
 
 class SandboxUnavailable(EvokernelError):
@@ -726,7 +730,12 @@ class Sandbox:
         self.log_path = self.work_dir + ".log"  # written by the keeper, out of the candidate's sight
         # a host user of its own: the root of its user namespace stands for it (the judge is
         # root: never the host's root), or, where namespaces do not isolate it, it runs as it
-        self.mapped = "user" in self.isolation and os.geteuid() == 0 and self.options.drop_privileges
+        self.mapped = (
+            "user" in self.isolation
+            and os.geteuid() == 0
+            and self.options.drop_privileges
+            and (not is_cuda(device) or self.options.cuda_unprivileged)
+        )
         if self.mapped:
             claim = _claim_uid(self.options, reach=False)
             self.mapped = claim is not None
