@@ -35,7 +35,7 @@ import msgspec
 import numpy as np
 
 from evokernel.core.archive import Archive, Descriptor, significant_gain
-from evokernel.core.errors import ConfigError
+from evokernel.core.errors import ConfigError, StoreError
 from evokernel.core.evaluator import DescribesEnvironment, Evaluator, Observes, Restores, fingerprint_hash
 from evokernel.core.genome import Genome, canonical_json
 from evokernel.core.mutator import Mutator, observe, reset
@@ -362,7 +362,12 @@ class _Run:
             status = "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "failed"
             with contextlib.suppress(Exception):  # (the store may be what failed)
                 self.claims.release()
-            s.store.finish_run(self.run.id, status, {**self._partial(), "error": f"{type(exc).__name__}: {exc}"})
+            try:
+                s.store.finish_run(self.run.id, status, {**self._partial(), "error": f"{type(exc).__name__}: {exc}"})
+            except StoreError:
+                if not isinstance(exc, StoreError):
+                    raise
+                # the store is what failed (its server gone): its own error says so, not this one
             raise
         self.claims.release()
         s.store.finish_run(self.run.id, "finished", msgspec.to_builtins(run_summary(report)))

@@ -62,10 +62,20 @@ class PostgresServer:
             options = f"-c listen_addresses='' -k {self.root} -p {port} -c max_connections=200"
             if not durable:
                 options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start")
+            self._options = options
+            self.up()
         except BaseException:
             self.stop()
             raise
+
+    def up(self) -> None:
+        """Start the server (again, after `down()`)."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", self._options, "-w", "-t", "60", "start")
+
+    def down(self) -> None:
+        """Stop the server as an outage would (`pg_ctl stop -m fast`: every session is ended),
+        keeping its data for `up()` (the store's fault tests)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "30", "stop")
 
     def _run(self, tool: str, *args: str) -> None:
         cmd = [*self._as, str(self.bin / tool), *args]

@@ -12,6 +12,7 @@ keeps its own checks and messages.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -69,6 +70,11 @@ class SQLStore:
         """Reads, ended at once (no transaction left open to hold back other writers' changes)."""
         with self._conn.begin():
             yield self._conn
+
+    def _retrying(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`method(self, *args, **kwargs)`, every public method's way in: a back end whose
+        server can go away (PostgreSQL) retries it there."""
+        return method(self, *args, **kwargs)
 
     def _rows(self, query: Any, *args: Any) -> list[Any]:
         with self._read() as c:
@@ -617,6 +623,23 @@ _RUNS = sa.select(
     s.runs.c.id, s.runs.c.seq, s.runs.c.name, s.runs.c.archive_key, s.runs.c.fingerprint, s.runs.c.config,
     s.runs.c.environment, s.runs.c.status, s.runs.c.created, s.runs.c.updated, s.runs.c.summary,
 )  # fmt: skip
+
+
+def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: SQLStore, *args: Any, **kwargs: Any) -> Any:
+        return self._retrying(method, *args, **kwargs)
+
+    return call
+
+
+# every public method goes through `_retrying` (each is one transaction, or reads only)
+for _name in (
+    "running_elsewhere begin_run finish_run runs run lookup record forget_measured remeasurement "
+    "record_remeasurement history count save_elites drop_elite elites log_event events claim release "
+    "save_lessons lessons save_kernel kernels save_profile profiles results_frame"
+).split():
+    setattr(SQLStore, _name, _retried(getattr(SQLStore, _name)))
 
 
 def _run_info(row: Any) -> RunInfo:
