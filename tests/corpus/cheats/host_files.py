@@ -16,8 +16,8 @@ def _probe() -> list[str]:
     got = []
     try:
         with open("/etc/shadow") as f:
-            f.read(1)
-        got.append("read /etc/shadow")
+            if f.read(1):  # (masked, it reads as empty)
+                got.append("read /etc/shadow")
     except OSError:
         pass
     here = os.path.basename(os.getcwd())
