@@ -119,7 +119,10 @@ def _join(ray: Any, address: str, kwargs: dict[str, Any], timeout_s: float) -> N
     thread.start()
     thread.join(timeout_s)
     if "ended" not in done:
-        raise ConfigError(f"could not join {where} within {timeout_s:.0f} s (is it a Ray cluster's address?)")
+        raise ConfigError(
+            f"could not join {where} within {timeout_s:.0f} s: not a Ray cluster's address, or the cluster "
+            "refuses us (its RAY_AUTH_TOKEN differs from ours?)"
+        )
     exc = done.get("raised")
     if exc is not None:
         why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
