@@ -103,7 +103,10 @@ def test_a_sandbox_that_never_answers_is_killed_with_its_group(tmp_path: Path):
     )
     from evokernel.judge.sandbox import SandboxOptions
 
-    sb = Sandbox(source, device="cpu", input_specs=[], options=SandboxOptions(start_timeout_s=3)).start()
+    # trusted: its folder is the host's (an untrusted candidate's lives on its own scratch file
+    # system, out of the judge's sight), so the judge can see that the child was started
+    sb = Sandbox(source, device="cpu", input_specs=[], options=SandboxOptions(start_timeout_s=3), trusted=True)
+    sb.start()
     outcome = sb.wait_ready()
     assert outcome.kind == "timeout" and "importing" in outcome.error, outcome
     assert (Path(sb.work_dir) / "started").exists()  # the child was started before the timeout
