@@ -36,6 +36,9 @@ def test_example_replays_without_a_gpu_and_prints_the_baseline_table(script: str
 
 
 @pytest.mark.slow
+# (the interpreter runs every timed call, each now one round trip to the judge: about 280 s alone
+# on 2 cores for the decode file, past the default 300 s under load)
+@pytest.mark.timeout(900)
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the search files time the real shapes")
 @pytest.mark.parametrize("script", ["attention_prefill.py", "attention_decode.py"])
 def test_attention_search_files_run_through_the_gate_in_the_interpreter(script: str, tmp_path: Path):
