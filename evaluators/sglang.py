@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from evokernel.core.errors import EvaluatorError
+from evokernel.core.readable import readable
 from evokernel.core.genome import Genome
 from evokernel.core.result import Result, Status
 from evokernel.integrations.sglang.plugin import CHECK_ENV, PACKAGE_ENV
@@ -481,8 +482,6 @@ class _Engine:
         self.broken: str | None = None
 
     def read(self, timeout_s: float) -> dict[str, Any]:
-        import select
-
         if self.broken:
             return {"error": self.broken}
         deadline = time.monotonic() + timeout_s
@@ -492,8 +491,7 @@ class _Engine:
                 self.broken = f"no answer after {timeout_s:.0f} s (the engine was stopped; see {self.log.name})"
                 self._stop()
                 return {"error": self.broken}
-            ready, _, _ = select.select([self.reply_r], [], [], left)
-            if ready:
+            if readable(self.reply_r, left):
                 chunk = os.read(self.reply_r, 1 << 16)
                 if not chunk:
                     return {"error": f"the engine process ended (exit {self.proc.poll()}); see {self.log.name}"}

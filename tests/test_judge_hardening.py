@@ -428,3 +428,47 @@ def test_the_calibration_candidate_answers_every_tuning_shape() -> None:
             assert [(o.shape, o.dtype) for o in outs] == [(s.shape, s.dtype) for s in shape.slots]
     finally:
         judge.close()
+
+
+def test_a_candidate_that_fails_before_the_judge_reads_is_reported_as_it_failed() -> None:
+    """The keeper names the candidate's process first; a candidate that fails at once is gone
+    (reaped) by the time a busy judge reads that name. Its own failure is the verdict, not a
+    "protocol" error (on the GPU every fast CUDA setup failure read as one)."""
+    from evokernel.judge.sandbox import Sandbox
+
+    sandbox = Sandbox("raise ImportError('broken at once')\n", device="cpu", input_specs=[], options=SandboxOptions())
+    sandbox.start()
+    try:
+        deadline = time.monotonic() + 30
+        while sandbox.process is not None and sandbox.process.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        got = sandbox.wait_ready()
+    finally:
+        sandbox.close()
+    assert isinstance(got, Outcome) and got.kind == "import", got
+    assert "broken at once" in got.error
+
+
+def test_a_judge_holding_many_descriptors_still_reads_its_candidates() -> None:
+    """Past descriptor 1023 `select()` refuses to wait ("filedescriptor out of range"): a judge
+    with many candidates in flight crashed so on the GPU. The judge's waits take any number."""
+    import os
+    import resource
+
+    from evokernel.core.readable import readable
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this host allows {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    r, w = os.pipe()
+    high_r, high_w = os.dup2(r, 1100), os.dup2(w, 1101)
+    try:
+        frames = _Frames(high_r, 1 << 20)
+        assert not readable(high_r, 0.0) and frames.read(time.monotonic() + 0.05) is None
+        os.write(high_w, struct.pack("!i", 3) + b"abc")
+        assert readable(high_r, 1.0) and frames.read(time.monotonic() + 1.0) == b"abc"
+    finally:
+        for fd in (r, w, high_r, high_w):
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

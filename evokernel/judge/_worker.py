@@ -46,6 +46,7 @@ from typing import Any
 import msgspec
 import torch
 
+from evokernel.core.readable import readable
 from evokernel.judge import timing as _timing
 from evokernel.judge.device import cuda_index, device_kind
 
@@ -335,12 +336,10 @@ def _keep_output(fd: int, log_fd: int, limit: int, child: int) -> None:
     to `limit` bytes and a note; the rest is read and dropped, so no writer blocks. Returns
     once every writer is gone, or once the candidate's process has exited and the pipe is
     drained (a descendant outside a PID namespace may hold it open)."""
-    import select
-
     written, noted = 0, False
     with open(log_fd, "ab", buffering=0) as log:
         while True:
-            ready, _, _ = select.select([fd], [], [], 0.5)
+            ready = [fd] if readable(fd, 0.5) else []
             if not ready:
                 if os.waitpid(child, os.WNOHANG)[0]:
                     os.set_blocking(fd, False)
@@ -797,8 +796,6 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
 
 def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int, plan: Any = None, held: Any = None) -> None:
     """The candidate's process: confined, then the harness (`_main`); exits, never returns."""
-    import select
-
     import evokernel.judge._isolation as _isolation
 
     code = 0
@@ -806,7 +803,7 @@ def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int, plan: Any
         if "pid" in setup.isolation:
             _isolation.die_with_parent()
         # wait for the keeper to have told the judge this pid; gone keeper: leave
-        if os.read(go, 1) != b"1" or select.select([go], [], [], 0)[0]:
+        if os.read(go, 1) != b"1" or readable(go, 0):
             os._exit(1)
         os.close(go)
         sys.stdout.flush()
@@ -848,6 +845,38 @@ def _candidate(conn: Any, setup: Setup, arena: Any, out: int, go: int, plan: Any
 _STATE = {"ready": False}
 
 
+def _cuda_diagnosis() -> str:
+    """Why CUDA may not start in this process: what the driver needs and cannot reach here
+    (its device nodes, its /proc and /sys entries, a writable /dev/shm, the driver library's
+    own cuInit code). One line, appended to the setup failure."""
+    import ctypes
+    import errno
+    import glob
+
+    notes = [f"uid {os.getuid()}"]
+    nodes = sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/nvidia-caps/*"))
+    if not nodes:
+        notes.append("no /dev/nvidia* node")
+    for node in nodes:
+        if os.path.isdir(node):
+            continue
+        try:
+            os.close(os.open(node, os.O_RDWR))
+        except OSError as exc:
+            notes.append(f"{node}: {errno.errorcode.get(exc.errno or 0, exc.errno)}")
+    for path in ("/proc/driver/nvidia/params", "/sys/bus/pci/drivers/nvidia", "/dev/shm"):
+        if not os.path.exists(path):
+            notes.append(f"{path} missing")
+    if os.path.isdir("/dev/shm") and not os.access("/dev/shm", os.W_OK):
+        notes.append("/dev/shm read-only")
+    try:
+        code = ctypes.CDLL("libcuda.so.1").cuInit(0)
+        notes.append(f"cuInit {code}")
+    except OSError as exc:
+        notes.append(f"libcuda: {exc}")
+    return " [" + "; ".join(notes) + "]"
+
+
 def _main(conn: Any, setup: Setup, arena: Any = None) -> None:
     stamps = {"entered": time.time()}
     kind = device_kind(setup.device)  # "cuda" or "cpu": what the steps below branch on
@@ -855,7 +884,9 @@ def _main(conn: Any, setup: Setup, arena: Any = None) -> None:
         try:  # the judge's GPU, before anything touches CUDA: streams, events, graphs and "cuda" tensors go there
             torch.cuda.set_device(cuda_index(setup.device))
         except Exception as exc:
-            _send(conn, Failed(kind="setup", error=f"cannot select {setup.device}: {_error_text(exc)}"))
+            _send(
+                conn, Failed(kind="setup", error=f"cannot select {setup.device}: {_error_text(exc)}{_cuda_diagnosis()}")
+            )
             return
     try:  # as the judge's user: the driver refuses the IPC mapping once privileges are dropped
         arena = _map_block(arena)

@@ -35,7 +35,6 @@ import functools
 import multiprocessing
 import os
 import re
-import select
 import signal
 import struct
 import sys
@@ -54,6 +53,7 @@ from evokernel.judge.device import is_cuda
 from evokernel.judge._worker import Ask, Block, Done, Failed, Ready, Sandboxed, Setup, Timing, WorkerMessage
 from evokernel.judge.timing import Bracket
 from evokernel.core.errors import EvokernelError
+from evokernel.core.readable import readable
 
 __all__ = [
     "Sandbox",
@@ -559,7 +559,7 @@ class _Frames:
                 data = bytes(self.buf[head:])
                 self.buf.clear()
                 return data
-            if not select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            if not readable(self.fd, max(0.0, deadline - time.monotonic())):
                 return None
             chunk = os.read(self.fd, min(missing, 1 << 20))
             if not chunk:
@@ -677,9 +677,7 @@ def _gone(pidfd: int | None, wait_s: float = 0.0) -> bool:
     """Whether the process behind `pidfd` has exited (a pidfd turns readable then)."""
     if pidfd is None:
         return True
-    import select
-
-    return bool(select.select([pidfd], [], [], wait_s)[0])
+    return readable(pidfd, wait_s)
 
 
 def _parent_of(pid: int) -> int | None:
@@ -1081,6 +1079,11 @@ class Sandbox:
         # its parent is the keeper: the judge's process, or that process's child (a keeper
         # started from a fresh interpreter forks once more to shed its threads)
         parent = _parent_of(pid)
+        if parent is None and not os.path.exists(f"/proc/{pid}"):
+            # gone already, reaped by the keeper (a candidate that failed at once, before the
+            # judge read this): nothing to signal; its own message follows
+            self.inner_pid = pid
+            return True
         if self.process.pid not in (parent, _parent_of(parent) if parent else None):
             return False
         self.inner_pid, self._inner_fd = pid, _pidfd(pid)
