@@ -9,7 +9,7 @@ search evaluates), where it has them its seed heuristics (`seeds.py`), and its p
 - `gemm/`: the Hopper GEMM with a fusable epilogue, its Gluon kernel and its fp8 form;
 - `moe/`: the fused MoE, with SGLang's own configs as baselines;
 - `attention/`: prefill (a Triton template and a warp-specialised Gluon kernel) and paged decode;
-- `rmsnorm/`: a fused RMSNorm (the README's guide to adding a family);
+- `rmsnorm/`: a fused RMSNorm (docs/kernel-families.md's guide to adding a family);
 - `fused/`: small fused kernels model-level rewrites use (no space of their own).
 
 >>> from evokernel.search_spaces.gemm import gemm_space

@@ -398,7 +398,7 @@ def test_search_on_a_read_only_file_system_says_so_and_show_still_reads(tmp_path
 @pytest.mark.slow
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="on a GPU check runs the full shapes")
 def test_check_on_the_cpu_runs_the_problems_cpu_shapes_and_says_so(evokernel_cmd, cli_env):
-    # the README's example: the H200 shapes of matmul_bf16 took minutes on a CPU, in silence,
+    # docs/judge.md's example: the H200 shapes of matmul_bf16 took minutes on a CPU, in silence,
     # and printed CPU timings as if they were figures
     root = Path(__file__).resolve().parents[1]
     args = ["check", str(root / "examples/problems/matmul_bf16.py"), str(root / "tests/corpus/honest/torch_matmul.py")]
@@ -437,7 +437,7 @@ def test_check_of_a_large_problem_on_the_cpu_says_it_may_take_minutes(tmp_path, 
     ]
 
 
-# -- progress, help and the README's synopsis ----------------------------------------------
+# -- progress, help and docs/cli.md's synopsis --------------------------------------------
 @pytest.mark.slow
 def test_the_report_counts_the_generations_that_ran(tmp_path, small_csv, evokernel_cmd, cli_env):
     # generations are numbered from 0: "generation 0 ... generation 24" is 25 generations
@@ -561,8 +561,8 @@ def test_the_readme_synopsis_names_every_option():
 
     from evokernel.cli import _build_parser
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme[readme.index("## Command line") :]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()  # moved from the README
+    block = page[page.index("# Command line") :]
     block = block[block.index("```") + 3 :]
     block = block[: block.index("```")]
     synopsis: dict[str, str] = {}
