@@ -645,6 +645,31 @@ def _slot_value(handle: bytes, slot: int) -> int | None:
         return None
 
 
+_UNREAPED: list[Any] = []  # killed candidate processes not yet gone (each holds a descriptor)
+_UNREAPED_LOCK = threading.Lock()
+
+
+def _reap(process: Any = None) -> None:
+    """Free what each killed candidate process that is gone holds in the judge (its sentinel
+    descriptor: closed otherwise only when the Process object is collected, so a judge that
+    keeps its sandboxes leaked two descriptors a candidate); `process` joins the ones kept
+    for a later sweep while still exiting."""
+    with _UNREAPED_LOCK:
+        if process is not None:
+            _UNREAPED.append(process)
+        left = []
+        for p in _UNREAPED:
+            try:
+                p.join(0)
+                if p.exitcode is None:
+                    left.append(p)
+                else:
+                    p.close()
+            except ValueError:  # closed already
+                pass
+        _UNREAPED[:] = left
+
+
 def release_dead_holders(wait_s: float = 0.0) -> int:
     """Release the reference-counter slots of killed candidate processes that are gone,
     waiting up to `wait_s` for those still exiting; returns how many are still alive (their
@@ -655,7 +680,7 @@ def release_dead_holders(wait_s: float = 0.0) -> int:
     with _HOLDERS_LOCK:
         pending = list(_DEAD_HOLDERS)
         _DEAD_HOLDERS.clear()
-    alive = []
+    alive, finished = [], []
     for process, pidfd, handle, slot in pending:
         process.join(max(0.0, deadline - time.monotonic()))
         if process.exitcode is None or not _gone(pidfd, max(0.0, deadline - time.monotonic())):
@@ -663,6 +688,7 @@ def release_dead_holders(wait_s: float = 0.0) -> int:
             continue
         if pidfd is not None:
             os.close(pidfd)
+        finished.append(process)
         # a process that freed its mapping on its way out (its `_main` returned) took its slot
         # to 0 itself; the counter is unsigned, so releasing it again would wrap it and keep
         # the block for good
@@ -670,6 +696,8 @@ def release_dead_holders(wait_s: float = 0.0) -> int:
             torch.UntypedStorage._release_ipc_counter_cuda(handle, slot)
     with _HOLDERS_LOCK:
         _DEAD_HOLDERS.extend(alive)
+    for process in {id(p): p for p in finished if all(p is not a[0] for a in alive)}.values():
+        _reap(process)
     return len(alive)
 
 
@@ -990,11 +1018,13 @@ class Sandbox:
         there, and waiting for a CUDA context to tear down would stall the judge."""
         if self.process is not None:
             self._kill()
-            self.process.join(0)  # reaped later by multiprocessing if not yet gone
             if self._ipc_slot is not None:  # released by the judge once the processes are gone
                 with _HOLDERS_LOCK:
                     _DEAD_HOLDERS.append((self.process, self._inner_fd, *self._ipc_slot))
                 self._ipc_slot, self._inner_fd = None, None
+            else:
+                _reap(self.process)
+            self.process = None  # closed once it is gone (its descriptor with it): done with here
         if self._inner_fd is not None:
             os.close(self._inner_fd)
             self._inner_fd = None
