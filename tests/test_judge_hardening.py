@@ -472,3 +472,37 @@ def test_a_judge_holding_many_descriptors_still_reads_its_candidates() -> None:
         for fd in (r, w, high_r, high_w):
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_closed_sandboxes_leave_no_descriptor_behind() -> None:
+    """A judge keeps its sandboxes (an evaluator's queue, a result's reference): closing one
+    frees its descriptors once its process is gone, whether or not the object is collected."""
+    import os
+
+    from evokernel.judge.sandbox import Sandbox, _reap
+
+    def count() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    warm = Sandbox("raise ImportError('x')\n", device="cpu", input_specs=[], options=SandboxOptions()).start()
+    warm.wait_ready()
+    warm.close()
+    time.sleep(0.5)
+    _reap()
+    before = count()
+    kept = [
+        Sandbox("raise ImportError('x')\n", device="cpu", input_specs=[], options=SandboxOptions()).start()
+        for _ in range(6)
+    ]
+    for sandbox in kept:
+        sandbox.wait_ready()
+        sandbox.close()
+    deadline = time.monotonic() + 10
+    while count() > before + 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        _reap()
+    assert count() <= before + 1, (
+        before,
+        count(),
+        [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")],
+    )
