@@ -171,7 +171,11 @@ def _attention() -> list[Row]:
 def _gluon() -> list[Row]:
     d = _json("attention_prefill_gluon.json")
     i, g, e = d["geomean_issue_shapes"], d["geomean_graph"], d["geomean_eager"]
-    speeds = [(r["graph"]["speedup"]["sdpa_best"], r["spec"]) for r in d["rows"] if "sdpa_best" in r["graph"].get("speedup", {})]
+    speeds = [
+        (r["graph"]["speedup"]["sdpa_best"], r["spec"])
+        for r in d["rows"]
+        if "sdpa_best" in r["graph"].get("speedup", {})
+    ]
     low = f"; lowest row {min(speeds)[1]} {_f(min(speeds)[0])} graph-replayed" if speeds else ""
     cmd = d["command_full"]
     cmd = cmd if "benchmarks/device.sh" in cmd else NOT_RECORDED
@@ -329,9 +333,7 @@ def _search() -> list[Row]:
 
 def _knowledge() -> list[Row]:
     text = (RESULTS / "knowledge_ablation.md").read_text()
-    cells = [
-        [c.strip() for c in ln.strip().strip("|").split("|")] for ln in text.splitlines() if ln.startswith("| M")
-    ]
+    cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in text.splitlines() if ln.startswith("| M")]
     warm = [c for c in cells if c[1] == "with store"]
     cold = [c for c in cells if c[1] == "empty store"]
     cold_evals = [c[2] for c in cold]
@@ -409,9 +411,7 @@ def _soak() -> list[Row]:
     for name, flag in (("store_soak.json", ""), ("store_soak_default_strategy.json", " --strategy default")):
         d = _json(name)
         starts = [p["start"] for p in d.get("per_driver", []) if "start" in p]
-        date = (
-            _dt.datetime.fromtimestamp(min(starts), _dt.timezone.utc).date().isoformat() if starts else NOT_RECORDED
-        )
+        date = _dt.datetime.fromtimestamp(min(starts), _dt.timezone.utc).date().isoformat() if starts else NOT_RECORDED
         cpus = d.get("machine", {}).get("cpus")
         rows.append(
             Row(
@@ -478,7 +478,11 @@ def rows() -> list[Row]:
 
 
 def render() -> str:
-    lines = [INTRO, "| target | card | headline figure (footing) | date | command | record |", "|---|---|---|---|---|---|"]
+    lines = [
+        INTRO,
+        "| target | card | headline figure (footing) | date | command | record |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows():
         lines.append(
             "| "
