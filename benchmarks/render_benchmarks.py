@@ -14,6 +14,7 @@ unchanged, see that script's header). The reference for each target is docs/benc
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as _dt
 import json
 import re
@@ -300,7 +301,7 @@ def _search() -> list[Row]:
             "CPU replay of recorded NVIDIA H200 landscapes",
             fig,
             NOT_RECORDED,
-            "`python benchmarks/search_efficiency.py --landscapes <the 8 shipped landscapes> "
+            f"`python benchmarks/search_efficiency.py --landscapes {' '.join(dict.fromkeys(r['landscape'] for r in h))} "
             "--strategies default model --seeds 10 --budget 100 --checkpoints 10 25 50 100 --jobs 2`",
             "search_efficiency_model{,_hedged}.jsonl, search_efficiency_attention_shapes.jsonl",
         ),
@@ -325,7 +326,8 @@ def _search() -> list[Row]:
             f"cascade (cheap = {args.get('cheap_cost', NOT_RECORDED)} of full) **{_f(_mean(casc))}** vs full "
             f"judging {_f(_mean(full))} ({args.get('seeds', NOT_RECORDED)} seeds, noise {args.get('noise', NOT_RECORDED)})",
             NOT_RECORDED,
-            f"`python benchmarks/fidelity_efficiency.py --seeds {args.get('seeds', 10)} --out {args.get('out')}`",
+            f"`python benchmarks/fidelity_efficiency.py --seeds {args.get('seeds', 10)} --landscapes "
+            f"{' '.join(ast.literal_eval(args.get('landscapes', '[]')))} --out {args.get('out')}`",
             "fidelity_efficiency.json",
         ),
     ]
