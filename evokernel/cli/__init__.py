@@ -1,4 +1,4 @@
-"""The `evokernel` command: search, replay, show, report, check, sweep, fan-out, kernels, profile,
+"""The `evokernel` command: search, replay, show, runs, report, check, sweep, fan-out, kernels, profile,
 lessons, export, promote, plugins, landscapes; one small module per subcommand (`evokernel.cli.search`, ...),
 each with `add_parser(sub)` and `run(args)`. A search is built by `evokernel.engine.assemble`,
 as the Python API builds it.
@@ -27,6 +27,7 @@ from evokernel.cli import (
     promote,
     replay,
     report,
+    runs,
     search,
     show,
     sweep,
@@ -42,6 +43,7 @@ COMMANDS = {
     "search": search,
     "replay": replay,
     "show": show,
+    "runs": runs,
     "report": report,
     "check": check,
     "sweep": sweep,

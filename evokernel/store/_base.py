@@ -7,7 +7,7 @@ protocol, with the same queries (evokernel.store._sql).
 
 `Store` is what a search needs. What tools need besides is declared as capabilities, small
 protocols of their own (`ForgetsMeasured`, `FindsRuns`, `KeepsKnowledge`, `KeepsProfiles`,
-`Located`, `Claims`, `DropsElites`);
+`Located`, `Claims`, `DropsElites`, `EditsRuns`);
 `CompleteStore` is all of them together, what `SQLiteStore` and `PostgresStore` are and what
 the CLI expects.
 """
@@ -31,6 +31,7 @@ __all__ = [
     "Located",
     "Claims",
     "DropsElites",
+    "EditsRuns",
     "CompleteStore",
     "CAPABILITIES",
     "RunInfo",
@@ -266,8 +267,26 @@ class DropsElites(Protocol):
 
 
 @runtime_checkable
+class EditsRuns(Protocol):
+    """Can delete a run, or give it another name.
+
+    Called by the CLI's `evokernel runs delete` and `evokernel runs rename`. Both refuse a run
+    another process is running (RunBusyError); a run marked running that no process holds
+    (killed) may be deleted or renamed."""
+
+    def delete_run(self, run_id: str) -> dict[str, int]:
+        """Delete the run and everything of it in one transaction (results another run reused
+        are kept); the number of rows deleted, by table."""
+        ...
+
+    def rename_run(self, run_id: str, name: str) -> None:
+        """Rename the run (its id stays); StoreError for a name another run has."""
+        ...
+
+
+@runtime_checkable
 class CompleteStore(
-    Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims, DropsElites, Protocol
+    Store, ForgetsMeasured, FindsRuns, KeepsKnowledge, KeepsProfiles, Located, Claims, DropsElites, EditsRuns, Protocol
 ):
     """Everything the engine and the tools call on a store (SQLiteStore and PostgresStore are)."""
 
@@ -281,4 +300,5 @@ CAPABILITIES: tuple[type, ...] = (
     Located,
     Claims,
     DropsElites,
+    EditsRuns,
 )

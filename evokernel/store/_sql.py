@@ -201,6 +201,78 @@ class SQLStore:
             raise StoreError(f"{'no' if not rows else 'more than one'} run matches {run_id!r} in {self.path}")
         return _run_info(rows[0])
 
+    def _refuse_running(self, run_id: str, doing: str) -> None:
+        """RunBusyError, in one line, when a process (this one included) is running `run_id`."""
+        if run_id in self._held:
+            raise RunBusyError(f"cannot {doing} run {run_id}: this process is running it")
+        rows = self._rows(sa.select(s.runs.c.environment).where(s.runs.c.id == run_id))
+        pid = json.loads(rows[0][0]).get("pid") if rows else None
+        raise RunBusyError(
+            f"cannot {doing} run {run_id}: it is still running in another process{f' (pid {pid})' if pid else ''} "
+            f"on {self.path}; wait for it to finish, or stop it first"
+        )
+
+    def delete_run(self, run_id: str) -> dict[str, int]:
+        """Delete the run and everything of it, in one transaction: its evaluations, the results it
+        measured (but those another run reused, which are that run's history too), its elites,
+        events, claims, lessons and kernel records, and the genomes nothing else refers to then.
+        A run another process is running is refused (RunBusyError); one marked running that no
+        process holds (killed) is deleted. Returns how many rows went, by table."""
+        self._run(run_id)  # StoreError if there is none
+        if run_id in self._held or not self._try_lock(run_id):
+            self._refuse_running(run_id, "delete")
+        try:
+            with self._tx() as c:
+                return self._delete_run(c, run_id)
+        finally:
+            self._unlock(run_id)
+
+    def _delete_run(self, c: sa.Connection, run_id: str) -> dict[str, int]:
+        ev, r, g, el, k = s.evaluations, s.results, s.genomes, s.elites, s.kernels
+        genome_ids = set(c.execute(sa.select(ev.c.genome_id).where(ev.c.run_id == run_id)).scalars())
+        genome_ids |= set(c.execute(sa.select(el.c.genome_id).where(el.c.run_id == run_id)).scalars())
+        genome_ids |= set(c.execute(sa.select(r.c.genome_id).where(r.c.run_id == run_id)).scalars())
+        gone: dict[str, int] = {}
+        for table in (s.claims, s.events, el, ev, s.lessons):
+            gone[table.name] = c.execute(table.delete().where(table.c.run_id == run_id)).rowcount
+        # results it measured that no evaluation (of another run, which reused them) refers to
+        used = sa.select(ev.c.result_id)
+        gone["results"] = c.execute(r.delete().where(r.c.run_id == run_id, r.c.id.not_in(used))).rowcount
+        mine = [gid for gid, rec in c.execute(sa.select(k.c.genome_id, k.c.record)) if _kernel_run(rec) == run_id]
+        gone["kernels"] = c.execute(k.delete().where(k.c.genome_id.in_(mine))).rowcount if mine else 0
+        genome_ids |= set(mine)
+        orphans = [
+            gid
+            for gid in sorted(genome_ids)
+            if not any(
+                c.execute(sa.select(t.c.genome_id).where(t.c.genome_id == gid).limit(1)).first() for t in (ev, r, el, k)
+            )
+        ]
+        gone["genomes"] = c.execute(g.delete().where(g.c.id.in_(orphans))).rowcount if orphans else 0
+        gone["runs"] = c.execute(s.runs.delete().where(s.runs.c.id == run_id)).rowcount
+        return gone
+
+    def rename_run(self, run_id: str, name: str) -> None:
+        """Give the run another name (its id, and so what resumes it, stays). Refused (StoreError)
+        for an empty name or one another run has, and (RunBusyError) while a process runs it."""
+        if not name.strip():
+            raise StoreError("a run's name cannot be empty")
+        old = self._run(run_id)
+        if old.name == name:
+            raise StoreError(f"run {run_id} is already named {name!r}")
+        if run_id in self._held or not self._try_lock(run_id):
+            self._refuse_running(run_id, "rename")
+        try:
+            with self._tx() as c:
+                taken = c.execute(
+                    sa.select(s.runs.c.id).where(s.runs.c.name == name, s.runs.c.id != run_id).limit(1)
+                ).first()
+                if taken is not None:
+                    raise StoreError(f"run {taken[0]} in {self.path} is named {name!r} already; choose another name")
+                c.execute(s.runs.update().where(s.runs.c.id == run_id).values(name=name))
+        finally:
+            self._unlock(run_id)
+
     # -- results -----------------------------------------------------------------------
     def lookup(self, run_id: str, genome_id: str, fingerprint: str) -> Hit | None:
         ev, r = s.evaluations, s.results
@@ -635,7 +707,7 @@ def _retried(method: Callable[..., Any]) -> Callable[..., Any]:
 
 # every public method goes through `_retrying` (each is one transaction, or reads only)
 for _name in (
-    "running_elsewhere begin_run finish_run runs run lookup record forget_measured remeasurement "
+    "running_elsewhere begin_run finish_run runs run delete_run rename_run lookup record forget_measured remeasurement "
     "record_remeasurement history count save_elites drop_elite elites log_event events claim release "
     "save_lessons lessons save_kernel kernels save_profile profiles results_frame"
 ).split():
@@ -657,6 +729,15 @@ def _run_info(row: Any) -> RunInfo:
         updated=updated,
         summary=json.loads(summary),
     )
+
+
+def _kernel_run(record: str) -> str | None:
+    """The run a kernel record (evokernel.store.knowledge) came from."""
+    try:
+        got = json.loads(record)
+    except ValueError:
+        return None
+    return got.get("run_id") if isinstance(got, dict) else None
 
 
 def _new_id(got: sa.CursorResult[Any]) -> int:
