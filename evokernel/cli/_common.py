@@ -112,6 +112,15 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         "default for the rest",
     )
     sp.add_argument(
+        "--mutator",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="search with this registered mutator instead of the strategy's (repeat for several): point, "
+        "crossover, restart, local, optuna, cost-model, or one a plugin registers (evokernel plugins); "
+        "not with --strategy, nor with a search file that sets its own `mutators`",
+    )
+    sp.add_argument(
         "--noise",
         type=noise_sigma,
         default=None,

@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    what = r.add_subparsers(dest="action", required=True, metavar="{delete,rename}")
+    what = r.add_subparsers(dest="action", required=True, metavar="{delete,rename}", help="what to do")
     d = what.add_parser("delete", help="delete a run and everything of it, in one transaction")
     d.add_argument("run", help="run id, id prefix, or the name of one run")
     _db(d)

@@ -26,7 +26,7 @@ from evokernel.cli._common import (
 )
 from evokernel.cli._progress import SearchProgress
 from evokernel.core.errors import ConfigError
-from evokernel.engine.assemble import SearchSpec, assemble
+from evokernel.engine.assemble import SearchSpec, assemble, registered_mutators
 from evokernel.engine.options import Promotion
 from evokernel.engine.search import Budget, Observer, Search, SearchReport
 from evokernel.engine.strategies import get_strategy
@@ -128,6 +128,13 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         get_strategy(args.strategy or "default")  # an unknown strategy is the first thing said
     if spec.mutators is not None and args.strategy is not None:
         raise ConfigError("the search file sets its own mutators; drop --strategy")
+    names = getattr(args, "mutator", None)
+    if names:
+        if args.strategy is not None:
+            raise ConfigError("--mutator picks the mutators a strategy would: give --mutator or --strategy, not both")
+        if spec.mutators is not None:
+            raise ConfigError("the search file sets its own mutators; drop --mutator")
+        spec = replace(spec, mutators=registered_mutators(names))
     if getattr(args, "train_on_replayed", False) and not _replays(spec.evaluator):
         raise ConfigError("--train-on-replayed applies to landscape replays; this evaluator measures kernels")
     llm = getattr(args, "llm", None)

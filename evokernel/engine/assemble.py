@@ -44,7 +44,7 @@ from evokernel.engine.search import Search
 from evokernel.engine.strategies import default_for, get_strategy
 from evokernel.store import Store
 
-__all__ = ["SearchSpec", "assemble", "evaluator_of_file"]
+__all__ = ["SearchSpec", "assemble", "evaluator_of_file", "registered_mutators"]
 
 log = logging.getLogger("evokernel.assemble")
 
@@ -158,6 +158,36 @@ def _checked_extras(mod: Any, target: str) -> tuple[Any, Any, Any, Any, Any]:
 def evaluator_of_file(path: str) -> Evaluator:
     """The evaluator a search file defines, built afresh (in a Ray actor, on its own GPU)."""
     return SearchSpec.from_file(path).evaluator
+
+
+def registered_mutators(names: Sequence[str]) -> list[Mutator]:
+    """The mutators registered (entry-point group `evokernel.mutators`) under `names`, each built
+    with no arguments: what `evokernel search --mutator NAME` searches with. An unknown name is a
+    PluginError in one line naming the registered ones; a mutator that cannot be built without
+    arguments (the LLM operator, which `--llm` adds) a ConfigError saying so.
+
+    >>> [m.name for m in registered_mutators(["point", "local"])]
+    ['point', 'local']
+    """
+    from evokernel.core.plugins import load, registered
+
+    out: list[Mutator] = []
+    known = ", ".join(sorted(registered("evokernel.mutators"))) or "none"
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ConfigError(f"mutator {name!r} is named twice")
+        factory = load("evokernel.mutators", name)
+        try:
+            mutator = factory() if callable(factory) and not isinstance(factory, Mutator) else factory
+        except TypeError as exc:
+            hint = "; add it with --llm" if name == "llm" else "; build it in a search file's `mutators` instead"
+            raise ConfigError(f"mutator {name!r} cannot be built without arguments ({exc}){hint}") from None
+        except Exception as exc:
+            raise ConfigError(f"mutator {name!r} failed to build: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(mutator, Mutator):
+            raise ConfigError(f"{name!r} is registered as a mutator but is not one (registered: {known})")
+        out.append(mutator)
+    return out
 
 
 def assemble(
