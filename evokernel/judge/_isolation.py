@@ -526,6 +526,9 @@ _MASKED_FILES = (
     "/etc/security/opasswd",
 )
 _MASKED_DIRS = ("/etc/ssh", "/etc/sudoers.d", "/etc/ssl/private")
+#: what of a candidate's own /proc stays read-only (as container runtimes keep it): the kernel's
+#: settings, interrupts, buses, file systems and the SysRq trigger
+_PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 
 
 def _inside(path: str, roots: Iterable[str]) -> bool:
@@ -631,7 +634,17 @@ def _build_root(plan: Plan, held: Held, own_proc: bool) -> None:
     os.makedirs(stage + "/proc", exist_ok=True)
     if own_proc:
         try:
-            _mount("proc", stage + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY)
+            # writable where it is the candidate's own (the NVIDIA driver's cuInit fails with
+            # error 304 on a read-only /proc), read-only where it reaches the kernel's
+            # settings or hardware (/proc/sys: core_pattern, drop_caches, the host's name)
+            _mount("proc", stage + "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+            for part in _PROC_READ_ONLY:
+                if os.path.lexists(stage + "/proc/" + part):
+                    fd = os.open(stage + "/proc/" + part, os.O_PATH | os.O_CLOEXEC)
+                    try:
+                        _bind(fd, stage + "/proc/" + part, writable=False)
+                    finally:
+                        os.close(fd)
         except SetupError:
             # a host that hides parts of its /proc (a container) refuses a new one: an empty
             # /proc then, never the host's (it would list the judge)
