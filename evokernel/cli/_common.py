@@ -121,6 +121,13 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         "not with --strategy, nor with a search file that sets its own `mutators`",
     )
     sp.add_argument(
+        "--no-fallback",
+        action="store_true",
+        help="when no mutator proposes a genome the run has not seen (in 32 tries), the search takes a random "
+        "unseen point instead (the fallback; the report counts these proposals); with this, it takes none: "
+        "the generation ends with what it has, and one with nothing stops the run ('mutators had nothing new')",
+    )
+    sp.add_argument(
         "--noise",
         type=noise_sigma,
         default=None,

@@ -27,13 +27,22 @@ from evokernel.cli._common import (
 from evokernel.cli._progress import SearchProgress
 from evokernel.core.errors import ConfigError
 from evokernel.engine.assemble import SearchSpec, assemble, registered_mutators
-from evokernel.engine.options import Promotion
+from evokernel.engine.options import NOTHING_NEW, Promotion
 from evokernel.engine.search import Budget, Observer, Search, SearchReport
 from evokernel.engine.strategies import get_strategy
 
 
 def add_parser(sub: Any) -> None:
-    s = sub.add_parser("search", help="run (or resume) a search and print its elites")
+    s = sub.add_parser(
+        "search",
+        help="run (or resume) a search and print its elites",
+        description="Run (or resume) a search and print its elites. Each new genome is proposed by a mutator "
+        "(the strategy's, --mutator's or the search file's); when none proposes one the run has not seen, in 32 "
+        "tries, the search takes a random unseen point instead: the fallback. Its proposals are recorded with "
+        "operator 'fallback' (or 'restart', credited to a restart mutator where one runs), counted in the "
+        "report ('N proposals of M came from the fallback'; 'fallbacks' in --json and in the stored run's "
+        "summary); --no-fallback turns it off.",
+    )
     s.add_argument(
         "target",
         help="a search file (.py defining `space` and `evaluator`), a landscape "
@@ -150,6 +159,7 @@ def make_search(args: argparse.Namespace, spec: SearchSpec, store: Any, observer
         patience=args.patience,
         promotion=None if getattr(args, "fidelity", None) is None else Promotion(margin=args.fidelity),
         train_on_replayed=bool(getattr(args, "train_on_replayed", False)),
+        fallback=not getattr(args, "no_fallback", False),
         name=getattr(args, "name", None) or spec.name,
         llm=llm,
         ray=getattr(args, "ray", None),
@@ -184,7 +194,16 @@ def generations_run(report: SearchReport) -> int:
     """How many generations ran: `report.generations` is the last one's number, counting the
     first population as generation 0 (a search that found nothing new to try numbered one more
     and stopped before evaluating it)."""
-    return report.generations + (report.stop_reason != "space exhausted")
+    return report.generations + (report.stop_reason not in ("space exhausted", NOTHING_NEW))
+
+
+def said_fallbacks(report: SearchReport) -> str:
+    """The line on the proposals no mutator made (the fallback's random unseen points)."""
+    n = report.fallbacks
+    return (
+        f"{plural(n, 'proposal')} of {report.evaluations} came from the fallback: no mutator proposed a new "
+        "genome in its tries, so the search took a random unseen point (--no-fallback turns it off)"
+    )
 
 
 def print_report(report: SearchReport, db: str | None) -> None:
@@ -213,6 +232,8 @@ def print_report(report: SearchReport, db: str | None) -> None:
         f"{statuses}{where}",
         highlight=False,
     )
+    if report.fallbacks:
+        console.print(said_fallbacks(report), highlight=False, soft_wrap=True)
     if report.priors is not None:
         from evokernel.engine.priors import trained_on
 

@@ -58,7 +58,9 @@ class SearchSpec:
     (population sets the elites carried over too; promotion judges through the evaluator's
     cheaper fidelity levels first, `evokernel.evaluators.Cascade`); train_on_replayed: let the
     cost model learn from the very landscape a replay replays (`SearchOptions.train_on_replayed`:
-    it has then seen the answer; off, a replay's own landscape is held out); seeds: known-good points of the first generation; llm: a
+    it has then seen the answer; off, a replay's own landscape is held out); fallback: when no
+    mutator proposes a new genome in `SearchOptions.retries` tries, take a random unseen point
+    (counted in the report's `fallbacks`; `SearchOptions.fallback`, off with --no-fallback); seeds: known-good points of the first generation; llm: a
     model name (Anthropic) or a provider object for the LLM rewrite operator, added to the
     mutators when the evaluator judges a problem; knowledge: record lessons and accepted
     kernels in the store when the evaluator judges a problem. ray: evaluate on the GPUs of a
@@ -79,6 +81,7 @@ class SearchSpec:
     patience: int | None = None
     promotion: Promotion | None = None
     train_on_replayed: bool = False
+    fallback: bool = True
     name: str | None = None
     seeds: Iterable[Genome | Mapping[str, Any]] = ()
     llm: Any = None
@@ -215,6 +218,8 @@ def assemble(
         options = replace(
             options or get_strategy(spec.strategy or default_for(spec.space)).options, train_on_replayed=True
         )
+    if not spec.fallback:
+        options = replace(options or get_strategy(spec.strategy or default_for(spec.space)).options, fallback=False)
     mutators = spec.mutators
     strategy = spec.strategy
     if mutators is not None and strategy is not None:

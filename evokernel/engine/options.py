@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from evokernel.core.errors import ConfigError
 
-__all__ = ["Budget", "SearchOptions", "Promotion"]
+__all__ = ["Budget", "SearchOptions", "Promotion", "NOTHING_NEW"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,10 @@ class Promotion:
             raise ConfigError(f"promotion share must be in (0, 1], got {self.share!r}")
 
 
+#: A run's stop reason when, with the fallback off (`SearchOptions.fallback`), no operator had a new genome.
+NOTHING_NEW = "mutators had nothing new"
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the generational loop, with defaults in one place."""
@@ -74,6 +78,10 @@ class SearchOptions:
     report_elites: int = 5  # elites re-measured and reported at the end
     remeasure: int = 2  # extra measurements of each reported elite (0: none)
     retries: int = 32  # proposals tried before falling back to a random unseen point
+    # when no operator proposes a new genome in `retries` tries, take a random unseen point (the
+    # fallback; counted in the report's `fallbacks`); off, the generation ends with what it has
+    # and a generation with nothing stops the run ("mutators had nothing new")
+    fallback: bool = True
     seed_elites: int = 4  # elites of earlier runs put in the first generation
     learn_failures: bool = True  # skip points predicted to run out of resources like failed ones
     # genomes of the nearest other shapes' runs put in the first generation (0: none); half the

@@ -1,6 +1,7 @@
 """Proposing the next genome: an operator chosen by the bandit, its parents by selection,
 the child checked (valid, unseen, not predicted to fail) before anything measures it; a
-random unseen point when no operator has one.
+random unseen point when no operator has one (the fallback: counted, and off with
+`SearchOptions(fallback=False)`, `--no-fallback`).
 """
 
 from __future__ import annotations
@@ -118,7 +119,22 @@ def _propose(run: _Run, population: list[Individual], taken: set[str], *, replay
             else tuple(p.genome.id for p in parents)
         )
         return child.with_lineage(ids, op.name, run.generation)
-    return unseen_random(run, taken)
+    return fallback(run, taken)
+
+
+def fallback(run: _Run, taken: set[str]) -> Genome | None:
+    """What is proposed when no operator had a new genome in `retries` tries: a random unseen
+    point, counted in `run.fallbacks` and recorded with operator "fallback" (or "restart" when
+    the run has a mutator of that name, which proposes the same kind of point and is credited
+    for it, as before the fallback was named); with `SearchOptions.fallback` off, nothing."""
+    if not run.opt.fallback:
+        return None
+    g = unseen_random(run, taken)
+    if g is None:
+        return None
+    run.fallbacks += 1
+    label = "restart" if "restart" in run.bandit.names else "fallback"
+    return g.with_lineage((), label, run.generation)
 
 
 def predicted_failure(run: _Run, genome: Genome) -> bool:

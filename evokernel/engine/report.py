@@ -148,6 +148,9 @@ class SearchReport(msgspec.Struct, kw_only=True):
     # what a primed mutator (the cost model) learned from: `evokernel.engine.priors.describe`
     # (rows, sources, the shipped landscapes of the run's own shape held out or kept); None: none
     priors: dict[str, Any] | None = None
+    # proposals no operator made: when none proposed a new genome in `SearchOptions.retries`
+    # tries, the search took a random unseen point (the fallback; `SearchOptions.fallback`)
+    fallbacks: int = 0
 
     def to_dataframe(self) -> Any:
         """The reported elites as a pandas DataFrame, fastest first: the columns of
@@ -232,4 +235,5 @@ def run_summary(report: SearchReport) -> dict[str, Any]:
         "cost": report.cost,
         "operators": report.operators,  # the bandit's view: pulls, successes, posterior mean
         "skipped": report.skipped,  # proposals never measured, by reason
+        "fallbacks": report.fallbacks,  # proposals no operator made: random unseen points
     }

@@ -46,7 +46,7 @@ from evokernel.engine.bandit import OperatorBandit
 from evokernel.engine.claims import Claimer, RenewingStream
 from evokernel.engine.learned import FailureModel
 from evokernel.engine.propose import propose
-from evokernel.engine.options import Budget, SearchOptions
+from evokernel.engine.options import NOTHING_NEW, Budget, SearchOptions
 from evokernel.engine.remeasure import remeasure
 from evokernel.engine.report import Individual, Observer, ReportedElite, SearchReport, count_statuses, run_summary
 from evokernel.engine.seeding import first_generation, valid_seeds
@@ -161,6 +161,7 @@ class _Run:
         self.replay: dict[int, Genome] = {}  # on resume: the stored genome at each position
         self.generation = 0
         self.counts = {"measured": 0, "resumed": 0, "reused": 0}
+        self.fallbacks = 0  # proposals no operator made: random unseen points (propose.unseen_random)
         self.t0 = time.monotonic()
         self.stop_reason = ""
         self.priors: dict[str, Any] | None = None  # what a primed mutator learned from (seeding)
@@ -403,6 +404,7 @@ class _Run:
             "best_params": best.genome.params if best else None,
             "wall_s": time.monotonic() - self.t0,
             "cost": self.cost,
+            "fallbacks": self.fallbacks,
         }
 
     def _best_ms(self) -> float:
@@ -427,7 +429,7 @@ class _Run:
                 batch.append(child)
                 taken.add(child.id)
             if not batch:
-                reason = "space exhausted"
+                reason = "space exhausted" if self.opt.fallback else NOTHING_NEW
                 break
             children = self.evaluate(batch)
             self._credit(children, population, best_before)
@@ -460,6 +462,7 @@ class _Run:
             wall_s=time.monotonic() - self.t0,
             cost=self.cost,
             priors=self.priors,
+            fallbacks=self.fallbacks,
         )
 
     def _end_generation(self, population: list[Individual], children: list[Individual]) -> None:
@@ -487,6 +490,8 @@ def _options_identity(options: SearchOptions) -> dict[str, Any]:
         out.pop("promotion", None)
     if not out.get("train_on_replayed"):
         out.pop("train_on_replayed", None)
+    if out.get("fallback", True):
+        out.pop("fallback", None)
     return out
 
 
