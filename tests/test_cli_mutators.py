@@ -45,3 +45,12 @@ def test_what_mutator_cannot_go_with_is_refused_in_one_line(tmp_path, capsys):
         assert main(["search", LANDSCAPE, "--db", db, *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err, err
+
+
+def test_fan_out_takes_mutator_and_no_fallback_as_search_does():
+    from evokernel.cli import _build_parser
+    from evokernel.cli.fanout import Target
+
+    args = _build_parser().parse_args(["fan-out", LANDSCAPE, "--mutator", "point", "--no-fallback"])
+    spec = Target(LANDSCAPE, args)()
+    assert [m.name for m in spec.mutators] == ["point"] and spec.fallback is False

@@ -19,7 +19,7 @@ import msgspec
 
 from evokernel.cli._common import add_run_options, load_target, stdout_console
 from evokernel.core.errors import ConfigError
-from evokernel.engine.assemble import SearchSpec
+from evokernel.engine.assemble import SearchSpec, registered_mutators
 from evokernel.engine.options import Promotion
 
 
@@ -46,6 +46,15 @@ class Target:
         spec = load_target(self.args, self.name)
         if spec.mutators is not None and self.args.strategy is not None:
             raise ConfigError("the search file sets its own mutators; drop --strategy")
+        names = getattr(self.args, "mutator", None)
+        if names:  # as `evokernel search --mutator` (evokernel.cli.search.make_search)
+            if self.args.strategy is not None:
+                raise ConfigError(
+                    "--mutator picks the mutators a strategy would: give --mutator or --strategy, not both"
+                )
+            if spec.mutators is not None:
+                raise ConfigError("the search file sets its own mutators; drop --mutator")
+            spec = replace(spec, mutators=registered_mutators(names))
         fidelity = getattr(self.args, "fidelity", None)
         return replace(
             spec,
@@ -54,6 +63,7 @@ class Target:
             patience=self.args.patience,
             promotion=None if fidelity is None else Promotion(margin=fidelity),
             train_on_replayed=bool(getattr(self.args, "train_on_replayed", False)),
+            fallback=not getattr(self.args, "no_fallback", False),
         )
 
 
