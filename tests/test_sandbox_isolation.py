@@ -450,3 +450,20 @@ def test_a_candidate_started_from_a_fresh_interpreter_is_sandboxed_too(monkeypat
     monkeypatch.setattr(sandbox, "_SERVER_MODE", "native")  # now it serves the GPU: CPU candidates spawn
     v = judge.check(_PID_1)
     assert v.accepted, v.reason
+
+
+def test_the_c_compiler_outside_usr_is_in_the_candidates_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton builds its host helpers with $CC (or cc/gcc on PATH): a compiler installed
+    outside /usr (/opt/gcc on the GPU machines) is bound in the allowlist root, else every
+    Triton candidate failed with "No such file or directory: '/opt/gcc/bin/gcc'"."""
+    from evokernel.judge._isolation import _compiler_prefixes, default_exposed
+
+    gcc = tmp_path / "opt" / "gcc" / "bin" / "gcc"
+    gcc.parent.mkdir(parents=True)
+    gcc.write_text("#!/bin/sh\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("CC", str(gcc))
+    assert _compiler_prefixes() == [str(tmp_path / "opt" / "gcc")]
+    assert str(tmp_path / "opt" / "gcc") in default_exposed()
+    monkeypatch.setenv("CC", "/usr/bin/true")  # under /usr: bound already, nothing added
+    assert _compiler_prefixes() == []

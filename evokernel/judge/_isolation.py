@@ -415,7 +415,30 @@ def default_exposed() -> tuple[str, ...]:
     for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
         paths.append(os.path.realpath(prefix))
         paths.append(os.path.abspath(prefix))
+    paths += _compiler_prefixes()
     return tuple(dict.fromkeys(paths))
+
+
+def _compiler_prefixes() -> list[str]:
+    """Where the C compiler Triton builds its host helpers with lives, when outside /usr
+    ($CC, else cc/gcc/clang on PATH: /opt/gcc on the GPU machines, a /nix/store tree):
+    its prefix (the folder above its bin/), never / or a home."""
+    import shutil
+
+    found: list[str] = []
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        exe = shutil.which(name) if name else None
+        if not exe:
+            continue
+        for path in (os.path.abspath(exe), os.path.realpath(exe)):
+            if path.startswith("/nix/store/"):
+                found.append("/nix/store")
+                continue
+            prefix = os.path.dirname(os.path.dirname(path))
+            if prefix not in ("/", "/usr", "/root", "/home") and not prefix.startswith(("/home/", "/root/")):
+                found.append(prefix)
+        break
+    return list(dict.fromkeys(found))
 
 
 #: device nodes every candidate may open (CUDA's are added where they exist)

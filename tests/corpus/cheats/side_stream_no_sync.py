@@ -1,8 +1,8 @@
 # problem: matmul_large
 # expect: rejected
-# reason: wrong result
+# reason: wrong result | unjoined work
 # device: cuda
-# class: launches the work on a side stream and never joins it back to the current stream (the output is read before it is written)
+# class: launches the work on a side stream and never joins it back to the current stream (the output is read before it is written); whether the check sees it unwritten or the graph capture refuses the unjoined stream first is a race: both reject it
 import torch
 
 _side = []
