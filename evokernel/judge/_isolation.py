@@ -421,12 +421,12 @@ def default_exposed() -> tuple[str, ...]:
 
 def _compiler_prefixes() -> list[str]:
     """Where the C compiler Triton builds its host helpers with lives, when outside /usr
-    ($CC, else cc/gcc/clang on PATH: /opt/gcc on the GPU machines, a /nix/store tree):
+    ($CC, else gcc, else clang on PATH: /opt/gcc on the GPU machines, a /nix/store tree):
     its prefix (the folder above its bin/), never / or a home."""
     import shutil
 
     found: list[str] = []
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    for name in (os.environ.get("CC"), "gcc", "clang"):  # the order Triton picks in
         exe = shutil.which(name) if name else None
         if not exe:
             continue
