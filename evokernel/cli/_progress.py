@@ -13,7 +13,9 @@ class SearchProgress(Observer):
     """A rich progress bar with the best latency so far and the time left (on a terminal); off a
     terminal (a log, CI), a line per generation and, whenever `every_s` seconds pass without
     one, a line saying where the search is, so a slow generation (or a slow evaluation) is
-    never minutes of silence."""
+    never minutes of silence. After the search, the re-measurement of its finalists (which can
+    take longer than the search) is shown as its own step: "re-measuring finalists k/n" and the
+    candidate being measured."""
 
     every_s = 15.0
 
@@ -30,6 +32,8 @@ class SearchProgress(Observer):
         self.generation = 0  # the generation being evaluated
         self.evaluations = 0
         self.best = "-"
+        self.remeasuring: str | None = None  # "re-measuring finalists k/n: <candidate>" while it runs
+        self.rtask: Any = None
         self._stop = threading.Event()
         self._beat: Any = None
 
@@ -48,7 +52,7 @@ class SearchProgress(Observer):
             )
 
             self.bar = Progress(
-                TextColumn("[bold]search"),
+                TextColumn("[bold]{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("best {task.fields[best]}"),
@@ -70,9 +74,9 @@ class SearchProgress(Observer):
         while not self._stop.wait(min(1.0, self.every_s)):
             if time.monotonic() - self.last >= self.every_s:
                 of = f"/{self.total}" if self.total else ""
+                where = self.remeasuring or f"search: {self.evaluations}{of} evaluations (generation {self.generation})"
                 self.console.print(
-                    f"search: {self.evaluations}{of} evaluations (generation {self.generation}), "
-                    f"best {self.best}, {time.monotonic() - self.t0:.0f} s elapsed",
+                    f"{where}, best {self.best}, {time.monotonic() - self.t0:.0f} s elapsed",
                     highlight=False,
                 )
                 self.last = time.monotonic()
@@ -92,6 +96,23 @@ class SearchProgress(Observer):
                 f"{summary['failed']} failed, best {best}",
                 highlight=False,
             )
+            self.last = time.monotonic()
+
+    def on_remeasure(self, done: int, total: int, genomes: list[Any]) -> None:
+        line = f"re-measuring finalists {done}/{total}"
+        if len(genomes) == 1:
+            line += f": {genomes[0].id} ({genomes[0].short()})"
+        elif genomes:
+            line += f": {len(genomes)} side by side"
+        else:
+            line = f"re-measured finalists {done}/{total}"
+        self.remeasuring = line
+        if self.bar is not None:
+            if self.rtask is None:
+                self.rtask = self.bar.add_task(line, total=total, best=self.best)
+            self.bar.update(self.rtask, description=line, completed=done, total=total)
+        else:
+            self.console.print(line, highlight=False)
             self.last = time.monotonic()
 
     def on_finish(self, report: SearchReport) -> None:

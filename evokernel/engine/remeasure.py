@@ -6,12 +6,19 @@ genomes side by side (`remeasure`, interleaved in fresh processes) ranks them by
 measurement, any other measures each `options.remeasure` more times. Every re-measurement
 is stored, so a resumed run reads them back instead of measuring again; a niche's elite
 becomes its best re-measured genome.
+
+The re-measurement can take longer than the search (each finalist timed again, several
+times): every step is told to the run's observers (`Observer.on_remeasure`: a progress
+display says "re-measuring finalists k/n" and which candidate) and logged in the store as a
+"remeasure" event (`done`, `total`, the genomes being measured), so a quiet or `--json` run
+leaves the same trace.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from evokernel.core.archive import Elite
@@ -68,6 +75,7 @@ def remeasure(run: _Run) -> list[ReportedElite]:
         stored = [store.remeasurement(run_id, e.genome.id, 0) for e in top]
         got: list[Result]
         if any(r is None for r in stored):
+            _tell(run, 0, len(top), [e.genome for e in top])
             try:
                 got = list(together([e.genome for e in top]))
             except (Exception, SystemExit) as exc:
@@ -82,6 +90,7 @@ def remeasure(run: _Run) -> list[ReportedElite]:
                 if before is None:
                     store.record_remeasurement(run_id, 0, e.genome, run.fingerprint, r)
                 run.cost += r.cost
+            _tell(run, len(top), len(top), [])
         else:
             got = [r for r in stored if r is not None]
             run._restored([e.genome for e in top])
@@ -90,7 +99,9 @@ def remeasure(run: _Run) -> list[ReportedElite]:
             noises[e.genome.id] = r.noise
             if not r.is_ok:
                 failed.add(e.genome.id)
-    for rep in range(opt.remeasure if together is None else 0):
+    rounds = opt.remeasure if together is None else 0
+    total, done, told = rounds * len(top), 0, False
+    for rep in range(rounds):
         todo: list[Genome] = []
         restored: list[Genome] = []
         for e in top:
@@ -101,14 +112,18 @@ def remeasure(run: _Run) -> list[ReportedElite]:
                 restored.append(e.genome)
                 _add_sample(e.genome.id, prior, samples, failed)
         run._restored(restored)
+        done += len(restored)
         if not todo or run._out_of_time():
             continue  # (out of time: what is stored is read, nothing new is started)
         results = ResultStream(evaluator, todo, run._deadline())
         try:
             for g in todo:
+                _tell(run, done, total, [g])  # the one whose result is awaited
+                told = True
                 result = results.next()
                 if result is None:
                     break
+                done += 1
                 store.record_remeasurement(run_id, rep, g, run.fingerprint, result)
                 run.cost += result.cost
                 _add_sample(g.id, result, samples, failed)
@@ -116,7 +131,23 @@ def remeasure(run: _Run) -> list[ReportedElite]:
                 results.expect_end()
         finally:
             results.close()
+    if told:
+        _tell(run, done, total, [])
     return _reported(run, top, samples, failed, noises)
+
+
+def _tell(run: _Run, done: int, total: int, genomes: Sequence[Genome]) -> None:
+    """A step of the re-measurement, to the observers and the store's event log: `done` of
+    `total` re-measurements finished, `genomes` being measured now (none: it is over)."""
+    run.s.store.log_event(
+        run.run.id,
+        "remeasure",
+        {"done": done, "total": total, "genomes": [g.id for g in genomes], "params": [g.params for g in genomes]},
+    )
+    for o in run.s.observers:
+        hook = getattr(o, "on_remeasure", None)  # (an observer written before the hook has none)
+        if hook is not None:
+            hook(done, total, list(genomes))
 
 
 def _reported(

@@ -205,6 +205,11 @@ class Observer:
 
     def on_generation(self, generation: int, summary: dict[str, Any]) -> None: ...
 
+    def on_remeasure(self, done: int, total: int, genomes: list[Genome]) -> None:
+        """The search is over and its finalists are measured again (`evokernel.engine.remeasure`):
+        `done` of `total` re-measurements finished, `genomes` are being measured now (all the
+        finalists at once for an evaluator that re-measures side by side; none: it is over)."""
+
     def on_finish(self, report: SearchReport) -> None:
         """The run ended; an observer that spends money for it (an LLM summary) adds that to
         `report.cost`, and the search charges it to the run."""
