@@ -34,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
     history = store.history(run.id)
     elites = with_lineage(store.elites(run_id=run.id), history)
     gens = [p for kind, p, _ in store.events(run.id) if kind == "generation"]
+    from evokernel.report.standing import standing
+
+    stands = standing(store, run.id)
     if args.json:
         print(
             json.dumps(
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
                     "elites": msgspec.to_builtins(elites),
                     "generations": gens,
                     "counts": store.count(run.id),
+                    "standing": stands,
                 }
             )
         )
@@ -76,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     for el in elites:
         e.add_row(el.niche, f"{el.latency_ms:.6f}", f"{100 * el.noise:.1f}%", el.genome.id, el.genome.short())
     console.print(e)
+    for label, line in stands.items():  # baseline, speed-up, fraction of peak: said even when unknown
+        console.print(f"{label}: {line}", highlight=False, soft_wrap=True)
     h = Table(title=f"history of run {run.id}")
     for col in ("generation", "evaluations", "failed", "best ms"):
         h.add_column(col, justify="right")

@@ -23,7 +23,7 @@ import difflib
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -146,6 +146,8 @@ class RunData:
     events: list[tuple[str, dict[str, Any], float]]
     elites: list[Elite]
     genomes: dict[str, Genome]
+    #: baseline, speed-up, fraction of peak (`evokernel.report.standing`)
+    standing: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -155,6 +157,8 @@ class RunData:
 
 
 def load_runs(store: Store, runs: Sequence[str] | str | None = None) -> list[RunData]:
+    from evokernel.report.standing import standing
+
     out = []
     for info in select_runs(store, runs):
         history = store.history(info.id)
@@ -166,6 +170,7 @@ def load_runs(store: Store, runs: Sequence[str] | str | None = None) -> list[Run
                 events=store.events(info.id),
                 elites=store.elites(run_id=info.id),
                 genomes={e.genome.id: e.genome for e in history},
+                standing=standing(store, info.id),
             )
         )
     return out
@@ -403,6 +408,8 @@ def header(run: RunData) -> list[tuple[str, str]]:
         ("device time", f"{float(f.elapsed_s.sum()):.1f} s (the evaluator's time on candidates)"),
         ("LLM dollars", f"${float(summ.get('cost', f.cost.sum())):.2f}"),
         ("cost model", _priors_line(run)),
+        # the best genome against its baseline and the card's peak, said even when unknown
+        *(run.standing or {"baseline": "-", "speed-up": "-", "fraction of peak": "-"}).items(),
     ]
 
 
