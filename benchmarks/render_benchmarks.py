@@ -389,6 +389,27 @@ def _gate() -> list[Row]:
     ]
 
 
+def _gate_h100() -> list[Row]:
+    """The allowlist root's gate on an H100 (sandbox_h100.json): a row per card beside the H200's."""
+    d = _json("sandbox_h100.json")
+    on, off = d["gate"]["on"], d["gate"]["off"]
+    fo, to, tf = on["fidelity"], on["throughput"], off["throughput"]
+    return [
+        Row(
+            "Gate fidelity and throughput",
+            "gate",
+            _card(d["device"]),
+            f"sandbox on (allowlist root): fidelity {fo['within_1pct']}/{fo['configs']} configurations within 1% of "
+            f"the recorded H200 landscape, worst {_f(fo['worst_dev_pct'], 2)}%; throughput **{_f(to['per_min'], 1)}** "
+            f"candidates/min ({to['done']} in {_f(to['elapsed_s'], 1)} s, {to['workers']} compile workers); off: "
+            f"{_f(tf['per_min'], 1)}/min = on/off **{_f(to['per_min'] / tf['per_min'])}** (call {on['call']})",
+            d["date"],
+            f"`{on['command']}; {off['command']}`",
+            "sandbox_h100.json",
+        )
+    ]
+
+
 def _ray() -> list[Row]:
     d = _json("ray_overhead.json")
     pairs = ", ".join(_f(v) for _, v in sorted(d["pairs"].items()))
@@ -442,6 +463,7 @@ TARGETS: tuple[Callable[[], list[Row]], ...] = (
     _search,
     _knowledge,
     _gate,
+    _gate_h100,
     _ray,
     _soak,
 )
