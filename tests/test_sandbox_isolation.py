@@ -467,3 +467,39 @@ def test_the_c_compiler_outside_usr_is_in_the_candidates_root(tmp_path: Path, mo
     assert str(tmp_path / "opt" / "gcc") in default_exposed()
     monkeypatch.setenv("CC", "/usr/bin/true")  # under /usr: bound already, nothing added
     assert _compiler_prefixes() == []
+
+
+def _proc_writes(work: str) -> dict:
+    out = {}
+    for path in (
+        "/proc/sys/kernel/core_pattern",
+        "/proc/sys/kernel/domainname",
+        "/proc/sys/kernel/hostname",
+        "/proc/sys/vm/drop_caches",
+        "/proc/self/comm",
+    ):
+        try:
+            with open(path, "w") as f:
+                f.write("evokernel-probe\n" if "comm" in path or "name" in path else "")
+            out[path] = "written"
+        except OSError as exc:
+            out[path] = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    with open("/proc/self/uid_map") as f:
+        out["uid_map"] = f.read().split()
+    return out
+
+
+@needs_all
+def test_a_candidate_as_the_judges_user_writes_its_own_proc_but_no_kernel_setting(tmp_path: Path) -> None:
+    """A CUDA candidate's root is the judge's user outside (the host's root where the judge is
+    root), and the NVIDIA driver's cuInit needs a writable /proc (error 304 on a read-only one,
+    H100): its own /proc is writable, /proc/sys (core_pattern, domainname, hostname,
+    drop_caches) read-only whoever it is."""
+    got = _in_sandbox(_proc_writes, str(tmp_path))
+    assert "error" not in got, got
+    assert got["/proc/self/comm"] == "written", got
+    for path in ("core_pattern", "domainname", "hostname"):
+        assert got[f"/proc/sys/kernel/{path}"] in ("EROFS", "EACCES", "EPERM"), got
+    assert got["/proc/sys/vm/drop_caches"] in ("EROFS", "EACCES", "EPERM"), got
+    if os.geteuid() == 0:
+        assert got["uid_map"][:2] == ["0", "0"]  # mapped as a CUDA candidate is: the host's root outside

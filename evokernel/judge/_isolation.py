@@ -19,7 +19,7 @@ few system calls made through ctypes (no dependency, Python 3.10+; `os.unshare` 
   switched off) the judge must be root.
 - `confine` (in that child, pid 1): a new root file system (`_build_root`: a tmpfs with the
   allowlist bound read-only at its own paths, the device nodes it needs, one capped scratch
-  file system for /tmp and its own folder, /proc of its own PID namespace read-only; then
+  file system for /tmp and its own folder, /proc of its own PID namespace (its kernel-settings parts read-only); then
   pivot_root, the host's tree detached), resource limits, every capability dropped
   (bounding set, ambient, securebits locked), no_new_privs, and a seccomp filter that
   refuses ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, perf events, keyrings,
@@ -78,7 +78,7 @@ PROTECTIONS: dict[str, str] = {
     "pid": "a PID namespace: the judge and every other process invisible and unsignalled; the tree dies with it",
     "mount": "a file system built from an allowlist (the interpreter, its packages, the system's libraries, "
     "the device nodes it needs), read-only but for the candidate's own folder and a private, capped /tmp; "
-    "/proc of its own, read-only; no host socket, no judge temp folder",
+    "/proc of its own (/proc/sys and the other kernel-settings parts read-only); no host socket, no judge temp folder",
     "shm": "a private /dev/shm (else the host's, read-write: CUDA may need it)",
     "net": "no network",
     "ipc": "no System V IPC or message queues shared with the host",
