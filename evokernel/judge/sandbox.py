@@ -204,11 +204,12 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     output_bytes: int = 4 << 20  # what a candidate prints is cut after this, with a note
     file_bytes: int = 1 << 30  # no file a candidate writes grows past this
     # a CUDA candidate keeps the host's /dev/shm (the driver's IPC): writable, or read-only but
-    # for the judge's CUDA block's counter file (then nothing it writes lands in the host's memory)
+    # for the judge's CUDA block's counter file (then nothing it writes lands in the host's
+    # memory; on an H100 the driver then failed to map the judge's block: off by default)
     host_shm_writable: bool = True
     # a CUDA candidate's root stands for the judge's own user outside, unless this is on: with
-    # the candidate as another user the driver refused to map the judge's block (docs/lessons.md,
-    # "map the judge's block before ... drops its privileges"); to be measured with the new root
+    # the candidate as another user the driver refuses to map the judge's block ("mapping of
+    # buffer object failed", H100 with the allowlist root, as before it: docs/lessons.md)
     cuda_unprivileged: bool = False
 
 
