@@ -39,7 +39,9 @@ def test_replay_json_is_one_object(evokernel_cmd, cli_env):
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)  # exactly one JSON document on stdout
-    assert data["evaluations"] == 100 and len(data["trace"]) == 100
+    # the whole budget, or less where the default early stop ended the run (it says so)
+    assert data["evaluations"] == len(data["trace"]) <= 100
+    assert data["evaluations"] == 100 or data["stop_reason"] == "no improvement in 8 generations"
     assert data["optimum_latency_ms"] == 0.019488
     assert data["best_latency_ms"] >= data["optimum_latency_ms"]
     assert data["trace"][-1] >= data["optimum_latency_ms"]

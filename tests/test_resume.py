@@ -40,7 +40,11 @@ name = "resume-test"
 
 
 def _cmd(evokernel: list[str], target: Path, db: Path | str) -> list[str]:
-    return [*evokernel, "search", str(target), "--db", str(db), "--budget", str(BUDGET), "--seed", "11", "--json"]
+    # --patience 0: the kill points count on the whole budget (the default early stop would end the run sooner)
+    return [
+        *evokernel, "search", str(target), "--db", str(db), "--budget", str(BUDGET), "--seed", "11", "--json",
+        "--patience", "0",
+    ]  # fmt: skip
 
 
 def _env(cli_env: dict[str, str], log: Path) -> dict[str, str]:

@@ -127,7 +127,7 @@ def test_patience_stops_a_stalled_search(small: Landscape):
     report = Search(small.space, ReplayEvaluator(small), options=SearchOptions(population=4, patience=2)).run(
         Budget(evaluations=40), seed=0
     )
-    assert report.stop_reason == "patience" and report.evaluations < 40
+    assert report.stop_reason == "no improvement in 2 generations" and report.evaluations < 40
 
 
 def test_wall_time_budget(small: Landscape):
@@ -297,7 +297,7 @@ def test_observers_see_every_evaluation(small: Landscape):
         lambda: Budget(),
         lambda: SearchOptions(population=0),
         lambda: SearchOptions(selection="roulette"),
-        lambda: SearchOptions(patience=0),
+        lambda: SearchOptions(patience=-1),
     ],
 )
 def test_bad_options_are_config_errors(make):
@@ -366,9 +366,9 @@ def test_learned_constraints_skip_points_predicted_to_run_out_of_shared_memory()
     for learn in (True, False):
         ev = ReplayEvaluator(builtin("matmul_bf16_h200_M2048_N6144_K4096"))
         store = SQLiteStore(":memory:")
-        report = Search(ev.space, ev, strategy="random", store=store, options=SearchOptions(learn_failures=learn)).run(
-            Budget(evaluations=300), seed=2
-        )
+        # patience=0: the comparison needs both runs' whole budget (the default early stop would end them)
+        opts = SearchOptions(learn_failures=learn, patience=0)
+        report = Search(ev.space, ev, strategy="random", store=store, options=opts).run(Budget(evaluations=300), seed=2)
         failed[learn] = report.statuses.get("compile_error", 0)
         skips = [p for k, p, _ in store.events(report.run_id) if k == "skip"]
         if learn:

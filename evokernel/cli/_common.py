@@ -140,7 +140,15 @@ def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> N
         "out: a model trained on it has seen the answer, and the run says nothing of how the search would do)",
     )
     sp.add_argument(
-        "--patience", type=positive_int, default=None, help="stop after this many generations without a better elite"
+        "--patience",
+        type=nonneg_int,
+        default=None,
+        metavar="N",
+        help="stop when the best has not improved by more than 0.5%% for N generations (the run's stop reason: "
+        "'no improvement in N generations'); default 8: the shipped landscapes' replays find their final "
+        "best within a few generations, and 8 stale generations (64 evaluations at the default population) "
+        "are more than a run still improving goes without a 0.5%% gain; 0: no early stop, the whole budget "
+        "(a run stopped early keeps its id, so --patience 0 resumes it to spend the rest)",
     )
     sp.add_argument(
         "--fidelity",

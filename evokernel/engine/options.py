@@ -12,7 +12,15 @@ from dataclasses import dataclass
 
 from evokernel.core.errors import ConfigError
 
-__all__ = ["Budget", "SearchOptions", "Promotion", "NOTHING_NEW"]
+__all__ = [
+    "Budget",
+    "SearchOptions",
+    "Promotion",
+    "NOTHING_NEW",
+    "DEFAULT_PATIENCE",
+    "MIN_IMPROVEMENT",
+    "no_improvement",
+]
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,22 @@ class Promotion:
 NOTHING_NEW = "mutators had nothing new"
 
 
+#: Generations without a better best (by more than MIN_IMPROVEMENT) after which a search stops by
+#: default (`SearchOptions.patience`). 8: the model strategy's replays of the shipped matmul
+#: landscapes reach their final best within a few generations of 8 children each, and 8 stale
+#: generations (64 evaluations) without a 0.5% gain are more than a run that is still improving
+#: goes without one, while a stalled demo no longer spends 24 generations on nothing.
+DEFAULT_PATIENCE = 8
+#: The relative gain of the best that counts as an improvement for patience (0.005: 0.5%);
+#: smaller gains are within a GPU timing's noise and do not restart the count.
+MIN_IMPROVEMENT = 0.005
+
+
+def no_improvement(generations: int) -> str:
+    """A run's stop reason when patience ran out."""
+    return f"no improvement in {generations} generation{'s' if generations != 1 else ''}"
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the generational loop, with defaults in one place."""
@@ -73,7 +97,12 @@ class SearchOptions:
     selection: str = "tournament"  # or "rank"
     tournament_size: int = 3
     elitism: int = 8  # best individuals that always survive; = population gives (mu + lambda)
-    patience: int | None = None  # stop after this many generations without a better elite
+    # stop after this many generations in which the best did not improve by more than
+    # min_improvement (relative) on the best when the count last restarted; the run's stop reason
+    # is then "no improvement in N generations". None: DEFAULT_PATIENCE (8); 0: never (the whole
+    # budget). `stop_after` is the number in force.
+    patience: int | None = None
+    min_improvement: float = MIN_IMPROVEMENT
     noise_z: float = 1.0  # an elite is replaced only by a gain > noise_z * combined noise
     report_elites: int = 5  # elites re-measured and reported at the end
     remeasure: int = 2  # extra measurements of each reported elite (0: none)
@@ -113,8 +142,18 @@ class SearchOptions:
             raise ConfigError(f"selection must be 'tournament' or 'rank', got {self.selection!r}")
         if self.tournament_size < 1:
             raise ConfigError("tournament_size must be >= 1")
-        if self.patience is not None and self.patience < 1:
-            raise ConfigError("patience must be >= 1 generation")
+        if self.patience is not None and (isinstance(self.patience, bool) or self.patience < 0):
+            raise ConfigError("patience must be >= 0 generations (0: no early stop)")
+        if not 0 <= self.min_improvement < 1:
+            raise ConfigError(f"min_improvement must be in [0, 1), got {self.min_improvement!r}")
+
+    @property
+    def stop_after(self) -> int | None:
+        """Generations without improvement that stop the run: patience, DEFAULT_PATIENCE when it
+        is None, None (never) when it is 0."""
+        if self.patience is None:
+            return DEFAULT_PATIENCE
+        return self.patience or None
 
     @property
     def children(self) -> int:

@@ -46,7 +46,7 @@ from evokernel.engine.bandit import OperatorBandit
 from evokernel.engine.claims import Claimer, RenewingStream
 from evokernel.engine.learned import FailureModel
 from evokernel.engine.propose import propose
-from evokernel.engine.options import NOTHING_NEW, Budget, SearchOptions
+from evokernel.engine.options import MIN_IMPROVEMENT, NOTHING_NEW, Budget, SearchOptions, no_improvement
 from evokernel.engine.remeasure import remeasure
 from evokernel.engine.report import Individual, Observer, ReportedElite, SearchReport, count_statuses, run_summary
 from evokernel.engine.seeding import first_generation, valid_seeds
@@ -417,6 +417,7 @@ class _Run:
         population = [p for p in self.evaluate(first) if p.result.is_ok]
         self._end_generation(population, [])
         stale = 0
+        mark = self._best_ms()  # the best when the patience count last restarted
         while not (reason := self._out_of_budget()):
             self.generation += 1
             best_before = self._best_ms()
@@ -435,10 +436,13 @@ class _Run:
             self._credit(children, population, best_before)
             population = self._survivors(population, children)
             best_after = self._best_ms()
-            stale = 0 if best_after < best_before else stale + 1
+            if best_after < mark * (1 - opt.min_improvement):  # the first finite best counts (mark inf)
+                stale, mark = 0, best_after
+            else:
+                stale += 1
             self._end_generation(population, children)
-            if opt.patience is not None and stale >= opt.patience:
-                reason = "patience"
+            if opt.stop_after is not None and stale >= opt.stop_after:
+                reason = no_improvement(opt.stop_after)
                 break
         self.stop_reason = reason
         elites = remeasure(self)
@@ -492,6 +496,13 @@ def _options_identity(options: SearchOptions) -> dict[str, Any]:
         out.pop("train_on_replayed", None)
     if out.get("fallback", True):
         out.pop("fallback", None)
+    # the early stop only ends a run sooner (as its budget does): the default (None) and off (0)
+    # are both recorded as None, what runs before the default early stop recorded, so those keep
+    # their ids, and a run stopped early resumes with --patience 0 to spend the rest of its budget
+    if not out.get("patience"):
+        out["patience"] = None
+    if out.get("min_improvement") == MIN_IMPROVEMENT:
+        out.pop("min_improvement", None)
     return out
 
 
