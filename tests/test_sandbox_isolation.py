@@ -503,3 +503,47 @@ def test_a_candidate_as_the_judges_user_writes_its_own_proc_but_no_kernel_settin
     assert got["/proc/sys/vm/drop_caches"] in ("EROFS", "EACCES", "EPERM"), got
     if os.geteuid() == 0:
         assert got["uid_map"][:2] == ["0", "0"]  # mapped as a CUDA candidate is: the host's root outside
+
+
+FORKER = """
+import os, time
+n = 0
+for _ in range(300):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    n += 1
+raise ImportError(f"forked {n}")
+"""
+
+
+@needs_all
+def test_a_candidate_as_the_host_root_cannot_fork_past_its_pids_cgroup() -> None:
+    """RLIMIT_NPROC never applies to the host's root, which a CUDA candidate is outside where
+    the judge is root: its pids cgroup caps its processes and threads all the same (here a CPU
+    candidate kept as the judge's user, `drop_privileges=False`, stands for it)."""
+    from evokernel.judge._cgroup import unavailable
+    from evokernel.judge.sandbox import Outcome, Sandbox, _reap
+
+    if unavailable():
+        pytest.skip(f"no pids cgroup here: {unavailable()}")
+    options = SandboxOptions(drop_privileges=False, processes=64, start_timeout_s=60)
+    sandbox = Sandbox(FORKER, device="cpu", input_specs=[], options=options).start()
+    try:
+        got = sandbox.wait_ready()
+        group = sandbox._pids
+        assert group is not None and os.path.isdir(group.path)
+    finally:
+        sandbox.close()
+    assert isinstance(got, Outcome) and got.kind == "import", got
+    forked = int(got.error.rsplit("forked ", 1)[1].split()[0])
+    assert 0 < forked < 64, got.error
+    deadline = __import__("time").monotonic() + 20
+    while os.path.isdir(group.path) and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.2)
+        _reap()
+    assert not os.path.isdir(group.path)  # removed once its tasks were gone

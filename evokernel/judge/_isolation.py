@@ -86,7 +86,8 @@ PROTECTIONS: dict[str, str] = {
     "caps": "every capability dropped, no_new_privs",
     "seccomp": "ptrace, process_vm_readv/writev, kcmp, pidfd_getfd, bpf, mounts, namespaces (unshare, setns, "
     "clone with a namespace flag, clone3) refused (and, without a PID namespace, every signal but to itself)",
-    "limits": "file size, core dumps and process count limited (per candidate: its own host uid, where the judge is root)",
+    "limits": "file size, core dumps and process count limited (per candidate, where the judge is root: its own host uid "
+    "and a pids cgroup of its own, evokernel.judge._cgroup)",
 }
 
 _CLONE = {

@@ -312,6 +312,8 @@ class Setup(msgspec.Struct):
     private_work: bool = False  # its folder on the capped scratch file system, not the host's
     tmp_bytes: int = 1 << 30  # the scratch file system (/tmp and a private folder together)
     host_shm_writable: bool = True  # where it keeps the host's /dev/shm (CUDA): writable or read-only
+    processes: int = 512  # RLIMIT_NPROC, and the pids cgroup's cap (processes and threads)
+    pids_cgroup: str = ""  # the cgroup.procs file of the candidate's pids cgroup (the judge made it)
 
 
 def _plan(setup: Setup) -> Any:
@@ -328,6 +330,7 @@ def _plan(setup: Setup) -> Any:
         file_bytes=setup.file_bytes,
         tmp_bytes=setup.tmp_bytes,
         host_shm_writable=setup.host_shm_writable,
+        processes=setup.processes,
     )
 
 
@@ -748,6 +751,14 @@ def main(conn: Any, setup_bytes: bytes, arena: Any = None) -> None:
 
     setup = msgspec.msgpack.decode(setup_bytes, type=Setup)
     os.setsid()  # the judge signals the whole group: the keeper and the candidate's process
+    if setup.pids_cgroup:  # its cap on tasks holds whoever it is outside (root is exempt from RLIMIT_NPROC)
+        from evokernel.judge._cgroup import join
+
+        try:
+            join(setup.pids_cgroup)
+        except OSError as exc:
+            _send(conn, Failed(kind="sandbox", error=f"cannot join the candidate's pids cgroup: {exc}"))
+            return
     if setup.isolation:
         # the fork server ends with its judge: the keeper with it, then the candidate's process
         # (its own parent-death signal), then its namespace; nothing outlives a killed judge

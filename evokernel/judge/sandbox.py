@@ -30,6 +30,7 @@ Python); `without` (or EVOKERNEL_SANDBOX_WITHOUT=pid,...) leaves chosen protecti
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import multiprocessing
@@ -211,11 +212,23 @@ class SandboxOptions(msgspec.Struct, frozen=True, kw_only=True):
     # the candidate as another user the driver refuses to map the judge's block ("mapping of
     # buffer object failed", H100 with the allowlist root, as before it: docs/lessons.md)
     cuda_unprivileged: bool = False
+    # the most processes and threads a candidate may have at once: RLIMIT_NPROC for its own host
+    # user, and (the judge as root) a pids cgroup of its own, which holds for a CUDA candidate
+    # too (the host's root outside, which RLIMIT_NPROC exempts)
+    processes: int = 512
 
 
 #: SandboxOptions fields that do not change what a candidate's measurement means (left out of
 #: evaluator fingerprints)
-ISOLATION_FIELDS = ("isolation", "without", "output_bytes", "file_bytes", "host_shm_writable", "cuda_unprivileged")
+ISOLATION_FIELDS = (
+    "isolation",
+    "without",
+    "output_bytes",
+    "file_bytes",
+    "host_shm_writable",
+    "cuda_unprivileged",
+    "processes",
+)
 
 
 class SandboxUnavailable(EvokernelError):
@@ -450,8 +463,6 @@ def _release_uid(uid: int, fd: int, work_dir: str | None) -> None:
         if _REAPER is None:
             _REAPER = queue.SimpleQueue()
             threading.Thread(target=reap, args=(_REAPER,), name="evokernel-reaper", daemon=True).start()
-            import atexit
-
             atexit.register(wait_for_cleanup)
     with _REAPING:
         _REAPING_LEFT[0] += 1
@@ -464,9 +475,30 @@ _REAPING_LEFT = [0]  # folders the reaper has yet to remove
 
 def wait_for_cleanup(timeout_s: float = 60.0) -> bool:
     """Wait until the folders of closed sandboxes are removed (by the reaper's thread, which
-    dies with the process): at exit, and before `os._exit`. True if none is left."""
+    dies with the process) and their pids cgroups with them: at exit, and before `os._exit`.
+    True if none is left."""
+    deadline = time.monotonic() + timeout_s
     with _REAPING:
-        return _REAPING.wait_for(lambda: _REAPING_LEFT[0] <= 0, timeout_s)
+        done = _REAPING.wait_for(lambda: _REAPING_LEFT[0] <= 0, timeout_s)
+    limit = min(deadline, time.monotonic() + 5.0)  # killed tasks leave within milliseconds
+    while True:
+        _reap()
+        if not _UNREMOVED_GROUPS:
+            return done
+        if time.monotonic() >= limit:
+            return False
+        time.sleep(0.05)
+
+
+def _remove_groups_at_exit() -> None:
+    _reap()
+    deadline = time.monotonic() + 5.0  # killed tasks leave within milliseconds
+    while _UNREMOVED_GROUPS and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _reap()
+
+
+atexit.register(_remove_groups_at_exit)
 
 
 def _kill_user(uid: int) -> None:
@@ -648,14 +680,19 @@ def _slot_value(handle: bytes, slot: int) -> int | None:
 
 _UNREAPED: list[Any] = []  # killed candidate processes not yet gone (each holds a descriptor)
 _UNREAPED_LOCK = threading.Lock()
+_UNREMOVED_GROUPS: list[Any] = []  # closed candidates' pids cgroups with tasks still in them
 
 
-def _reap(process: Any = None) -> None:
+def _reap(process: Any = None, group: Any = None) -> None:
     """Free what each killed candidate process that is gone holds in the judge (its sentinel
     descriptor: closed otherwise only when the Process object is collected, so a judge that
-    keeps its sandboxes leaked two descriptors a candidate); `process` joins the ones kept
+    keeps its sandboxes leaked two descriptors a candidate), and remove each closed
+    candidate's pids cgroup once its tasks are gone; `process` and `group` join the ones kept
     for a later sweep while still exiting."""
     with _UNREAPED_LOCK:
+        if group is not None:
+            _UNREMOVED_GROUPS.append(group)
+        _UNREMOVED_GROUPS[:] = [g for g in _UNREMOVED_GROUPS if not g.remove()]
         if process is not None:
             _UNREAPED.append(process)
         left = []
@@ -769,6 +806,7 @@ class Sandbox:
         else:
             claim = None if self.isolation & {"user", "pid"} else _claim_uid(self.options)
         self.uid, self._uid_lock = claim if claim is not None else (None, None)
+        self._pids: Any = None  # its pids cgroup (evokernel.judge._cgroup), where the judge made one
         # mapped candidates share one group: the judge's CUDA block's counter file is theirs to open
         self.gid = self.options.uid_base - 1 if self.mapped else self.uid
         if self.uid is not None:
@@ -797,6 +835,10 @@ class Sandbox:
             memory = self.options.cpu_memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
         from evokernel.judge._worker import main
 
+        if "limits" in self.isolation and self._pids is None:
+            from evokernel.judge._cgroup import PidsGroup
+
+            self._pids = PidsGroup.create(self.options.processes)
         # the judge's memory block travels once, with the process: the candidate maps it while
         # it imports and compiles, and every later message names views of it by offset
         arena = self.arena
@@ -830,6 +872,8 @@ class Sandbox:
             output_bytes=self.options.output_bytes,
             file_bytes=self.options.file_bytes,
             host_shm_writable=self.options.host_shm_writable,
+            processes=self.options.processes,
+            pids_cgroup=self._pids.procs if self._pids is not None else "",
         )
         self.process = ctx.Process(target=main, args=(child, msgspec.msgpack.encode(setup), arena), daemon=True)
         self.started_wall = time.time()  # before the fork: the child stamps its own steps after it
@@ -1025,7 +1069,10 @@ class Sandbox:
                 self._ipc_slot, self._inner_fd = None, None
             else:
                 _reap(self.process)
-            self.process = None  # closed once it is gone (its descriptor with it): done with here
+            self.process = None
+        if self._pids is not None:  # removed once its tasks are gone
+            _reap(group=self._pids)
+            self._pids = None  # closed once it is gone (its descriptor with it): done with here
         if self._inner_fd is not None:
             os.close(self._inner_fd)
             self._inner_fd = None
