@@ -68,7 +68,7 @@ def run(name: str, seeds: int, noise: float, cheap_cost: float, strategy: str, m
             full = ReplayEvaluator(builtin(name), noise=noise, seed=seed)
             optimum = full.landscape.optimum()[1]
             costs = _Costs(full, cheap_cost)
-            options = SearchOptions(promotion=Promotion(margin=margin) if mode == "cascade" else None)
+            options = SearchOptions(promotion=Promotion(margin=margin) if mode == "cascade" else None, patience=0)
             search = Search(full.space, full, strategy=strategy, options=options, observers=[costs])
             evaluations = max(CHECKPOINTS) if mode == "full" else int(max(CHECKPOINTS) / cheap_cost) + 8
             search.run(Budget(evaluations=min(evaluations, full.space.size)), seed=seed)

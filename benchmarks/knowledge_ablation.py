@@ -17,7 +17,7 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from evokernel import Budget, Search
+from evokernel import Budget, Search, SearchOptions
 from evokernel.evaluators import ReplayEvaluator
 from evokernel.engine.landscape import Landscape, builtin, builtin_names
 from evokernel.store import SQLiteStore
@@ -33,10 +33,13 @@ def one(name: str, seed: int, first: int, budget: int) -> dict[str, Any]:
     truth = ReplayEvaluator(L)
     out: dict[str, Any] = {}
     store = SQLiteStore(":memory:")
-    a = Search(L.space, ReplayEvaluator(L), store=store).run(Budget(evaluations=first), seed=seed)
+    no_stop = SearchOptions(patience=0)  # fixed budgets: no early stop
+    a = Search(L.space, ReplayEvaluator(L), store=store, options=no_stop).run(Budget(evaluations=first), seed=seed)
     target = truth.true_latency(a.best.genome)
     for label, st in (("with store", store), ("empty store", SQLiteStore(":memory:"))):
-        r = Search(L.space, ReplayEvaluator(L), store=st).run(Budget(evaluations=budget), seed=seed + 1000)
+        r = Search(L.space, ReplayEvaluator(L), store=st, options=no_stop).run(
+            Budget(evaluations=budget), seed=seed + 1000
+        )
         history = st.history(r.run_id)
         best, trace = math.inf, []
         for e in history:

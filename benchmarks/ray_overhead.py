@@ -80,7 +80,11 @@ def window(mode: str, seed: int, seconds: float, out: Path, evaluations: int | N
     startup = time.monotonic() - t
     store = open_store(":memory:")
     search = Search(
-        matmul_space(), ev, store=store, options=SearchOptions(remeasure=0, report_elites=1), name=f"{mode}-{seed}"
+        matmul_space(),
+        ev,
+        store=store,
+        options=SearchOptions(remeasure=0, report_elites=1, patience=0),
+        name=f"{mode}-{seed}",
     )
     t = time.monotonic()
     # a window of wall time counts whole generations (8 candidates, about 6% of a minute's

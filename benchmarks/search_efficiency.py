@@ -107,15 +107,19 @@ def one_run(
     store = SQLiteStore(":memory:")
     for other in transfer_from:
         O = _landscape(other)
-        Search(O.space, ReplayEvaluator(O, noise=noise, seed=seed), strategy="default", store=store).run(
-            Budget(evaluations=prior_budget), seed=seed
-        )
+        Search(
+            O.space,
+            ReplayEvaluator(O, noise=noise, seed=seed),
+            strategy="default",
+            store=store,
+            options=SearchOptions(patience=0),
+        ).run(Budget(evaluations=prior_budget), seed=seed)
     ev = ReplayEvaluator(L, noise=noise, seed=seed)
     t0 = time.process_time()
     # leave one shape out: a primed mutator (the cost model) never sees a shipped landscape
     # of the shape under test (a replay holds its own landscape out anyway; --no-holdout lets
     # the model see it: train_on_replayed)
-    held = {"prior_holdout": holdout, "train_on_replayed": not holdout}
+    held = {"prior_holdout": holdout, "train_on_replayed": not holdout, "patience": 0}  # fixed budgets: no early stop
     if strategy.startswith("mutators:"):
         search = Search(L.space, ev, _mutators(strategy), store=store, options=SearchOptions(**held))
     else:

@@ -111,6 +111,7 @@ def cmd_search(a: argparse.Namespace) -> None:
     spec = _spec(a.target)
     options = SearchOptions(
         shipped_priors=not a.no_shipped,
+        patience=0,  # searches against the clock: no early stop
         promotion=Promotion(margin=a.fidelity) if a.fidelity is not None else None,
     )
     store = open_store(a.db)
