@@ -547,3 +547,29 @@ def test_a_candidate_as_the_host_root_cannot_fork_past_its_pids_cgroup() -> None
         __import__("time").sleep(0.2)
         _reap()
     assert not os.path.isdir(group.path)  # removed once its tasks were gone
+
+
+def test_a_cgroup_v2_host_gets_groups_under_the_judges_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The v2 layout (the GPU machines'): the judge's own cgroup (from /proc/self/cgroup's
+    `0::` line) gets `+pids` in its subtree_control where it lacks it, and each group is made
+    under it with its cap in pids.max. (A folder laid out as cgroup2 is: the kernel's files are
+    plain files here, so this checks the paths and writes, not the kernel's enforcement.)"""
+    import evokernel.judge._cgroup as cg
+
+    if os.geteuid() != 0:
+        pytest.skip("the judge makes groups only as root")
+    own = tmp_path / "system.slice" / "judge.service"
+    own.mkdir(parents=True)
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (own / "cgroup.subtree_control").write_text("")
+    monkeypatch.setattr(cg, "_ROOT", str(tmp_path))
+    monkeypatch.setattr(cg, "_BASE", [])
+    monkeypatch.setattr(cg, "_own_path", lambda controller: "/system.slice/judge.service")
+    assert cg.unavailable() is None
+    assert (own / "cgroup.subtree_control").read_text() == "+pids"
+    group = cg.PidsGroup.create(77)
+    assert group is not None and Path(group.path).parent == own
+    assert (Path(group.path) / "pids.max").read_text() == "77"
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory\n")
+    monkeypatch.setattr(cg, "_BASE", [])
+    assert cg.unavailable() == "cgroup v2 without the pids controller"

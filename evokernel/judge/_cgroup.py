@@ -71,7 +71,52 @@ def unavailable() -> str | None:
         _BASE.append(_find_base())
         if _BASE[0]:
             _sweep_stale(_BASE[0])
+            if not _joinable(_BASE[0]):
+                _BASE[0] = None
     return None if _BASE[0] else _WHY[0]
+
+
+def _joinable(base: str) -> bool:
+    """Whether a process can join a group made here (a forked child tries, then exits): a
+    keeper that could not would fail its candidate, so a host where joining fails gets no
+    groups at all rather than no verdicts."""
+    import warnings
+
+    path = os.path.join(base, f"evokernel-{os.getpid()}-probe")
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        _WHY[0] = f"cannot make a cgroup ({exc.strerror or exc})"
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork in a threaded judge: only a write follows
+            pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                join(os.path.join(path, "cgroup.procs"))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            _WHY[0] = "a process cannot join a cgroup made here"
+            return False
+        return True
+    finally:
+        for _ in range(100):  # the child has exited; its group empties at once
+            try:
+                os.rmdir(path)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.01)
 
 
 def _sweep_stale(base: str) -> None:
