@@ -1,6 +1,6 @@
 """Store soak (CPU): many search drivers writing one PostgreSQL database at once.
 
-Starts a throwaway PostgreSQL server (evokernel.store._pgserver, as the tests do; fsync on
+Starts a throwaway PostgreSQL server (evokernel.testing.postgres, as the tests do; fsync on
 unless --no-durable), then `--drivers` processes, each a replay search of `--evaluations`
 evaluations on the shipped matmul landscapes (four shapes, the seeds differing between
 drivers of one shape, so drivers of one shape propose some of the same genomes and claim or
@@ -117,7 +117,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/store_soak.json"))
     args = ap.parse_args()
 
-    from evokernel.store._pgserver import PostgresServer
+    from evokernel.testing.postgres import PostgresServer
 
     with PostgresServer(durable=not args.no_durable) as server:
         url = server.create_database("soak")

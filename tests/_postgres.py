@@ -1,6 +1,6 @@
 """A real PostgreSQL server for the tests: one per session, a fresh database per test.
 
-Started by `evokernel.store._pgserver.PostgresServer` (the store soak benchmark starts its
+Started by `evokernel.testing.postgres.PostgresServer` (the store soak benchmark starts its
 own the same way). A server that cannot start fails the tests that need it, saying why: the
 PostgreSQL store is tested, never skipped.
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from evokernel.store._pgserver import PostgresServer
+from evokernel.testing.postgres import PostgresServer
 
 _names = itertools.count()
 

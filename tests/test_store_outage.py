@@ -18,7 +18,7 @@ from evokernel import Budget, Search, SearchOptions
 from evokernel.evaluators import ReplayEvaluator
 from evokernel.engine.landscape import builtin
 from evokernel.store import open_store
-from evokernel.store._pgserver import PostgresServer
+from evokernel.testing.postgres import PostgresServer
 
 pytestmark = pytest.mark.slow  # a server of its own (initdb), stopped and started
 

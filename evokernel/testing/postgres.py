@@ -1,12 +1,36 @@
-"""A throwaway PostgreSQL server in a temporary folder, for the tests and the store soak benchmark.
+"""A throwaway PostgreSQL server in a temporary folder, for tests of code that uses a
+PostgreSQL store: evokernel's own tests (`tests/_postgres.py`, the store outage tests), the
+store soak benchmark (`benchmarks/store_soak.py`), and a plug-in's or a user's tests that
+want a real server rather than a mock.
 
 It listens on a Unix socket only (`listen_addresses=''`), in the same folder as its data,
-and is stopped and deleted by `stop()`. initdb refuses to run as root, so as root the server
-runs as the `postgres` user (its folder is handed to that user). Every failure to start says
-why, with the server's own log.
+and is stopped and deleted by `stop()` (or on leaving a `with` block). initdb refuses to run
+as root, so as root the server runs as the `postgres` user (its folder is handed to that
+user). Every failure to start says why, with the server's own log. It needs the PostgreSQL
+server binaries (initdb, pg_ctl: Debian's `postgresql` package) and, for
+`create_database`, psycopg (the `postgres` extra).
+
+    from evokernel.store import open_store
+    from evokernel.testing.postgres import PostgresServer
 
     with PostgresServer() as server:
         url = server.create_database("t1")   # postgresql://postgres@/t1?host=/tmp/...
+        store = open_store(url)
+        ...
+
+A pytest fixture of one server per session and a fresh database per test:
+
+    @pytest.fixture(scope="session")
+    def pg_server():
+        with PostgresServer() as server:
+            yield server
+
+    @pytest.fixture
+    def store_url(pg_server, request):
+        return pg_server.create_database(request.node.name.lower())
+
+`durable=False` (the default) turns fsync off, as tests want; `down()` and `up()` stop and
+restart it keeping its data (an outage).
 """
 
 from __future__ import annotations
