@@ -2,8 +2,8 @@
 
 For each decode point of an SGLang A/B report (`sglang_e2e.json` or the `ab` of
 `sglang_long.json`) and each engine: the median decode step (wall clock), the bytes that
-step must read (`evokernel.model.bounds.decode_bytes`: weights touched, experts expected
-under uniform routing, KV cache) and the time the H200's copy bandwidth needs for them,
+step must read (`decode_roofline.decode_bytes`, beside this script: weights touched,
+experts expected under uniform routing, KV cache) and the time the H200's copy bandwidth needs for them,
 and the fraction of that bound the engine reached. Nothing is measured here: it reads what
 a device call recorded.
 
@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evokernel.model.bounds import bound_ms, decode_bytes
+if str(Path(__file__).resolve().parent) not in sys.path:  # its sibling decode_roofline, imported from a test
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_roofline import bound_ms, decode_bytes  # noqa: E402
 
 
 def rows(ab: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "benchmarks") not in sys.path:  # its sibling modules (run as a script, it is already there)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def main() -> None:
@@ -88,7 +90,7 @@ def main() -> None:
     from evokernel.store import SQLiteStore
 
     # 2. promotion: only batch sizes whose winner beat shipped by --promote in the micro A/B
-    from evokernel.model.cascade import Promotion, record
+    from promotion_cascade import Promotion, record
 
     store = SQLiteStore(moe_out / "moe.db")
     runs = {r.name: r.id for r in store.runs()}

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from evokernel.evaluators.sglang import ABReport
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "benchmarks") not in sys.path:  # its sibling modules (run as a script, it is already there)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
 FLAG = "--triton-attention-num-kv-splits"
 #: SGLang 0.5.17: with a split tile size (not in deterministic mode) the cap on the splits is
 #: the context length over it (160 at 40960 / 256) instead of FLAG's value
@@ -328,7 +330,7 @@ def attention_stage_fields(report: ABReport, variant: str, point: str, kv_bytes:
     split kernel that reads the cache, the reduction of its splits, and the KV bytes over the
     split kernel's time alone as a fraction of the copy bandwidth (what reading the cache
     reaches apart from the second kernel's launch and work)."""
-    from evokernel.model.bounds import COPY_BANDWIDTH
+    from decode_roofline import COPY_BANDWIDTH
 
     s1, s2 = (report.attention_ms(variant, point, attributed=True, stage=k) for k in (1, 2))
     return {
@@ -491,7 +493,7 @@ def main() -> None:
         return
 
     # 3. engines side by side
-    from evokernel.model.bounds import COPY_BANDWIDTH, bound_ms, decode_bytes
+    from decode_roofline import COPY_BANDWIDTH, bound_ms, decode_bytes
 
     model = json.loads((Path(args.model) / "config.json").read_text())
     from evokernel.evaluators.sglang import BASELINE, CONTROL, SGLangEvaluator, Variant, ab_markdown

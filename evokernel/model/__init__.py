@@ -1,1 +1,1 @@
-"""The model-level track: profiles, workloads, model-level latency, ablation, the promotion cascade."""
+"""The model-level track: profiles, workloads, model-level latency, ablation."""

@@ -6,6 +6,10 @@ that beat the baseline at the micro-benchmark stage by a margin are promoted, at
 store as a `promotion` event of each micro run (promoted or not, with its gain), so a later
 reader sees why a kernel reached, or did not reach, the end-to-end stage.
 
+The SGLang end-to-end benchmark's own helper (`sglang_e2e_h200.py`), not the library's,
+whose promotion rules are `evokernel.Promotion` (a search's fidelity cascade) and
+`evokernel.integrations.sglang.promote` (which changes of a package ship).
+
 >>> rule = Promotion(min_gain=0.02, max_promoted=1)
 >>> rows = [{"run": "a", "gain": 1.05}, {"run": "b", "gain": 1.01}, {"run": "c", "gain": 1.10}]
 >>> [r["run"] for r in rule.select(rows)]

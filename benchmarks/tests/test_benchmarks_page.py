@@ -8,7 +8,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
 PAGE = ROOT / "BENCHMARKS.md"
 
 

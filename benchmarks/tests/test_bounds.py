@@ -1,17 +1,25 @@
-"""The decode step's byte count and bound (evokernel.model.bounds) on three config styles,
-and the recorded short-context A/B read against it (benchmarks/decode_bounds.py)."""
+"""The decode step's byte count and bound (benchmarks/decode_roofline.py) on three config
+styles, its doctests, and the recorded short-context A/B read against it
+(benchmarks/decode_bounds.py)."""
 
 from __future__ import annotations
 
+import doctest
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from evokernel.model.bounds import bound_ms, decode_bytes, expected_experts
+import decode_roofline
+from decode_roofline import bound_ms, decode_bytes, expected_experts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
+
+
+def test_the_modules_doctests():
+    got = doctest.testmod(decode_roofline)
+    assert got.attempted >= 2 and got.failed == 0
 
 
 def test_dense_moe_and_mixtral_style_configs():
@@ -33,11 +41,8 @@ def test_dense_moe_and_mixtral_style_configs():
 
 
 def test_the_recorded_short_context_ab_against_the_bound():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from decode_bounds import rows
-    finally:
-        sys.path.pop(0)
+    from decode_bounds import rows
+
     ab = json.loads((ROOT / "benchmarks" / "results" / "sglang_e2e.json").read_text())
     config = json.loads((ROOT / "benchmarks" / "results" / "sglang_model_config.json").read_text())
     got = {(r["variant"], r["point"]): r for r in rows(ab, config)}

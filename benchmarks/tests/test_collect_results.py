@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
 SCRIPT = ROOT / "benchmarks" / "collect_results.py"
 
 

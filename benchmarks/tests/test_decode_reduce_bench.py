@@ -11,7 +11,8 @@ import pytest
 
 from evokernel.search_spaces.attention import decode_space
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
 
 
 def _bench():
@@ -194,7 +195,7 @@ def test_the_read_floor_reads_each_row_of_its_split_once() -> None:
     split's rows, through the indices or in slot order, tile by tile or with one or two tiles'
     loads in flight (PIPE 1, 2: the last tile's look-ahead masked off), so the sums over splits
     are the sequences' sums (Triton's interpreter, fp16)."""
-    from ._interpreter import run_interpreted
+    from tests._interpreter import run_interpreted
 
     got = run_interpreted(_FLOOR_SCRIPT, str(ROOT / "benchmarks" / "decode_reduce_h200.py"))
     assert [g["shape"] for g in got] == [[2, 2, 4]] * 4

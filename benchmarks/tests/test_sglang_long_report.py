@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.bench
 RECORD = ROOT / "benchmarks" / "results" / "sglang_long"
 
 

@@ -1,5 +1,8 @@
 """How fast a decode step could be: the bytes it must read from HBM, over the copy bandwidth.
 
+The benchmarks' own helper, not the library's: `decode_bounds.py` and
+`sglang_long_h200.py` import it as a sibling module (benchmarks/ on sys.path).
+
 A decode step of a transformer reads every weight its tokens touch (attention projections,
 the MLP or the experts the router picked, the LM head) and each sequence's KV cache; at
 small batch that traffic, not arithmetic, bounds the step. `decode_bytes` counts it from a
