@@ -473,7 +473,7 @@ INTRO = """\
 
 Where each target stands, rendered from the machine-readable record under
 `benchmarks/results/` by `python benchmarks/render_benchmarks.py` (do not edit this page by hand;
-`tests/test_benchmarks_page.py` fails when it and the record disagree). Each target's page under
+`benchmarks/tests/test_benchmarks_page.py` fails when it and the record disagree). Each target's page under
 [docs/benchmarks/](docs/benchmarks/) says how it is measured, on what footing, against which
 baseline, and what limits the figure. The history of the measurements is in git.
 
