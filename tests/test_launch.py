@@ -792,39 +792,3 @@ def test_the_gpu_tests_collect_on_the_cpu() -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     collected = [line for line in proc.stdout.splitlines() if "::" in line]
     assert len(collected) >= 20, proc.stdout[-2000:]
-
-
-def test_the_overhead_benchmark_runs_on_the_cpu(tmp_path: Path) -> None:
-    """benchmarks/launch_overhead.py, as a check of the script: two rows in the interpreter."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "launch_overhead.py"),
-            "--device",
-            "cpu",
-            "--clip",
-            "48",
-            "--n",
-            "2",
-            "--min-n",
-            "1",
-            "--reps",
-            "1",
-            "--warmup",
-            "1",
-            "--max-rows",
-            "2",
-            "--out",
-            str(tmp_path),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads((tmp_path / "launch_overhead.json").read_text())
-    assert [r["M"] for r in doc["rows"]] == [16, 48] and all(r["same_as_gemm"] for r in doc["rows"])
-    assert "| llama3-8b | qkv | 16 |" in (tmp_path / "launch_overhead.md").read_text()

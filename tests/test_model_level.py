@@ -320,36 +320,3 @@ def test_alone_and_without_follow_requirements() -> None:
     point, undone = without(space, win, "qkv_merge")
     assert undone == ["qkv_merge", "qkv_epilogue"] and point["qkv_epilogue.BLOCK_T"] == 4
     assert point["rmsnorm"] == "triton" and space.is_valid(point)
-
-
-@pytest.mark.slow
-def test_the_benchmark_script_runs_end_to_end_on_the_cpu(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "model_level_h200.py"),
-            "--device",
-            "cpu",
-            "--tiny",
-            "--models",
-            "flux,qwen",
-            "--budget",
-            "3",
-            "--no-compiled-sites",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads((tmp_path / "model_level.json").read_text())
-    assert set(doc["geomean"]) == {"eager_cudagraph", "torch_compile"} and doc["geomean"]["eager_cudagraph"] > 0
-    assert set(doc["models"]) == {"flux-dit", "qwen3-moe-stack"} and doc["mode"].startswith("cpu-tiny")
-    flux = doc["models"]["flux-dit"]
-    assert flux["timing"] == "cpu-wall" and flux["search"]["evaluations"] == 3 and flux["torch_compile_ms"] > 0
-    assert "geomean" in (tmp_path / "model_level.md").read_text()
-    with SQLiteStore(str(tmp_path / "model_level.db")) as store:
-        assert {p["name"] for p in store.profiles()} == {"flux-dit", "qwen3-moe-stack"}
