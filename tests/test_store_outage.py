@@ -69,7 +69,7 @@ def test_a_search_survives_the_server_going_down_and_coming_back(server: Postgre
     def search() -> None:
         try:
             store = open_store(url)
-            out["report"] = Search(ev.space, ev, store=store, options=SearchOptions(population=4)).run(
+            out["report"] = Search(ev.space, ev, store=store, options=SearchOptions(population=4, patience=0)).run(
                 Budget(evaluations=60), seed=1
             )
             store.close()
@@ -100,7 +100,20 @@ def test_a_server_that_stays_down_ends_the_search_in_one_line_and_keeps_what_was
     url = server.create_database("outage")
     target = tmp_path / "target.py"
     target.write_text(TARGET)
-    cmd = [*evokernel_cmd, "search", str(target), "--db", url, "--budget", "80", "--seed", "3", "--quiet"]
+    cmd = [
+        *evokernel_cmd,
+        "search",
+        str(target),
+        "--db",
+        url,
+        "--budget",
+        "80",
+        "--patience",
+        "0",
+        "--seed",
+        "3",
+        "--quiet",
+    ]
     env = {**cli_env, "EVOKERNEL_STORE_RETRY_S": "3"}
     errors = tmp_path / "stderr.txt"
     with errors.open("w") as sink:  # (a file, not a pipe nobody reads while it runs)
