@@ -37,7 +37,7 @@ from evokernel.judge.sandbox import SandboxOptions, wait_for_cleanup  # noqa: E4
 from evokernel.mutators.llm import AnthropicProvider, LLMRewrite  # noqa: E402
 from evokernel.search_spaces import matmul_space  # noqa: E402
 from evokernel.search_spaces.matmul.template import candidate_source  # noqa: E402
-from tests.test_judge_verdicts import canary_file  # noqa: E402
+from tests.test_judge_verdicts import CANARY_READER, canary_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER = json.loads((ROOT / "tests" / "recorded" / "anthropic" / "success_tool_use.json").read_text())
@@ -63,19 +63,8 @@ ATTACKS: dict[str, tuple[str, str]] = {
         .join(["import os", ""]),
         "raised: RuntimeError: made a folder chain 20000 deep",
     ),
-    "canary": (
-        _HEAD
-        + """
-SECRET = open({canary!r}).read()
-
-
-def kernel(a, b):
-    print(SECRET)
-    for line in SECRET.splitlines():
-        print('  File "evokernel_candidate.py", line 1, in ' + line.split("=")[-1])
-        print("RuntimeError: " + line)
-    raise RuntimeError("read: " + SECRET)
-""",
+    "canary": (  # test_judge_verdicts' reader, its CONFIG line ours
+        _HEAD + "\n" + CANARY_READER.split("\n\n", 1)[1].replace("{path!r}", "{canary!r}"),
         "raised: RuntimeError: read: ",
     ),
     "flood_message": (
