@@ -189,7 +189,7 @@ def test_misbehaving_evaluators_are_reported(small: Landscape):
 
     with pytest.raises(EvaluatorError, match="fewer results"):
         Search(small.space, Short()).run(10)
-    with pytest.raises(EvaluatorError, match="returned float, not a Result"):
+    with pytest.raises(EvaluatorError, match="returned float for genome [0-9a-f]+, not a Result"):
         Search(small.space, Wrong()).run(10)
 
 

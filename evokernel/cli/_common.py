@@ -4,10 +4,12 @@ consoles that go quiet when their reader goes away, and the sandbox line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from evokernel.core.errors import ConfigError
@@ -96,7 +98,12 @@ BUILTIN_STRATEGIES = (
 def add_run_options(sp: argparse.ArgumentParser, *, db_default: str | None) -> None:
     """The options `search` and `replay` share: budget, seed, strategy, store, output."""
     sp.add_argument("--budget", type=positive_int, default=100, help="evaluations (default 100)")
-    sp.add_argument("--wall-time", type=positive_float, default=None, help="seconds (default: none)")
+    sp.add_argument(
+        "--wall-time",
+        type=positive_float,
+        default=None,
+        help="seconds the search may take (default: none); loading the search file is bounded by it too, at no less than 30 s",
+    )
     sp.add_argument(
         "--seed",
         type=nonneg_int,
@@ -253,7 +260,9 @@ def load_target(args: argparse.Namespace, target: str) -> SearchSpec:
             raise ConfigError(f"no such search file: {target}")
         if args.noise is not None:
             raise ConfigError("--noise applies to landscape replays; set noise in the search file instead")
-        return SearchSpec.from_file(target)
+        wall = getattr(args, "wall_time", None)
+        with _loading_deadline(max(wall, LOADING_FLOOR_S) if wall else None, target):
+            return SearchSpec.from_file(target)
     if path.suffix not in ("", ".csv"):
         raise ConfigError(f"{target}: expected a .py search file or a .csv landscape")
     csv = resolve_landscape(target)
@@ -265,6 +274,34 @@ def load_target(args: argparse.Namespace, target: str) -> SearchSpec:
     landscape = Landscape.load(csv)
     evaluator = ReplayEvaluator(landscape, noise=args.noise or 0.0, seed=args.seed)
     return SearchSpec(landscape.space, evaluator, name=landscape.name)
+
+
+#: with --wall-time, loading the search file may take this long at least (importing torch and
+#: Triton takes seconds on a loaded machine); a file that hangs at import ends by then
+LOADING_FLOOR_S = 30.0
+
+
+@contextlib.contextmanager
+def _loading_deadline(seconds: float | None, target: str) -> Iterator[None]:
+    """`--wall-time` bounds loading the search file too, at no less than `LOADING_FLOOR_S` (a
+    file that hangs at import held the command for good): SIGALRM in the main thread."""
+    import signal
+    import threading
+
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise ConfigError(f"still loading after {seconds:g} s (with --wall-time); nothing was searched")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def say_sandbox(report: Any) -> None:

@@ -66,7 +66,16 @@ class ResultStream:
                 f"({'more' if len(got) > len(self.genomes) else 'fewer'} results than genomes)"
             )
         try:
-            yield from got
+            for i, result in enumerate(got):
+                if not isinstance(result, Result):
+                    which = self.genomes[i].id if i < len(self.genomes) else f"#{i}"
+                    raise EvaluatorError(
+                        f"evaluator {self.name!r} returned {type(result).__name__} for genome {which}, "
+                        "not a Result (a failed candidate is a Result with a failure status)"
+                    )
+                yield result
+        except EvaluatorError:
+            raise
         except (Exception, SystemExit) as exc:
             raise self._fail(exc) from exc
 
@@ -108,9 +117,7 @@ class ResultStream:
         item = self._get()
         if item is self._END:
             raise EvaluatorError(f"evaluator {self.name!r} returned fewer results than genomes")
-        if item is not None and not isinstance(item, Result):
-            raise EvaluatorError(f"evaluator {self.name!r} returned {type(item).__name__}, not a Result")
-        return item
+        return item  # (a Result: `_checked` refuses anything else, None included, which means the deadline here)
 
     def expect_end(self) -> None:
         """After the last genome's result: one more is a broken evaluator (whose results

@@ -106,6 +106,8 @@ class SearchSpec:
             raise ConfigError(f"{Path(path)}: {exc}") from None
         except Exception as exc:
             raise ConfigError(f"{Path(path)}: {type(exc).__name__}: {exc}") from None
+        except SystemExit as exc:  # sys.exit() in the file: said, not the command's own exit
+            raise ConfigError(f"{Path(path)}: the search file called sys.exit({exc.code!r}) while loading") from None
         space, evaluator = getattr(mod, "space", None), getattr(mod, "evaluator", None)
         if not isinstance(space, SearchSpace):
             raise ConfigError(f"{target}: defines no `space` (an evokernel SearchSpace)")

@@ -142,7 +142,13 @@ class _Run:
         self.budget = budget
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.fingerprint = fingerprint_hash(search.evaluator.fingerprint())
+        try:
+            self.fingerprint = fingerprint_hash(search.evaluator.fingerprint())
+        except (TypeError, ValueError, OverflowError) as exc:  # what the canonical encoder refuses
+            name = getattr(search.evaluator, "name", type(search.evaluator).__name__)
+            raise ConfigError(
+                f"evaluator {name!r}: fingerprint() must return JSON-like values (str, numbers, lists, dicts): {exc}"
+            ) from None
         self.archive_key = hashlib.sha256(
             canonical_json({"space": search.space.describe(), "evaluator": self.fingerprint})
         ).hexdigest()[:16]
