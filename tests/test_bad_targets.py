@@ -88,3 +88,18 @@ def test_a_search_file_that_hangs_at_import_ends_by_the_wall_time(
     assert _run(tmp_path, "import time\ntime.sleep(600)\n", "--wall-time", "1") == 2
     [line] = _ours(capsys.readouterr().err)
     assert "still loading after 1 s" in line, line
+
+
+def test_check_with_a_reference_that_hangs_ends_in_one_line(tmp_path: Path, capsys) -> None:
+    """The reference is the user's code, run in the judge's process: one that hangs held
+    `evokernel check` for good. It is bounded at 5 call timeouts (here `--timeout 1`: 5 s)."""
+    root = Path(__file__).resolve().parents[1] / "tests" / "corpus"
+    source = (root / "problems" / "matmul_small.py").read_text()
+    hanging = source.replace("    return (a.double() @ b.double()).to(a.dtype)", "    import time\n    time.sleep(600)")
+    assert hanging != source
+    problem = tmp_path / "hangref.py"
+    problem.write_text(hanging)
+    candidate = str(root / "honest" / "torch_matmul.py")
+    assert main(["check", str(problem), candidate, "--device", "cpu", "--no-time", "--timeout", "1"]) == 2
+    [line] = _ours(capsys.readouterr().err)
+    assert "the reference did not return within 5 s" in line, line

@@ -9,7 +9,6 @@ import math
 import os
 import sys
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 from evokernel.core.errors import ConfigError
@@ -281,27 +280,14 @@ def load_target(args: argparse.Namespace, target: str) -> SearchSpec:
 LOADING_FLOOR_S = 30.0
 
 
-@contextlib.contextmanager
-def _loading_deadline(seconds: float | None, target: str) -> Iterator[None]:
+def _loading_deadline(seconds: float | None, target: str) -> contextlib.AbstractContextManager[None]:
     """`--wall-time` bounds loading the search file too, at no less than `LOADING_FLOOR_S` (a
-    file that hangs at import held the command for good): SIGALRM in the main thread."""
-    import signal
-    import threading
+    file that hangs at import held the command for good)."""
+    from evokernel.core.deadline import deadline
 
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expired(signum: int, frame: Any) -> None:
-        raise ConfigError(f"still loading after {seconds:g} s (with --wall-time); nothing was searched")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return deadline(
+        seconds, lambda: ConfigError(f"still loading after {seconds:g} s (with --wall-time); nothing was searched")
+    )
 
 
 def say_sandbox(report: Any) -> None:

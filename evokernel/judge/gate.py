@@ -325,15 +325,37 @@ class _Arena:
         return views, refs
 
 
+def _reference(problem: Problem, args: Sequence[Any], timeout_s: float, where: str) -> Any:
+    """The problem's reference on `args`, in the judge's process, bounded by `timeout_s` where
+    the judge runs on the main thread (`evokernel.core.deadline`; elsewhere unbounded): a
+    reference that hangs held `evokernel check` for good. Raises ProblemError when it runs out."""
+    from evokernel.core.deadline import deadline
+
+    def late() -> ProblemError:
+        return ProblemError(f"{problem.name}: the reference did not return within {timeout_s:g} s ({where})")
+
+    with deadline(timeout_s, late):
+        return problem.reference(*args)
+
+
 class _Shape:
     """Judge-owned buffers for one shape: inputs refilled for every trial (pointers repeat,
     values change), poisoned result slots, rotation sets for timing, and slots where the
     candidate's process copies outputs of timed calls drawn at random."""
 
     def __init__(
-        self, problem: Problem, shape: dict[str, Any], device: str, arena: _Arena, *, rotate: int, samples: int
+        self,
+        problem: Problem,
+        shape: dict[str, Any],
+        device: str,
+        arena: _Arena,
+        *,
+        rotate: int,
+        samples: int,
+        reference_timeout_s: float = 0.0,
     ) -> None:
         self.problem, self.shape, self.device = problem, shape, device
+        self.reference_timeout_s = reference_timeout_s
         self.key = shape_key(shape)
         first = _as_list(problem.make_inputs(dict(shape), _seed(), device))
         # host-side inputs (lengths, maximum lengths: what real varlen APIs take as Python
@@ -341,7 +363,7 @@ class _Shape:
         self.values = {
             i: _plain(x, f"{problem.name} {self.key}, input {i}") for i, x in enumerate(first) if not _is_tensor(x)
         }
-        refs = _as_list(problem.reference(*first))
+        refs = _as_list(_reference(problem, first, reference_timeout_s, self.key))
         self.specs = [
             ([], [], _value_ref(self.values[i])[2])
             if i in self.values
@@ -406,7 +428,7 @@ class _Shape:
         fresh = _as_list(self.problem.make_inputs(dict(self.shape), seed, self.device))
         self._fill(self.inputs, fresh)
         pristine = [_clone(t) for t in self.inputs]
-        refs = _as_list(self.problem.reference(*[_clone(t) for t in self.inputs]))
+        refs = _as_list(_reference(self.problem, [_clone(t) for t in self.inputs], self.reference_timeout_s, self.key))
         _poison(self.slots)
         return refs, pristine
 
@@ -680,17 +702,31 @@ class Judge:
         (a new process's "cuda" would be its GPU 0), or "cpu"."""
         return f"cuda:{self.index}" if self.cuda else "cpu"
 
+    def _reference_timeout_s(self) -> float:
+        """How long the problem's reference may take per call: 5 candidate calls' timeout (the
+        reference is the user's own code, often a slow exact one; 300 s by default)."""
+        return 5 * self.options.sandbox.call_timeout_s
+
     def _build(self, problem: Problem, device: str) -> None:
         self.peaks: Peaks | None = peaks_for(device)
         arena = _Arena(device)
         opt = self.options
+        limit = self._reference_timeout_s()
         self.tuning = [
             _Shape(
-                problem, s, device, arena, rotate=opt.rotate if opt.time else 0, samples=opt.samples if opt.time else 0
+                problem,
+                s,
+                device,
+                arena,
+                rotate=opt.rotate if opt.time else 0,
+                samples=opt.samples if opt.time else 0,
+                reference_timeout_s=limit,
             )
             for s in problem.shapes
         ]
-        self.heldout = [_Shape(problem, s, device, arena, rotate=0, samples=0) for s in problem.heldout]
+        self.heldout = [
+            _Shape(problem, s, device, arena, rotate=0, samples=0, reference_timeout_s=limit) for s in problem.heldout
+        ]
         views, refs = arena.build()
         for shape in self.tuning + self.heldout:
             shape.bind(views, refs)
@@ -1102,7 +1138,7 @@ class Judge:
         return samples, Footing(mode="cpu-judge", calls=1, flush_mb=0, sets=len(shape.rotation), perturb=k)
 
     def _wrong(self, inputs: list[Any], outs: Sequence[Any]) -> str | None:
-        refs = _as_list(self.problem.reference(*inputs))
+        refs = _as_list(_reference(self.problem, inputs, self._reference_timeout_s(), "a timed call's inputs"))
         return compare(refs, outs, self._tolerance(refs))
 
     def _after_timing(self, shape: _Shape, pristine: list[list[Any]], changed: bool) -> Verdict | None:
