@@ -102,7 +102,7 @@ def test_a_resumed_run_promotes_as_the_uninterrupted_one(tmp_path):
     stopped after 40 genomes and resumed to 80 retraces the straight run of 80."""
     straight = SQLiteStore(str(tmp_path / "straight.db"))
     full = _full()
-    opts = SearchOptions(promotion=Promotion())
+    opts = SearchOptions(promotion=Promotion(), patience=0)  # (the whole budget, both ways)
     a = Search(full.space, full, options=opts, store=straight).run(Budget(evaluations=80), seed=2)
     resumed = SQLiteStore(str(tmp_path / "resumed.db"))
     full = _full()

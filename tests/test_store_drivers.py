@@ -67,7 +67,22 @@ def _measured_twice(url: str) -> list:
 
 
 def _search(evokernel_cmd: list[str], what: str, url: str, budget: int, seed: int, *extra: str) -> list[str]:
-    return [*evokernel_cmd, "search", what, "--db", url, "--budget", str(budget), "--seed", str(seed), "--json", *extra]
+    # the whole budget (no early stop): the counts below are the budget
+    return [
+        *evokernel_cmd,
+        "search",
+        what,
+        "--db",
+        url,
+        "--budget",
+        str(budget),
+        "--patience",
+        "0",
+        "--seed",
+        str(seed),
+        "--json",
+        *extra,
+    ]
 
 
 @pytest.mark.slow

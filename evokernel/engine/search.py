@@ -13,8 +13,8 @@ This module is the loop; its steps live beside it: `options` (Budget, SearchOpti
 >>> from evokernel.engine.landscape import builtin
 >>> ev = ReplayEvaluator(builtin("matmul_bf16_h200_M16_N4096_K4096"))
 >>> report = Search(ev.space, ev).run(Budget(evaluations=100), seed=0)
->>> report.evaluations, report.best.latency_ms < 0.021
-(100, True)
+>>> report.evaluations, report.stop_reason, report.best.latency_ms < 0.021
+(88, 'no improvement in 8 generations', True)
 """
 
 # One module on purpose, though over 400 lines: the search loop itself (generations, evaluation, survivors, credit to
