@@ -389,7 +389,7 @@ def test_a_killed_ray_search_resumes_with_nothing_measured_twice(
     address = ray_cluster.get_runtime_context().gcs_address
     budget = 80
     cmd = [*evokernel_cmd, "search", str(target), "--ray", address, "--gpus", "2", "--db", str(db)]
-    cmd += ["--budget", str(budget), "--seed", "5", "--json"]
+    cmd += ["--budget", str(budget), "--patience", "0", "--seed", "5", "--json"]  # (the whole budget)
     proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 180
     lines = lambda: log.read_text().split() if log.exists() else []  # noqa: E731
