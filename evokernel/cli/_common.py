@@ -308,3 +308,11 @@ def existing_store(db: str) -> Any:
     if "://" not in db and not os.path.exists(db):
         raise ConfigError(f"no such database: {db}")
     return open_store(db, create=False)
+
+
+def chosen_run(store: Any, db: str, run_id: str | None) -> tuple[Any, list[Any]]:
+    """The run `--run` names (an id or prefix), else the latest; and every run in the store."""
+    runs = store.runs()
+    if not runs:
+        raise ConfigError(f"{db} holds no runs")
+    return (store.run(run_id) if run_id else runs[-1]), runs

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from evokernel.cli._common import existing_store, positive_int
+from evokernel.cli._common import chosen_run, existing_store, positive_int
 from evokernel.core.errors import ConfigError
 
 
@@ -95,10 +95,7 @@ def run_triton(args: argparse.Namespace) -> int:
     from evokernel.integrations.triton_configs import json_entries, python_snippet, run_configs
 
     store = existing_store(args.db)
-    runs = store.runs()
-    if not runs:
-        raise ConfigError(f"{args.db} holds no runs")
-    run = store.run(args.run) if args.run else runs[-1]
+    run, _ = chosen_run(store, args.db, args.run)
     configs = run_configs(store, run, top=args.top, device=shown_gpu(run))
     if args.format == "triton":
         text = python_snippet(configs, run)

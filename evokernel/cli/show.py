@@ -10,8 +10,7 @@ from typing import Any
 
 import msgspec
 
-from evokernel.cli._common import existing_store, stdout_console
-from evokernel.core.errors import ConfigError
+from evokernel.cli._common import chosen_run, existing_store, stdout_console
 
 
 def add_parser(sub: Any) -> None:
@@ -25,10 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     store = existing_store(args.db)
-    runs = store.runs()
-    if not runs:
-        raise ConfigError(f"{args.db} holds no runs")
-    run = store.run(args.run) if args.run else runs[-1]
+    run, runs = chosen_run(store, args.db, args.run)
     for r in runs:
         r.status = shown_status(store, r)
     history = store.history(run.id)
